@@ -1,0 +1,30 @@
+/* Messages for the project's error codes (see mg_err.h). */
+#include "mg_err.h"
+
+#include <string.h>
+
+static const char *const mg_err_msg[] = {
+    [MG_EPROTO - MG_ERR_BASE] = "protocol error",
+    [MG_EVERSION - MG_ERR_BASE] = "unsupported version",
+    [MG_EAUTH - MG_ERR_BASE] = "authentication failed",
+    [MG_ETOOBIG - MG_ERR_BASE] = "length over limit",
+    [MG_EFORMAT - MG_ERR_BASE] = "bad format",
+    [MG_ETRUNC - MG_ERR_BASE] = "truncated",
+    [MG_ECRC - MG_ERR_BASE] = "checksum mismatch",
+    [MG_ESHAPE - MG_ERR_BASE] = "shape mismatch",
+    [MG_EPEER - MG_ERR_BASE] = "peer failed",
+    [MG_EDIVERGED - MG_ERR_BASE] = "replicas diverged",
+    [MG_ECONFIG - MG_ERR_BASE] = "invalid configuration",
+    [MG_ECLOSED - MG_ERR_BASE] = "closed",
+    [MG_ENOKEY - MG_ERR_BASE] = "no such key",
+    [MG_EUNSUPPORTED - MG_ERR_BASE] = "not supported",
+};
+
+const char *mg_strerror(int err)
+{
+    if (err < 0)
+        err = -err;
+    if (err > MG_ERR_BASE && err < MG_ERR_MAX)
+        return mg_err_msg[err - MG_ERR_BASE];
+    return strerror(err);
+}

@@ -1,0 +1,31 @@
+/* Error codes shared by libmg, the launcher and the common code.
+ *
+ * Library functions return 0 on success or a negative code: either -errno or
+ * one of the project codes below (which start above every errno value). Only
+ * the programs' main files turn a code into a message, with mg_strerror(). */
+#ifndef MG_ERR_H
+#define MG_ERR_H
+
+enum mg_err {
+    MG_ERR_BASE = 10000,
+    MG_EPROTO,       /* peer broke the wire protocol (bad magic, bad frame) */
+    MG_EVERSION,     /* protocol or file version not supported */
+    MG_EAUTH,        /* authentication failed */
+    MG_ETOOBIG,      /* a length is over its documented bound */
+    MG_EFORMAT,      /* a file is not in the expected format */
+    MG_ETRUNC,       /* a file or message ends early */
+    MG_ECRC,         /* checksum mismatch */
+    MG_ESHAPE,       /* model / tensor shapes do not match */
+    MG_EPEER,        /* a peer rank failed or disappeared */
+    MG_EDIVERGED,    /* replicas no longer hold identical parameters */
+    MG_ECONFIG,      /* inconsistent configuration (environment, flags) */
+    MG_ECLOSED,      /* the rendezvous or store was closed */
+    MG_ENOKEY,       /* key does not exist */
+    MG_EUNSUPPORTED, /* feature not available in this build or setting */
+    MG_ERR_MAX
+};
+
+/* Message for a code returned by any mg function (negative or positive). */
+const char *mg_strerror(int err);
+
+#endif

@@ -1,0 +1,56 @@
+/* Socket and clock helpers shared by the launcher and libmg.
+ *
+ * Every function returns a file descriptor or 0 on success, or a negative
+ * error code (-errno, or MG_E* from mg_err.h). All descriptors are created
+ * close-on-exec. Deadlines are absolute times on the monotonic clock in
+ * milliseconds (mg_now_ms() + timeout); a deadline of -1 means no deadline. */
+#ifndef MG_NET_H
+#define MG_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MG_HOST_MAX 256
+
+struct mg_hostport {
+    char host[MG_HOST_MAX]; /* name or address, without IPv6 brackets */
+    int port;               /* 0..65535; default_port when the text has none */
+};
+
+int64_t mg_now_ms(void);
+int64_t mg_now_us(void);
+/* Milliseconds from now until deadline, clamped to [0, INT32_MAX]; -1 for no deadline. */
+int mg_ms_until(int64_t deadline_ms);
+
+/* Parses "host", "host:port", "[v6addr]:port" or "v6addr". Returns -EINVAL
+ * for an empty host, a bad or out-of-range port, or a host over MG_HOST_MAX. */
+int mg_parse_hostport(const char *text, int default_port, struct mg_hostport *out);
+
+/* Listening TCP socket on host:port (host NULL or "" = all interfaces,
+ * port 0 = kernel-chosen). SO_REUSEADDR is set. *bound_port (optional)
+ * receives the port actually bound. Returns the fd. */
+int mg_listen_tcp(const char *host, int port, int backlog, int *bound_port);
+
+/* Connects to host:port, trying every resolved address, each attempt bounded
+ * by the deadline. Sets TCP_NODELAY. The returned fd is blocking.
+ * An unknown name gives -ENOENT, a temporary resolver failure -EAGAIN, and
+ * otherwise the last connect error (-ECONNREFUSED, -ETIMEDOUT, ...). */
+int mg_connect_tcp(const char *host, int port, int64_t deadline_ms);
+
+int mg_set_nonblock(int fd, int on);
+
+/* Full reads and writes on a blocking or non-blocking fd, waiting with poll()
+ * until the deadline. mg_read_full returns MG_ECLOSED when the peer closed
+ * the connection before len bytes arrived, -ETIMEDOUT at the deadline. */
+int mg_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms);
+int mg_read_full(int fd, void *buf, size_t len, int64_t deadline_ms);
+
+/* Numeric address of the local end of a connected socket (for advertising). */
+int mg_sock_local_addr(int fd, char *buf, size_t len);
+/* Numeric form of the peer address of fd, "ip:port". */
+int mg_sock_peer_name(int fd, char *buf, size_t len);
+
+/* Resolves host to its first numeric address (IPv4 preferred). */
+int mg_resolve_numeric(const char *host, char *buf, size_t len);
+
+#endif

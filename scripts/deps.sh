@@ -1,0 +1,32 @@
+#!/bin/sh
+# Checks the Debian packages mg needs to build, run its main job and run its tests.
+# As root, installs the missing ones; otherwise prints the exact apt-get line and fails.
+#   scripts/deps.sh            build + run + test packages
+#   scripts/deps.sh --bench    also the reference tools the benchmarks compare against
+set -u
+pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev pkg-config
+      dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps psmisc coreutils
+      clang-format python3"
+[ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
+
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+    echo "mg: installing missing Debian packages:$missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    # Refresh the index only when it is missing or the install fails with the cached one.
+    if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ]; then
+        apt-get update -qq || exit 1
+    fi
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing >/dev/null; } ||
+        { echo "mg: apt-get install failed for:$missing" >&2; exit 1; }
+    exit 0
+fi
+echo "mg: missing Debian packages. Install them with:" >&2
+echo "    sudo apt-get install -y$missing" >&2
+exit 1
