@@ -663,8 +663,7 @@ static int unescape(const struct mg_json *doc, int tok, char *buf, size_t cap)
             case 'u': {
                 unsigned cp = hex4(s + i);
                 i += 4;
-                if (cp >= 0xd800 && cp <= 0xdbff && i + 6 <= n && s[i] == '\\' &&
-                    s[i + 1] == 'u') {
+                if (cp >= 0xd800 && cp <= 0xdbff && i + 6 <= n && s[i] == '\\' && s[i + 1] == 'u') {
                     unsigned lo = hex4(s + i + 2);
                     if (lo >= 0xdc00 && lo <= 0xdfff) {
                         cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);

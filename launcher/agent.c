@@ -24,11 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define READ_CHUNK (64 * 1024)
-#define CONSOLE_BUF (64 * 1024)
-#define TAIL_BYTES 4096
-#define DRAIN_MS 1000 /* how long pipes may stay open after every worker exited */
-#define PREFIX_MAX 512
+#define READ_CHUNK            (64 * 1024)
+#define CONSOLE_BUF           (64 * 1024)
+#define TAIL_BYTES            4096
+#define DRAIN_MS              1000 /* how long pipes may stay open after every worker exited */
+#define PREFIX_MAX            512
 #define MAX_SENTINEL_RESTARTS 10
 
 enum stream_console {
@@ -281,18 +281,21 @@ static void ev_worker(struct ev *e, const struct mg_agent *ag, const struct work
 
 /* ---- signals ---------------------------------------------------------------------------- */
 
+/* The signals the loop reads from its signalfd. One that was ignored when
+ * mglaunch started (nohup, a background job of a script) stays ignored, by
+ * mglaunch and, inheriting that, by the workers: it is left out. */
 static void handled_signals(sigset_t *set)
 {
+    static const int wanted[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP};
     sigemptyset(set);
     sigaddset(set, SIGCHLD);
-    sigaddset(set, SIGINT);
-    sigaddset(set, SIGTERM);
-    sigaddset(set, SIGHUP);
-    sigaddset(set, SIGQUIT);
-    sigaddset(set, SIGUSR1);
-    sigaddset(set, SIGUSR2);
-    sigaddset(set, SIGTSTP);
     sigaddset(set, SIGCONT);
+    for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++) {
+        struct sigaction old;
+        if (sigaction(wanted[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            continue;
+        sigaddset(set, wanted[i]);
+    }
 }
 
 static void signal_workers(struct mg_agent *ag, int sig)
@@ -374,7 +377,7 @@ static void describe_exit(const struct worker *w, char *buf, size_t cap)
     char sig[32];
     if (w->exec_errno)
         mg_fmt(buf, cap, "could not be executed (%s), exit code %d", strerror(w->exec_errno),
-                 mg_status_code(w->wstatus));
+               mg_status_code(w->wstatus));
     else if (WIFSIGNALED(w->wstatus))
         mg_fmt(buf, cap, "was killed by %s", mg_signame(WTERMSIG(w->wstatus), sig, sizeof(sig)));
     else
@@ -419,7 +422,11 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
     worker_dir(ag, w->local_rank, rc->log_path, sizeof(rc->log_path));
     mg_fmt(rc->error_file, sizeof(rc->error_file), "%s/error.json", rc->log_path);
     rc->logs_saved = w->out.file_fd != -2 || w->err.file_fd != -2;
-    if (mg_errfile_read(rc->error_file, &ef) == 0) {
+    if (w->exec_errno) {
+        mg_fmt(rc->message, sizeof(rc->message), "cannot execute '%s': %s", ag->cfg.exec_path,
+               strerror(w->exec_errno));
+        rc->error_file[0] = '\0';
+    } else if (mg_errfile_read(rc->error_file, &ef) == 0) {
         mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
         mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
         if (ef.hostname[0])
@@ -882,10 +889,10 @@ static void finish(struct mg_agent *ag, int code)
     r->ok = code == 0;
     ev_begin(&e, "run_end");
     mg_jsonw_kstr(&e.w, "result",
-                  code == 0       ? "succeeded"
-                  : ag->term_sig  ? "signaled"
-                  : r->error      ? "error"
-                                  : "failed");
+                  code == 0      ? "succeeded"
+                  : ag->term_sig ? "signaled"
+                  : r->error     ? "error"
+                                 : "failed");
     mg_jsonw_kint(&e.w, "exit_code", code);
     mg_jsonw_kint(&e.w, "rounds", r->rounds);
     mg_jsonw_kint(&e.w, "restarts", r->restarts);
@@ -963,7 +970,7 @@ static void end_attempt(struct mg_agent *ag)
         a->first_failure = first >= 0 ? ag->w[first].failure : -1;
         a->duration_ms = ran;
     }
-    enum mg_round_result result = ag->attempt_failed ? MG_ROUND_FAILED
+    enum mg_round_result result = ag->attempt_failed           ? MG_ROUND_FAILED
                                   : (ag->stopping || nstopped) ? MG_ROUND_STOPPED
                                                                : MG_ROUND_SUCCEEDED;
     struct ev e;
@@ -1427,7 +1434,7 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     rc = mg_rundir_open(&ag->rd, cfg->log_dir, cfg->run_id);
     if (rc) {
         mg_fmt(err, errcap, "cannot create the log directory '%s/%s': %s", cfg->log_dir,
-                 cfg->run_id, mg_strerror(rc));
+               cfg->run_id, mg_strerror(rc));
         goto fail;
     }
     mg_fmt(ag->res.run_dir, sizeof(ag->res.run_dir), "%s", ag->rd.dir);
@@ -1466,8 +1473,7 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     ev_end(ag, &e);
     if (mg_rundir_flush(&ag->rd) < 0) {
         rc = ag->rd.ev_err;
-        mg_fmt(err, errcap, "cannot write the event log in '%s': %s", ag->rd.dir,
-                 mg_strerror(rc));
+        mg_fmt(err, errcap, "cannot write the event log in '%s': %s", ag->rd.dir, mg_strerror(rc));
         goto fail;
     }
     *out = ag;

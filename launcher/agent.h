@@ -77,16 +77,16 @@ struct mg_agent_config {
     const struct mg_launch_opts *opts; /* resolved (mg_opts_resolve) */
     const char *run_id;
     const char *hostname;
-    const char *exec_path;   /* what execve runs */
-    char **argv;             /* worker argv (argv[0] as shown to the program) */
+    const char *exec_path; /* what execve runs */
+    char **argv;           /* worker argv (argv[0] as shown to the program) */
     int argc;
-    char **environ;          /* the launcher's environment, the base of every worker's */
-    const char *log_dir;     /* base directory (given, or the private default) */
-    int log_dir_given;       /* --log_dir: save every stream */
-    int stdin_fd;            /* workers' stdin, or -1 to inherit */
-    int out_fd, err_fd;      /* the console */
-    FILE *status;            /* the launcher's own messages (NULL: none) */
-    int sentinel;            /* start the sentinel (sentinel.h) */
+    char **environ;      /* the launcher's environment, the base of every worker's */
+    const char *log_dir; /* base directory (given, or the private default) */
+    int log_dir_given;   /* --log_dir: save every stream */
+    int stdin_fd;        /* workers' stdin, or -1 to inherit */
+    int out_fd, err_fd;  /* the console */
+    FILE *status;        /* the launcher's own messages (NULL: none) */
+    int sentinel;        /* start the sentinel (sentinel.h) */
     const struct mg_rdzv_ops *rdzv;
     void *rdzv_impl;
 };
@@ -100,9 +100,9 @@ struct mg_failure {
     int attempt, restart_count;
     int rank, local_rank;
     pid_t pid;
-    int exit_code;  /* shell-style: the code, or 128+signal */
-    int signo;      /* 0 for a normal exit */
-    int exec_errno; /* the program could not be executed */
+    int exit_code;   /* shell-style: the code, or 128+signal */
+    int signo;       /* 0 for a normal exit */
+    int exec_errno;  /* the program could not be executed */
     int64_t wall_ms; /* when it was seen (ms since the epoch) */
     int has_error_file;
     char message[256]; /* from error.json, shortened */
@@ -185,7 +185,7 @@ struct mg_agent_poller {
 };
 
 #define MG_AGENT_MAX_POLLERS 8
-#define MG_AGENT_MAX_TIMERS 32
+#define MG_AGENT_MAX_TIMERS  32
 
 /* Returns an id (>= 0) for mg_agent_remove_poller, or -ENOSPC. */
 int mg_agent_add_poller(struct mg_agent *ag, const struct mg_agent_poller *p);
@@ -199,8 +199,8 @@ void mg_agent_cancel_timer(struct mg_agent *ag, int id);
 /* ---- restart backoff (docs/cli.md "Restarts") -------------------------------------- */
 
 #define MG_BACKOFF_WINDOW_MS 10000 /* an attempt shorter than this failed "quickly" */
-#define MG_BACKOFF_BASE_MS 100
-#define MG_BACKOFF_MAX_MS 10000
+#define MG_BACKOFF_BASE_MS   100
+#define MG_BACKOFF_MAX_MS    10000
 
 struct mg_backoff {
     int streak; /* consecutive quick failures before this one */

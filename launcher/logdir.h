@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 #define MG_EVENTS_FILE "events.jsonl"
-#define MG_EVENT_BUF (64 * 1024)
+#define MG_EVENT_BUF   (64 * 1024)
 
 struct mg_rundir {
     char dir[PATH_MAX]; /* <log_dir>/<run_id> */

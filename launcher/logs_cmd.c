@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LINE_CAP (64 * 1024) /* longest line handled in one piece */
-#define MAX_RUNS 100000
+#define LINE_CAP       (64 * 1024) /* longest line handled in one piece */
+#define MAX_RUNS       100000
 #define FOLLOW_POLL_MS 100
 
 /* ---- what the event log says ----------------------------------------------------- */
@@ -310,8 +310,7 @@ static int load_run(struct lrun *r, const char *base, const char *id)
                 continue;
             }
             struct mg_json d;
-            if (mg_json_parse(&d, line, n - 1, toks, 512) > 0 &&
-                d.toks[0].type == MG_JSON_OBJECT)
+            if (mg_json_parse(&d, line, n - 1, toks, 512) > 0 && d.toks[0].type == MG_JSON_OBJECT)
                 apply_event(r, &d);
         }
         if (fstat(fileno(f), &st) == 0)
@@ -489,13 +488,17 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
                 char num[16];
                 size_t k = strcspn(p, ",");
                 if (k == 0 || k >= sizeof(num) || lo->nranks >= 256)
-                    return usage_err(err, cap, "invalid value '%s' for --rank: expected ranks "
-                                               "like 0 or 0,3", val);
+                    return usage_err(err, cap,
+                                     "invalid value '%s' for --rank: expected ranks "
+                                     "like 0 or 0,3",
+                                     val);
                 memcpy(num, p, k);
                 num[k] = '\0';
                 if (parse_long(num, 0, 1000000000, &v))
-                    return usage_err(err, cap, "invalid value '%s' for --rank: expected ranks "
-                                               "like 0 or 0,3", val);
+                    return usage_err(err, cap,
+                                     "invalid value '%s' for --rank: expected ranks "
+                                     "like 0 or 0,3",
+                                     val);
                 lo->ranks[lo->nranks++] = (int)v;
                 p += k + (p[k] == ',');
             }
@@ -601,10 +604,10 @@ static void worker_state(const struct lrun *r, const struct lworker *w, char *bu
     mg_format_duration_ms(w->duration_ms, dur, sizeof(dur));
     if (w->exec_error[0])
         mg_fmt(buf, cap, "failed: could not be executed (%s), exit %d", w->exec_error,
-                 w->exit_code);
+               w->exit_code);
     else if (w->signal[0])
-        mg_fmt(buf, cap, "%s: killed by %s (exit %d) after %s", w->outcome, w->signal,
-                 w->exit_code, dur);
+        mg_fmt(buf, cap, "%s: killed by %s (exit %d) after %s", w->outcome, w->signal, w->exit_code,
+               dur);
     else
         mg_fmt(buf, cap, "%s: exit %d after %s", w->outcome, w->exit_code, dur);
 }
@@ -645,7 +648,8 @@ static void print_root(FILE *out, const struct lrun *r)
     } else {
         char sp[PATH_MAX + 96];
         mg_fmt(sp, sizeof(sp), "%s/stderr.log", p);
-        if (access(sp, R_OK) == 0) {
+        struct stat st;
+        if (stat(sp, &st) == 0 && st.st_size > 0) {
             fprintf(out, "  stderr (last lines):\n");
             print_tail_of(out, sp, 10, "    ");
         }
@@ -675,7 +679,7 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
         mg_format_duration_ms(a->duration_ms, dur, sizeof(dur));
         fprintf(out, "  attempt %d (restart %d), started %s: %s%s%s\n", a->attempt,
                 a->restart_count, t,
-                a->ended ? a->result
+                a->ended   ? a->result
                 : r->alive ? "running"
                            : (r->has_events ? "not finished" : "unknown"),
                 a->ended ? " after " : "", a->ended ? dur : "");
@@ -737,7 +741,7 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
             mg_fmt(err, cap, "no attempt %d in run '%s'", lo->attempt, sel);
             rc = -ENOENT;
         } else {
-            int only = lo->attempt_given && lo->attempt >= 0 ? lo->attempt
+            int only = lo->attempt_given && lo->attempt >= 0            ? lo->attempt
                        : lo->attempt_given && lo->attempt == -1 && r.na ? r.a[r.na - 1].attempt
                                                                         : -1;
             print_run_detail(out, &r, only);
@@ -924,14 +928,14 @@ static int collect_files(const struct logs_opts *lo, const struct lrun *r, int a
             struct sel_file *f = &(*files)[(*nf)++];
             memset(f, 0, sizeof(*f));
             f->attempt = attempt;
-            mg_fmt(f->path, sizeof(f->path), "%s/attempt_%d/%d/%s", r->dir, attempt,
-                     w->local_rank, s == 1 ? "stdout.log" : "stderr.log");
+            mg_fmt(f->path, sizeof(f->path), "%s/attempt_%d/%d/%s", r->dir, attempt, w->local_rank,
+                   s == 1 ? "stdout.log" : "stderr.log");
             if (many_attempts)
-                mg_fmt(f->prefix, sizeof(f->prefix), "[attempt_%d %d:%s] ", attempt,
-                         w->local_rank, s == 1 ? "out" : "err");
+                mg_fmt(f->prefix, sizeof(f->prefix), "[attempt_%d %d:%s] ", attempt, w->local_rank,
+                       s == 1 ? "out" : "err");
             else
                 mg_fmt(f->prefix, sizeof(f->prefix), "[%d:%s] ", w->local_rank,
-                         s == 1 ? "out" : "err");
+                       s == 1 ? "out" : "err");
         }
     }
     return 0;
@@ -972,8 +976,7 @@ static void follow_read(FILE *out, struct sel_file *f, const regex_t *re, int fi
     }
 }
 
-static int do_content(FILE *out, const struct logs_opts *lo, const char *dir, char *err,
-                      size_t cap)
+static int do_content(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap)
 {
     struct lrun r;
     struct run_ent *runs = NULL;
@@ -998,7 +1001,7 @@ static int do_content(FILE *out, const struct logs_opts *lo, const char *dir, ch
         rc = list_runs(dir, &runs, &n);
         if (rc || n == 0) {
             mg_fmt(err, cap, rc ? "cannot read '%s': %s" : "no runs in '%s'%s", dir,
-                     rc ? mg_strerror(rc) : "");
+                   rc ? mg_strerror(rc) : "");
             rc = rc ? rc : -ENOENT;
             goto out;
         }
@@ -1033,16 +1036,17 @@ static int do_content(FILE *out, const struct logs_opts *lo, const char *dir, ch
         present += access(files[i].path, R_OK) == 0;
     if (nf == 0 || (present == 0 && !lo->follow)) {
         mg_fmt(err, cap,
-                 nf ? "no log files saved for this selection in '%s' (the run used neither "
-                      "--log_dir nor -r/-t)"
-                    : "no rank matches the selection in '%s'",
-                 r.dir);
+               nf ? "no log files saved for this selection in '%s' (the run used neither "
+                    "--log_dir nor -r/-t)"
+                  : "no rank matches the selection in '%s'",
+               r.dir);
         rc = -ENOENT;
         goto out;
     }
-    int single = nf == 1;
+    if (nf == 1)
+        files[0].prefix[0] = '\0'; /* one file: its lines as they are */
     for (int i = 0; i < nf; i++) {
-        off_t at = print_file(out, files[i].path, single ? "" : files[i].prefix, lo->tail, rep);
+        off_t at = print_file(out, files[i].path, files[i].prefix, lo->tail, rep);
         files[i].pos = at < 0 ? 0 : at;
     }
     fflush(out);
@@ -1109,7 +1113,7 @@ int mg_logs_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
     if (!dir) {
         if ((rc = mg_logdir_default(defdir, sizeof(defdir)))) {
             mg_fmt(err, errcap, "cannot use the default log directory '%s': %s", defdir,
-                     mg_strerror(rc));
+                   mg_strerror(rc));
             return rc;
         }
         dir = defdir;

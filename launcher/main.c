@@ -86,8 +86,8 @@ static void host_info(struct mg_host_info *h, char *why, size_t cap)
         if (sys == 0)
             snprintf(why, cap, "no NVIDIA GPU in /proc/driver/nvidia/gpus or /dev/nvidia*");
         else
-            snprintf(why, cap, "CUDA_VISIBLE_DEVICES='%s' hides all %d GPU%s", cvd ? cvd : "",
-                     sys, sys == 1 ? "" : "s");
+            snprintf(why, cap, "CUDA_VISIBLE_DEVICES='%s' hides all %d GPU%s", cvd ? cvd : "", sys,
+                     sys == 1 ? "" : "s");
         h->no_gpu_why = why;
     }
 }

@@ -234,8 +234,8 @@ static int find_long(struct parse *p, const char *name, const char *typed)
         size_t len = 0;
         for (int i = 0; i < O_COUNT; i++)
             if (strncmp(defs[i].name, name, n) == 0 && len < sizeof(list) - 40)
-                len += (size_t)snprintf(list + len, sizeof(list) - len, "%s--%s",
-                                        len ? ", " : "", defs[i].name);
+                len += (size_t)snprintf(list + len, sizeof(list) - len, "%s--%s", len ? ", " : "",
+                                        defs[i].name);
         return fail(p, "ambiguous option '%s': could be %s", typed, list);
     }
     return fail(p, "unknown option '%s' (see mglaunch --help)", typed);
@@ -396,8 +396,8 @@ static int check_gpu_ids(struct parse *p)
             char ch = id[k];
             if (ch < '0' || ch > '9')
                 digits = 0;
-            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                  ch == '-' || ch == '/'))
+            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') ||
+                  (ch >= 'A' && ch <= 'Z') || ch == '-' || ch == '/'))
                 uuid = 0;
         }
         if (strncmp(id, "GPU-", 4) && strncmp(id, "MIG-", 4))
@@ -534,8 +534,7 @@ static int check_values(struct parse *p)
     if (s[O_RDZV_CONF].set && *s[O_RDZV_CONF].val)
         return not_implemented(p, O_RDZV_CONF, s[O_RDZV_CONF].val);
     o->standalone = s[O_STANDALONE].set;
-    if (s[O_MAX_RESTARTS].set &&
-        parse_int(s[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts))
+    if (s[O_MAX_RESTARTS].set && parse_int(s[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts))
         return bad_value(p, O_MAX_RESTARTS, s[O_MAX_RESTARTS].val,
                          "expected a non-negative integer");
     if (s[O_MONITOR_INTERVAL].set &&
@@ -575,8 +574,7 @@ static int check_values(struct parse *p)
         return bad_value(p, O_TEE, s[O_TEE].val, "expected 0-3 or a per-rank map like 0:3,1:1");
     if (s[O_NODE_RANK].set) {
         if (parse_int(s[O_NODE_RANK].val, 0, INT_MAX, &o->node_rank))
-            return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val,
-                             "expected a non-negative integer");
+            return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "expected a non-negative integer");
         if (o->node_rank >= o->nnodes_max)
             return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "must be less than --nnodes");
     }
@@ -586,8 +584,7 @@ static int check_values(struct parse *p)
             return bad_value(p, O_MASTER_ADDR, v, "expected a host name or address");
         o->master_addr = v;
     }
-    if (s[O_MASTER_PORT].set &&
-        parse_int(s[O_MASTER_PORT].val, 0, 65535, &o->master_port))
+    if (s[O_MASTER_PORT].set && parse_int(s[O_MASTER_PORT].val, 0, 65535, &o->master_port))
         return bad_value(p, O_MASTER_PORT, s[O_MASTER_PORT].val,
                          "expected a port number from 0 to 65535");
     if (s[O_LOCAL_ADDR].set)

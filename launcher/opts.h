@@ -10,13 +10,13 @@
 
 #include <stddef.h>
 
-#define MG_MAX_NPROC 4096
-#define MG_STDMAP_MAX 256    /* entries in a per-rank -r/-t map */
-#define MG_RUN_ID_MAX 128    /* run ids become directory names */
-#define MG_GPU_IDS_MAX 4096  /* bytes of all --gpu_ids values joined */
-#define MG_GPU_ID_LEN 96     /* one id: an index or a GPU-/MIG- UUID */
+#define MG_MAX_NPROC       4096
+#define MG_STDMAP_MAX      256  /* entries in a per-rank -r/-t map */
+#define MG_RUN_ID_MAX      128  /* run ids become directory names */
+#define MG_GPU_IDS_MAX     4096 /* bytes of all --gpu_ids values joined */
+#define MG_GPU_ID_LEN      96   /* one id: an index or a GPU-/MIG- UUID */
 #define MG_PREFIX_TMPL_MAX 256
-#define MG_ERRMSG_MAX 512
+#define MG_ERRMSG_MAX      512
 
 /* Which standard streams a -r/-t setting selects (torchrun's Std flags). */
 enum mg_std {
@@ -69,7 +69,7 @@ struct mg_launch_opts {
     int master_port;         /* -1 or 0: a free port chosen per attempt */
     int *ranks_filter;       /* --local_ranks_filter, NULL = every rank */
     int nranks_filter;
-    const char *prefix_template; /* NULL: "[${role_name}${local_rank}]:" */
+    const char *prefix_template;  /* NULL: "[${role_name}${local_rank}]:" */
     char gpu_ids[MG_GPU_IDS_MAX]; /* --gpu_ids values joined with ',' ("" = none) */
     int ngpu_ids;
     double shutdown_timeout; /* seconds before SIGKILL */
@@ -87,7 +87,7 @@ struct mg_launch_opts {
 /* What the machine has, for nproc cpu/gpu/auto and the GPU checks. */
 struct mg_host_info {
     int ncpu;
-    int ngpu;             /* GPUs visible to us (after CUDA_VISIBLE_DEVICES) */
+    int ngpu;               /* GPUs visible to us (after CUDA_VISIBLE_DEVICES) */
     const char *no_gpu_why; /* when ngpu == 0, why (for the message) */
 };
 

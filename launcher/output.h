@@ -15,11 +15,11 @@
 
 /* How a piece handed to the callback ended. */
 enum mg_line_end {
-    MG_LINE_NL,     /* '\n' */
-    MG_LINE_CR,     /* '\r' (progress bar redraw) */
-    MG_LINE_CRLF,   /* the '\n' of a "\r\n" whose '\r' ended the previous piece: text is empty */
-    MG_LINE_CUT,    /* no end yet: the line was longer than the capacity */
-    MG_LINE_EOF,    /* the stream ended without a line end */
+    MG_LINE_NL,   /* '\n' */
+    MG_LINE_CR,   /* '\r' (progress bar redraw) */
+    MG_LINE_CRLF, /* the '\n' of a "\r\n" whose '\r' ended the previous piece: text is empty */
+    MG_LINE_CUT,  /* no end yet: the line was longer than the capacity */
+    MG_LINE_EOF,  /* the stream ended without a line end */
 };
 
 /* Called once per piece; text is not NUL-terminated. */

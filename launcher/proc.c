@@ -115,7 +115,7 @@ static const char *const managed[] = {
     "NCCL_ASYNC_ERROR_HANDLING",
 };
 
-#define NMANAGED (sizeof(managed) / sizeof(managed[0]))
+#define NMANAGED         (sizeof(managed) / sizeof(managed[0]))
 #define MG_ENV_MAX_BYTES (4u << 20) /* the kernel's ARG_MAX is usually 2 MiB */
 
 const char *mg_env_get(char *const *env, const char *name)
@@ -147,7 +147,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
 #define SETV(name, ...)                                                                            \
     do {                                                                                           \
         names[nv] = name;                                                                          \
-        mg_fmt(vals[nv], sizeof(vals[nv]), __VA_ARGS__);                                         \
+        mg_fmt(vals[nv], sizeof(vals[nv]), __VA_ARGS__);                                           \
         nv++;                                                                                      \
     } while (0)
     SETV("LOCAL_RANK", "%d", we->local_rank);
@@ -282,7 +282,7 @@ int mg_gpu_count_visible(const char *cvd, int system_count)
  * parent's memory until it execs, so the parent learns of an exec failure
  * through *err as soon as vfork returns. */
 static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spawn_req *req,
-                                                           pid_t parent, volatile int *err)
+                                                            pid_t parent, volatile int *err)
 {
     sigset_t none;
     struct sigaction dfl = {.sa_handler = SIG_DFL};

@@ -11,17 +11,17 @@
 /* ---- the program ---------------------------------------------------------------- */
 
 struct mg_prog {
-    char path[4096]; /* what execve runs ("" when nothing was found: exec reports ENOENT) */
+    char path[4096];     /* what execve runs ("" when nothing was found: exec reports ENOENT) */
     const char *lead[4]; /* argv entries before the user's: {python, "-u", "-m"} or none */
     int nlead;
     char lead_buf[512];
 };
 
 struct mg_prog_req {
-    const char *program; /* the first positional argument */
-    int module;          /* -m: python3 -u -m program */
-    int no_python;       /* run program directly even if it ends in .py */
-    const char *python;  /* PYTHON_EXEC or NULL for "python3" */
+    const char *program;  /* the first positional argument */
+    int module;           /* -m: python3 -u -m program */
+    int no_python;        /* run program directly even if it ends in .py */
+    const char *python;   /* PYTHON_EXEC or NULL for "python3" */
     const char *path_env; /* PATH or NULL */
     const char *self_dir; /* directory of the mglaunch executable, or NULL */
 };
@@ -73,13 +73,13 @@ int mg_gpu_count_visible(const char *cvd, int system_count);
 /* ---- spawning -------------------------------------------------------------------- */
 
 struct mg_spawn_req {
-    const char *path;   /* execve path */
+    const char *path; /* execve path */
     char *const *argv;
     char *const *envp;
-    int stdin_fd;       /* dup'ed onto 0, or -1 to inherit */
-    int stdout_fd;      /* pipe write ends dup'ed onto 1 and 2 */
+    int stdin_fd;  /* dup'ed onto 0, or -1 to inherit */
+    int stdout_fd; /* pipe write ends dup'ed onto 1 and 2 */
     int stderr_fd;
-    int sentinel_fd;    /* -1, or where the child announces its process group */
+    int sentinel_fd; /* -1, or where the child announces its process group */
 };
 
 struct mg_spawned {

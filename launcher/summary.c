@@ -27,8 +27,7 @@ void mg_format_duration_ms(int64_t ms, char *buf, size_t cap)
     else if (ms < 3600000)
         mg_fmt(buf, cap, "%lldm%02llds", (long long)(ms / 60000), (long long)(ms / 1000 % 60));
     else
-        mg_fmt(buf, cap, "%lldh%02lldm", (long long)(ms / 3600000),
-                 (long long)(ms / 60000 % 60));
+        mg_fmt(buf, cap, "%lldh%02lldm", (long long)(ms / 3600000), (long long)(ms / 60000 % 60));
 }
 
 void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
@@ -36,10 +35,10 @@ void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
     char sig[32];
     if (fl->exec_errno)
         mg_fmt(buf, cap, "could not be executed: %s (exit code %d)", strerror(fl->exec_errno),
-                 fl->exit_code);
+               fl->exit_code);
     else if (fl->signo)
-        mg_fmt(buf, cap, "was killed by %s (exit code %d)",
-                 mg_signame(fl->signo, sig, sizeof(sig)), fl->exit_code);
+        mg_fmt(buf, cap, "was killed by %s (exit code %d)", mg_signame(fl->signo, sig, sizeof(sig)),
+               fl->exit_code);
     else
         mg_fmt(buf, cap, "exited with code %d", fl->exit_code);
 }
@@ -83,8 +82,8 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
         if (a->first_failure >= 0) {
             const struct mg_failure *fl = &r->failures[a->first_failure];
             mg_failure_describe(fl, d, sizeof(d));
-            fprintf(f, "rank %d (local rank %d, pid %d) %s", fl->rank, fl->local_rank,
-                    (int)fl->pid, d);
+            fprintf(f, "rank %d (local rank %d, pid %d) %s", fl->rank, fl->local_rank, (int)fl->pid,
+                    d);
             if (a->nfailed > 1)
                 fprintf(f, "; %d more failed", a->nfailed - 1);
             if (a->nstopped)

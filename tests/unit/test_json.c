@@ -69,9 +69,10 @@ static void test_writer(void)
 static void test_torch_error_file(void)
 {
     /* The shape torch's ErrorHandler.record_exception writes. */
-    const char *text = "{\"message\": {\"message\": \"ValueError: bad \\u00e9\\ud83d\\ude00\", "
-                       "\"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n"
-                       "  File \\\"x.py\\\"\\nValueError: bad\\n\", \"timestamp\": \"1700000000\"}}}";
+    const char *text =
+        "{\"message\": {\"message\": \"ValueError: bad \\u00e9\\ud83d\\ude00\", "
+        "\"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n"
+        "  File \\\"x.py\\\"\\nValueError: bad\\n\", \"timestamp\": \"1700000000\"}}}";
     struct mg_json_tok toks[32];
     struct mg_json doc;
     char buf[256];
@@ -132,9 +133,9 @@ static void test_parser(void)
     is_int(mg_json_str(&doc, 0, buf, 4), 6, "full length returned");
     is_str(buf, "\xc3\xa9", "cut at a character boundary");
 
-    const char *bad[] = {"",      "{",       "[1,]",  "{\"a\" 1}", "01",       "1.",
-                         "\"\\x\"", "\"a\nb\"", "tru",   "[1] 2",   "{\"a\":1,}", "-",
-                         "\"\\u12\"", "1e",     "[\"a\"", "{1:2}"};
+    const char *bad[] = {"",          "{",        "[1,]",   "{\"a\" 1}", "01",         "1.",
+                         "\"\\x\"",   "\"a\nb\"", "tru",    "[1] 2",     "{\"a\":1,}", "-",
+                         "\"\\u12\"", "1e",       "[\"a\"", "{1:2}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         is_int(mg_json_parse(&doc, bad[i], strlen(bad[i]), toks, 64), -MG_EFORMAT,
                "malformed input %zu rejected", i);

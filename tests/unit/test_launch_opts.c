@@ -72,8 +72,9 @@ static void test_bad_values(void)
     static const struct {
         const char *flag, *val, *want;
     } cases[] = {
-        {"--nproc_per_node", "0", "invalid value '0' for --nproc_per_node: expected a positive "
-                                  "integer, cpu, gpu or auto"},
+        {"--nproc_per_node", "0",
+         "invalid value '0' for --nproc_per_node: expected a positive "
+         "integer, cpu, gpu or auto"},
         {"--nproc_per_node", "abc", "invalid value 'abc' for --nproc_per_node"},
         {"--nproc-per-node", "-3", "invalid value '-3' for --nproc-per-node"},
         {"--nproc_per_node", "99999", "invalid value '99999'"},
@@ -94,15 +95,16 @@ static void test_bad_values(void)
         {"--gpu_ids", "1,1", "GPU id 1 is listed twice"},
         {"--rdzv_id", "a/b", "invalid value 'a/b' for --rdzv_id"},
         {"--local_ranks_filter", "0,x", "invalid value '0,x' for --local_ranks_filter"},
-        {"--log_line_prefix_template", "${foo}", "invalid value '${foo}' for "
-                                                 "--log_line_prefix_template"},
+        {"--log_line_prefix_template", "${foo}",
+         "invalid value '${foo}' for "
+         "--log_line_prefix_template"},
         {"--node_rank", "1", "invalid value '1' for --node_rank: must be less than --nnodes"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = parse((char *)cases[i].flag, (char *)cases[i].val, "prog");
         is_int(rc, -EINVAL, "%s %s rejected", cases[i].flag, cases[i].val);
-        ok(strstr(err, cases[i].want) != NULL, "message for %s %s: %s", cases[i].flag,
-           cases[i].val, err);
+        ok(strstr(err, cases[i].want) != NULL, "message for %s %s: %s", cases[i].flag, cases[i].val,
+           err);
     }
 
     is_int(parse("--bogus", "prog"), -EINVAL, "unknown flag");
@@ -140,8 +142,12 @@ static void test_not_implemented(void)
 
 static void test_pet(void)
 {
-    char *env[] = {"PET_NPROC_PER_NODE=3", "PET_MAX_RESTARTS=2", "PET_STANDALONE=1",
-                   "PET_TEE=3",            "PET_GPU_IDS=4,5",    "PET_ROLE=",
+    char *env[] = {"PET_NPROC_PER_NODE=3",
+                   "PET_MAX_RESTARTS=2",
+                   "PET_STANDALONE=1",
+                   "PET_TEE=3",
+                   "PET_GPU_IDS=4,5",
+                   "PET_ROLE=",
                    NULL};
     is_int(parse_env(env, "prog", (char *)NULL), 0, "PET_ fallbacks");
     is_int(o.nproc, 3, "PET_NPROC_PER_NODE");
