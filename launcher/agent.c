@@ -253,7 +253,7 @@ static long long read_proc_start(void)
 
 struct ev {
     struct mg_jsonw w;
-    char buf[6144];
+    char buf[32768]; /* every field below is capped well under this */
 };
 
 static void ev_begin(struct ev *e, const char *name)
@@ -484,8 +484,10 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
     if (w->exec_errno)
         mg_jsonw_kstr(&e.w, "exec_error", strerror(w->exec_errno));
     mg_jsonw_kint(&e.w, "duration_ms", w->end_ms - w->start_ms);
-    if (has_ef)
-        mg_jsonw_kstr(&e.w, "message", ef.message);
+    if (has_ef) {
+        mg_jsonw_key(&e.w, "message");
+        mg_jsonw_strn(&e.w, ef.message, strnlen(ef.message, 1024));
+    }
     ev_end(ag, &e);
 
     if (w->outcome == W_FAILED && !ag->stopping) {
@@ -1473,8 +1475,16 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     mg_jsonw_kbool(&e.w, "logs_saved", cfg->log_dir_given);
     mg_jsonw_key(&e.w, "argv");
     mg_jsonw_arr_begin(&e.w);
-    for (int i = 0; i < cfg->argc && i < 64; i++)
+    size_t total = 0;
+    for (int i = 0; i < cfg->argc; i++) {
+        size_t n = strlen(cfg->argv[i]);
+        if (i >= 64 || total + n > 4096) { /* a long command line is cut, marked "..." */
+            mg_jsonw_str(&e.w, "...");
+            break;
+        }
+        total += n;
         mg_jsonw_str(&e.w, cfg->argv[i]);
+    }
     mg_jsonw_arr_end(&e.w);
     ev_end(ag, &e);
     if (mg_rundir_flush(&ag->rd) < 0) {
