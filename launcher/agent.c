@@ -357,10 +357,12 @@ static void on_term_signal(struct mg_agent *ag, int sig)
     }
     ag->term_sig = sig;
     if (ag->state == ST_RUNNING && ag->running > 0) {
-        note(ag, "%s: stopping the workers (%.0f s grace period; send it again to kill them now)",
+        note(ag, "%s: stopping the workers (%g s grace period; send it again to kill them now)",
              name, ag->o->shutdown_timeout);
-        signal_workers(ag, sig); /* also those already asked to stop */
-        begin_stop(ag, sig);
+        if (ag->stopping)
+            signal_workers(ag, sig); /* already asked to stop after a failure: pass it on */
+        else
+            begin_stop(ag, sig);
     } else if (ag->state != ST_RUNNING) {
         finish(ag, 128 + sig);
     }
