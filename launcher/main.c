@@ -157,7 +157,18 @@ static int run(int argc, char **argv)
         .path_env = getenv("PATH"),
         .self_dir = sdir[0] ? sdir : NULL,
     };
-    mg_prog_resolve(&preq, &prog);
+    if (mg_prog_resolve(&preq, &prog) == -ENOENT) {
+        if (prog.nlead)
+            fprintf(stderr, "mglaunch: python interpreter '%s' not found (set PYTHON_EXEC)\n",
+                    prog.path);
+        else if (strchr(o.prog_argv[0], '/'))
+            fprintf(stderr, "mglaunch: program '%s' does not exist\n", o.prog_argv[0]);
+        else
+            fprintf(stderr, "mglaunch: program '%s' not found in PATH or in %s\n", o.prog_argv[0],
+                    sdir[0] ? sdir : "mglaunch's directory");
+        mg_opts_release(&o);
+        return 2;
+    }
     int wargc = prog.nlead + o.prog_argc;
     char **wargv = calloc((size_t)wargc + 1, sizeof(char *));
     if (!wargv) {

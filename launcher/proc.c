@@ -55,22 +55,25 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* A name with a '/' is used as is; otherwise PATH, then next to mglaunch. */
-static void find_program(const char *name, const struct mg_prog_req *req, char *out, size_t cap)
+/* A name with a '/' is used as is; otherwise PATH, then next to mglaunch.
+ * -ENOENT when nothing by that name exists: a usage error the launcher reports
+ * before starting anyone. Something that exists but cannot be executed is left
+ * for exec to report (126, or 127 for a missing script interpreter). */
+static int find_program(const char *name, const struct mg_prog_req *req, char *out, size_t cap)
 {
     if (strchr(name, '/')) {
         mg_fmt(out, cap, "%s", name);
-        return;
+        return access(out, F_OK) == 0 ? 0 : -ENOENT;
     }
     if (mg_path_search(name, req->path_env, out, cap) == 0)
-        return;
+        return 0;
     if (req->self_dir && strlen(req->self_dir) + strlen(name) + 2 <= cap) {
         mg_fmt(out, cap, "%s/%s", req->self_dir, name);
         if (is_exec_file(out))
-            return;
+            return 0;
     }
-    /* Not found: keep the bare name so exec fails with ENOENT and says so. */
     mg_fmt(out, cap, "%s", name);
+    return access(out, F_OK) == 0 ? 0 : -ENOENT;
 }
 
 int mg_prog_resolve(const struct mg_prog_req *req, struct mg_prog *out)
@@ -79,18 +82,16 @@ int mg_prog_resolve(const struct mg_prog_req *req, struct mg_prog *out)
     if (!req->program || !*req->program)
         return -EINVAL;
     int python = req->module || (!req->no_python && ends_with(req->program, ".py"));
-    if (!python) {
-        find_program(req->program, req, out->path, sizeof(out->path));
-        return 0;
-    }
+    if (!python)
+        return find_program(req->program, req, out->path, sizeof(out->path));
     const char *py = req->python && *req->python ? req->python : "python3";
-    find_program(py, req, out->path, sizeof(out->path));
+    int rc = find_program(py, req, out->path, sizeof(out->path));
     mg_fmt(out->lead_buf, sizeof(out->lead_buf), "%s", py);
     out->lead[out->nlead++] = out->lead_buf;
     out->lead[out->nlead++] = "-u";
     if (req->module)
         out->lead[out->nlead++] = "-m";
-    return 0;
+    return rc;
 }
 
 /* ---- the environment ------------------------------------------------------------- */

@@ -27,8 +27,10 @@ struct mg_prog_req {
 };
 
 /* Decides what to execute: a .py program (or -m) runs under python3 -u; a
- * bare name is looked up in PATH and then next to mglaunch. Never fails for a
- * missing program: the worker's exec then reports it (exit 127). */
+ * bare name is looked up in PATH and then next to mglaunch. Returns -ENOENT
+ * when the program (or the python interpreter) does not exist anywhere; out
+ * is filled in all the same. Something that exists but cannot be executed is
+ * left for the worker's exec to report (126/127). */
 int mg_prog_resolve(const struct mg_prog_req *req, struct mg_prog *out);
 
 /* Searches name in a PATH string for an executable regular file. 0 or -ENOENT. */

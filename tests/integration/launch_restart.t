@@ -82,11 +82,22 @@ like "$(cat "$T/err")" "stderr \\(last lines\\):
     tail line 1
     tail line 2" "stderr tail without --log_dir"
 
+# ---- a program that does not exist: a usage error, nobody started
+"$MGLAUNCH" --log_dir "$L" --rdzv_id nf0 --nproc_per_node 2 "$T/no-such-program" >"$T/out" 2>"$T/err"
+is $? 2 "missing program: exit 2"
+is "$(cat "$T/err")" "mglaunch: program '$T/no-such-program' does not exist" "one line naming it"
+ok test ! -e "$L/nf0/attempt_0"
+"$MGLAUNCH" no-such-program-in-path >/dev/null 2>"$T/err"
+is $? 2 "not found in PATH: exit 2"
+like "$(cat "$T/err")" "^mglaunch: program 'no-such-program-in-path' not found in PATH or in /" "says where it looked"
+
 # ---- exec failures: 127 / 126, reported, not retried
+printf '#!/no/such/interpreter\n' >"$T/badinterp"
+chmod 755 "$T/badinterp"
 "$MGLAUNCH" --log_dir "$L" --rdzv_id nf --max_restarts 3 --nproc_per_node 2 \
-    "$T/no-such-program" >"$T/out" 2>"$T/err"
-is $? 127 "missing program: exit 127"
-like "$(cat "$T/err")" "message   : cannot execute '$T/no-such-program': No such file or directory" \
+    "$T/badinterp" >"$T/out" 2>"$T/err"
+is $? 127 "exec fails with ENOENT (missing interpreter): exit 127"
+like "$(cat "$T/err")" "message   : cannot execute '$T/badinterp': No such file or directory" \
     "says what could not be executed"
 ok test ! -e "$L/nf/attempt_1" # not retried
 printf 'not a program\n' >"$T/noexec"
@@ -94,6 +105,4 @@ chmod 644 "$T/noexec"
 "$MGLAUNCH" "$T/noexec" >/dev/null 2>"$T/err"
 is $? 126 "not executable: exit 126"
 like "$(cat "$T/err")" "Permission denied" "says why"
-"$MGLAUNCH" no-such-program-in-path >/dev/null 2>&1
-is $? 127 "not found in PATH: exit 127"
 done_testing

@@ -156,8 +156,10 @@ static void test_prog(void)
     mg_prog_resolve(&rq, &pr);
     is_str(pr.path, "noexec", "not executable: left for exec to report");
     rq.program = "./rel/prog";
-    mg_prog_resolve(&rq, &pr);
+    is_int(mg_prog_resolve(&rq, &pr), -ENOENT, "a missing path is reported");
     is_str(pr.path, "./rel/prog", "a path is used as is");
+    rq.program = "no-such-tool";
+    is_int(mg_prog_resolve(&rq, &pr), -ENOENT, "a name found nowhere is reported");
 
     rq.program = "train.py";
     rq.path_env = "/usr/bin:/bin";
