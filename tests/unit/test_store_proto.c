@@ -346,7 +346,11 @@ static void replies(void)
     struct mg_sp_reply r;
     is_int(mg_sp_reply_decode(&h, buf, &r), -MG_EPROTO, "a request opcode as a reply: EPROTO");
     h.op = 0x42 | MG_SP_REPLY;
-    is_int(mg_sp_reply_decode(&h, buf, &r), -MG_EPROTO, "unknown reply opcode: EPROTO");
+    h.status = MG_SP_UNSUPPORTED;
+    is_int(mg_sp_reply_decode(&h, buf, &r), 0, "reply to an unknown opcode decodes");
+    is_int(r.status, MG_SP_UNSUPPORTED, "with its status");
+    h.len = 1;
+    is_int(mg_sp_reply_decode(&h, buf, &r), -MG_ETOOBIG, "but may not carry a body");
     /* LIST claiming more keys than match */
     mg_sp_put32(buf, 1);
     mg_sp_put32(buf + 4, 2);
