@@ -47,6 +47,10 @@ int mg_store_server_port(const struct mg_store_server *srv);
 
 /* Poll-loop integration (the launcher): add the server's descriptors to a
  * pollfd array, and after poll() let it handle the ones that are ready.
+ * The server runs only inside mg_store_server_process: a thread that drives
+ * it this way must not make blocking client calls (mg_store_*) to it, or both
+ * wait for each other until the call times out. A process that needs its own
+ * client uses mg_store_server_start_thread instead (or the local calls).
  * mg_store_server_pollfds returns how many it filled in (at most max; -ENOSPC
  * when more are needed). mg_store_server_timeout_ms says how long poll may
  * sleep before the server has work (blocked waits, lease expiry); -1 = none. */

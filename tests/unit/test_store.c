@@ -701,6 +701,138 @@ static void many_clients(struct mg_store_server *srv, int port)
     mg_store_release(st);
 }
 
+/* The host goes away (rank 0 exits): a parked client learns it at once. */
+struct blocked {
+    int port, rc;
+    int64_t took_ms;
+};
+
+static void *block_get(void *arg)
+{
+    struct blocked *b = arg;
+    struct mg_store *st = conn(b->port, NULL, 0);
+    void *v = NULL;
+    size_t len;
+    int64_t t0 = mg_now_ms();
+    b->rc = mg_store_get(st, "never-set", &v, &len, 20000);
+    b->took_ms = mg_now_ms() - t0;
+    if (!b->rc)
+        free(v);
+    if (b->rc == -MG_ECLOSED)
+        b->rc = mg_store_ping(st) == -MG_ECLOSED ? b->rc : 0;
+    mg_store_release(st);
+    return NULL;
+}
+
+static void server_goes_away(void)
+{
+    struct mg_store_server *srv = server(NULL);
+    struct mg_store_server_stats s;
+    struct blocked b = {.port = mg_store_server_port(srv)};
+    pthread_t th;
+    pthread_create(&th, NULL, block_get, &b);
+    int64_t end = mg_now_ms() + 5000;
+    do {
+        poll(NULL, 0, 5);
+        mg_store_server_stats(srv, &s);
+    } while (s.waiters < 1 && mg_now_ms() < end);
+    mg_store_server_release(srv);
+    pthread_join(th, NULL);
+    is_int(b.rc, -MG_ECLOSED, "server released under a parked get: the client gets ECLOSED");
+    ok(b.took_ms < 15000, "long before the get's own timeout");
+}
+
+/* At max_clients new connections wait in the backlog until one leaves. */
+static void client_limit(void)
+{
+    struct mg_store_server_opts o = {.host = "127.0.0.1", .max_clients = 2};
+    struct mg_store_server *srv;
+    mg_store_server_start(&srv, &o);
+    mg_store_server_start_thread(srv);
+    int port = mg_store_server_port(srv);
+    struct mg_store *a = conn(port, NULL, 0), *b = conn(port, NULL, 0), *c;
+    struct mg_store_opts qo = {.port = port, .connect_timeout_ms = 300, .timeout_ms = 300};
+    is_int(mg_store_connect(&c, &qo), -ETIMEDOUT, "a third client waits at max_clients = 2");
+    ok(wait_stat(srv, 2, 2000), "the server holds 2 connections");
+    mg_store_release(a);
+    c = conn(port, NULL, 0);
+    ok(c != NULL, "once one leaves, the next gets in");
+    ok(c && mg_store_ping(c) == 0, "and is served");
+    mg_store_release(b);
+    mg_store_release(c);
+    mg_store_server_release(srv);
+}
+
+/* Many keys: the table grows, deletions beyond the tombstone cap are
+ * forgotten, and watches on forgotten keys answer at once. */
+static void many_keys(void)
+{
+    struct mg_store_server *srv = server(NULL);
+    struct mg_store *st = conn(mg_store_server_port(srv), NULL, 0);
+    char key[32];
+    int bad = 0;
+    enum {
+        N = 20000
+    };
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "many/%05d", i);
+        bad += mg_store_set(st, key, key, strlen(key), 0) != 0;
+    }
+    is_int(bad, 0, "%d keys set", N);
+    char **keys;
+    int nk;
+    is_int(mg_store_list(st, "many/", 0, &keys, &nk), N, "list with max 0 counts them");
+    is_int(nk, 0, "and returns none");
+    mg_store_free_list(keys, nk);
+    is_int(mg_store_list(st, "many/1", 3, &keys, &nk), 10000, "a narrower prefix");
+    ok(nk == 3 && !strcmp(keys[0], "many/10000") && !strcmp(keys[2], "many/10002"),
+       "first keys in order");
+    mg_store_free_list(keys, nk);
+    int64_t first_rev;
+    mg_store_watch(st, "many/00000", -1, 0, &first_rev, NULL, NULL);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "many/%05d", i);
+        bad += mg_store_delete(st, key) != 1;
+    }
+    is_int(bad, 0, "all deleted");
+    int64_t rev;
+    void *v = (void *)1;
+    size_t len;
+    is_int(mg_store_watch(st, "many/00000", first_rev, 0, &rev, &v, &len), 0,
+           "watch on a key whose deletion was forgotten answers at once");
+    ok(rev > first_rev && v == NULL, "reporting it absent, at a later revision");
+    is_int(mg_store_watch(st, "many/19999", first_rev + 2 * N - 2, 0, &rev, NULL, NULL), 0,
+           "a remembered deletion keeps its own revision");
+    is_int(rev, first_rev + 2 * N - 1, "the last deletion's revision");
+    struct mg_store_server_stats s;
+    mg_store_server_stats(srv, &s);
+    is_int(s.keys, 0, "no key left");
+    ok(s.stored_bytes < 16384 * 200, "stored bytes bounded by the remembered deletions (%zu)",
+       s.stored_bytes);
+    mg_store_release(st);
+    mg_store_server_release(srv);
+}
+
+/* The launcher may hand over a socket it bound earlier (to hold the port). */
+static void given_socket(void)
+{
+    int port = 0, lfd = mg_listen_tcp("127.0.0.1", 0, 16, &port);
+    struct mg_store_server_opts o = {.listen_fd = lfd};
+    struct mg_store_server *srv;
+    is_int(mg_store_server_start(&srv, &o), 0, "server on a given listening socket");
+    is_int(mg_store_server_port(srv), port, "reports its port");
+    mg_store_server_start_thread(srv);
+    struct mg_store *st = conn(port, NULL, 0);
+    ok(st && mg_store_ping(st) == 0, "serves on it");
+    mg_store_release(st);
+    mg_store_server_release(srv);
+    int c = mg_connect_tcp("127.0.0.1", port, mg_now_ms() + 1000);
+    ok(c >= 0, "the socket stays open after release: the caller owns it");
+    if (c >= 0)
+        close(c);
+    close(lfd);
+}
+
 int main(void)
 {
     struct mg_store_server *srv = server(NULL);
@@ -718,5 +850,9 @@ int main(void)
     memory_bounds();
     waiter_bound();
     poll_loop_mode();
+    server_goes_away();
+    client_limit();
+    many_keys();
+    given_socket();
     return done_testing();
 }
