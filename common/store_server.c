@@ -1026,6 +1026,13 @@ static void conn_teardown(struct conn *c)
     free(c);
 }
 
+static int backpressured(const struct conn *c)
+{
+    return c->obytes > OUT_HIGH || c->closing != CL_OPEN;
+}
+
+static size_t process_input(struct mg_store_server *s, struct conn *c);
+
 static void conn_flush(struct conn *c)
 {
     struct iovec iov[64];
@@ -1073,11 +1080,11 @@ static void conn_flush(struct conn *c)
     }
     if (!c->ohead && c->closing == CL_AFTER_FLUSH)
         conn_kill(c);
-}
-
-static int backpressured(const struct conn *c)
-{
-    return c->obytes > OUT_HIGH || c->closing != CL_OPEN;
+    /* Requests that arrived while the replies were piling up wait in the
+     * input buffer: with room again, serve them now, not on the next read
+     * (the client may be sending nothing until it has its replies). */
+    if (c->ilen > c->ipos && !backpressured(c))
+        process_input(c->srv, c);
 }
 
 static void send_shello(struct conn *c, uint16_t status, uint32_t flags)

@@ -813,6 +813,53 @@ static void many_keys(void)
     mg_store_server_release(srv);
 }
 
+/* A raw client pipelines many large GETs before reading anything: the server
+ * stops reading it while its replies pile up, and must resume the buffered
+ * requests once the client drains them. */
+static void pipelined_backpressure(void)
+{
+    struct mg_store_server *srv = server(NULL);
+    int port = mg_store_server_port(srv);
+    size_t vlen = 1 << 20;
+    char *val = malloc(vlen);
+    memset(val, 'p', vlen);
+    mg_store_server_set(srv, "pipe", val, vlen);
+    free(val);
+
+    int fd = mg_connect_tcp("127.0.0.1", port, mg_now_ms() + 2000);
+    uint8_t hello[MG_SP_HELLO_LEN] = {0}, sh[MG_SP_SHELLO_LEN];
+    struct mg_sp_hello h = {.version = MG_SP_WIRE_VERSION};
+    mg_sp_hello_encode(hello, &h);
+    mg_write_full(fd, hello, sizeof(hello), mg_now_ms() + 2000);
+    mg_read_full(fd, sh, sizeof(sh), mg_now_ms() + 2000);
+    enum {
+        N = 12
+    };
+    uint8_t req[64];
+    for (int i = 0; i < N; i++) {
+        struct mg_sp_req q = {
+            .op = MG_SP_GET, .id = (uint32_t)(i + 1), .key = (const uint8_t *)"pipe", .klen = 4};
+        size_t n = mg_sp_req_encode(req, &q, 1);
+        mg_write_full(fd, req, n, mg_now_ms() + 2000);
+    }
+    poll(NULL, 0, 100); /* let the replies pile up */
+    int good = 0;
+    uint8_t *buf = malloc(MG_SP_HDR_LEN + 12 + vlen);
+    for (int i = 0; i < N; i++) {
+        struct mg_sp_hdr hd;
+        if (mg_read_full(fd, buf, MG_SP_HDR_LEN, mg_now_ms() + 3000))
+            break;
+        mg_sp_hdr_decode(buf, &hd);
+        if (hd.len > 12 + vlen || mg_read_full(fd, buf, hd.len, mg_now_ms() + 3000))
+            break;
+        good += hd.id == (uint32_t)(i + 1) && hd.status == 0 && hd.len == 12 + vlen;
+    }
+    free(buf);
+    is_int(good, N, "%d pipelined 1 MiB GETs all answered, in order, past the output bound", N);
+    close(fd);
+    mg_store_server_release(srv);
+}
+
 /* The launcher may hand over a socket it bound earlier (to hold the port). */
 static void given_socket(void)
 {
@@ -854,5 +901,6 @@ int main(void)
     client_limit();
     many_keys();
     given_socket();
+    pipelined_backpressure();
     return done_testing();
 }
