@@ -7,6 +7,7 @@
 #include "store.h"
 #include "store_proto.h"
 #include "../tap.h"
+#include "store_frames.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -860,6 +861,70 @@ static void pipelined_backpressure(void)
     mg_store_server_release(srv);
 }
 
+/* Random well-framed requests from a raw client, then random headers: the
+ * server answers or drops, never crashes (ASan in the sanitizer build), and
+ * a well-behaved client is served throughout. Fixed seed. */
+static void fuzz_server(void)
+{
+    struct mg_store_server *srv = server(NULL);
+    int port = mg_store_server_port(srv);
+    struct mg_store *good = conn(port, NULL, 0);
+    unsigned seed = 777;
+    int rounds = 0, good_ok = 0;
+    for (int c = 0; c < 40; c++) {
+        int fd = mg_connect_tcp("127.0.0.1", port, mg_now_ms() + 2000);
+        uint8_t hello[MG_SP_HELLO_LEN], sh[MG_SP_SHELLO_LEN];
+        struct mg_sp_hello h = {.version = MG_SP_WIRE_VERSION};
+        mg_sp_hello_encode(hello, &h);
+        mg_write_full(fd, hello, sizeof(hello), mg_now_ms() + 2000);
+        mg_read_full(fd, sh, sizeof(sh), mg_now_ms() + 2000);
+        for (int i = 0; i < 200; i++) {
+            uint8_t frame[256];
+            size_t n;
+            if (i % 2 == 0) {
+                /* A request, valid or slightly broken. */
+                n = random_frame(&seed, frame);
+            } else {
+                /* Random bytes under a header within the opcode's bound. */
+                struct mg_sp_hdr fh = {.len = (uint32_t)(rand_r(&seed) % 80),
+                                       .op = (uint8_t)(rand_r(&seed) % 12),
+                                       .flags = (uint8_t)(rand_r(&seed) % 3),
+                                       .id = (uint32_t)i};
+                if (fh.len > mg_sp_max_body(fh.op))
+                    fh.len = mg_sp_max_body(fh.op);
+                mg_sp_hdr_encode(frame, &fh);
+                for (uint32_t k = 0; k < fh.len; k++) {
+                    int r = rand_r(&seed);
+                    frame[MG_SP_HDR_LEN + k] = (uint8_t)(r % 3 == 0 ? r % 6 : 'a' + r % 26);
+                }
+                n = MG_SP_HDR_LEN + fh.len;
+            }
+            /* The last connections end with a header of a random length. */
+            int last = c >= 30 && i == 100;
+            if (last) {
+                mg_sp_put32(frame, (uint32_t)rand_r(&seed) * 7919u);
+                n = MG_SP_HDR_LEN;
+            }
+            if (mg_write_full(fd, frame, n, mg_now_ms() + 2000))
+                break;
+            rounds++;
+            if (last)
+                break;
+        }
+        /* Drain what it answered, then hang up. */
+        char sink[65536];
+        while (mg_read_full(fd, sink, 1, mg_now_ms() + 20) == 0)
+            (void)recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+        close(fd);
+        good_ok += mg_store_set(good, "fuzz-good", "1", 1, 0) == 0;
+    }
+    ok(rounds > 5000, "%d random frames sent", rounds);
+    is_int(good_ok, 40, "a well-behaved client was served after every fuzzing connection");
+    ok(wait_stat(srv, 1, 3000), "every fuzzing connection is gone");
+    mg_store_release(good);
+    mg_store_server_release(srv);
+}
+
 /* The launcher may hand over a socket it bound earlier (to hold the port). */
 static void given_socket(void)
 {
@@ -902,5 +967,6 @@ int main(void)
     many_keys();
     given_socket();
     pipelined_backpressure();
+    fuzz_server();
     return done_testing();
 }
