@@ -36,7 +36,7 @@ like "$(cat "$T/hung.out")" "eof after" "and the silent connection is closed by 
 DESC="the server counted the expired lease" ok test "$(store_stat leases_expired)" -ge 1
 
 # A live owner pings in time and keeps its key for several leases.
-bg "$HELPERS/storectl" --lease 300 "$ADDR" seteph eph/d 1 hold 1500 >/dev/null
+bg "$HELPERS/storectl" --lease 300 "$ADDR" seteph eph/d 1 hold 3000 >/dev/null
 live=$!
 ctl get eph/d 5000 >/dev/null
 sleep 1
