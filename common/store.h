@@ -2,7 +2,8 @@
  * binary protocol (docs/store-protocol.md). The launcher's rendezvous and the
  * runtime's bootstrap (rank 0 hosts it at MASTER_ADDR:MASTER_PORT) both use it.
  *
- * Keys are byte strings up to MG_STORE_MAX_KEY, values up to MG_STORE_MAX_VALUE.
+ * Keys are C strings of 1 to MG_STORE_MAX_KEY bytes, values opaque bytes up
+ * to MG_STORE_MAX_VALUE.
  * Every key carries the store-wide revision at which it was last modified, so
  * a client can watch a key for changes. An ephemeral key belongs to the
  * connection that set it and disappears when that connection closes or stays
