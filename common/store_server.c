@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -1373,6 +1374,12 @@ static void run_timers(struct mg_store_server *s)
             conn_drop(c); /* handshake too slow, or a final error nobody reads */
         } else if (c->state == ST_READY && c->lease_ms &&
                    now - c->last_rx_ms >= (int64_t)c->lease_ms) {
+            /* Bytes that arrived after poll() returned are not silence. */
+            int pending = 0;
+            if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0) {
+                c->last_rx_ms = now;
+                continue;
+            }
             s->leases_expired++;
             conn_drop(c);
         } else if (c->frame_start_ms && !backpressured(c) &&
