@@ -240,6 +240,7 @@ int mg_comm_single_create(struct mg_comm **out)
     c->ops = &single_ops;
     c->rank = c->local_rank = 0;
     c->world = c->local_world = c->nhosts = 1;
+    c->rank_ordered = 1;
     c->timeout_ms = DEFAULT_TIMEOUT_MS;
     snprintf(c->desc, sizeof(c->desc), "single process");
     *out = c;

@@ -68,8 +68,9 @@ struct mg_comm {
     int rank, world;
     int local_rank, local_world; /* within this host, as the backend sees it */
     int nhosts;
-    int timeout_ms; /* the default for MG_COMM_DEFAULT_TIMEOUT */
-    int failed;     /* an error happened: every later call fails */
+    int timeout_ms;   /* the default for MG_COMM_DEFAULT_TIMEOUT */
+    int rank_ordered; /* sums are taken in rank order (one host, shared memory) */
+    int failed;       /* an error happened: every later call fails */
     int failed_code;
     char desc[96]; /* e.g. "cpu: shm (2 ranks on 1 host)" */
     char errmsg[MG_COMM_ERRMSG_MAX];

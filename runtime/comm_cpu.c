@@ -384,6 +384,7 @@ int mg_comm_cpu_assemble(struct mg_comm **out, const struct mg_cpu_parts *p)
     }
     cc->shm = p->shm;
     cc->ring = p->ring;
+    cc->base.rank_ordered = cc->layout == L_SHM;
     if (cc->layout == L_SHM)
         snprintf(cc->base.desc, sizeof(cc->base.desc), "cpu: shared memory, %d ranks on 1 host",
                  world);

@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@
 #define DEFAULT_NSLOTS     4
 #define DEFAULT_SPIN_US    50
 #define SLEEP_SLICE_MS     50
+#define PURE_SPIN_US       2
 
 struct shm_counter {
     _Atomic uint32_t val;
@@ -88,6 +90,7 @@ struct mg_shm {
     size_t small_max, step_bytes, stride;
     int nslots;
     int spin_us;
+    int yield;
     uint32_t round; /* rounds done, same on every rank */
     uint32_t steps; /* pipeline steps done, same on every rank */
 };
@@ -178,14 +181,21 @@ static int wait_for(struct mg_shm *g, int q, struct shm_counter *c, uint32_t tar
     if (reached(atomic_load_explicit(&c->val, memory_order_acquire), target))
         return 0;
     if (g->spin_us > 0) {
-        int64_t end = mg_now_us() + g->spin_us;
+        /* A peer on another core answers within a microsecond or two: spin.
+         * After that, yield between checks: a peer waiting for our core gets
+         * it at once. Then sleep. */
+        int64_t start = mg_now_us(), end = start + g->spin_us, pure = start + PURE_SPIN_US;
         for (unsigned i = 1;; i++) {
             cpu_relax();
             if (reached(atomic_load_explicit(&c->val, memory_order_acquire), target))
                 return 0;
-            if ((i & 63) == 0 &&
-                (mg_now_us() >= end || atomic_load(&((struct shm_header *)g->base)->aborted)))
-                break;
+            if ((i & 63) == 0) {
+                int64_t now = mg_now_us();
+                if (now >= end || atomic_load(&((struct shm_header *)g->base)->aborted))
+                    break;
+                if (now >= pure && g->yield)
+                    sched_yield();
+            }
         }
     }
     for (;;) {
@@ -236,6 +246,7 @@ static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
         g->pidfd[q] = -1;
     }
     g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : DEFAULT_SPIN_US;
+    g->yield = getenv("MG_COMM_NOYIELD") == NULL;
     return g;
 }
 
