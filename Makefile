@@ -67,6 +67,12 @@ $(info mg build: nccl: $(if $(HAVE_NCCL),found,not found))
 endif
 endif
 
+# libmg's numeric kernels: -O3, and no FMA contraction so that the AVX-512,
+# AVX2 and baseline clones (target_clones) give identical bits.
+ifneq ($(DEBUG),1)
+CFLAGS_runtime_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno
+endif
+
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 

@@ -1,0 +1,270 @@
+/* The CPU compute backend: OpenBLAS sgemm for the matrix products (linear and
+ * im2col convolution), cpu_kernels.c for everything else. Single-threaded
+ * except inside BLAS, which gets `threads` threads. */
+#include "backend.h"
+#include "cpu_kernels.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_impl {
+    char name[128];
+};
+
+/* Conv activations are processed in groups of samples whose im2col matrix
+ * fits in about this many bytes (it stays in L2 between im2col and the GEMM). */
+#define CONV_GROUP_BYTES (512u << 10)
+
+static void *cpu_alloc(struct mg_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0)
+        bytes = 64;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(struct mg_backend *be, void *p)
+{
+    free(p);
+}
+
+static void cpu_copy(struct mg_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (dst != src && bytes)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(struct mg_backend *be, void *p, size_t bytes)
+{
+    memset(p, 0, bytes);
+}
+
+static int cpu_sync(struct mg_backend *be)
+{
+    return 0;
+}
+
+static void cpu_linear_forward(struct mg_backend *be, float *y, const float *x, const float *w,
+                               const float *b, int n, int in, int out, int relu)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y,
+                out);
+    mg_k_bias_rows(y, b, n, out, relu);
+}
+
+static void cpu_linear_backward(struct mg_backend *be, float *dx, float *dw, float *db,
+                                const float *dy, const float *x, const float *w, int n, int in,
+                                int out)
+{
+    /* dw[out][in] += dy^T x ; db += column sums of dy ; dx = dy w */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
+                in);
+    if (db)
+        mg_k_colsum_add(db, dy, n, out);
+    if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
+                    0.0f, dx, in);
+}
+
+static int conv_group(const struct mg_conv2d_dims *d)
+{
+    size_t per = (size_t)d->c * d->kh * d->kw * d->oh * d->ow * sizeof(float);
+    size_t g = CONV_GROUP_BYTES / (per ? per : 1);
+    if (g < 1)
+        g = 1;
+    if (g > (size_t)d->n)
+        g = (size_t)d->n;
+    return (int)g;
+}
+
+/* scratch = col [K][G*P] | out/dyt [OC][G*P] | dcol [K][G*P] */
+static size_t cpu_conv2d_scratch(struct mg_backend *be, const struct mg_conv2d_dims *d)
+{
+    size_t gp = (size_t)conv_group(d) * d->oh * d->ow;
+    size_t k = (size_t)d->c * d->kh * d->kw;
+    return (2 * k + (size_t)d->oc) * gp * sizeof(float);
+}
+
+static void cpu_conv2d_forward(struct mg_backend *be, const struct mg_conv2d_dims *d, float *y,
+                               const float *x, const float *w, const float *b, int relu,
+                               void *scratch)
+{
+    int G = conv_group(d), P = d->oh * d->ow, K = d->c * d->kh * d->kw;
+    size_t in_size = (size_t)d->c * d->h * d->w, out_size = (size_t)d->oc * P;
+    float *col = scratch, *out = col + (size_t)K * G * P;
+    for (int n0 = 0; n0 < d->n; n0 += G) {
+        int g = d->n - n0 < G ? d->n - n0 : G;
+        mg_k_im2col(col, x + n0 * in_size, g, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
+                    d->oh, d->ow);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, g * P, K, 1.0f, w, K, col,
+                    g * P, 0.0f, out, g * P);
+        mg_k_conv_out(y + n0 * out_size, out, b, g, d->oc, P, relu);
+    }
+}
+
+static void cpu_conv2d_backward(struct mg_backend *be, const struct mg_conv2d_dims *d, float *dx,
+                                float *dw, float *db, float *dy, const float *x, const float *w,
+                                const float *y, int relu, void *scratch)
+{
+    int G = conv_group(d), P = d->oh * d->ow, K = d->c * d->kh * d->kw;
+    size_t in_size = (size_t)d->c * d->h * d->w, out_size = (size_t)d->oc * P;
+    float *col = scratch, *dyt = col + (size_t)K * G * P, *dcol = dyt + (size_t)d->oc * G * P;
+    for (int n0 = 0; n0 < d->n; n0 += G) {
+        int g = d->n - n0 < G ? d->n - n0 : G;
+        mg_k_conv_dy(dyt, dy + n0 * out_size, y ? y + n0 * out_size : NULL, g, d->oc, P, relu);
+        mg_k_im2col(col, x + n0 * in_size, g, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
+                    d->oh, d->ow);
+        /* dw[oc][K] += dyt[oc][gP] col[K][gP]^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, K, g * P, 1.0f, dyt, g * P, col,
+                    g * P, 1.0f, dw, K);
+        if (dx) {
+            /* dcol[K][gP] = w[oc][K]^T dyt[oc][gP] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, g * P, d->oc, 1.0f, w, K, dyt,
+                        g * P, 0.0f, dcol, g * P);
+            mg_k_col2im(dx + n0 * in_size, dcol, g, d->c, d->h, d->w, d->kh, d->kw, d->stride,
+                        d->pad, d->oh, d->ow);
+        }
+    }
+    if (db)
+        for (int s = 0; s < d->n; s++)
+            for (int o = 0; o < d->oc; o++)
+                db[o] += mg_k_sum(dy + s * out_size + (size_t)o * P, (size_t)P);
+}
+
+static void cpu_maxpool2d_forward(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,
+                                  int32_t *idx, const float *x)
+{
+    mg_k_maxpool_fwd(y, idx, x, d->n * d->c, d->h, d->w, d->k, d->stride, d->oh, d->ow);
+}
+
+static void cpu_maxpool2d_backward(struct mg_backend *be, const struct mg_pool2d_dims *d, float *dx,
+                                   const float *dy, const int32_t *idx)
+{
+    mg_k_maxpool_bwd(dx, dy, idx, d->n * d->c, d->h, d->w, d->oh, d->ow);
+}
+
+static void cpu_relu_forward(struct mg_backend *be, float *y, const float *x, size_t n)
+{
+    mg_k_relu(y, x, n);
+}
+
+static void cpu_relu_backward(struct mg_backend *be, float *dx, const float *dy, const float *y,
+                              size_t n)
+{
+    mg_k_relu_mask(dx, dy, y, n);
+}
+
+static void cpu_dropout_forward(struct mg_backend *be, float *y, uint8_t *mask, const float *x,
+                                size_t n, float p, uint64_t seed, uint64_t offset)
+{
+    mg_k_dropout_fwd(y, mask, x, n, p, seed, offset);
+}
+
+static void cpu_dropout_backward(struct mg_backend *be, float *dx, const float *dy,
+                                 const uint8_t *mask, size_t n, float p)
+{
+    mg_k_dropout_bwd(dx, dy, mask, n, p);
+}
+
+static void cpu_xent_forward(struct mg_backend *be, float *loss, int32_t *correct, float *probs,
+                             const float *logits, const int32_t *labels, int n, int classes)
+{
+    mg_k_xent_fwd(loss, correct, probs, logits, labels, n, classes);
+}
+
+static void cpu_xent_backward(struct mg_backend *be, float *dlogits, const float *probs,
+                              const int32_t *labels, int n, int classes, float scale)
+{
+    mg_k_xent_bwd(dlogits, probs, labels, n, classes, scale);
+}
+
+static void cpu_sgd_step(struct mg_backend *be, float *p, const float *g, float *buf, size_t n,
+                         double lr, double momentum, double weight_decay, int nesterov, int first)
+{
+    mg_k_sgd(p, g, buf, n, lr, momentum, weight_decay, nesterov, first);
+}
+
+static void cpu_adamw_step(struct mg_backend *be, float *p, const float *g, float *m, float *v,
+                           size_t n, double lr, double beta1, double beta2, double eps,
+                           double weight_decay, uint64_t step)
+{
+    mg_k_adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+static void cpu_scale(struct mg_backend *be, float *x, float a, size_t n)
+{
+    mg_k_scale(x, a, n);
+}
+
+static void cpu_release(struct mg_backend *be)
+{
+    free(be->impl);
+    free(be);
+}
+
+static int threads_from_env(void)
+{
+    const char *s = getenv("OMP_NUM_THREADS");
+    if (!s || !*s)
+        return 1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    /* OMP_NUM_THREADS may be a list ("4,2"): the first level counts */
+    if (end == s || v < 1 || (*end && *end != ','))
+        return 1;
+    return v > 1024 ? 1024 : (int)v;
+}
+
+int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out)
+{
+    struct mg_backend *be = calloc(1, sizeof(*be));
+    struct cpu_impl *impl = calloc(1, sizeof(*impl));
+    if (!be || !impl) {
+        free(be);
+        free(impl);
+        return -ENOMEM;
+    }
+    int threads = opts && opts->threads > 0 ? opts->threads : threads_from_env();
+    openblas_set_num_threads(threads);
+    snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s, %d thread%s)",
+             openblas_get_corename(), threads, threads == 1 ? "" : "s");
+    *be = (struct mg_backend){
+        .name = impl->name,
+        .device = MG_DEVICE_CPU,
+        .threads = threads,
+        .impl = impl,
+        .release = cpu_release,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .upload = cpu_copy,
+        .download = cpu_copy,
+        .copy = cpu_copy,
+        .zero = cpu_zero,
+        .sync = cpu_sync,
+        .linear_forward = cpu_linear_forward,
+        .linear_backward = cpu_linear_backward,
+        .conv2d_scratch = cpu_conv2d_scratch,
+        .conv2d_forward = cpu_conv2d_forward,
+        .conv2d_backward = cpu_conv2d_backward,
+        .maxpool2d_forward = cpu_maxpool2d_forward,
+        .maxpool2d_backward = cpu_maxpool2d_backward,
+        .relu_forward = cpu_relu_forward,
+        .relu_backward = cpu_relu_backward,
+        .dropout_forward = cpu_dropout_forward,
+        .dropout_backward = cpu_dropout_backward,
+        .xent_forward = cpu_xent_forward,
+        .xent_backward = cpu_xent_backward,
+        .sgd_step = cpu_sgd_step,
+        .adamw_step = cpu_adamw_step,
+        .scale = cpu_scale,
+    };
+    *out = be;
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* The CPU backend's own kernels: everything except the matrix products, which
+ * go to BLAS. Plain loops the compiler vectorizes; the hot ones are cloned for
+ * AVX-512 and AVX2 and picked at load time (target_clones), so the default
+ * build runs on any x86-64. Reductions use a fixed 16-lane order and the file
+ * is built with -ffp-contract=off, so every clone gives the same bits. */
+#ifndef MG_CPU_KERNELS_H
+#define MG_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
+#define MG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MG_CLONES
+#endif
+
+/* y[r][c] += b[c] (b may be NULL), then relu */
+void mg_k_bias_rows(float *y, const float *b, int rows, int cols, int relu);
+/* db[c] += sum over r of dy[r][c], rows in order */
+void mg_k_colsum_add(float *db, const float *dy, int rows, int cols);
+/* returns sum of x[0..n) in a fixed 16-lane order */
+float mg_k_sum(const float *x, size_t n);
+
+void mg_k_relu(float *y, const float *x, size_t n);
+void mg_k_relu_mask(float *dx, const float *dy, const float *y, size_t n);
+void mg_k_scale(float *x, float a, size_t n);
+
+/* im2col for g samples side by side: col[k][s*P + p] with k = (c*kh + i)*kw + j
+ * and P = oh*ow; x points at the first of the g samples (NCHW) */
+void mg_k_im2col(float *col, const float *x, int g, int c, int h, int w, int kh, int kw, int stride,
+                 int pad, int oh, int ow);
+/* the adjoint: dx (g samples, zeroed here) = sum of dcol scattered back */
+void mg_k_col2im(float *dx, const float *dcol, int g, int c, int h, int w, int kh, int kw,
+                 int stride, int pad, int oh, int ow);
+/* y[s][o][p] = out[o][s*P + p] + b[o], relu; the scatter after a grouped conv GEMM */
+void mg_k_conv_out(float *y, const float *out, const float *b, int g, int oc, int P, int relu);
+/* dyt[o][s*P + p] = dy[s][o][p] (masked by y > 0 when relu; dy is then updated in place
+ * so that db and later reads see the masked gradient) */
+void mg_k_conv_dy(float *dyt, float *dy, const float *y, int g, int oc, int P, int relu);
+
+void mg_k_maxpool_fwd(float *y, int32_t *idx, const float *x, int planes, int h, int w, int k,
+                      int stride, int oh, int ow);
+void mg_k_maxpool_bwd(float *dx, const float *dy, const int32_t *idx, int planes, int h, int w,
+                      int oh, int ow);
+
+void mg_k_dropout_fwd(float *y, uint8_t *mask, const float *x, size_t n, float p, uint64_t seed,
+                      uint64_t offset);
+void mg_k_dropout_bwd(float *dx, const float *dy, const uint8_t *mask, size_t n, float p);
+
+void mg_k_xent_fwd(float *loss, int32_t *correct, float *probs, const float *logits,
+                   const int32_t *labels, int n, int classes);
+void mg_k_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, int n, int classes,
+                   float scale);
+
+void mg_k_sgd(float *p, const float *g, float *buf, size_t n, double lr, double momentum,
+              double weight_decay, int nesterov, int first);
+void mg_k_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
+                double beta2, double eps, double weight_decay, uint64_t step);
+
+#endif
