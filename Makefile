@@ -71,6 +71,8 @@ endif
 # AVX2 and baseline clones (target_clones) give identical bits.
 ifneq ($(DEBUG),1)
 CFLAGS_runtime_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno
+# The collectives' reduction kernel: vectorized, same bits in every clone.
+CFLAGS_runtime_comm_reduce := -O3 -ffp-contract=off
 endif
 
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
