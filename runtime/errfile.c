@@ -4,6 +4,7 @@
  * both read message.message and extraInfo.timestamp; mglaunch also shows rank
  * and hostname. See docs/distributed.md. */
 #include "dist.h"
+#include "json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,36 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A tiny JSON string escaper (to be unified with the launcher's JSON code). */
-static void json_str(FILE *fp, const char *s)
-{
-    fputc('"', fp);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        switch (*p) {
-        case '"':
-            fputs("\\\"", fp);
-            break;
-        case '\\':
-            fputs("\\\\", fp);
-            break;
-        case '\n':
-            fputs("\\n", fp);
-            break;
-        case '\r':
-            fputs("\\r", fp);
-            break;
-        case '\t':
-            fputs("\\t", fp);
-            break;
-        default:
-            if (*p < 0x20 || *p == 0x7f)
-                fprintf(fp, "\\u%04x", *p);
-            else
-                fputc(*p, fp); /* UTF-8 passes through; invalid bytes too (JSON readers vary) */
-        }
-    }
-    fputc('"', fp);
-}
+#define MESSAGE_MAX 8192
+#define JSON_MAX    (4 * MESSAGE_MAX) /* room for the escapes of a capped message */
 
 static void int_or_unknown(char *buf, size_t len, int v)
 {
@@ -55,54 +28,73 @@ static void int_or_unknown(char *buf, size_t len, int v)
 int mg_error_file_write(const char *path, const char *prog, const char *message, int rank,
                         int local_rank, const char *hostname)
 {
-    char tmp[PATH_MAX + 32], rs[16], ls[16], ts[32], ps[16];
+    char tmp[PATH_MAX + 32], rs[16], ls[16], ts[32], ps[16], callstack[1024];
+    char *json = malloc(JSON_MAX);
     int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    if (n < 0 || (size_t)n >= sizeof(tmp))
+    if (!json)
+        return -ENOMEM;
+    if (n < 0 || (size_t)n >= sizeof(tmp)) {
+        free(json);
         return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    FILE *fp = fdopen(fd, "w");
-    if (!fp) {
-        int err = -errno;
-        close(fd);
-        unlink(tmp);
-        return err;
     }
     int_or_unknown(rs, sizeof(rs), rank);
     int_or_unknown(ls, sizeof(ls), local_rank);
     snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
     snprintf(ps, sizeof(ps), "%d", (int)getpid());
-    char callstack[1024];
-    snprintf(callstack, sizeof(callstack), "%s (rank %s on %s, pid %s): %s", prog ? prog : "worker",
-             rs, hostname ? hostname : "unknown", ps, message ? message : "");
+    snprintf(callstack, sizeof(callstack), "%s (rank %s on %s, pid %s): %.900s",
+             prog ? prog : "worker", rs, hostname ? hostname : "unknown", ps,
+             message ? message : "");
 
-    fputs("{\"message\": {\"message\": ", fp);
-    json_str(fp, message);
-    fputs(", \"extraInfo\": {\"py_callstack\": ", fp);
-    json_str(fp, callstack);
-    fputs(", \"timestamp\": ", fp);
-    json_str(fp, ts);
-    fputs(", \"rank\": ", fp);
-    json_str(fp, rs);
-    fputs(", \"local_rank\": ", fp);
-    json_str(fp, ls);
-    fputs(", \"hostname\": ", fp);
-    json_str(fp, hostname);
-    fputs(", \"pid\": ", fp);
-    json_str(fp, ps);
-    fputs(", \"program\": ", fp);
-    json_str(fp, prog ? prog : "worker");
-    fputs("}}}\n", fp);
-    int err = 0;
-    if (fflush(fp) != 0 || fsync(fileno(fp)) != 0)
+    /* torchrun's shape: {"message": {"message": ..., "extraInfo": {...}}} */
+    struct mg_jsonw w;
+    mg_jsonw_init(&w, json, JSON_MAX);
+    mg_jsonw_obj_begin(&w);
+    mg_jsonw_key(&w, "message");
+    mg_jsonw_obj_begin(&w);
+    size_t mlen = message ? strlen(message) : 0;
+    mg_jsonw_key(&w, "message");
+    mg_jsonw_strn(&w, message ? message : "", mlen < MESSAGE_MAX ? mlen : MESSAGE_MAX);
+    mg_jsonw_key(&w, "extraInfo");
+    mg_jsonw_obj_begin(&w);
+    mg_jsonw_kstr(&w, "py_callstack", callstack);
+    mg_jsonw_kstr(&w, "timestamp", ts);
+    mg_jsonw_kstr(&w, "rank", rs);
+    mg_jsonw_kstr(&w, "local_rank", ls);
+    mg_jsonw_kstr(&w, "hostname", hostname ? hostname : "unknown");
+    mg_jsonw_kstr(&w, "pid", ps);
+    mg_jsonw_kstr(&w, "program", prog ? prog : "worker");
+    mg_jsonw_obj_end(&w);
+    mg_jsonw_obj_end(&w);
+    mg_jsonw_obj_end(&w);
+    int len = mg_jsonw_finish(&w);
+    if (len < 0) {
+        free(json);
+        return len;
+    }
+
+    int err = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
         err = -errno;
-    if (fclose(fp) != 0 && !err)
+        goto out;
+    }
+    json[len++] = '\n';
+    for (size_t off = 0; off < (size_t)len && !err;) {
+        ssize_t k = write(fd, json + off, (size_t)len - off);
+        if (k < 0 && errno != EINTR)
+            err = -errno;
+        else if (k > 0)
+            off += (size_t)k;
+    }
+    if (!err && fsync(fd) < 0)
+        err = -errno;
+    if (close(fd) < 0 && !err)
         err = -errno;
     if (!err && rename(tmp, path) < 0)
         err = -errno;
     if (err)
         unlink(tmp);
+out:
+    free(json);
     return err;
 }
 

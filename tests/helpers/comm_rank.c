@@ -5,7 +5,7 @@
  *   comm_rank info                prints rank, world, layout; nothing else
  *   comm_rank loop VICTIM MS      loops over 16 MB allreduces; rank VICTIM
  *                                 SIGKILLs itself after MS milliseconds
- *   comm_rank hang VICTIM         rank VICTIM sleeps instead of calling allreduce
+ *   comm_rank hang VICTIM SECS    rank VICTIM sleeps SECS instead of calling allreduce
  *   comm_rank bench SIZES...      times allreduce for each size in bytes; rank 0
  *                                 prints "bytes us_per_op" lines
  *   comm_rank memcpy SIZE         (alone) prints memcpy bandwidth in GB/s
@@ -69,11 +69,11 @@ static int cmd_loop(int victim, long ms)
     }
 }
 
-static int cmd_hang(int victim)
+static int cmd_hang(int victim, int secs)
 {
     float x[1024] = {0};
     if (dist->rank == victim) {
-        sleep(30);
+        sleep((unsigned)secs);
         return 0;
     }
     if (mg_comm_allreduce(dist->comm, x, 1024, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT))
@@ -235,8 +235,8 @@ int main(int argc, char **argv)
         printf("rank %d: all collective checks passed (%s)\n", c->rank, c->desc);
     } else if (!strcmp(cmd, "loop") && argc > 3) {
         cmd_loop(atoi(argv[2]), atol(argv[3]));
-    } else if (!strcmp(cmd, "hang") && argc > 2) {
-        cmd_hang(atoi(argv[2]));
+    } else if (!strcmp(cmd, "hang") && argc > 3) {
+        cmd_hang(atoi(argv[2]), atoi(argv[3]));
     } else if (!strcmp(cmd, "bench")) {
         cmd_bench(argc - 2, argv + 2);
     } else {

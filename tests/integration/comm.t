@@ -110,7 +110,7 @@ run_ranks 2 env MG_COMM=tcp MG_COMM_TIMEOUT=60 "$RANKBIN" loop 1 300
 like "$(cat "$T/err.0")" "rank 1 closed its connection" "tcp: the peer of a killed rank names it"
 
 # ---- a hung rank ----
-run_ranks 3 env MG_COMM_TIMEOUT=1 "$RANKBIN" hang 2
+run_ranks 3 env MG_COMM_TIMEOUT=1 "$RANKBIN" hang 2 3
 for r in 0 1; do
     like "$(cat "$T/err.$r")" "allreduce of 1024 floats: .*timed out( after 1 s)? waiting for rank 2" \
         "rank $r times out naming the hung rank 2"

@@ -3,6 +3,7 @@
  * timeout: 30 */
 #include "../tap.h"
 #include "dist.h"
+#include "json.h"
 #include "mg_err.h"
 
 #include <errno.h>
@@ -44,6 +45,17 @@ static char *slurp(const char *path)
 {
     FILE *fp = fopen(path, "r");
     static char buf[8192];
+    size_t n = fp ? fread(buf, 1, sizeof(buf) - 1, fp) : 0;
+    buf[n] = '\0';
+    if (fp)
+        fclose(fp);
+    return buf;
+}
+
+static char *slurp_big(const char *path)
+{
+    static char buf[1 << 16];
+    FILE *fp = fopen(path, "r");
     size_t n = fp ? fread(buf, 1, sizeof(buf) - 1, fp) : 0;
     buf[n] = '\0';
     if (fp)
@@ -123,13 +135,26 @@ int main(void)
     is_int(mg_error_file_write(path, "train", "bad \"value\"\n\tat\\x\001", 3, 1, "node-a"), 0,
            "error file written");
     const char *j = slurp(path);
-    ok(strstr(j, "{\"message\": {\"message\": \"bad \\\"value\\\"\\n\\tat\\\\x\\u0001\", "
-                 "\"extraInfo\": {\"py_callstack\": ") == j,
+    ok(strstr(j, "{\"message\":{\"message\":\"bad \\\"value\\\"\\n\\tat\\\\x\\u0001\","
+                 "\"extraInfo\":{\"py_callstack\":") == j,
        "message escaped, in torchrun's shape: %s", j);
-    ok(strstr(j, "\"rank\": \"3\"") && strstr(j, "\"local_rank\": \"1\"") &&
-           strstr(j, "\"hostname\": \"node-a\"") && strstr(j, "\"timestamp\": \"") &&
-           strstr(j, "\"program\": \"train\""),
+    ok(strstr(j, "\"rank\":\"3\"") && strstr(j, "\"local_rank\":\"1\"") &&
+           strstr(j, "\"hostname\":\"node-a\"") && strstr(j, "\"timestamp\":\"") &&
+           strstr(j, "\"program\":\"train\""),
        "rank, local rank, host, timestamp, program");
+    /* A huge message is capped; the file stays valid JSON that the launcher reads. */
+    char *huge = malloc(20001);
+    memset(huge, '"', 20000);
+    huge[20000] = '\0';
+    is_int(mg_error_file_write(path, "train", huge, 0, 0, "h"), 0, "20 KB message written");
+    j = slurp_big(path);
+    struct mg_json doc;
+    static struct mg_json_tok toks[64];
+    ok(mg_json_parse(&doc, j, strlen(j), toks, 64) > 0, "still valid JSON");
+    int m = mg_json_path(&doc, 0, "message.message");
+    static char back[20001];
+    is_int(mg_json_str(&doc, m, back, sizeof(back)), 8192, "message capped at 8192 bytes");
+    free(huge);
     snprintf(path, sizeof(path), "%s/missing/error.json", dir);
     is_int(mg_error_file_write(path, "train", "x", 0, 0, "h"), -ENOENT,
            "unwritable path: an error, not a crash");
@@ -139,7 +164,7 @@ int main(void)
     setenv("TORCHELASTIC_ERROR_FILE", path, 1);
     setenv("RANK", "7", 1);
     is_int(mg_error_file_record(NULL, "train", "boom"), 0, "record from the environment");
-    ok(strstr(slurp(path), "\"rank\": \"7\""), "rank taken from RANK");
+    ok(strstr(slurp(path), "\"rank\":\"7\""), "rank taken from RANK");
     unsetenv("TORCHELASTIC_ERROR_FILE");
     is_int(mg_error_file_record(NULL, "train", "boom"), 0, "no error file asked: nothing to do");
     snprintf(path, sizeof(path), "%s/error.json", dir);
