@@ -106,7 +106,10 @@ HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC
 CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
 LAUNCH_LIBS := -ldl
-MG_LIBS := $(BLAS_LIBS) -lz -lm $(CUDA_LIBS)
+# libmg loads OpenBLAS at run time (runtime/blas.h) so it can set its threads
+# and kernels before OpenBLAS starts; BLAS_LIBS is for programs that call BLAS
+# directly.
+MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)
 
 ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/train.c),$(TRAIN))
 

@@ -6,9 +6,10 @@
  * Shapes are row-major and follow PyTorch: activations are NCHW, a linear
  * weight is [out][in], a conv weight is [oc][c][kh][kw].
  *
- * Backward ops ADD into parameter gradients (dw, db), so gradient accumulation
- * over micro-batches needs no extra buffer; they OVERWRITE input gradients
- * (dx), and dx == NULL skips that part (the first layer never needs it).
+ * Backward ops write parameter gradients (dw, db) when accumulate == 0 and add
+ * to them when accumulate != 0 (later micro-batches of gradient accumulation),
+ * so no zeroing pass is needed; they OVERWRITE input gradients (dx), and
+ * dx == NULL skips that part (the first layer never needs it).
  *
  * The CPU backend (cpu_backend.c) is the readable reference; a CUDA backend
  * implements the same ops and is checked against it. */
@@ -72,7 +73,7 @@ struct mg_backend {
     void (*linear_forward)(struct mg_backend *be, float *y, const float *x, const float *w,
                            const float *b, int n, int in, int out, int relu);
     void (*linear_backward)(struct mg_backend *be, float *dx, float *dw, float *db, const float *dy,
-                            const float *x, const float *w, int n, int in, int out);
+                            const float *x, const float *w, int n, int in, int out, int accumulate);
     /* bytes of scratch memory conv2d needs for these dimensions (forward and backward) */
     size_t (*conv2d_scratch)(struct mg_backend *be, const struct mg_conv2d_dims *d);
     void (*conv2d_forward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *y,
@@ -80,7 +81,7 @@ struct mg_backend {
     /* when relu: y is the forward output and dy is masked by (y > 0) first (dy is modified) */
     void (*conv2d_backward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *dx,
                             float *dw, float *db, float *dy, const float *x, const float *w,
-                            const float *y, int relu, void *scratch);
+                            const float *y, int relu, int accumulate, void *scratch);
     /* idx receives, per output element, the offset of its maximum inside the input plane */
     void (*maxpool2d_forward)(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,
                               int32_t *idx, const float *x);

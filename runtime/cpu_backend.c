@@ -2,9 +2,9 @@
  * im2col convolution), cpu_kernels.c for everything else. Single-threaded
  * except inside BLAS, which gets `threads` threads. */
 #include "backend.h"
+#include "blas.h"
 #include "cpu_kernels.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +12,24 @@
 
 struct cpu_impl {
     char name[128];
+    const struct mg_blas *blas;
 };
 
+/* Row-major C = A . B (+ beta C) through the loaded BLAS; ta/tb transpose A/B. */
+static inline void gemm(struct mg_backend *be, int ta, int tb, int m, int n, int k, const float *a,
+                        int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    const struct cpu_impl *impl = be->impl;
+    impl->blas->sgemm(MG_BLAS_ROW_MAJOR, ta ? MG_BLAS_TRANS : MG_BLAS_NO_TRANS,
+                      tb ? MG_BLAS_TRANS : MG_BLAS_NO_TRANS, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                      ldc);
+}
+
 /* Conv activations are processed in groups of samples whose im2col matrix
- * fits in about this many bytes (it stays in L2 between im2col and the GEMM). */
-#define CONV_GROUP_BYTES (512u << 10)
+ * takes about this many bytes (it stays in L2 between im2col and the GEMM).
+ * A constant, not a cache probe: the grouping decides the summation order of
+ * the weight gradient, so it must not vary between machines. */
+#define CONV_GROUP_BYTES (1u << 20)
 
 static void *cpu_alloc(struct mg_backend *be, size_t bytes)
 {
@@ -54,23 +67,20 @@ static int cpu_sync(struct mg_backend *be)
 static void cpu_linear_forward(struct mg_backend *be, float *y, const float *x, const float *w,
                                const float *b, int n, int in, int out, int relu)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y,
-                out);
+    gemm(be, 0, 1, n, out, in, x, in, w, in, 0.0f, y, out);
     mg_k_bias_rows(y, b, n, out, relu);
 }
 
 static void cpu_linear_backward(struct mg_backend *be, float *dx, float *dw, float *db,
                                 const float *dy, const float *x, const float *w, int n, int in,
-                                int out)
+                                int out, int accumulate)
 {
-    /* dw[out][in] += dy^T x ; db += column sums of dy ; dx = dy w */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
-                in);
+    /* dw[out][in] (+)= dy^T x ; db (+)= column sums of dy ; dx = dy w */
+    gemm(be, 1, 0, out, in, n, dy, out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
     if (db)
-        mg_k_colsum_add(db, dy, n, out);
+        mg_k_colsum(db, dy, n, out, accumulate);
     if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
-                    0.0f, dx, in);
+        gemm(be, 0, 0, n, in, out, dy, out, w, in, 0.0f, dx, in);
 }
 
 static int conv_group(const struct mg_conv2d_dims *d)
@@ -103,15 +113,14 @@ static void cpu_conv2d_forward(struct mg_backend *be, const struct mg_conv2d_dim
         int g = d->n - n0 < G ? d->n - n0 : G;
         mg_k_im2col(col, x + n0 * in_size, g, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
                     d->oh, d->ow);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, g * P, K, 1.0f, w, K, col,
-                    g * P, 0.0f, out, g * P);
+        gemm(be, 0, 0, d->oc, g * P, K, w, K, col, g * P, 0.0f, out, g * P);
         mg_k_conv_out(y + n0 * out_size, out, b, g, d->oc, P, relu);
     }
 }
 
 static void cpu_conv2d_backward(struct mg_backend *be, const struct mg_conv2d_dims *d, float *dx,
                                 float *dw, float *db, float *dy, const float *x, const float *w,
-                                const float *y, int relu, void *scratch)
+                                const float *y, int relu, int accumulate, void *scratch)
 {
     int G = conv_group(d), P = d->oh * d->ow, K = d->c * d->kh * d->kw;
     size_t in_size = (size_t)d->c * d->h * d->w, out_size = (size_t)d->oc * P;
@@ -122,20 +131,22 @@ static void cpu_conv2d_backward(struct mg_backend *be, const struct mg_conv2d_di
         mg_k_im2col(col, x + n0 * in_size, g, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
                     d->oh, d->ow);
         /* dw[oc][K] += dyt[oc][gP] col[K][gP]^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, K, g * P, 1.0f, dyt, g * P, col,
-                    g * P, 1.0f, dw, K);
+        gemm(be, 0, 1, d->oc, K, g * P, dyt, g * P, col, g * P,
+             n0 == 0 && !accumulate ? 0.0f : 1.0f, dw, K);
         if (dx) {
             /* dcol[K][gP] = w[oc][K]^T dyt[oc][gP] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, g * P, d->oc, 1.0f, w, K, dyt,
-                        g * P, 0.0f, dcol, g * P);
+            gemm(be, 1, 0, K, g * P, d->oc, w, K, dyt, g * P, 0.0f, dcol, g * P);
             mg_k_col2im(dx + n0 * in_size, dcol, g, d->c, d->h, d->w, d->kh, d->kw, d->stride,
                         d->pad, d->oh, d->ow);
         }
     }
-    if (db)
+    if (db) {
+        if (!accumulate)
+            memset(db, 0, sizeof(float) * (size_t)d->oc);
         for (int s = 0; s < d->n; s++)
             for (int o = 0; o < d->oc; o++)
                 db[o] += mg_k_sum(dy + s * out_size + (size_t)o * P, (size_t)P);
+    }
 }
 
 static void cpu_maxpool2d_forward(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,
@@ -232,9 +243,19 @@ int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend 
         return -ENOMEM;
     }
     int threads = opts && opts->threads > 0 ? opts->threads : threads_from_env();
-    openblas_set_num_threads(threads);
-    snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s, %d thread%s)",
-             openblas_get_corename(), threads, threads == 1 ? "" : "s");
+    int rc = mg_blas_load(threads, &impl->blas, NULL);
+    if (rc < 0) {
+        free(be);
+        free(impl);
+        return rc;
+    }
+    if (impl->blas->core[0])
+        snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s%s, %d thread%s)",
+                 impl->blas->core, impl->blas->core_forced ? " chosen by mg" : "", threads,
+                 threads == 1 ? "" : "s");
+    else
+        snprintf(impl->name, sizeof(impl->name), "cpu (%s, %d thread%s)", impl->blas->library,
+                 threads, threads == 1 ? "" : "s");
     *be = (struct mg_backend){
         .name = impl->name,
         .device = MG_DEVICE_CPU,

@@ -20,8 +20,10 @@ MG_CLONES void mg_k_bias_rows(float *y, const float *b, int rows, int cols, int 
     }
 }
 
-MG_CLONES void mg_k_colsum_add(float *db, const float *dy, int rows, int cols)
+MG_CLONES void mg_k_colsum(float *db, const float *dy, int rows, int cols, int accumulate)
 {
+    if (!accumulate)
+        memset(db, 0, sizeof(float) * (size_t)cols);
     for (int r = 0; r < rows; r++) {
         const float *d = dy + (size_t)r * cols;
         for (int c = 0; c < cols; c++)
@@ -48,6 +50,12 @@ MG_CLONES void mg_k_relu(float *y, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+MG_CLONES void mg_k_normalize_u8(float *dst, const uint8_t *src, size_t n, float mean, float std)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = ((float)src[i] / 255.0f - mean) / std;
 }
 
 MG_CLONES void mg_k_relu_mask(float *dx, const float *dy, const float *y, size_t n)
@@ -77,10 +85,44 @@ static inline void valid_range(int j, int stride, int pad, int w, int ow, int *l
     *hi = h;
 }
 
+/* Short rows (8 to 24 floats here): fixed-size chunks become single vector moves. */
+static inline void copy_row(float *restrict dst, const float *restrict src, int n)
+{
+    int q = 0;
+    for (; q + 8 <= n; q += 8)
+        memcpy(dst + q, src + q, 8 * sizeof(float));
+    for (; q < n; q++)
+        dst[q] = src[q];
+}
+
+static inline void add_row(float *restrict dst, const float *restrict src, int n)
+{
+    int q = 0;
+    for (; q + 8 <= n; q += 8)
+        for (int k = 0; k < 8; k++)
+            dst[q + k] += src[q + k];
+    for (; q < n; q++)
+        dst[q] += src[q];
+}
+
 MG_CLONES void mg_k_im2col(float *col, const float *x, int g, int c, int h, int w, int kh, int kw,
                            int stride, int pad, int oh, int ow)
 {
     size_t P = (size_t)oh * ow, row_len = (size_t)g * P;
+    if (stride == 1 && pad == 0) {
+        for (int ci = 0; ci < c; ci++)
+            for (int i = 0; i < kh; i++)
+                for (int j = 0; j < kw; j++) {
+                    float *dst_row = col + ((size_t)(ci * kh + i) * kw + j) * row_len;
+                    for (int s = 0; s < g; s++) {
+                        const float *src = x + ((size_t)s * c + ci) * h * w + (size_t)i * w + j;
+                        float *dst = dst_row + (size_t)s * P;
+                        for (int o = 0; o < oh; o++)
+                            copy_row(dst + (size_t)o * ow, src + (size_t)o * w, ow);
+                    }
+                }
+        return;
+    }
     for (int ci = 0; ci < c; ci++)
         for (int i = 0; i < kh; i++)
             for (int j = 0; j < kw; j++) {
@@ -100,7 +142,8 @@ MG_CLONES void mg_k_im2col(float *col, const float *x, int g, int c, int h, int 
                         for (int q = 0; q < lo; q++)
                             dst[q] = 0.0f;
                         if (stride == 1)
-                            memcpy(dst + lo, src + lo, sizeof(float) * (hi - lo));
+                            for (int q = lo; q < hi; q++)
+                                dst[q] = src[q];
                         else
                             for (int q = lo; q < hi; q++)
                                 dst[q] = src[q * stride];
@@ -116,6 +159,20 @@ MG_CLONES void mg_k_col2im(float *dx, const float *dcol, int g, int c, int h, in
 {
     size_t P = (size_t)oh * ow, row_len = (size_t)g * P;
     memset(dx, 0, sizeof(float) * (size_t)g * c * h * w);
+    if (stride == 1 && pad == 0) {
+        for (int ci = 0; ci < c; ci++)
+            for (int i = 0; i < kh; i++)
+                for (int j = 0; j < kw; j++) {
+                    const float *src_row = dcol + ((size_t)(ci * kh + i) * kw + j) * row_len;
+                    for (int s = 0; s < g; s++) {
+                        float *dst = dx + ((size_t)s * c + ci) * h * w + (size_t)i * w + j;
+                        const float *src = src_row + (size_t)s * P;
+                        for (int o = 0; o < oh; o++)
+                            add_row(dst + (size_t)o * w, src + (size_t)o * ow, ow);
+                    }
+                }
+        return;
+    }
     for (int ci = 0; ci < c; ci++)
         for (int i = 0; i < kh; i++)
             for (int j = 0; j < kw; j++) {
@@ -179,6 +236,34 @@ MG_CLONES void mg_k_conv_dy(float *dyt, float *dy, const float *y, int g, int oc
         }
 }
 
+/* The common 2x2 window with stride 2, branch-free so it vectorizes. */
+static inline void maxpool2x2_plane(float *out, int32_t *ix, const float *in, int w, int oh, int ow)
+{
+    for (int o = 0; o < oh; o++) {
+        const float *r0 = in + (size_t)(2 * o) * w, *r1 = r0 + w;
+        float *y = out + (size_t)o * ow;
+        int32_t *id = ix + (size_t)o * ow;
+        int base = 2 * o * w;
+        for (int q = 0; q < ow; q++) {
+            float a = r0[2 * q], b = r0[2 * q + 1], c = r1[2 * q], d = r1[2 * q + 1];
+            int32_t best = base + 2 * q;
+            float m = a;
+            /* PyTorch's rule: the first maximum wins, a NaN always wins */
+            int tb = b > m || b != b;
+            m = tb ? b : m;
+            best = tb ? base + 2 * q + 1 : best;
+            int tc = c > m || c != c;
+            m = tc ? c : m;
+            best = tc ? base + w + 2 * q : best;
+            int td = d > m || d != d;
+            m = td ? d : m;
+            best = td ? base + w + 2 * q + 1 : best;
+            y[q] = m;
+            id[q] = best;
+        }
+    }
+}
+
 MG_CLONES void mg_k_maxpool_fwd(float *y, int32_t *idx, const float *x, int planes, int h, int w,
                                 int k, int stride, int oh, int ow)
 {
@@ -186,6 +271,10 @@ MG_CLONES void mg_k_maxpool_fwd(float *y, int32_t *idx, const float *x, int plan
         const float *in = x + (size_t)pl * h * w;
         float *out = y + (size_t)pl * oh * ow;
         int32_t *ix = idx + (size_t)pl * oh * ow;
+        if (k == 2 && stride == 2) {
+            maxpool2x2_plane(out, ix, in, w, oh, ow);
+            continue;
+        }
         for (int o = 0; o < oh; o++)
             for (int q = 0; q < ow; q++) {
                 int i0 = o * stride, j0 = q * stride;
@@ -195,8 +284,7 @@ MG_CLONES void mg_k_maxpool_fwd(float *y, int32_t *idx, const float *x, int plan
                     for (int j = 0; j < k; j++) {
                         int at = (i0 + i) * w + j0 + j;
                         float v = in[at];
-                        /* PyTorch's rule: the first maximum wins, a NaN always wins */
-                        if (v > m || isnan(v)) {
+                        if (v > m || v != v) {
                             m = v;
                             best = at;
                         }

@@ -10,19 +10,21 @@
 #include <stdint.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#define MG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MG_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MG_CLONES
 #endif
 
 /* y[r][c] += b[c] (b may be NULL), then relu */
 void mg_k_bias_rows(float *y, const float *b, int rows, int cols, int relu);
-/* db[c] += sum over r of dy[r][c], rows in order */
-void mg_k_colsum_add(float *db, const float *dy, int rows, int cols);
+/* db[c] (+)= sum over r of dy[r][c], rows in order */
+void mg_k_colsum(float *db, const float *dy, int rows, int cols, int accumulate);
 /* returns sum of x[0..n) in a fixed 16-lane order */
 float mg_k_sum(const float *x, size_t n);
 
 void mg_k_relu(float *y, const float *x, size_t n);
+/* dst[i] = ((float)src[i] / 255 - mean) / std: torchvision's ToTensor + Normalize */
+void mg_k_normalize_u8(float *dst, const uint8_t *src, size_t n, float mean, float std);
 void mg_k_relu_mask(float *dx, const float *dy, const float *y, size_t n);
 void mg_k_scale(float *x, float a, size_t n);
 

@@ -1,5 +1,6 @@
 /* IDX files, the MNIST-style datasets and the synthetic one (see data.h). */
 #include "data.h"
+#include "cpu_kernels.h"
 #include "mg_err.h"
 #include "rng.h"
 #include "rtutil.h"
@@ -174,11 +175,10 @@ const char *mg_data_default_dir(enum mg_data_kind kind)
     return "";
 }
 
-static void set_lut(struct mg_dataset *ds, float mean, float std)
+static void set_norm(struct mg_dataset *ds, float mean, float std)
 {
-    /* ToTensor: byte.float().div(255); Normalize: sub_(mean).div_(std), in float32 */
-    for (int v = 0; v < 256; v++)
-        ds->lut[v] = ((float)v / 255.0f - mean) / std;
+    ds->mean = mean;
+    ds->std = std;
 }
 
 /* "dir/name" when it exists, else "dir/name.gz" when that exists. */
@@ -287,15 +287,15 @@ int mg_dataset_load(struct mg_dataset *ds, enum mg_data_kind kind, const char *d
     case MG_DATA_MNIST:
         rc = load_idx_pair(ds, dir && *dir ? dir : mg_data_default_dir(kind), train, limit, err);
         if (kind == MG_DATA_FASHION_MNIST)
-            set_lut(ds, 0.2860f, 0.3530f);
+            set_norm(ds, 0.2860f, 0.3530f);
         else
-            set_lut(ds, 0.1307f, 0.3081f);
+            set_norm(ds, 0.1307f, 0.3081f);
         break;
     case MG_DATA_SYNTHETIC:
         rc = make_synthetic(ds, train, limit);
         if (rc < 0)
             mg_errf(err, rc, "out of memory for the synthetic dataset");
-        set_lut(ds, 0.5f, 0.5f);
+        set_norm(ds, 0.5f, 0.5f);
         break;
     default:
         return mg_errf(err, -EINVAL, "unknown dataset");
@@ -317,10 +317,7 @@ void mg_dataset_gather(const struct mg_dataset *ds, const int32_t *idx, int n, f
 {
     size_t S = mg_dataset_sample_size(ds);
     for (int i = 0; i < n; i++) {
-        const uint8_t *src = ds->pixels + (size_t)idx[i] * S;
-        float *dst = x + (size_t)i * S;
-        for (size_t j = 0; j < S; j++)
-            dst[j] = ds->lut[src[j]];
+        mg_k_normalize_u8(x + (size_t)i * S, ds->pixels + (size_t)idx[i] * S, S, ds->mean, ds->std);
         y[i] = ds->labels[idx[i]];
     }
 }

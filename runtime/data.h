@@ -50,7 +50,7 @@ struct mg_dataset {
     int classes;
     uint8_t *pixels; /* n * c*h*w */
     uint8_t *labels; /* n, each < classes */
-    float lut[256];  /* byte -> normalized float */
+    float mean, std; /* normalization */
 };
 
 int mg_data_parse(const char *s, enum mg_data_kind *out);

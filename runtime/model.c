@@ -452,7 +452,7 @@ int mg_model_loss(struct mg_model *m, int n, double *loss_sum, long *correct)
     return rc;
 }
 
-int mg_model_backward(struct mg_model *m, int n, float scale,
+int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
                       int (*ready)(void *ctx, size_t offset, size_t count), void *ctx)
 {
     struct mg_backend *be = m->be;
@@ -470,13 +470,15 @@ int mg_model_backward(struct mg_model *m, int n, float scale,
             if (l->fused_relu)
                 be->relu_backward(be, d, d, l->y, cnt);
             be->linear_backward(be, dx, m->grads[l->weight].data, m->grads[l->bias].data, d, l->x,
-                                m->params[l->weight].data, n, (int)l->in_size, l->spec.out);
+                                m->params[l->weight].data, n, (int)l->in_size, l->spec.out,
+                                accumulate);
             break;
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims cd;
             conv_dims(l, n, &cd);
             be->conv2d_backward(be, &cd, dx, m->grads[l->weight].data, m->grads[l->bias].data, d,
-                                l->x, m->params[l->weight].data, l->y, l->fused_relu, m->scratch);
+                                l->x, m->params[l->weight].data, l->y, l->fused_relu, accumulate,
+                                m->scratch);
             break;
         }
         case MG_LAYER_MAXPOOL2D: {

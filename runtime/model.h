@@ -119,15 +119,16 @@ void mg_model_forward(struct mg_model *m, int n, int train);
  * correct flags on the device, and their sums (in sample order) on the host. */
 int mg_model_loss(struct mg_model *m, int n, double *loss_sum, long *correct);
 
-/* Backward of the last forward and loss. Gradients are ADDED to grad_buf with
- * dlogits = (softmax - onehot) * scale (scale = 1 / samples per optimizer step
- * gives the mean). After each layer with parameters, ready(ctx, offset, count)
+/* Backward of the last forward and loss, with dlogits = (softmax - onehot) *
+ * scale (scale = 1 / samples per optimizer step gives the mean). Gradients
+ * overwrite grad_buf when accumulate == 0 (the first micro-batch of a step:
+ * no zeroing needed) and are added to it otherwise. After each layer with parameters, ready(ctx, offset, count)
  * is called with that layer's range of grad_buf (in elements): the work that
  * produces it has been issued to the backend (on the CPU it is done; a device
  * backend must be synchronized, e.g. with an event, before reading it). Calls
  * come in reverse layer order, so the ranges are adjacent and descending. A
  * negative return aborts the backward and is returned. ready may be NULL. */
-int mg_model_backward(struct mg_model *m, int n, float scale,
+int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
                       int (*ready)(void *ctx, size_t offset, size_t count), void *ctx);
 
 /* mg_hash64 of the parameter bytes: equal on replicas that hold equal bits. */

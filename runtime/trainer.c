@@ -153,7 +153,6 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     struct ready_ctx rctx = {t};
     int rc;
     memset(st, 0, sizeof(*st));
-    mg_model_zero_grad(m);
     for (int a = 0; a < t->cfg.accum_steps; a++) {
         int n = next_batch(t);
         double loss;
@@ -163,7 +162,7 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
         if (rc < 0)
             return rc;
         int last = a == t->cfg.accum_steps - 1;
-        rc = mg_model_backward(m, n, 1.0f / ((float)n * (float)t->cfg.accum_steps),
+        rc = mg_model_backward(m, n, 1.0f / ((float)n * (float)t->cfg.accum_steps), a > 0,
                                last && t->hooks.grad_ready ? on_grad_ready : NULL, &rctx);
         if (rc < 0)
             return rc;
