@@ -14,6 +14,16 @@
 
 #define READ_CHUNK (1u << 20)
 
+/* zlib's messages start with the path; ours already name the file. */
+static const char *zmessage(gzFile f, const char *path, int *zerr)
+{
+    const char *m = gzerror(f, zerr);
+    size_t n = strlen(path);
+    if (m && strncmp(m, path, n) == 0 && m[n] == ':' && m[n + 1] == ' ')
+        m += n + 2;
+    return m ? m : "";
+}
+
 int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
 {
     int rc;
@@ -97,7 +107,7 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
     }
     if (have < size) {
         int zerr;
-        const char *zmsg = gzerror(f, &zerr);
+        const char *zmsg = zmessage(f, path, &zerr);
         char why[160] = "";
         if (zerr)
             snprintf(why, sizeof(why), " (%s)", zmsg);
@@ -120,9 +130,11 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
 
 gz_error : {
     int zerr;
-    const char *zmsg = gzerror(f, &zerr);
-    rc = mg_errf(err, zerr == Z_ERRNO ? -errno : -MG_EFORMAT, "'%s': cannot read: %s", path,
-                 zerr == Z_ERRNO ? strerror(errno) : zmsg);
+    const char *zmsg = zmessage(f, path, &zerr);
+    if (zerr == Z_ERRNO)
+        rc = mg_errf(err, -errno, "'%s': cannot read: %s", path, strerror(errno));
+    else
+        rc = mg_errf(err, -MG_EFORMAT, "'%s': corrupt gzip data: %s", path, zmsg);
 }
 close:
     gzclose(f);

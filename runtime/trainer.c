@@ -280,7 +280,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     }
     tensors = calloc((size_t)m->ntensors, TENSOR_REC_BYTES);
     rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
-    secs = calloc((size_t)nranks + 4, sizeof(*secs));
+    secs = calloc((size_t)nranks + 5, sizeof(*secs));
     if (!tensors || !rank_blobs || !secs) {
         rc = mg_errf(err, -ENOMEM, "out of memory writing a checkpoint");
         goto out;
@@ -356,14 +356,22 @@ static int check_meta(const struct mg_trainer *t, const unsigned char *p, const 
     char name[MG_NAME_MAX + 1] = {0};
     memcpy(name, p, MG_NAME_MAX);
 #define MISMATCH(what, fmt, a, b)                                                                  \
-    mg_errf(err, -MG_ECONFIG, "'%s': written with " what " " fmt ", this run has " fmt, path, a, b)
+    mg_errf(err, -MG_ECONFIG, "'%s': written with " what " " fmt ", this run has " what " " fmt,   \
+            path, a, b)
     if (strcmp(name, m->name) != 0)
         return mg_errf(err, -MG_ESHAPE, "'%s': holds model '%s', this run trains '%s'", path, name,
                        m->name);
-    if (mg_get_u64(p + 96) != m->nparams || mg_get_u32(p + 104) != (uint32_t)m->ntensors)
+    if (mg_get_u32(p + 104) != (uint32_t)m->ntensors)
         return mg_errf(err, -MG_ESHAPE,
                        "'%s': holds %" PRIu64 " parameters in %u tensors, the model has %zu in %d",
                        path, mg_get_u64(p + 96), mg_get_u32(p + 104), m->nparams, m->ntensors);
+    return 0;
+}
+
+/* Everything but the model's shape (checked tensor by tensor in between). */
+static int check_config(const struct mg_trainer *t, const unsigned char *p, const char *path,
+                        char *err)
+{
     if (mg_get_u32(p + 72) != (uint32_t)t->cfg.world)
         return MISMATCH("world size", "%u", mg_get_u32(p + 72), (unsigned)t->cfg.world);
     if (mg_get_u32(p + 76) != (uint32_t)t->cfg.batch_size)
@@ -427,6 +435,9 @@ int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
             goto out;
         }
     }
+    rc = check_config(t, meta, path, err);
+    if (rc < 0)
+        goto out;
     const struct mg_ckpt_section *params =
         need(&f, MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), path, "PARAMS", err, &rc);
     if (!params)
