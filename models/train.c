@@ -7,6 +7,8 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "data.h"
+#include "ddp.h"
+#include "dist.h"
 #include "mg_config.h"
 #include "mg_err.h"
 #include "model.h"
@@ -58,13 +60,26 @@ struct options {
     const char *metrics;
     enum mg_device device;
     int drop_last;
+    /* distributed (docs/distributed.md) */
+    long global_batch;
+    int batch_set;
+    int scale_lr;
+    long check_replicas;
+    double bucket_cap_mb;
+    int no_comm_thread;
 };
 
 /* What a distributed run changes; a single process is rank 0 of 1 with no hooks. */
 struct dist {
     int rank, world;
     struct mg_train_hooks hooks;
+    struct mg_dist *d;  /* launcher environment, store, communicator */
+    struct mg_ddp *ddp; /* NULL at world size 1 */
+    double lr_scale;    /* --scale-lr linear: the world size */
 };
+
+/* For the error file of fail() (rank, host). */
+static struct mg_dist *error_dist;
 
 static void usage(FILE *f)
 {
@@ -112,28 +127,42 @@ static void usage(FILE *f)
             "  --keep-checkpoints N    keep the N newest checkpoints (default 3, 0 = all)\n"
             "  --resume auto|PATH      auto: newest intact checkpoint in --checkpoint-dir, if\n"
             "                          any; PATH: a checkpoint file or a directory of them\n"
+            "distributed (under mglaunch or torchrun; see docs/distributed.md):\n"
+            "  --global-batch-size G   total batch per optimizer micro-step: each of the W\n"
+            "                          processes takes ceil(G / W) (instead of --batch-size)\n"
+            "  --scale-lr linear|none  linear: multiply the learning rate by the world size\n"
+            "  --check-replicas N      check every N steps that all ranks hold identical weights\n"
+            "  --bucket-cap-mb MB      gradient bucket size (default 25; the first one 1)\n"
+            "  --no-comm-thread        average gradients after backward, not during it\n"
             "  --help, --version\n");
 }
 
+/* Errors are printed once and, under a launcher, recorded in the error file
+ * (TORCHELASTIC_ERROR_FILE) so that its summary shows the real cause. */
 __attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
-    fputs(PROG ": ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputs(" (see " PROG " --help)\n", stderr);
+    fprintf(stderr, PROG ": %s (see " PROG " --help)\n", msg);
+    mg_error_file_record(error_dist, PROG, msg);
     exit(EXIT_USAGE);
 }
 
 __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
 {
+    char msg[2048];
     va_list ap;
-    fputs(PROG ": ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (error_dist && error_dist->world > 1)
+        fprintf(stderr, PROG ": rank %d: %s\n", error_dist->rank, msg);
+    else
+        fprintf(stderr, PROG ": %s\n", msg);
+    mg_error_file_record(error_dist, PROG, msg);
 }
 
 static long parse_long(const char *flag, const char *s, long min, long max)
@@ -224,6 +253,11 @@ enum flag_id {
     F_CKPT_EVERY,
     F_KEEP,
     F_RESUME,
+    F_GLOBAL_BATCH,
+    F_SCALE_LR,
+    F_CHECK_REPLICAS,
+    F_BUCKET_CAP,
+    F_NO_COMM_THREAD,
     F_HELP,
     F_VERSION,
 };
@@ -267,6 +301,11 @@ static const struct {
     {"checkpoint-every", F_CKPT_EVERY, 1},
     {"keep-checkpoints", F_KEEP, 1},
     {"resume", F_RESUME, 1},
+    {"global-batch-size", F_GLOBAL_BATCH, 1},
+    {"scale-lr", F_SCALE_LR, 1},
+    {"check-replicas", F_CHECK_REPLICAS, 1},
+    {"bucket-cap-mb", F_BUCKET_CAP, 1},
+    {"no-comm-thread", F_NO_COMM_THREAD, 0},
     {"help", F_HELP, 0},
     {"version", F_VERSION, 0},
 };
@@ -368,6 +407,7 @@ static void parse_args(int argc, char **argv, struct options *o)
             break;
         case F_BATCH:
             o->batch_size = (int)parse_long(flag, v, 1, MAX_BATCH);
+            o->batch_set = 1;
             break;
         case F_ACCUM:
             o->accum_steps = (int)parse_long(flag, v, 1, 1 << 16);
@@ -455,6 +495,23 @@ static void parse_args(int argc, char **argv, struct options *o)
                 usage_error("--resume: empty path");
             o->resume = v;
             break;
+        case F_GLOBAL_BATCH:
+            o->global_batch = parse_long(flag, v, 1, (long)MAX_BATCH * 65536);
+            break;
+        case F_SCALE_LR:
+            if (strcmp(v, "linear") && strcmp(v, "none"))
+                usage_error("--scale-lr: unknown rule '%s' (known: linear, none)", v);
+            o->scale_lr = !strcmp(v, "linear");
+            break;
+        case F_CHECK_REPLICAS:
+            o->check_replicas = parse_long(flag, v, 0, LONG_MAX / 2);
+            break;
+        case F_BUCKET_CAP:
+            o->bucket_cap_mb = parse_double(flag, v, 0.001, 1024.0);
+            break;
+        case F_NO_COMM_THREAD:
+            o->no_comm_thread = 1;
+            break;
         case F_HELP:
             usage(stdout);
             exit(0);
@@ -484,6 +541,8 @@ static void parse_args(int argc, char **argv, struct options *o)
         usage_error("--data-dir does not apply to --data synthetic");
     if (!steps_set)
         o->steps = 0;
+    if (o->global_batch && o->batch_set)
+        usage_error("--batch-size and --global-batch-size cannot be used together");
 }
 
 /* ---- output ---------------------------------------------------------------------------- */
@@ -553,19 +612,60 @@ struct run {
     struct progress prog;
 };
 
-/* Single process: rank 0 of 1, no collectives. A distributed launcher
- * environment (RANK / WORLD_SIZE > 1) is handled by libmg's dist module. */
+/* The launcher's environment (world size 1 without one): joins the other
+ * ranks, then sets the per-process batch and learning rate from the world size. */
 static int setup_dist(struct run *r)
 {
-    r->dist.rank = 0;
-    r->dist.world = 1;
-    memset(&r->dist.hooks, 0, sizeof(r->dist.hooks));
-    const char *ws = getenv("WORLD_SIZE");
-    if (ws && strcmp(ws, "1") != 0 && strcmp(ws, "") != 0) {
-        fail("WORLD_SIZE=%s: this build of train runs one process only", ws);
-        return -MG_EUNSUPPORTED;
+    struct options *o = r->o;
+    char err[1024];
+    memset(&r->dist, 0, sizeof(r->dist));
+    int rc = mg_dist_init(&r->dist.d, NULL, err, sizeof(err));
+    if (rc < 0) {
+        fail("%s", err);
+        return rc;
     }
+    error_dist = r->dist.d;
+    r->dist.rank = r->dist.d->rank;
+    r->dist.world = r->dist.d->world;
+    if (o->global_batch) {
+        long per = (o->global_batch + r->dist.world - 1) / r->dist.world;
+        if (per > MAX_BATCH) {
+            fail("--global-batch-size %ld over %d processes is %ld per process: at most %d",
+                 o->global_batch, r->dist.world, per, MAX_BATCH);
+            return -EINVAL;
+        }
+        o->batch_size = (int)per;
+    }
+    r->dist.lr_scale = o->scale_lr ? (double)r->dist.world : 1.0;
+    o->lr *= r->dist.lr_scale;
     return 0;
+}
+
+/* Gradient averaging, parameter broadcast and reduced figures over the ranks. */
+static int setup_ddp(struct run *r)
+{
+    struct options *o = r->o;
+    char err[1024];
+    if (r->dist.world == 1)
+        return 0;
+    struct mg_ddp_opts dopts = {
+        .bucket_cap = o->bucket_cap_mb > 0 ? (size_t)(o->bucket_cap_mb * 1048576.0) : 0,
+        .no_thread = o->no_comm_thread,
+    };
+    int rc = mg_ddp_create(&r->dist.ddp, r->dist.d->comm, &r->model, &dopts, err, sizeof(err));
+    if (rc < 0) {
+        fail("cannot set up data parallelism: %s", err);
+        return rc;
+    }
+    mg_ddp_hooks(r->dist.ddp, &r->dist.hooks);
+    return 0;
+}
+
+/* The message for a failed step or evaluation: a collective's, when one failed. */
+static const char *why(struct run *r, int rc)
+{
+    const char *m = mg_ddp_errmsg(r->dist.ddp);
+    return m && *m ? m : mg_strerror(rc);
 }
 
 static int setup(struct run *r)
@@ -607,6 +707,9 @@ static int setup(struct run *r)
         fail("cannot initialize the parameters: %s", mg_strerror(rc));
         return rc;
     }
+    rc = setup_ddp(r);
+    if (rc < 0)
+        return rc;
 
     struct mg_train_config cfg = {
         .batch_size = o->batch_size,
@@ -697,9 +800,22 @@ static int resume(struct run *r)
             return rc;
         }
     }
-    say(&r->prog, PROG ": resumed from %s (step %ld, epoch %ld)", what, r->trainer.step,
-        r->trainer.epoch + (r->trainer.batch_in_epoch >= r->trainer.batches_per_epoch) + 1);
+    if (r->dist.rank == 0)
+        say(&r->prog, PROG ": resumed from %s (step %ld, epoch %ld)", what, r->trainer.step,
+            r->trainer.epoch + (r->trainer.batch_in_epoch >= r->trainer.batches_per_epoch) + 1);
     return 0;
+}
+
+/* Every rank must continue from the same point with the same state (after
+ * the parameter broadcast, which checked that the models agree). */
+static int check_resume(struct run *r)
+{
+    if (!r->dist.ddp)
+        return 0;
+    int rc = mg_ddp_check_resume(r->dist.ddp, &r->trainer);
+    if (rc < 0)
+        fail("cannot resume: %s", mg_ddp_errmsg(r->dist.ddp));
+    return rc;
 }
 
 /* ---- the loop --------------------------------------------------------------------------- */
@@ -708,7 +824,7 @@ static int evaluate(struct run *r, struct mg_eval_sums *ev)
 {
     int rc = mg_trainer_evaluate(&r->trainer, ev);
     if (rc < 0) {
-        fail("evaluation failed: %s", mg_strerror(rc));
+        fail("evaluation failed: %s", why(r, rc));
         return rc;
     }
     double acc = ev->count ? (double)ev->correct / (double)ev->count : 0.0;
@@ -725,21 +841,53 @@ static int evaluate(struct run *r, struct mg_eval_sums *ev)
     return 0;
 }
 
+/* Rank 0 writes every rank's state; the completion marker follows a barrier,
+ * so a checkpoint is complete only once every rank has reached it. */
 static int checkpoint(struct run *r)
 {
     char err[MG_ERRMSG_LEN];
     const char *dir = r->o->checkpoint_dir;
-    if (r->dist.rank != 0)
-        return 0;
-    int rc = mg_trainer_save(&r->trainer, dir, NULL, 0, err);
-    if (rc == 0)
-        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, err);
-    if (rc < 0) {
-        fail("cannot write a checkpoint: %s", err);
-        return rc;
+    struct mg_rank_state *states = NULL;
+    int rc = 0;
+    if (r->dist.ddp) {
+        struct mg_rank_state mine;
+        states = calloc((size_t)r->dist.world, sizeof(*states));
+        if (!states) {
+            fail("cannot write a checkpoint: out of memory");
+            return -ENOMEM;
+        }
+        mg_trainer_rank_state(&r->trainer, &mine);
+        rc = mg_ddp_gather_rank_states(r->dist.ddp, &mine, states);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", mg_ddp_errmsg(r->dist.ddp));
+            goto out;
+        }
     }
-    mg_ckpt_prune(dir, r->o->keep_checkpoints);
-    return 0;
+    if (r->dist.rank == 0) {
+        rc = mg_trainer_save(&r->trainer, dir, states, states ? r->dist.world : 0, err);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
+            goto out;
+        }
+    }
+    if (r->dist.ddp) {
+        rc = mg_ddp_barrier(r->dist.ddp);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", mg_ddp_errmsg(r->dist.ddp));
+            goto out;
+        }
+    }
+    if (r->dist.rank == 0) {
+        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, err);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
+            goto out;
+        }
+        mg_ckpt_prune(dir, r->o->keep_checkpoints);
+    }
+out:
+    free(states);
+    return rc;
 }
 
 static int run(struct run *r)
@@ -764,19 +912,34 @@ static int run(struct run *r)
             mg_sched_name(o->schedule), o->batch_size, world, world == 1 ? "" : "es",
             o->accum_steps, o->batch_size * world * o->accum_steps, r->total_steps, r->epochs_total,
             r->epochs_total == 1 ? "" : "s");
+        if (r->dist.lr_scale > 1.0)
+            say(&r->prog, PROG ": lr %g = %g x %d processes (--scale-lr linear)", o->lr,
+                o->lr / r->dist.lr_scale, world);
+        if (world > 1)
+            say(&r->prog, PROG ": %d processes, %s", world, r->dist.d->comm->desc);
     }
     rc = mg_trainer_start(t);
     if (rc < 0) {
-        fail("cannot synchronize the initial parameters: %s", mg_strerror(rc));
+        fail("cannot synchronize the initial parameters: %s", why(r, rc));
         return rc;
     }
+    rc = check_resume(r);
+    if (rc < 0)
+        return rc;
     while (t->step < r->total_steps) {
         struct mg_step_stats st;
         double s0 = mg_seconds();
         rc = mg_trainer_step(t, &st);
         if (rc < 0) {
-            fail("training step %ld failed: %s", t->step + 1, mg_strerror(rc));
+            fail("training step %ld failed: %s", t->step + 1, why(r, rc));
             return rc;
+        }
+        if (r->dist.ddp && o->check_replicas > 0 && t->step % o->check_replicas == 0) {
+            rc = mg_ddp_check_replicas(r->dist.ddp, t->step);
+            if (rc < 0) {
+                fail("%s", mg_ddp_errmsg(r->dist.ddp));
+                return rc;
+            }
         }
         double s1 = mg_seconds();
         train_time += s1 - s0;
@@ -793,8 +956,11 @@ static int run(struct run *r)
             double sums[3] = {log_loss, log_correct, log_samples};
             if (r->dist.hooks.reduce_sums) {
                 rc = r->dist.hooks.reduce_sums(r->dist.hooks.ctx, sums, 3);
-                if (rc < 0)
+                if (rc < 0) {
+                    fail("step %ld: cannot reduce the loss over the ranks: %s", t->step,
+                         why(r, rc));
                     return rc;
+                }
             }
             double now = mg_seconds();
             double rate = sums[2] / (now - log_t0 > 1e-9 ? now - log_t0 : 1e-9);
@@ -891,13 +1057,21 @@ int main(int argc, char **argv)
         rc = resume(&r);
     if (rc == 0)
         rc = run(&r);
+    /* rank 0 hosts the store: everyone leaves together */
+    if (rc == 0 && r.dist.d && mg_dist_finalize(r.dist.d, MG_COMM_DEFAULT_TIMEOUT) < 0) {
+        fail("%s", mg_comm_errmsg(r.dist.d->comm));
+        rc = -MG_EPEER;
+    }
     if (r.prog.tty)
         fflush(stdout);
     mg_trainer_release(&r.trainer);
+    mg_ddp_release(r.dist.ddp);
     mg_model_release(&r.model);
     mg_dataset_release(&r.train);
     mg_dataset_release(&r.test);
     mg_backend_release(r.be);
+    error_dist = NULL;
+    mg_dist_release(r.dist.d);
     if (r.prog.metrics)
         fclose(r.prog.metrics);
     return rc < 0 ? 1 : 0;
