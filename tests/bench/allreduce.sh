@@ -48,7 +48,7 @@ run2() {
     return $rc
 }
 
-echo "allreduce, 2 ranks on $(hostname) ($(nproc) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "allreduce, 2 ranks on $(hostname) ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 fail=0
 run2 "$W/shm" env MG_COMM=auto "$RANKBIN" bench $SIZES || { echo "mg (shm) FAILED" >&2; fail=1; }
 run2 "$W/tcp" env MG_COMM=tcp "$RANKBIN" bench $SIZES || { echo "mg (tcp) FAILED" >&2; fail=1; }
