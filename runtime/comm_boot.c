@@ -6,8 +6,9 @@
  * every rank reads all of them and derives the same layout. A host's leader
  * creates the shared memory segment, named from the run id, the restart count
  * and a per-job nonce chosen by rank 0 (restarts and concurrent jobs never
- * collide), publishes the name, and unlinks it once every local rank has
- * attached: nothing is left in /dev/shm even when the job is SIGKILLed. Ring
+ * collide), publishes the name; the name is unlinked once every local rank
+ * has attached (or by whichever local rank gives up before that): nothing is
+ * left in /dev/shm even when the job is SIGKILLed. Ring
  * members connect to the next member and accept from the previous one; a
  * hello carrying the nonce and the rank keeps stray connections out. A final
  * barrier over the new communicator proves every path works. */
@@ -200,7 +201,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     void *val = NULL;
     size_t vlen;
     uint64_t nonce = 0;
-    int shm_created = 0, port = 0;
+    int shm_named = 0, port = 0;
 
     if (world < 2 || world > MAX_WORLD || rank < 0 || rank >= world || !store) {
         seterr(err, errlen, "invalid rank %d / world size %d for the cpu communicator", rank,
@@ -357,7 +358,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                        mg_strerror(rc));
                 goto out;
             }
-            shm_created = 1;
+            shm_named = 1;
             rc = mg_store_set(store, key, shm_name, strlen(shm_name), 0);
             if (rc) {
                 seterr(err, errlen, "publishing the shared memory name: %s", mg_strerror(rc));
@@ -370,14 +371,16 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                        local_ranks[0], why(rc));
                 goto out;
             }
-            rc = mg_shm_attach(&shm, val, nonce, &cfg);
-            if (rc) {
-                seterr(err, errlen, "cannot attach shared memory segment /dev/shm%s: %s",
-                       (char *)val, mg_strerror(rc));
-                goto out;
-            }
+            snprintf(shm_name, sizeof(shm_name), "%s", (char *)val);
             free(val);
             val = NULL;
+            rc = mg_shm_attach(&shm, shm_name, nonce, &cfg);
+            if (rc) {
+                seterr(err, errlen, "cannot attach shared memory segment /dev/shm%s: %s", shm_name,
+                       mg_strerror(rc));
+                goto out;
+            }
+            shm_named = 1;
         }
         struct mg_fault f = {0};
         rc = mg_shm_wait_attached(shm, deadline, &f);
@@ -385,10 +388,10 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
             seterr(err, errlen, "waiting for rank %d to attach shared memory: %s", f.peer, why(rc));
             goto out;
         }
-        if (shm_created) {
-            mg_shm_unlink(shm_name);
-            shm_created = 0;
-        }
+        /* Everyone is in: the name can go (any local rank may remove it, and
+         * one that fails before this point does, so nothing leaks). */
+        mg_shm_unlink(shm_name);
+        shm_named = 0;
     }
 
     /* The ring: every rank (tcp, or one rank per host) or the host leaders. */
@@ -456,7 +459,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     c = NULL;
 
 out:
-    if (shm_created)
+    if (shm_named)
         mg_shm_unlink(shm_name);
     mg_comm_release(c);
     mg_shm_release(shm);
