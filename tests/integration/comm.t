@@ -1,25 +1,24 @@
-#!/ bin / sh
-#The runtime's distributed init and CPU collectives, with ranks started the
-#way a launcher starts them(RANK, WORLD_SIZE, MASTER_ADDR, ... in the
-#environment) : world sizes 1 to 4, shared memory, the TCP ring, hierarchical
-#(hosts simulated with MG_COMM_HOST), a rank killed mid - collective, a hung
-#rank, the error file, and every launcher variable validated.
-#timeout : 180
-."$(dirname " $0 ")/../lib.sh" RANKBIN = $HELPERS / comm_rank[-x "$RANKBIN"] || skip_all
-                                         "comm_rank helper not built"
+#!/bin/sh
+# The runtime's distributed init and CPU collectives, with ranks started the
+# way a launcher starts them (RANK, WORLD_SIZE, MASTER_ADDR, ... in the
+# environment): world sizes 1 to 4, shared memory, the TCP ring, hierarchical
+# (hosts simulated with MG_COMM_HOST), a rank killed mid-collective, a hung
+# rank, the error file, and every launcher variable validated.
+# timeout: 180
+. "$(dirname "$0")/../lib.sh"
+RANKBIN=$HELPERS/comm_rank
+[ -x "$RANKBIN" ] || skip_all "comm_rank helper not built"
 
-#run_ranks N CMD... : N ranks of CMD on 127.0.0.1; HOSTS = "h0 h1 ..." gives
-#each rank an MG_COMM_HOST.Rank r's stdout, stderr and exit status land in
-#$T / out.r, $T / err.r, $T / rc.r; its error file is $T / error.r.json.
-                                         run_ranks()
-{
+# run_ranks N CMD...: N ranks of CMD on 127.0.0.1; HOSTS="h0 h1 ..." gives
+# each rank an MG_COMM_HOST. Rank r's stdout, stderr and exit status land in
+# $T/out.r, $T/err.r, $T/rc.r; its error file is $T/error.r.json.
+run_ranks() {
     n=$1
     shift
     port=$(free_port)
     pids=""
     r=0
-    for h in ${HOSTS:-$(seq 1 "$n")};
-    do
+    for h in ${HOSTS:-$(seq 1 "$n")}; do
         [ $r -lt "$n" ] || break
         hostvar=""
         [ -n "${HOSTS:-}" ] && hostvar="MG_COMM_HOST=$h"
@@ -32,39 +31,29 @@
         r=$((r + 1))
     done
     r=0
-    for p in $pids;
-    do
-        wait "$p" echo $ ? > "$T/rc.$r" r = $((r + 1)) done
-}
-
-all_ok()
-{
-#N : every rank exited 0 for r in $(seq 0 $(($1 - 1)));
-    do
-        ["$(cat " $T / rc.$r ")" = 0] ||
-        {
-            sed "s/^/# rank $r: /"
-                "$T/err.$r"
-                "$T/out.$r";
-            return 1;
-        }
+    for p in $pids; do
+        wait "$p"
+        echo $? >"$T/rc.$r"
+        r=$((r + 1))
     done
 }
 
-shm_left()
-{
-    ls / dev / shm 2 > / dev / null | grep - c '^mg-commtest-';
+all_ok() { # N: every rank exited 0
+    for r in $(seq 0 $(($1 - 1))); do
+        [ "$(cat "$T/rc.$r")" = 0 ] || { sed "s/^/# rank $r: /" "$T/err.$r" "$T/out.$r"; return 1; }
+    done
 }
 
-#-- -- world size 1 without a launcher -- --
+shm_left() { ls /dev/shm 2>/dev/null | grep -c '^mg-commtest-' ; }
+
+# ---- world size 1 without a launcher ----
 out=$(env -u RANK -u WORLD_SIZE "$RANKBIN" info 2>&1)
 like "$out" "^rank 0 world 1 .*single process" "no launcher environment: world size 1"
 out=$(env -u RANK -u WORLD_SIZE "$RANKBIN" check 4194304 2>&1)
 like "$out" "all collective checks passed" "world size 1: the collectives work"
 
-#-- -- correct and identical on every rank, every layout -- --
-for n in 2 3 4;
-do
+# ---- correct and identical on every rank, every layout ----
+for n in 2 3 4; do
     max=4194304
     [ $n = 2 ] && max=67108864
     run_ranks $n "$RANKBIN" check $max
@@ -92,13 +81,12 @@ like "$(cat "$T/err.0" "$T/err.1")" "MG_COMM=shm needs every rank on one host" \
 
 is "$(shm_left)" 0 "no shared memory segment left in /dev/shm"
 
-#-- -- a rank killed mid - collective -- --
+# ---- a rank killed mid-collective ----
 start=$(date +%s)
 run_ranks 3 env MG_COMM_TIMEOUT=60 "$RANKBIN" loop 1 300
 took=$(($(date +%s) - start))
 is "$(cat "$T/rc.1")" 137 "the victim was SIGKILLed"
-for r in 0 2;
-do
+for r in 0 2; do
     is "$(cat "$T/rc.$r")" 1 "rank $r fails when rank 1 dies"
     like "$(cat "$T/err.$r")" "comm_rank: rank $r: allreduce of 4194304 floats: .*rank 1 .*exited" \
         "rank $r's error names rank 1 and the operation"
@@ -121,14 +109,14 @@ is "$(shm_left)" 0 "no shared memory segment left after the kill"
 run_ranks 2 env MG_COMM=tcp MG_COMM_TIMEOUT=60 "$RANKBIN" loop 1 300
 like "$(cat "$T/err.0")" "rank 1 closed its connection" "tcp: the peer of a killed rank names it"
 
-#-- -- a hung rank -- --
+# ---- a hung rank ----
 run_ranks 3 env MG_COMM_TIMEOUT=1 "$RANKBIN" hang 2 3
 for r in 0 1; do
     like "$(cat "$T/err.$r")" "allreduce of 1024 floats: .*timed out( after 1 s)? waiting for rank 2" \
         "rank $r times out naming the hung rank 2"
 done
 
-#-- -- under mglaunch -- --
+# ---- under mglaunch ----
 if [ -x "$MGLAUNCH" ]; then
     for n in 1 4; do
         out=$("$MGLAUNCH" --nproc_per_node $n -t 3 "$RANKBIN" check 1048576 2>&1)
@@ -142,7 +130,7 @@ else
     diag "mglaunch not built: skipping the runs under it"
 fi
 
-#-- -- the environment is validated -- --
+# ---- the environment is validated ----
 check_env() { # DESC REGEX VAR=VALUE...
     d=$1
     re=$2
@@ -171,7 +159,7 @@ check_env "MG_COMM_TIMEOUT bad" "MG_COMM_TIMEOUT='-3'" MG_COMM_TIMEOUT=-3
 out=$(env -u WORLD_SIZE RANK=1 "$RANKBIN" info 2>&1)
 like "$out" "RANK is set but WORLD_SIZE is not" "RANK without WORLD_SIZE"
 
-#Rank 1 alone : rank 0 never hosts the store.
+# Rank 1 alone: rank 0 never hosts the store.
 port=$(free_port)
 out=$(env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port MG_COMM_INIT_TIMEOUT=0.5 \
     TORCHELASTIC_ERROR_FILE="$T/lonely.json" "$RANKBIN" info 2>&1)
