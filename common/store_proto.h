@@ -118,8 +118,8 @@ void mg_sp_hdr_encode(uint8_t out[MG_SP_HDR_LEN], const struct mg_sp_hdr *h);
 void mg_sp_hdr_decode(const uint8_t in[MG_SP_HDR_LEN], struct mg_sp_hdr *h);
 /* Largest body a frame with this opcode may carry (request or reply opcode). */
 uint32_t mg_sp_max_body(uint8_t op);
-/* 0, or -MG_ETOOBIG when h->len is over mg_sp_max_body(h->op), or (replies)
- * -MG_EPROTO for an opcode that is not a reply. */
+/* 0, or -MG_ETOOBIG when h->len is over mg_sp_max_body(h->op), or (reply
+ * set) -MG_EPROTO for an opcode without the reply bit. */
 int mg_sp_hdr_check(const struct mg_sp_hdr *h, int reply);
 
 /* A request. Decoding points into the body (no copies). */
