@@ -10,9 +10,10 @@
  *                                       (the lowest rank of each host), then
  *                                       shared memory again
  *
- * The hierarchical allreduce sums within each host in rank order, then around
- * the ring of hosts; the leader divides (avg) and its host copies the result:
- * the bits are the same on every rank and fixed for a given layout. */
+ * The hierarchical allreduce sums within each host in rank order into the
+ * host's leader (a reduce, not an allreduce: the others need no copy yet),
+ * then around the ring of leaders; the leader divides (avg) and broadcasts to
+ * its host: the bits are the same on every rank and fixed for a given layout. */
 #include "comm.h"
 #include "comm_internal.h"
 #include "mg_err.h"
@@ -151,7 +152,7 @@ static int cpu_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_re
         break;
     case L_HIER:
         if (cc->shm)
-            rc = mg_shm_allreduce(cc->shm, buf, count, 1, &d, deadline, &f);
+            rc = mg_shm_reduce(cc->shm, buf, count, 0, &d, deadline, &f);
         if (!rc && cc->ring)
             rc = mg_ring_allreduce(cc->ring, buf, count, div, &d, deadline, &f);
         if (!rc && cc->shm)

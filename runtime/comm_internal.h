@@ -90,6 +90,9 @@ size_t mg_shm_segment_bytes(const struct mg_shm *g);
 /* divide_by > 1 divides each sum once, by the rank that computed it. */
 int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
+/* The sums in root_local's buf only (the others' buf is left with partial sums). */
+int mg_shm_reduce(struct mg_shm *g, float *buf, size_t count, int root_local,
+                  const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
 int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
 /* recv holds nlocal blocks of len bytes, in local-rank order. */

@@ -497,18 +497,23 @@ static size_t seg_len(const size_t *off, int c, uint32_t k, size_t seg)
     return len - start < seg ? len - start : seg;
 }
 
-int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
-                     const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+/* The sums land in every rank's buf (root < 0) or only in root's; the other
+ * ranks' buf then holds partial results. */
+static int shm_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by, int root,
+                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
 {
     const float *src[MG_SHM_MAX_LOCAL];
     size_t bytes = count * sizeof(float);
     int n = g->n, me = g->me, rc;
+    int want = root < 0 || root == me; /* this rank needs the whole result */
 
     if (bytes <= g->small_max) {
         uint32_t seq = g->round;
         rc = shm_round(g, d, buf, bytes, deadline_ms, f);
         if (rc)
             return rc;
+        if (!want)
+            return 0;
         for (int q = 0; q < n; q++)
             src[q] = q == me ? buf : (const float *)(small_slot(g, q, seq) + SMALL_HDR);
         mg_reduce_f32(buf, NULL, src, n, count, divide_by);
@@ -547,9 +552,12 @@ int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
                 for (int q = 0; q < n; q++)
                     src[q] = q == me ? buf + off[me] + (size_t)j * seg
                                      : (const float *)large_slot(g, q, base + j) + (size_t)me * seg;
-                mg_reduce_f32(buf + off[me] + (size_t)j * seg,
-                              (float *)large_slot(g, me, base + j) + (size_t)me * seg, src, n, l,
-                              divide_by);
+                /* Into my buffer if I need it, into my slot if someone else does. */
+                float *mine_out = buf + off[me] + (size_t)j * seg;
+                float *slot_out = (float *)large_slot(g, me, base + j) + (size_t)me * seg;
+                int others = root < 0 || root != me;
+                mg_reduce_f32(want ? mine_out : slot_out, want && others ? slot_out : NULL, src, n,
+                              l, divide_by);
             }
             post(&mine->reduced, base + j + 1);
         }
@@ -570,7 +578,7 @@ int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
         if (k > 0) {
             /* C(j): copy the others' sums out of their slots. */
             uint32_t j = k - 1;
-            for (int q = 0; q < n; q++) {
+            for (int q = 0; q < n && want; q++) {
                 if (q == me)
                     continue;
                 rc = wait_for(g, q, &g->ctl[q].reduced, base + j + 1, deadline_ms, f);
@@ -587,6 +595,18 @@ int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
     }
     finish_steps(g, base + nsteps);
     return 0;
+}
+
+int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
+                     const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    return shm_reduce(g, buf, count, divide_by, -1, d, deadline_ms, f);
+}
+
+int mg_shm_reduce(struct mg_shm *g, float *buf, size_t count, int root_local,
+                  const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    return shm_reduce(g, buf, count, 1, root_local, d, deadline_ms, f);
 }
 
 /* ---- broadcast --------------------------------------------------------------------- */
