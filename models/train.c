@@ -553,8 +553,9 @@ struct run {
     struct progress prog;
 };
 
-/* Single process: rank 0 of 1, no collectives. A distributed launcher
- * environment (RANK / WORLD_SIZE > 1) is handled by libmg's dist module. */
+/* Single process: rank 0 of 1, no collectives. This is where the distributed
+ * runtime plugs in: it fills rank, world and the hooks (trainer.h). Until then a
+ * launcher environment with WORLD_SIZE > 1 is refused rather than ignored. */
 static int setup_dist(struct run *r)
 {
     r->dist.rank = 0;

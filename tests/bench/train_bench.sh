@@ -11,6 +11,9 @@
 #   REPEAT=3      run each side 3 times, keep the best throughput (noisy machines)
 #   STRICT=1      also fail when a throughput target (MLP 1.5x, CNN 1.2x) is missed
 #   NO_TORCH=1    mg only
+#   OPENBLAS_CORETYPE=SkylakeX tests/bench/train_bench.sh
+#                 both sides with OpenBLAS's AVX-512 kernels (PyTorch's Linear uses the
+#                 same OpenBLAS; its convolutions use oneDNN, which picks its own)
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 B=${MG_BUILD:-build}
