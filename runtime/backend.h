@@ -78,10 +78,13 @@ struct mg_backend {
     size_t (*conv2d_scratch)(struct mg_backend *be, const struct mg_conv2d_dims *d);
     void (*conv2d_forward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *y,
                            const float *x, const float *w, const float *b, int relu, void *scratch);
-    /* when relu: y is the forward output and dy is masked by (y > 0) first (dy is modified) */
+    /* when relu: y is the forward output and dy is masked by (y > 0) first (dy is modified).
+     * sparse_dy is a hint that most of dy is zero (a max-pool follows): a backend may then
+     * skip the zeros instead of running dense products. The result is the same up to
+     * rounding order, and the same bits every time for the same hint. */
     void (*conv2d_backward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *dx,
                             float *dw, float *db, float *dy, const float *x, const float *w,
-                            const float *y, int relu, int accumulate, void *scratch);
+                            const float *y, int relu, int accumulate, int sparse_dy, void *scratch);
     /* idx receives, per output element, the offset of its maximum inside the input plane */
     void (*maxpool2d_forward)(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,
                               int32_t *idx, const float *x);

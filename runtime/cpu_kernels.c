@@ -198,6 +198,127 @@ MG_CLONES void mg_k_col2im(float *dx, const float *dcol, int g, int c, int h, in
             }
 }
 
+/* Four-float vectors for the short kernel rows of im2row / row2im. */
+typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
+
+static inline void copy_kw(float *restrict d, const float *restrict s, int kw)
+{
+    int j = 0;
+    for (; j + 4 <= kw; j += 4)
+        *(v4f *)(d + j) = *(const v4f *)(s + j);
+    for (; j < kw; j++)
+        d[j] = s[j];
+}
+
+static inline void add_kw(float *restrict d, const float *restrict s, int kw)
+{
+    int j = 0;
+    for (; j + 4 <= kw; j += 4)
+        *(v4f *)(d + j) += *(const v4f *)(s + j);
+    for (; j < kw; j++)
+        d[j] += s[j];
+}
+
+MG_CLONES void mg_k_im2row(float *rows, const float *x, int c, int h, int w, int kh, int kw,
+                           int stride, int pad, int oh, int ow)
+{
+    size_t K = (size_t)c * kh * kw;
+    for (int o = 0; o < oh; o++)
+        for (int q = 0; q < ow; q++) {
+            float *dst = rows + ((size_t)o * ow + q) * K;
+            int i0 = o * stride - pad, j0 = q * stride - pad;
+            int inside = i0 >= 0 && j0 >= 0 && i0 + kh <= h && j0 + kw <= w;
+            for (int ci = 0; ci < c; ci++)
+                for (int i = 0; i < kh; i++) {
+                    int ih = i0 + i;
+                    float *d = dst + ((size_t)ci * kh + i) * kw;
+                    const float *src = x + ((size_t)ci * h + ih) * w + j0;
+                    if (inside) {
+                        copy_kw(d, src, kw);
+                        continue;
+                    }
+                    for (int j = 0; j < kw; j++)
+                        d[j] = ih >= 0 && ih < h && j0 + j >= 0 && j0 + j < w ? src[j] : 0.0f;
+                }
+        }
+}
+
+MG_CLONES void mg_k_row2im(float *dx, const float *drows, int c, int h, int w, int kh, int kw,
+                           int stride, int pad, int oh, int ow)
+{
+    size_t K = (size_t)c * kh * kw;
+    memset(dx, 0, sizeof(float) * (size_t)c * h * w);
+    for (int o = 0; o < oh; o++)
+        for (int q = 0; q < ow; q++) {
+            const float *src = drows + ((size_t)o * ow + q) * K;
+            int i0 = o * stride - pad, j0 = q * stride - pad;
+            int inside = i0 >= 0 && j0 >= 0 && i0 + kh <= h && j0 + kw <= w;
+            for (int ci = 0; ci < c; ci++)
+                for (int i = 0; i < kh; i++) {
+                    int ih = i0 + i;
+                    const float *sr = src + ((size_t)ci * kh + i) * kw;
+                    float *d = dx + ((size_t)ci * h + ih) * w + j0;
+                    if (inside) {
+                        add_kw(d, sr, kw);
+                        continue;
+                    }
+                    if (ih < 0 || ih >= h)
+                        continue;
+                    for (int j = 0; j < kw; j++)
+                        if (j0 + j >= 0 && j0 + j < w)
+                            d[j] += sr[j];
+                }
+        }
+}
+
+/* Eight-float vectors; the compiler maps them to one AVX register or two SSE ones. */
+typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* Blocks of 32 outputs stay in four vector registers while the list is walked. */
+MG_CLONES void mg_k_gather_axpy(float *restrict out, const float *restrict base, size_t stride,
+                                const int32_t *restrict idx, const float *restrict g, int n,
+                                int len, int accumulate)
+{
+    int k = 0;
+    for (; k + 32 <= len; k += 32) {
+        v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        if (accumulate) {
+            a0 = *(const v8f *)(out + k);
+            a1 = *(const v8f *)(out + k + 8);
+            a2 = *(const v8f *)(out + k + 16);
+            a3 = *(const v8f *)(out + k + 24);
+        }
+        for (int j = 0; j < n; j++) {
+            const float *row = base + (size_t)idx[j] * stride + k;
+            v8f gj = {g[j], g[j], g[j], g[j], g[j], g[j], g[j], g[j]};
+            a0 += gj * *(const v8f *)row;
+            a1 += gj * *(const v8f *)(row + 8);
+            a2 += gj * *(const v8f *)(row + 16);
+            a3 += gj * *(const v8f *)(row + 24);
+        }
+        *(v8f *)(out + k) = a0;
+        *(v8f *)(out + k + 8) = a1;
+        *(v8f *)(out + k + 16) = a2;
+        *(v8f *)(out + k + 24) = a3;
+    }
+    for (; k + 8 <= len; k += 8) {
+        v8f a = {0};
+        if (accumulate)
+            a = *(const v8f *)(out + k);
+        for (int j = 0; j < n; j++) {
+            v8f gj = {g[j], g[j], g[j], g[j], g[j], g[j], g[j], g[j]};
+            a += gj * *(const v8f *)(base + (size_t)idx[j] * stride + k);
+        }
+        *(v8f *)(out + k) = a;
+    }
+    for (; k < len; k++) {
+        float a = accumulate ? out[k] : 0.0f;
+        for (int j = 0; j < n; j++)
+            a += g[j] * base[(size_t)idx[j] * stride + k];
+        out[k] = a;
+    }
+}
+
 MG_CLONES void mg_k_conv_out(float *y, const float *out, const float *b, int g, int oc, int P,
                              int relu)
 {

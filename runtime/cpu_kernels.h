@@ -35,6 +35,17 @@ void mg_k_im2col(float *col, const float *x, int g, int c, int h, int w, int kh,
 /* the adjoint: dx (g samples, zeroed here) = sum of dcol scattered back */
 void mg_k_col2im(float *dx, const float *dcol, int g, int c, int h, int w, int kh, int kw,
                  int stride, int pad, int oh, int ow);
+/* im2row for one sample: rows[p][k], the transpose of im2col (k = (c*kh + i)*kw + j) */
+void mg_k_im2row(float *rows, const float *x, int c, int h, int w, int kh, int kw, int stride,
+                 int pad, int oh, int ow);
+/* its adjoint for one sample: dx (zeroed here) = drows scattered back */
+void mg_k_row2im(float *dx, const float *drows, int c, int h, int w, int kh, int kw, int stride,
+                 int pad, int oh, int ow);
+/* out[k] (+)= sum over j < n of g[j] * base[idx[j] * stride + k], for k < len; j in order.
+ * With accumulate == 0, out is overwritten (an empty list gives zeros). out must not
+ * overlap base. */
+void mg_k_gather_axpy(float *out, const float *base, size_t stride, const int32_t *idx,
+                      const float *g, int n, int len, int accumulate);
 /* y[s][o][p] = out[o][s*P + p] + b[o], relu; the scatter after a grouped conv GEMM */
 void mg_k_conv_out(float *y, const float *out, const float *b, int g, int oc, int P, int relu);
 /* dyt[o][s*P + p] = dy[s][o][p] (masked by y > 0 when relu; dy is then updated in place

@@ -329,6 +329,12 @@ void mg_dataset_gather(const struct mg_dataset *ds, const int32_t *idx, int n, f
 {
     size_t S = mg_dataset_sample_size(ds);
     for (int i = 0; i < n; i++) {
+        /* samples are scattered over the set: fetch a few ahead */
+        if (i + 4 < n) {
+            const uint8_t *next = ds->pixels + (size_t)idx[i + 4] * S;
+            for (size_t off = 0; off < S; off += 64)
+                __builtin_prefetch(next + off);
+        }
         mg_k_normalize_u8(x + (size_t)i * S, ds->pixels + (size_t)idx[i] * S, S, ds->mean, ds->std);
         y[i] = ds->labels[idx[i]];
     }

@@ -188,6 +188,25 @@ static void fuse(struct mg_model *m)
     }
 }
 
+/* A conv whose output (after an optional ReLU) goes into a non-overlapping max-pool
+ * receives a gradient with at most one nonzero per window. */
+static void mark_sparse(struct mg_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        struct mg_layer *l = &m->layers[i];
+        if (l->spec.kind != MG_LAYER_CONV2D)
+            continue;
+        int j = i + 1;
+        if (j < m->nlayers && m->layers[j].spec.kind == MG_LAYER_RELU)
+            j++;
+        if (j < m->nlayers && m->layers[j].spec.kind == MG_LAYER_MAXPOOL2D) {
+            const struct mg_layer_spec *p = &m->layers[j].spec;
+            int stride = p->stride ? p->stride : p->kernel;
+            l->sparse_dy = stride >= p->kernel && p->kernel >= 2;
+        }
+    }
+}
+
 static size_t take(size_t *off, size_t bytes)
 {
     size_t at = (*off + 63) & ~(size_t)63;
@@ -275,6 +294,7 @@ int mg_model_init(struct mg_model *m, struct mg_backend *be, const char *name, c
     if (rc < 0)
         return rc;
     fuse(m);
+    mark_sparse(m);
     m->arena_bytes = layout_arena(m, NULL);
     if (m->arena_bytes > MAX_ARENA)
         return mg_errf(err, -MG_ETOOBIG, "activations for batch %d need %zu bytes", max_batch,
@@ -478,7 +498,7 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
             conv_dims(l, n, &cd);
             be->conv2d_backward(be, &cd, dx, m->grads[l->weight].data, m->grads[l->bias].data, d,
                                 l->x, m->params[l->weight].data, l->y, l->fused_relu, accumulate,
-                                m->scratch);
+                                l->sparse_dy, m->scratch);
             break;
         }
         case MG_LAYER_MAXPOOL2D: {

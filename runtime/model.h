@@ -53,6 +53,7 @@ struct mg_layer {
     int fused_relu; /* applies the following ReLU inside its own kernel */
     int fused;      /* a ReLU applied by the previous layer: forward and backward are no-ops */
     int need_dx;    /* an earlier layer has parameters, so backward must produce dx */
+    int sparse_dy;  /* conv followed by a max-pool: its output gradient is mostly zeros */
     float *out;     /* own output buffer, NULL for layers that return a view */
     int32_t *pool_idx;
     uint8_t *mask;

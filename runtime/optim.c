@@ -78,16 +78,24 @@ void mg_optim_release(struct mg_optim *o)
     memset(o, 0, sizeof(*o));
 }
 
-void mg_optim_step(struct mg_optim *o, float *params, const float *grads, double lr)
+void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads, double lr,
+                           size_t offset, size_t count)
 {
     struct mg_backend *be = o->be;
     const struct mg_optim_config *c = &o->cfg;
+    float *p = params + offset;
+    const float *g = grads + offset;
     if (c->kind == MG_OPTIM_ADAMW)
-        be->adamw_step(be, params, grads, o->state, o->state + o->n, o->n, lr, c->beta1, c->beta2,
-                       c->eps, c->weight_decay, o->steps + 1);
+        be->adamw_step(be, p, g, o->state + offset, o->state + o->n + offset, count, lr, c->beta1,
+                       c->beta2, c->eps, c->weight_decay, o->steps + 1);
     else
-        be->sgd_step(be, params, grads, o->state, o->n, lr, c->momentum, c->weight_decay,
-                     c->nesterov, o->steps == 0);
+        be->sgd_step(be, p, g, o->state ? o->state + offset : NULL, count, lr, c->momentum,
+                     c->weight_decay, c->nesterov, o->steps == 0);
+}
+
+void mg_optim_step(struct mg_optim *o, float *params, const float *grads, double lr)
+{
+    mg_optim_update_range(o, params, grads, lr, 0, o->n);
     o->steps++;
 }
 

@@ -56,6 +56,12 @@ int mg_optim_init(struct mg_optim *o, struct mg_backend *be, const struct mg_opt
 void mg_optim_release(struct mg_optim *o);
 /* One update of params with grads at learning rate lr. */
 void mg_optim_step(struct mg_optim *o, float *params, const float *grads, double lr);
+/* The same update restricted to elements [offset, offset + count), without counting a
+ * step: updating every range once and then incrementing o->steps equals one
+ * mg_optim_step bit for bit (every element's update is independent). This lets an
+ * update follow backward layer by layer, or DDP bucket by bucket. */
+void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads, double lr,
+                           size_t offset, size_t count);
 
 enum mg_sched_kind {
     MG_SCHED_CONSTANT = 1,

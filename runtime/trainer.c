@@ -139,6 +139,7 @@ static int next_batch(struct mg_trainer *t)
 
 struct ready_ctx {
     struct mg_trainer *t;
+    double lr;
 };
 
 static int on_grad_ready(void *ctx, size_t offset, size_t count)
@@ -147,12 +148,25 @@ static int on_grad_ready(void *ctx, size_t offset, size_t count)
     return t->hooks.grad_ready(t->hooks.ctx, t->model->grad_buf, offset, count);
 }
 
+/* Single process, no accumulation: update each layer as soon as its gradients are
+ * final, while they are still in cache. Same bits as one update after backward: a
+ * layer's weights are not used by the backward of the layers before it. */
+static int update_ready(void *ctx, size_t offset, size_t count)
+{
+    struct ready_ctx *r = ctx;
+    mg_optim_update_range(&r->t->opt, r->t->model->param_buf, r->t->model->grad_buf, r->lr,
+                          offset, count);
+    return 0;
+}
+
 int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
 {
     struct mg_model *m = t->model;
-    struct ready_ctx rctx = {t};
+    struct ready_ctx rctx = {t, mg_schedule_lr(&t->cfg.sched, t->step)};
+    int fused = !t->hooks.grad_ready && !t->hooks.reduce_grads && t->cfg.accum_steps == 1;
     int rc;
     memset(st, 0, sizeof(*st));
+    st->lr = rctx.lr;
     for (int a = 0; a < t->cfg.accum_steps; a++) {
         int n = next_batch(t);
         double loss;
@@ -162,8 +176,13 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
         if (rc < 0)
             return rc;
         int last = a == t->cfg.accum_steps - 1;
-        rc = mg_model_backward(m, n, 1.0f / ((float)n * (float)t->cfg.accum_steps), a > 0,
-                               last && t->hooks.grad_ready ? on_grad_ready : NULL, &rctx);
+        int (*ready)(void *, size_t, size_t) = NULL;
+        if (fused)
+            ready = update_ready;
+        else if (last && t->hooks.grad_ready)
+            ready = on_grad_ready;
+        rc = mg_model_backward(m, n, 1.0f / ((float)n * (float)t->cfg.accum_steps), a > 0, ready,
+                               &rctx);
         if (rc < 0)
             return rc;
         st->loss_sum += loss;
@@ -175,8 +194,10 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
         if (rc < 0)
             return rc;
     }
-    st->lr = mg_schedule_lr(&t->cfg.sched, t->step);
-    mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);
+    if (fused)
+        t->opt.steps++;
+    else
+        mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);
     t->step++;
     return m->be->sync(m->be);
 }

@@ -160,8 +160,12 @@ static void test_backward_hook(void)
     mg_model_backward(&m, 8, 1.0f / 8, 1, NULL, NULL);
     mg_model_get_grads(&m, g2);
     good = 1;
+    float gmax = 0;
     for (size_t i = 0; i < m.nparams; i++)
-        good &= fabsf(g2[i] - 2 * g1[i]) <= 1e-6f * (1e-3f + fabsf(g1[i]));
+        gmax = fabsf(g1[i]) > gmax ? fabsf(g1[i]) : gmax;
+    /* the second pass adds sample by sample onto the first: rounding differs slightly */
+    for (size_t i = 0; i < m.nparams; i++)
+        good &= fabsf(g2[i] - 2 * g1[i]) <= 1e-5f * gmax;
     ok(good, "accumulate adds a second micro-batch's gradients");
     mg_model_forward(&m, 8, 1);
     mg_model_loss(&m, 8, &loss, NULL);
