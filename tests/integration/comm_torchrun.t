@@ -18,6 +18,13 @@ is "$?" 0 "torchrun --standalone: both workers succeed"
 like "$out" "\[default0\]:rank 0: all collective checks passed" "rank 0 passed every check"
 like "$out" "\[default1\]:rank 1: all collective checks passed" "rank 1 passed every check"
 
+if [ -x "$TRAIN" ]; then
+    out=$(torchrun --standalone --nnodes 1 --nproc_per_node 2 --log_dir "$T/logs3" --no_python \
+        "$TRAIN" --data synthetic --model mlp --steps 20 --check-replicas 5 2>&1)
+    is "$?" 0 "train under torchrun --standalone: 2 processes train"
+    like "$out" "\[default0\]:train: done: test accuracy" "and report the test accuracy"
+fi
+
 port=$(free_port)
 out=$(torchrun --nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" \
     --log_dir "$T/logs2" --no_python "$RANKBIN" info 2>&1)
