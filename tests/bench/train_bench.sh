@@ -15,9 +15,11 @@
 #   REPEAT=3      run each side 3 times, keep the best throughput (noisy machines)
 #   STRICT=1      also fail when a target is missed
 #   NO_TORCH=1    mg only
-#   OPENBLAS_CORETYPE=SkylakeX tests/bench/train_bench.sh
-#                 both sides with OpenBLAS's AVX-512 kernels (PyTorch's Linear uses the
-#                 same OpenBLAS; its convolutions use oneDNN, which picks its own)
+#   env -u OPENBLAS_CORETYPE tests/bench/train_bench.sh
+#   OPENBLAS_CORETYPE=Haswell tests/bench/train_bench.sh
+#                 choose OpenBLAS's kernels for both sides (unset: OpenBLAS picks from
+#                 the CPU). PyTorch's Linear uses the same OpenBLAS; its convolutions
+#                 use oneDNN, which always picks its own (AVX-512 where the CPU has it).
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 B=${MG_BUILD:-build}
