@@ -67,9 +67,9 @@ $(info mg build: nccl: $(if $(HAVE_NCCL),found,not found))
 endif
 endif
 
-# libmg's numeric kernels: -O3, and no FMA contraction so that the AVX-512,
-# AVX2 and baseline clones (target_clones) give identical bits; and no memcpy calls
-# for the short copies the compiler would otherwise turn into them.
+# libmg's numeric kernels: -O3, and no FMA contraction so that the AVX2 and
+# baseline clones (target_clones) give identical bits; and no memcpy calls for
+# the short copies the compiler would otherwise turn into them.
 ifneq ($(DEBUG),1)
 CFLAGS_runtime_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns
 # The collectives' reduction kernel: vectorized, same bits in every clone.

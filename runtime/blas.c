@@ -15,19 +15,7 @@ static char blas_err[MG_ERRMSG_LEN];
 static int blas_threads;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-static int wants_skylakex(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
-#else
-    return 0;
-#endif
-}
-
-/* Sets name=value for the duration of the load; remembers the old value. */
+/* Sets name=value for the duration of the load, unless the user set it. */
 struct env_save {
     const char *name;
     int set;
@@ -53,14 +41,11 @@ static void load_once(void)
 {
     static const char *const libs[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
     char threads[16];
-    struct env_save env_threads, env_core = {0};
+    struct env_save env_threads;
     void *h = NULL;
 
     snprintf(threads, sizeof(threads), "%d", blas_threads > 0 ? blas_threads : 1);
     env_push(&env_threads, "OPENBLAS_NUM_THREADS", threads);
-    int force = wants_skylakex() && !getenv("OPENBLAS_CORETYPE");
-    if (force)
-        env_push(&env_core, "OPENBLAS_CORETYPE", "SkylakeX");
     const char *first_err = NULL;
     for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]) && !h; i++) {
         h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
@@ -70,7 +55,6 @@ static void load_once(void)
             first_err = dlerror();
     }
     env_pop(&env_threads);
-    env_pop(&env_core);
     if (!h) {
         blas_rc = mg_errf(blas_err, -ENOENT, "cannot load a BLAS (libopenblas.so.0): %s",
                           first_err ? first_err : "not found");
@@ -86,7 +70,6 @@ static void load_once(void)
     }
     if (corename && corename())
         snprintf(blas.core, sizeof(blas.core), "%s", corename());
-    blas.core_forced = force;
 }
 
 int mg_blas_load(int threads, const struct mg_blas **out, char *err)

@@ -1,17 +1,13 @@
 /* The BLAS behind the CPU backend, loaded at run time (dlopen), so that libmg
- * can configure OpenBLAS before it starts: OpenBLAS reads its thread count and
- * kernel choice from the environment once, when it is loaded.
- *
- * - Threads: OPENBLAS_NUM_THREADS is set to the backend's thread count for the
- *   load when the user has not set it, so no idle BLAS threads compete with
- *   the training process (and results do not depend on how many there are).
- * - Kernels: OpenBLAS 0.3.21 does not know AMD Zen 4/5 and falls back to its
- *   AVX2 (Haswell) kernels although the CPU has AVX-512. On an AMD CPU with
- *   AVX-512 F/BW/DQ/VL/CD, libmg sets OPENBLAS_CORETYPE=SkylakeX (about 1.8x
- *   faster sgemm). A user's OPENBLAS_CORETYPE always wins.
- * Both variables are restored after the load, so child processes do not
- * inherit them. Libraries tried in order: libopenblas.so.0, libopenblas.so,
- * libblas.so.3 (any CBLAS). Call before starting threads (setenv). */
+ * can configure OpenBLAS before it starts: OpenBLAS reads its thread count from
+ * the environment once, when it is loaded, and starts that many threads.
+ * OPENBLAS_NUM_THREADS is set to the backend's thread count for the load when
+ * the user has not set it, so no idle BLAS threads spin beside the training
+ * process (and results do not depend on how many there are); it is removed
+ * again afterwards, so child processes do not inherit it. OpenBLAS picks its
+ * kernels itself (OPENBLAS_CORETYPE overrides). Libraries tried in order:
+ * libopenblas.so.0, libopenblas.so, libblas.so.3 (any CBLAS). Call before
+ * starting threads (setenv). */
 #ifndef MG_BLAS_H
 #define MG_BLAS_H
 
@@ -27,7 +23,6 @@ struct mg_blas {
     void (*set_num_threads)(int n); /* NULL when the library has none */
     const char *library;            /* the file loaded */
     char core[32];                  /* OpenBLAS kernel family, "" for another BLAS */
-    int core_forced;                /* libmg chose the kernel family */
 };
 
 /* Loads the BLAS once per process (later calls return the same one). */

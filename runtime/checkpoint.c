@@ -51,6 +51,27 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* mkdir -p; the path is bounded by MG_CKPT_PATH_MAX. */
+static int mkdir_p(const char *dir)
+{
+    char buf[MG_CKPT_PATH_MAX];
+    size_t len = strlen(dir);
+    if (len == 0 || len >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, dir, len + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -165,11 +186,10 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
 
     if (nsections < 0 || nsections > MG_CKPT_MAX_SECTIONS)
         return mg_errf(err, -MG_ETOOBIG, "too many checkpoint sections (%d)", nsections);
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        rc = -errno;
+    rc = mkdir_p(dir);
+    if (rc < 0)
         return mg_errf(err, rc, "cannot create checkpoint directory '%s': %s", dir,
                        mg_strerror(rc));
-    }
     mg_ckpt_path(dir, info.step, path, sizeof(path));
     rc = open_tmp(path, tmp, sizeof(tmp), &fd);
     if (rc < 0)

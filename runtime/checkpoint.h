@@ -64,7 +64,7 @@ void mg_ckpt_path(const char *dir, uint64_t step, char *buf, size_t len);
 void mg_ckpt_marker_path(const char *dir, uint64_t step, char *buf, size_t len);
 
 /* Writes the checkpoint file for info->step atomically. Does not write the
- * completion marker. Creates dir when missing (one level). */
+ * completion marker. Creates dir (and its parents) when missing. */
 int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info,
                   const struct mg_ckpt_section *sections, int nsections, char *err);
 /* Writes the completion marker for step (after mg_ckpt_write succeeded). */

@@ -323,9 +323,8 @@ int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend 
         return rc;
     }
     if (impl->blas->core[0])
-        snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s%s, %d thread%s)",
-                 impl->blas->core, impl->blas->core_forced ? " chosen by mg" : "", threads,
-                 threads == 1 ? "" : "s");
+        snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s, %d thread%s)", impl->blas->core,
+                 threads, threads == 1 ? "" : "s");
     else
         snprintf(impl->name, sizeof(impl->name), "cpu (%s, %d thread%s)", impl->blas->library,
                  threads, threads == 1 ? "" : "s");

@@ -15,25 +15,6 @@
 #define MAX_PARAMS ((size_t)1 << 32)
 #define MAX_ARENA  ((size_t)64 << 30)
 
-static const char *kind_name(enum mg_layer_kind k)
-{
-    switch (k) {
-    case MG_LAYER_LINEAR:
-        return "linear";
-    case MG_LAYER_CONV2D:
-        return "conv2d";
-    case MG_LAYER_MAXPOOL2D:
-        return "maxpool2d";
-    case MG_LAYER_RELU:
-        return "relu";
-    case MG_LAYER_FLATTEN:
-        return "flatten";
-    case MG_LAYER_DROPOUT:
-        return "dropout";
-    }
-    return "?";
-}
-
 void mg_tensor_shape_str(const struct mg_tensor *t, char *buf, size_t len)
 {
     size_t off = 0;
@@ -545,17 +526,4 @@ uint64_t mg_model_param_hash(const struct mg_model *m)
     uint64_t h = mg_hash64(host, bytes);
     free(host);
     return h;
-}
-
-int mg_model_find_tensor(const struct mg_model *m, const char *name)
-{
-    for (int t = 0; t < m->ntensors; t++)
-        if (!strcmp(m->params[t].name, name))
-            return t;
-    return -1;
-}
-
-const char *mg_layer_kind_name(enum mg_layer_kind k)
-{
-    return kind_name(k);
 }

@@ -135,9 +135,4 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
 /* mg_hash64 of the parameter bytes: equal on replicas that hold equal bits. */
 uint64_t mg_model_param_hash(const struct mg_model *m);
 
-const char *mg_layer_kind_name(enum mg_layer_kind k);
-
-/* Index of the tensor named `name`, or -1. */
-int mg_model_find_tensor(const struct mg_model *m, const char *name);
-
 #endif

@@ -154,8 +154,8 @@ static int on_grad_ready(void *ctx, size_t offset, size_t count)
 static int update_ready(void *ctx, size_t offset, size_t count)
 {
     struct ready_ctx *r = ctx;
-    mg_optim_update_range(&r->t->opt, r->t->model->param_buf, r->t->model->grad_buf, r->lr,
-                          offset, count);
+    mg_optim_update_range(&r->t->opt, r->t->model->param_buf, r->t->model->grad_buf, r->lr, offset,
+                          count);
     return 0;
 }
 

@@ -1,16 +1,17 @@
 /* The training loop's building blocks, shaped for data parallelism.
  *
  * One optimizer step (mg_trainer_step) is:
- *   zero grads;
  *   for each of accum_steps micro-batches: gather the batch this rank's
  *     sampler gives, forward, loss, backward with dlogits scaled by
- *     1 / (micro-batch size * accum_steps) (PyTorch's loss / accum);
+ *     1 / (micro-batch size * accum_steps) (PyTorch's loss / accum); the first
+ *     micro-batch overwrites grad_buf, later ones add to it (no zeroing pass);
  *     on the LAST micro-batch only, hooks.grad_ready is called as each layer's
  *     gradients become final (reverse layer order, see model.h);
  *   hooks.reduce_grads (e.g. wait for DDP's bucket allreduces; must leave the
  *     averaged gradients in grad_buf);
  *   optimizer update at the schedule's learning rate.
- * With world 1 and no hooks this is plain single-process training.
+ * With world 1, no hooks and no accumulation, each layer is updated as soon as
+ * its gradients are final (same bits, better cache use).
  *
  * Data position: micro-batches flow through epochs in order; epoch e uses the
  * sampler's permutation for seed + e, batch b of it covers indices

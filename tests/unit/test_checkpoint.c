@@ -150,7 +150,7 @@ static void test_prune(void)
 {
     char err[MG_ERRMSG_LEN], path[MG_CKPT_PATH_MAX];
     char sub[300];
-    snprintf(sub, sizeof(sub), "%s/prune", dir);
+    snprintf(sub, sizeof(sub), "%s/prune/deeper/still", dir);
     struct mg_ckpt_section sec = {1, 0, 4, "abcd"};
     for (uint64_t step = 10; step <= 50; step += 10) {
         struct mg_ckpt_info info = {.step = step};
