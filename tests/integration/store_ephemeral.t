@@ -32,7 +32,7 @@ ctl get eph/c 5000 >/dev/null
 out=$(ctl watch eph/c -1 0 2>&1)
 case $out in
 *absent) ;;
-*) out=$(ctl watch eph/c "$(rev_of eph/c)" 5000 2>&1) ;;
+*) out=$(ctl watch eph/c "$(echo "$out" | sed 's/.*rev=\([0-9]*\).*/\1/')" 5000 2>&1) ;;
 esac
 like "$out" "watch eph/c rev=[0-9]+ absent" "silent past its lease: the key is deleted"
 wait $hung
