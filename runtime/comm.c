@@ -62,6 +62,28 @@ int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
         snprintf(err, errlen, "MG_COMM_TIMEOUT='%s': expected a number of seconds > 0", v);
         return -EINVAL;
     }
+    if ((v = getenv("MG_COMM_SPIN_US")) && *v) {
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (errno || end == v || *end || x < 0 || x > 1000000) {
+            snprintf(err, errlen, "MG_COMM_SPIN_US='%s': expected microseconds from 0 to 1000000",
+                     v);
+            return -EINVAL;
+        }
+        opts->spin_us = x ? (int)x : -1;
+    }
+    if ((v = getenv("MG_COMM_TCP_SEGMENT")) && *v) {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (errno || end == v || *end || x < 4096 || x > (64ull << 20)) {
+            snprintf(err, errlen, "MG_COMM_TCP_SEGMENT='%s': expected bytes from 4096 to 67108864",
+                     v);
+            return -EINVAL;
+        }
+        opts->tcp_segment = (size_t)x;
+    }
     if ((v = getenv("MG_COMM_HOST")) && *v)
         opts->host_id = v;
     if ((v = getenv("MG_COMM_ADDR")) && *v)

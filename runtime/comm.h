@@ -88,10 +88,13 @@ struct mg_comm_opts {
                                MG_COMM_HOST overrides it, to simulate hosts in tests */
     const char *advertise; /* NULL = MG_COMM_ADDR, else the local address of the store
                                connection: where peers on other hosts reach this rank */
+    int spin_us;           /* shared memory: spin before sleeping (0 = default 50; -1 = none) */
+    size_t tcp_segment;    /* TCP ring pipeline segment in bytes (0 = default 256 KiB) */
 };
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT (seconds,
- * may be fractional), MG_COMM_HOST, MG_COMM_ADDR. On a bad value returns
+ * may be fractional), MG_COMM_HOST, MG_COMM_ADDR, MG_COMM_SPIN_US,
+ * MG_COMM_TCP_SEGMENT. On a bad value returns
  * -EINVAL and writes a message naming the variable into err. */
 int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen);
 

@@ -345,11 +345,12 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         sanitize(opts->run_id && *opts->run_id ? opts->run_id : "none", run, sizeof(run));
         snprintf(shm_name, sizeof(shm_name), "/mg-%s-r%d-%016" PRIx64 "-h%d", run,
                  opts->restart_count, nonce, my_host);
-        struct mg_shm_cfg cfg = {
-            .nlocal = nl, .local_rank = local_rank, .ranks = local_ranks, .spin_us = -1};
-        const char *v = getenv("MG_COMM_SPIN_US");
-        if (v && *v)
-            cfg.spin_us = atoi(v);
+        struct mg_shm_cfg cfg = {.nlocal = nl,
+                                 .local_rank = local_rank,
+                                 .ranks = local_ranks,
+                                 .spin_us = opts->spin_us > 0   ? opts->spin_us
+                                            : opts->spin_us < 0 ? 0
+                                                                : -1};
         snprintf(key, sizeof(key), KEY_PREFIX "shm/%d", my_host);
         if (local_rank == 0) {
             rc = mg_shm_create(&shm, shm_name, nonce, &cfg);
@@ -422,9 +423,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                    info[prv].hostname, why(rc));
             goto out;
         }
-        const char *v = getenv("MG_COMM_TCP_SEGMENT");
-        rc = mg_ring_create(&ring, nring, ring_idx, ring_ranks, next_fd, prev_fd,
-                            v && *v ? (size_t)strtoul(v, NULL, 10) : 0);
+        rc =
+            mg_ring_create(&ring, nring, ring_idx, ring_ranks, next_fd, prev_fd, opts->tcp_segment);
         if (rc) {
             seterr(err, errlen, "cannot set up the ring: %s", mg_strerror(rc));
             goto out;

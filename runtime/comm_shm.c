@@ -90,7 +90,6 @@ struct mg_shm {
     size_t small_max, step_bytes, stride;
     int nslots;
     int spin_us;
-    int yield;
     uint32_t round; /* rounds done, same on every rank */
     uint32_t steps; /* pipeline steps done, same on every rank */
 };
@@ -193,7 +192,7 @@ static int wait_for(struct mg_shm *g, int q, struct shm_counter *c, uint32_t tar
                 int64_t now = mg_now_us();
                 if (now >= end || atomic_load(&((struct shm_header *)g->base)->aborted))
                     break;
-                if (now >= pure && g->yield)
+                if (now >= pure)
                     sched_yield();
             }
         }
@@ -246,7 +245,6 @@ static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
         g->pidfd[q] = -1;
     }
     g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : DEFAULT_SPIN_US;
-    g->yield = getenv("MG_COMM_NOYIELD") == NULL;
     return g;
 }
 

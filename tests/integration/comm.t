@@ -156,6 +156,8 @@ check_env "TORCHELASTIC_USE_AGENT_STORE garbage" "TORCHELASTIC_USE_AGENT_STORE='
     TORCHELASTIC_USE_AGENT_STORE=maybe
 check_env "MG_COMM unknown" "MG_COMM='fast'" MG_COMM=fast
 check_env "MG_COMM_TIMEOUT bad" "MG_COMM_TIMEOUT='-3'" MG_COMM_TIMEOUT=-3
+check_env "MG_COMM_SPIN_US bad" "MG_COMM_SPIN_US='fast'" MG_COMM_SPIN_US=fast
+check_env "MG_COMM_TCP_SEGMENT bad" "MG_COMM_TCP_SEGMENT='12'" MG_COMM_TCP_SEGMENT=12
 out=$(env -u WORLD_SIZE RANK=1 "$RANKBIN" info 2>&1)
 like "$out" "RANK is set but WORLD_SIZE is not" "RANK without WORLD_SIZE"
 
