@@ -284,6 +284,9 @@ int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, ch
             err, errlen,
             "--rdzv_conf heartbeat_timeout=%gs: etcd leases last at least 2s; use 2 or more",
             c->heartbeat_timeout_ms / 1000.0);
+    if (c->last_call_timeout_ms > c->join_timeout_ms &&
+        !(c->set & (1u << MG_RDZV_K_LAST_CALL_TIMEOUT)))
+        c->last_call_timeout_ms = c->join_timeout_ms; /* the default must not exceed a short join */
     if (c->last_call_timeout_ms > c->join_timeout_ms)
         return fail(err, errlen,
                     "--rdzv_conf last_call_timeout=%gs: must not exceed join_timeout (%gs)",

@@ -1,0 +1,167 @@
+/* Opening the rendezvous backends, with retries while the endpoint's name does
+ * not resolve or nothing listens yet (see rdzv_backend.h). */
+#include "rdzv_backend.h"
+#include "etcd.h"
+#include "mg_err.h"
+#include "net.h"
+#include "rdzv.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Errors worth retrying while the job's nodes come up. */
+static int transient(int rc)
+{
+    return rc == -ENOENT || rc == -EAGAIN || rc == -ECONNREFUSED || rc == -ETIMEDOUT ||
+           rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
+}
+
+/* Sleeps up to ms, returning -EINTR early when abort_fd becomes readable. */
+static int pause_ms(int abort_fd, int ms)
+{
+    struct pollfd p = {.fd = abort_fd, .events = POLLIN};
+    if (abort_fd < 0)
+        return poll(NULL, 0, ms) < 0 ? -errno : 0;
+    int n = poll(&p, 1, ms);
+    return n > 0 ? -EINTR : 0;
+}
+
+static int check_run_id(const char *id, char *err, size_t errlen)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > MG_RDZV_RUN_ID_MAX) {
+        snprintf(err, errlen, "--rdzv_id: must be 1 to %d characters", MG_RDZV_RUN_ID_MAX);
+        return -EINVAL;
+    }
+    for (const char *p = id; *p; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == ':' || c == '@' || c == '+')) {
+            snprintf(err, errlen,
+                     "--rdzv_id '%s': only letters, digits and . _ - : @ + are allowed", id);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int mg_rdzv_is_local_host(const char *host)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG}, *res, *ai;
+    int local = 0;
+
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    for (ai = res; ai && !local; ai = ai->ai_next) {
+        /* Binding succeeds only to an address this machine holds. */
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        if (ai->ai_family == AF_INET)
+            ((struct sockaddr_in *)ai->ai_addr)->sin_port = 0;
+        else if (ai->ai_family == AF_INET6)
+            ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = 0;
+        local = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return local;
+}
+
+static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const char *ns, char *err,
+                     size_t errlen)
+{
+    const struct mg_rdzv_conf *c = s->conf;
+    struct mg_etcd_opts o = {
+        .endpoints = s->endpoint,
+        .cacert = c->cacert,
+        .cert = c->cert,
+        .key = c->key,
+        .timeout_ms = c->read_timeout_ms < c->heartbeat_timeout_ms ? c->read_timeout_ms
+                                                                   : c->heartbeat_timeout_ms,
+        /* A node is declared dead heartbeat_timeout after its last heartbeat. */
+        .lease_ttl_ms = c->heartbeat_timeout_ms - c->heartbeat_interval_ms,
+    };
+    char probe[MG_KV_MAX_KEY];
+    int delay = 50, rc;
+
+    rc = mg_etcd_open(kv, &o, err, errlen);
+    if (rc < 0)
+        return rc;
+    snprintf(probe, sizeof(probe), "%s/state", ns);
+    for (;;) {
+        rc = (*kv)->ops->get(*kv, probe, NULL, NULL, NULL);
+        if (rc == 0 || rc == -MG_ENOKEY)
+            return 0;
+        if (!transient(rc) || mg_now_ms() + delay >= s->deadline_ms)
+            break;
+        rc = pause_ms(s->abort_fd, delay);
+        if (rc < 0)
+            break;
+        delay = delay * 2 > 1000 ? 1000 : delay * 2;
+    }
+    snprintf(err, errlen, "%s%s", mg_kv_error(*kv),
+             rc == -EINTR    ? " (interrupted)"
+             : transient(rc) ? " (gave up at join_timeout)"
+                             : "");
+    (*kv)->ops->release(*kv);
+    *kv = NULL;
+    return rc;
+}
+
+int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
+                         struct mg_rdzv_host **host, char *ns, size_t nslen, char *err,
+                         size_t errlen)
+{
+    int rc;
+
+    *kv = NULL;
+    *host = NULL;
+    rc = check_run_id(s->run_id, err, errlen);
+    if (rc < 0)
+        return rc;
+    switch (s->backend) {
+    case MG_RDZV_ETCD:
+        snprintf(ns, nslen, "%s/%s", s->conf->prefix, s->run_id);
+        return open_etcd(s, kv, ns, err, errlen);
+    case MG_RDZV_C10D:
+    case MG_RDZV_STATIC:
+        snprintf(ns, nslen, "/mg/rdzv/%s", s->run_id);
+        snprintf(err, errlen, "the %s backend needs the mg store, not built in yet",
+                 mg_rdzv_backend_name(s->backend));
+        return -MG_EUNSUPPORTED;
+    }
+    return -EINVAL;
+}
+
+int mg_rdzv_host_pollfds(struct mg_rdzv_host *h, struct pollfd *fds, int max)
+{
+    return 0;
+}
+
+int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n)
+{
+    return 0;
+}
+
+int mg_rdzv_host_timeout_ms(const struct mg_rdzv_host *h)
+{
+    return -1;
+}
+
+int mg_rdzv_host_port(const struct mg_rdzv_host *h)
+{
+    return 0;
+}
+
+void mg_rdzv_host_release(struct mg_rdzv_host *h)
+{
+}
