@@ -17,10 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MG_STORE_MAX_KEY 1024
-#define MG_STORE_MAX_VALUE (16u << 20)
-#define MG_STORE_MAX_TOKEN 256
+#define MG_STORE_MAX_KEY       1024
+#define MG_STORE_MAX_VALUE     (16u << 20)
+#define MG_STORE_MAX_TOKEN     256
 #define MG_STORE_MAX_WAIT_KEYS 256
+#define MG_STORE_MAX_LIST      16384 /* keys in one mg_store_list reply */
 
 /* ---- server ------------------------------------------------------------------ */
 
@@ -29,11 +30,18 @@ struct mg_store_server;
 struct mg_store_server_opts {
     const char *host;  /* bind address; NULL or "" = all interfaces */
     int port;          /* 0 = kernel-chosen */
-    int listen_fd;     /* >= 0: use this already-listening socket instead of binding */
-    const char *token; /* NULL = no authentication */
+    int listen_fd;     /* > 0: use this already-listening socket instead of binding
+                          (0 or -1: bind host:port); the caller keeps ownership and
+                          closes it after mg_store_server_release */
+    const char *token; /* NULL or "" = no authentication */
     int max_clients;   /* 0 = default (4096) */
+    /* Bounds (0 = the default in parentheses). See docs/store-protocol.md. */
+    size_t max_store_bytes;   /* keys, values, parked requests (1 GiB) */
+    size_t max_buffer_bytes;  /* partly received requests, all connections (1 GiB) */
+    int max_waiters;          /* parked blocking requests, all connections (65536) */
+    int handshake_timeout_ms; /* to finish the handshake after connecting (10000) */
+    int frame_timeout_ms;     /* to finish sending a frame once begun (60000) */
 };
-
 int mg_store_server_start(struct mg_store_server **out, const struct mg_store_server_opts *opts);
 int mg_store_server_port(const struct mg_store_server *srv);
 
@@ -43,6 +51,11 @@ int mg_store_server_port(const struct mg_store_server *srv);
  * when more are needed). mg_store_server_timeout_ms says how long poll may
  * sleep before the server has work (blocked waits, lease expiry); -1 = none. */
 int mg_store_server_pollfds(struct mg_store_server *srv, struct pollfd *fds, int max);
+/* How many pollfds the server may fill in right now (its descriptors + clients). */
+int mg_store_server_nfds(const struct mg_store_server *srv);
+/* Call after every poll(), also when it timed out: fds/n are the slice that
+ * mg_store_server_pollfds filled. Returns 0, or a negative code only for a
+ * failure of the server itself (a client's failure just drops that client). */
 int mg_store_server_process(struct mg_store_server *srv, const struct pollfd *fds, int n);
 int mg_store_server_timeout_ms(const struct mg_store_server *srv);
 
@@ -50,10 +63,25 @@ int mg_store_server_timeout_ms(const struct mg_store_server *srv);
 int mg_store_server_start_thread(struct mg_store_server *srv);
 
 /* Direct access for the process hosting the server, without a socket. These
- * take the same lock the serving thread uses. The value is copied. */
+ * take the same lock the serving thread uses. The value is copied. A set
+ * wakes the clients waiting on the key; the key is never ephemeral.
+ * mg_store_server_get returns -MG_ENOKEY for a missing key and -ENOSPC when
+ * the value is over cap bytes (*len then says how many are needed). */
 int mg_store_server_set(struct mg_store_server *srv, const char *key, const void *val, size_t len);
 int mg_store_server_get(struct mg_store_server *srv, const char *key, void *buf, size_t cap,
                         size_t *len);
+
+struct mg_store_server_stats {
+    int clients;         /* connections, handshaking ones included */
+    int waiters;         /* parked blocking requests */
+    size_t keys;         /* keys that exist */
+    size_t stored_bytes; /* charged against max_store_bytes */
+    size_t buffer_bytes; /* charged against max_buffer_bytes */
+    int64_t revision;    /* store-wide revision */
+    uint64_t dropped;    /* connections the server closed (protocol, auth, timeouts, leases) */
+    uint64_t leases_expired;
+};
+void mg_store_server_stats(struct mg_store_server *srv, struct mg_store_server_stats *st);
 
 /* Stops the thread (if any), closes every connection, frees everything. */
 void mg_store_server_release(struct mg_store_server *srv);
@@ -63,51 +91,80 @@ void mg_store_server_release(struct mg_store_server *srv);
 struct mg_store;
 
 struct mg_store_opts {
-    const char *host;
+    const char *host; /* NULL or "" = 127.0.0.1 */
     int port;
-    const char *token;        /* must match the server's, or NULL */
-    int connect_timeout_ms;   /* retry connecting (refused, unresolvable) until then */
-    int timeout_ms;           /* default bound for each request */
-    int lease_ms;             /* > 0: the server drops the connection (and its
-                                 ephemeral keys) after this long without a message;
-                                 the client must call mg_store_ping in time */
+    const char *token;      /* must match the server's, or NULL / "" */
+    int connect_timeout_ms; /* retry connecting (refused, unresolvable) until then;
+                               0 = default (30000) */
+    int timeout_ms;         /* bound for each request, and for the handshake; on top
+                               of a blocking call's own timeout; 0 = default (30000) */
+    int lease_ms;           /* > 0: the server drops the connection (and its
+                               ephemeral keys) after this long without a message.
+                               During a blocking call the client pings by itself;
+                               between calls, call mg_store_ping in time */
 };
 
+/* Errors: -MG_EAUTH (token refused, missing on one side, or the server could
+ * not prove it holds the token), -MG_EVERSION, -MG_EPROTO (not an mg store),
+ * -EINVAL, or, once connect_timeout_ms has passed, the last connect error
+ * (-ECONNREFUSED, -ENOENT for a name that never resolved, -ETIMEDOUT...). */
 int mg_store_connect(struct mg_store **out, const struct mg_store_opts *opts);
 void mg_store_release(struct mg_store *st);
-/* The connected socket, for callers that poll it (readable = server closed). */
+/* The connected socket, for callers that poll it: readable means the server
+ * closed it, or a late reply arrived; the next call tells which. */
 int mg_store_fd(const struct mg_store *st);
 
 enum mg_store_set_flags {
     MG_STORE_EPHEMERAL = 1 << 0, /* deleted when this connection goes away */
 };
 
+/* Every call returns 0 (or the count it documents) or a negative code:
+ * -ETIMEDOUT, -MG_ECLOSED (the connection is gone: every later call returns
+ * it too), -MG_ETOOBIG (a key, value or count over its bound; checked before
+ * sending), -EINVAL (empty key...), -ENOSPC (the server's memory bound),
+ * -EBUSY (too many blocked requests on the server), -MG_EPROTO.
+ * A timeout_ms argument: > 0 waits that long, 0 does not wait, < 0 uses the
+ * connection's timeout_ms. Values read are malloc'd and NUL-terminated. */
+
+/* An ephemeral set makes this connection the key's owner; a plain set, by
+ * anyone, makes the key persistent again. */
 int mg_store_set(struct mg_store *st, const char *key, const void *val, size_t len, int flags);
-/* Waits up to timeout_ms for the key to exist (0 = do not wait). On success
- * *val is malloc'd (NUL-terminated for convenience), *len its length. */
+/* Waits up to timeout_ms for the key to exist: -MG_ENOKEY (timeout_ms 0) or
+ * -ETIMEDOUT when it does not. */
 int mg_store_get(struct mg_store *st, const char *key, void **val, size_t *len, int timeout_ms);
-/* Atomically adds delta to the decimal integer stored at key (missing = 0). */
+/* Atomically adds delta to the decimal integer stored at key (missing = 0);
+ * -ERANGE when the value is not a decimal int64 or the sum overflows. */
 int mg_store_add(struct mg_store *st, const char *key, int64_t delta, int64_t *result);
 /* Sets key to desired if its value equals expected (expected NULL = key must
- * not exist). *current (malloc'd, optional) receives the value after the call. */
+ * not exist). Returns 1 when it swapped, 0 when not. *current (malloc'd,
+ * optional) receives the value after the call, NULL when the key does not
+ * exist. The key keeps its ephemeral owner, if any. */
 int mg_store_compare_set(struct mg_store *st, const char *key, const void *expected,
                          size_t expected_len, const void *desired, size_t desired_len,
                          void **current, size_t *current_len);
-/* Waits until every key exists; -ETIMEDOUT names no key, see mg_store_check. */
+/* Waits until every key exists (at most MG_STORE_MAX_WAIT_KEYS); -ETIMEDOUT
+ * names no key, see mg_store_check. */
 int mg_store_wait(struct mg_store *st, const char *const *keys, int nkeys, int timeout_ms);
 /* Returns 1 when every key exists, 0 otherwise. */
 int mg_store_check(struct mg_store *st, const char *const *keys, int nkeys);
 /* Returns 1 when the key existed. */
 int mg_store_delete(struct mg_store *st, const char *key);
 /* Waits until key's revision exceeds since_rev (it was set, added to or
- * deleted), or the timeout passes (-ETIMEDOUT). *rev receives the new revision;
- * *val / *len the value, or NULL / 0 when the key was deleted. */
+ * deleted), or the timeout passes (-ETIMEDOUT). since_rev < 0 answers at
+ * once with the current state. *rev receives the key's revision; *val / *len
+ * (optional) the value, or NULL / 0 when the key does not exist. The revision
+ * of a key that does not exist is that of its deletion; when the server no
+ * longer remembers it (docs/store-protocol.md, "tombstones") a watch on it
+ * may return at once, reporting the key absent. */
 int mg_store_watch(struct mg_store *st, const char *key, int64_t since_rev, int timeout_ms,
                    int64_t *rev, void **val, size_t *len);
-/* Keys starting with prefix, sorted, as one malloc'd array of malloc'd strings
- * (free with mg_store_free_list). At most max keys. */
+/* Keys starting with prefix, sorted bytewise, as one malloc'd array of
+ * malloc'd strings (free with mg_store_free_list). At most max keys (< 0 =
+ * MG_STORE_MAX_LIST, the cap). Returns how many keys match, which may be more
+ * than *nkeys. */
 int mg_store_list(struct mg_store *st, const char *prefix, int max, char ***keys, int *nkeys);
 void mg_store_free_list(char **keys, int nkeys);
+/* A round trip; keeps a lease alive. */
 int mg_store_ping(struct mg_store *st);
 
 #endif

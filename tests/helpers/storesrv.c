@@ -1,0 +1,174 @@
+/* A store server for the integration tests and benchmarks, run the way the
+ * launcher runs it: one poll() loop watching a signalfd and the server's
+ * descriptors (or, with --thread, the runtime's background thread).
+ *
+ *   storesrv [--host H] [--port P] [--token T] [--port-file F] [--stats-file F]
+ *            [--max-clients N] [--max-waiters N] [--max-store-bytes N]
+ *            [--max-buffer-bytes N] [--handshake-timeout MS] [--frame-timeout MS]
+ *            [--thread]
+ *
+ * Writes the port to --port-file once listening. SIGUSR1 writes the server's
+ * statistics to --stats-file (key=value, one line); SIGTERM / SIGINT stop it. */
+#include "mg_err.h"
+#include "store.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+static int write_file(const char *path, const char *text)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    fputs(text, f);
+    if (fclose(f))
+        return -errno;
+    return rename(tmp, path) ? -errno : 0;
+}
+
+static void write_stats(struct mg_store_server *srv, const char *path)
+{
+    struct mg_store_server_stats s;
+    char line[512];
+    if (!path)
+        return;
+    mg_store_server_stats(srv, &s);
+    snprintf(line, sizeof(line),
+             "clients=%d waiters=%d keys=%zu stored_bytes=%zu buffer_bytes=%zu revision=%lld "
+             "dropped=%llu leases_expired=%llu\n",
+             s.clients, s.waiters, s.keys, s.stored_bytes, s.buffer_bytes, (long long)s.revision,
+             (unsigned long long)s.dropped, (unsigned long long)s.leases_expired);
+    write_file(path, line);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: storesrv [--host H] [--port P] [--token T] [--port-file F] "
+                    "[--stats-file F] [--max-clients N] [--max-waiters N] [--max-store-bytes N] "
+                    "[--max-buffer-bytes N] [--handshake-timeout MS] [--frame-timeout MS] "
+                    "[--thread]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    struct mg_store_server_opts o = {.host = "127.0.0.1"};
+    const char *port_file = NULL, *stats_file = NULL;
+    int thread = 0, rc;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--thread")) {
+            thread = 1;
+            continue;
+        }
+        if (!v)
+            usage();
+        i++;
+        if (!strcmp(a, "--host"))
+            o.host = v;
+        else if (!strcmp(a, "--port"))
+            o.port = atoi(v);
+        else if (!strcmp(a, "--token"))
+            o.token = v;
+        else if (!strcmp(a, "--port-file"))
+            port_file = v;
+        else if (!strcmp(a, "--stats-file"))
+            stats_file = v;
+        else if (!strcmp(a, "--max-clients"))
+            o.max_clients = atoi(v);
+        else if (!strcmp(a, "--max-waiters"))
+            o.max_waiters = atoi(v);
+        else if (!strcmp(a, "--max-store-bytes"))
+            o.max_store_bytes = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--max-buffer-bytes"))
+            o.max_buffer_bytes = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--handshake-timeout"))
+            o.handshake_timeout_ms = atoi(v);
+        else if (!strcmp(a, "--frame-timeout"))
+            o.frame_timeout_ms = atoi(v);
+        else
+            usage();
+    }
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        fprintf(stderr, "storesrv: signalfd: %s\n", strerror(errno));
+        return 1;
+    }
+
+    struct mg_store_server *srv;
+    if ((rc = mg_store_server_start(&srv, &o))) {
+        fprintf(stderr, "storesrv: cannot listen on '%s:%d': %s\n", o.host, o.port,
+                mg_strerror(rc));
+        return 1;
+    }
+    if (thread && (rc = mg_store_server_start_thread(srv))) {
+        fprintf(stderr, "storesrv: cannot start the server thread: %s\n", mg_strerror(rc));
+        return 1;
+    }
+    if (port_file) {
+        char text[32];
+        snprintf(text, sizeof(text), "%d\n", mg_store_server_port(srv));
+        if ((rc = write_file(port_file, text))) {
+            fprintf(stderr, "storesrv: cannot write '%s': %s\n", port_file, mg_strerror(rc));
+            return 1;
+        }
+    }
+
+    struct pollfd *fds = NULL;
+    int cap = 0, done = 0;
+    while (!done) {
+        int n = 1, timeout = -1;
+        int need = 1 + (thread ? 0 : mg_store_server_nfds(srv));
+        if (need > cap) {
+            cap = need * 2;
+            fds = realloc(fds, (size_t)cap * sizeof(*fds));
+            if (!fds) {
+                fprintf(stderr, "storesrv: out of memory\n");
+                return 1;
+            }
+        }
+        fds[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        if (!thread) {
+            int k = mg_store_server_pollfds(srv, fds + 1, cap - 1);
+            if (k < 0) {
+                cap = 0;
+                continue;
+            }
+            n += k;
+            timeout = mg_store_server_timeout_ms(srv);
+        }
+        if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR) {
+            fprintf(stderr, "storesrv: poll: %s\n", strerror(errno));
+            return 1;
+        }
+        if (!thread)
+            mg_store_server_process(srv, fds + 1, n - 1);
+        struct signalfd_siginfo si;
+        while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+            if (si.ssi_signo == SIGUSR1)
+                write_stats(srv, stats_file);
+            else
+                done = 1;
+        }
+    }
+    write_stats(srv, stats_file);
+    mg_store_server_release(srv);
+    free(fds);
+    close(sfd);
+    return 0;
+}
