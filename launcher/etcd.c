@@ -220,6 +220,22 @@ static void common_opts(struct mg_etcd *e, CURL *h)
         c->easy_setopt(h, CURLOPT_SSLKEY, e->key);
 }
 
+/* What a transfer error means for etcd, in words. */
+static const char *curl_hint(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+        return "; etcd closed the connection (stopped or restarting?)";
+    case CURLE_OPERATION_TIMEDOUT:
+        return "; etcd did not answer in time";
+    default:
+        return "";
+    }
+}
+
 static int curl_code_err(CURLcode rc)
 {
     switch (rc) {
@@ -261,8 +277,9 @@ static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen
             c->easy_setopt(e->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
             cc = c->easy_perform(e->h);
             if (cc != CURLE_OK) {
-                seterr(e, "etcd %s: %s: %s%s%s%s", e->url[i], op, c->easy_strerror(cc),
-                       e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "");
+                seterr(e, "etcd %s: %s: %s%s%s%s%s", e->url[i], op, c->easy_strerror(cc),
+                       e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
+                       curl_hint(cc));
                 rc = curl_code_err(cc);
                 break; /* this endpoint does not answer: try the next */
             }
@@ -914,8 +931,8 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
         seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);
         return -EIO;
     }
-    seterr(e, "etcd %s: watch: %s%s%s%s", e->url[e->cur], c->easy_strerror(cc),
-           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "");
+    seterr(e, "etcd %s: watch: %s%s%s%s%s", e->url[e->cur], c->easy_strerror(cc),
+           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "", curl_hint(cc));
     return curl_code_err(cc);
 }
 

@@ -4,7 +4,7 @@
 #include "etcd.h"
 #include "mg_err.h"
 #include "net.h"
-#include "rdzv.h"
+#include "rdzv_proto.h"
 
 #include <errno.h>
 #include <ifaddrs.h>

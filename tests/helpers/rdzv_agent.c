@@ -12,7 +12,7 @@
  *        "event restart|failed|done reason=... ms=T msg=...", "error rc=... msg=..." */
 #include "mg_err.h"
 #include "net.h"
-#include "rdzv.h"
+#include "rdzv_proto.h"
 #include "rdzv_backend.h"
 
 #include <errno.h>

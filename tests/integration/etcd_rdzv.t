@@ -42,6 +42,7 @@ new_case
 SHOW="a b"
 agent a join,run:30000 --nnodes 2 --conf "$HB"
 agent b join,run:30000 --nnodes 2 --conf "$HB"
+wait_line a '^formed' 15
 check_ok "formed before etcd stops" wait_line b '^formed' 15
 etcd_stop
 finish a

@@ -1,0 +1,52 @@
+/* The log layout (docs/logs.md):
+ *
+ *   <log_dir>/<run_id>/events.jsonl                  the launcher's event log
+ *   <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+ *
+ * Attempt numbers continue across invocations with the same run id and are
+ * claimed with mkdir, so no directory is ever reused; log files are created
+ * with O_EXCL, so none is ever overwritten. The event log is one JSON object
+ * per line, appended with single write() calls so it can be read while the
+ * run goes on and is still valid after the launcher was killed. */
+#ifndef MG_LOGDIR_H
+#define MG_LOGDIR_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#define MG_EVENTS_FILE "events.jsonl"
+#define MG_EVENT_BUF   (64 * 1024)
+
+struct mg_rundir {
+    char dir[PATH_MAX]; /* <log_dir>/<run_id> */
+    int events_fd;
+    char *ev; /* pending event lines */
+    size_t evlen;
+    int ev_err; /* first write error of the event log */
+};
+
+/* ${TMPDIR:-/tmp}/mglaunch-<uid>, created mode 0700 and checked to be ours
+ * (not a symlink, not someone else's). */
+int mg_logdir_default(char *buf, size_t cap);
+
+/* mkdir -p. */
+int mg_mkdir_p(const char *path, int mode);
+
+/* A fresh run id: "<YYYYmmdd-HHMMSS>-<6 hex digits>". */
+int mg_run_id_generate(char *buf, size_t cap);
+
+/* Creates <log_dir>/<run_id> (and log_dir) and opens its event log. */
+int mg_rundir_open(struct mg_rundir *rd, const char *log_dir, const char *run_id);
+/* Claims the next attempt directory and its rank subdirectories.
+ * *attempt gets the number, path the directory. */
+int mg_rundir_new_attempt(struct mg_rundir *rd, int nproc, int *attempt, char *path, size_t cap);
+/* Queues one event line (a JSON object without the newline). Lines are
+ * written by mg_rundir_flush, or at once when the queue is full. */
+void mg_rundir_event(struct mg_rundir *rd, const char *json, size_t len);
+int mg_rundir_flush(struct mg_rundir *rd);
+void mg_rundir_close(struct mg_rundir *rd);
+
+/* The highest attempt number under a run directory, or -1. */
+int mg_rundir_last_attempt(const char *rundir);
+
+#endif

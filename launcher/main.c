@@ -1,0 +1,252 @@
+/* mglaunch: a torchrun-compatible launcher (docs/cli.md, docs/man/mglaunch.1).
+ *
+ *   mglaunch [options] PROGRAM [ARGS...]     run nproc_per_node workers
+ *   mglaunch logs [LOG_DIR] [selectors]      inspect per-rank logs
+ *
+ * The only file that prints errors and decides exit codes: 0 success, the
+ * root cause's code after a worker failure, 2 for bad usage, 128+N after
+ * signal N, 1 for the launcher's own failures. */
+#include "agent.h"
+#include "logdir.h"
+#include "logs_cmd.h"
+#include "mg_config.h"
+#include "mg_err.h"
+#include "opts.h"
+#include "proc.h"
+#include "rdzv.h"
+#include "summary.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char usage[] =
+    "usage: mglaunch [options] PROGRAM [ARGS...]\n"
+    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|all] [--rank R] [--stream out|err]\n"
+    "                     [--tail N] [--follow] [--grep REGEX]\n"
+    "\n"
+    "Starts nproc_per_node workers running PROGRAM with torchrun's environment (RANK,\n"
+    "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises them, restarts the\n"
+    "group when a worker fails, and exits with the first failure's exit code.\n"
+    "A PROGRAM ending in .py runs as `python3 -u PROGRAM` (PYTHON_EXEC overrides python3).\n"
+    "\n"
+    "torchrun options (also --flag=value, dashes or underscores, PET_<FLAG> in the environment):\n"
+    "  --nproc_per_node N|cpu|gpu|auto  workers on this node (default 1)\n"
+    "  --nnodes 1                       nodes (only 1 for now)\n"
+    "  --standalone                     single-node run with a fresh run id\n"
+    "  --rdzv_id ID                     run id: TORCHELASTIC_RUN_ID and the log directory name\n"
+    "  --rdzv_backend static|c10d       accepted for one node (etcd: not implemented yet)\n"
+    "  --rdzv_endpoint HOST[:PORT]      checked, not contacted with one node\n"
+    "  --max_restarts N                 restarts of the worker group after a failure (0)\n"
+    "  --monitor_interval S             accepted; supervision is event-driven\n"
+    "  --role NAME                      ROLE_NAME and the log prefix (default)\n"
+    "  --log_dir DIR                    save every rank's stdout/stderr under DIR\n"
+    "  -r, --redirects 0-3|MAP          streams that go only to the log files (1 out, 2 err)\n"
+    "  -t, --tee 0-3|MAP                streams that go to log files and the console, prefixed\n"
+    "  --local_ranks_filter 0,1         only these local ranks reach the console\n"
+    "  --log_line_prefix_template T     console prefix: ${role_name} ${local_rank} ${rank}\n"
+    "                                   ${hostname} (default [${role_name}${local_rank}]:)\n"
+    "  --master_addr ADDR               MASTER_ADDR (default 127.0.0.1)\n"
+    "  --master_port PORT               MASTER_PORT (default: a free port)\n"
+    "  --node_rank 0                    this node's rank (0 with one node)\n"
+    "  --start_method M                 accepted (spawn, fork, forkserver); no effect\n"
+    "  -m, --module                     run PROGRAM as a python module (python3 -u -m)\n"
+    "  --no_python                      run PROGRAM directly, even a .py file\n"
+    "mg options:\n"
+    "  --gpu_ids 0,1                    GPU of each local rank (repeatable): workers see\n"
+    "                                   CUDA_VISIBLE_DEVICES=<ids>, device LOCAL_RANK\n"
+    "  --shutdown_timeout S             grace period before SIGKILL when stopping (30)\n"
+    "  -h, --help                       this help\n"
+    "  -V, --version                    the version\n"
+    "\n"
+    "Documentation: docs/cli.md, docs/environment.md, docs/logs.md, man mglaunch.\n";
+
+static int cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void host_info(struct mg_host_info *h, char *why, size_t cap)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    int sys = mg_gpu_count_system(NULL, NULL);
+    h->ncpu = cpu_count();
+    h->ngpu = mg_gpu_count_visible(cvd, sys);
+    h->no_gpu_why = NULL;
+    if (h->ngpu == 0) {
+        if (sys == 0)
+            snprintf(why, cap, "no NVIDIA GPU in /proc/driver/nvidia/gpus or /dev/nvidia*");
+        else
+            snprintf(why, cap, "CUDA_VISIBLE_DEVICES='%s' hides all %d GPU%s", cvd ? cvd : "", sys,
+                     sys == 1 ? "" : "s");
+        h->no_gpu_why = why;
+    }
+}
+
+static void self_dir(char *buf, size_t cap)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    buf[0] = '\0';
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    snprintf(buf, cap, "%s", dirname(exe));
+}
+
+/* Each worker needs three descriptors; raise the soft limit when needed. */
+static void raise_fd_limit(int nproc)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)nproc * 4 + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max < need ? rl.rlim_max : need;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int run(int argc, char **argv)
+{
+    struct mg_launch_opts o;
+    struct mg_host_info host;
+    char err[MG_ERRMSG_MAX], why[200];
+    int rc;
+
+    rc = mg_opts_parse(&o, argc, argv, environ, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        mg_opts_release(&o);
+        return 2;
+    }
+    if (o.help) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (o.version) {
+        printf("mglaunch %s\n", MG_VERSION);
+        return 0;
+    }
+    memset(&host, 0, sizeof(host));
+    if (o.nproc_kind != MG_NPROC_NUM)
+        host_info(&host, why, sizeof(why));
+    if ((rc = mg_opts_resolve(&o, &host, err, sizeof(err)))) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        mg_opts_release(&o);
+        return 2;
+    }
+
+    /* The program and the full worker argv. */
+    char sdir[PATH_MAX];
+    self_dir(sdir, sizeof(sdir));
+    struct mg_prog prog;
+    struct mg_prog_req preq = {
+        .program = o.prog_argv[0],
+        .module = o.module,
+        .no_python = o.no_python,
+        .python = getenv("PYTHON_EXEC"),
+        .path_env = getenv("PATH"),
+        .self_dir = sdir[0] ? sdir : NULL,
+    };
+    mg_prog_resolve(&preq, &prog);
+    int wargc = prog.nlead + o.prog_argc;
+    char **wargv = calloc((size_t)wargc + 1, sizeof(char *));
+    if (!wargv) {
+        fprintf(stderr, "mglaunch: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < prog.nlead; i++)
+        wargv[i] = (char *)prog.lead[i];
+    for (int i = 0; i < o.prog_argc; i++)
+        wargv[prog.nlead + i] = o.prog_argv[i];
+
+    char hostname[MG_HOST_MAX] = "localhost";
+    gethostname(hostname, sizeof(hostname) - 1);
+    char run_id[MG_RUN_ID_MAX + 1];
+    if (o.rdzv_id)
+        snprintf(run_id, sizeof(run_id), "%s", o.rdzv_id);
+    else
+        mg_run_id_generate(run_id, sizeof(run_id));
+    char log_dir[PATH_MAX];
+    if (o.log_dir) {
+        snprintf(log_dir, sizeof(log_dir), "%s", o.log_dir);
+    } else if ((rc = mg_logdir_default(log_dir, sizeof(log_dir)))) {
+        fprintf(stderr, "mglaunch: cannot use the default log directory '%s': %s\n", log_dir,
+                mg_strerror(rc));
+        free(wargv);
+        return 1;
+    }
+
+    const struct mg_rdzv_ops *rops;
+    void *rimpl;
+    if ((rc = mg_rdzv_create(&o, &rops, &rimpl, err, sizeof(err)))) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        free(wargv);
+        return rc == -MG_EUNSUPPORTED ? 2 : 1;
+    }
+    raise_fd_limit(o.nproc);
+    /* A worker group in the background cannot read the terminal; give it nothing. */
+    int stdin_fd = -1;
+    if (isatty(0))
+        stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    struct mg_agent_config cfg = {
+        .opts = &o,
+        .run_id = run_id,
+        .hostname = hostname,
+        .exec_path = prog.path,
+        .argv = wargv,
+        .argc = wargc,
+        .environ = environ,
+        .log_dir = log_dir,
+        .log_dir_given = o.log_dir != NULL,
+        .stdin_fd = stdin_fd,
+        .out_fd = 1,
+        .err_fd = 2,
+        .status = stderr,
+        .sentinel = 1,
+        .rdzv = rops,
+        .rdzv_impl = rimpl,
+    };
+    struct mg_agent *ag;
+    int code;
+    if ((rc = mg_agent_create(&ag, &cfg, err, sizeof(err)))) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        code = 1;
+    } else {
+        code = mg_agent_run(ag);
+        const struct mg_agent_result *res = mg_agent_result(ag);
+        if (!res->ok)
+            mg_summary_print(stderr, res);
+        mg_agent_release(ag);
+    }
+    if (rops->release)
+        rops->release(rimpl);
+    if (stdin_fd >= 0)
+        close(stdin_fd);
+    free(wargv);
+    mg_opts_release(&o);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "logs") == 0) {
+        char err[MG_ERRMSG_MAX];
+        int rc = mg_logs_main(argc - 1, argv + 1, stdout, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "mglaunch logs: %s\n", err);
+            return rc == -EINVAL ? 2 : 1;
+        }
+        return rc;
+    }
+    return run(argc, argv);
+}

@@ -1,0 +1,744 @@
+/* mglaunch's option parsing and checks (see opts.h, docs/cli.md). */
+#include "opts.h"
+#include "output.h"
+#include "mg_err.h"
+#include "net.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_kind {
+    OPT_FLAG,
+    OPT_VALUE,
+    OPT_LIST, /* may be repeated; values accumulate */
+};
+
+enum opt_id {
+    O_NNODES,
+    O_NPROC,
+    O_RDZV_BACKEND,
+    O_RDZV_ENDPOINT,
+    O_RDZV_ID,
+    O_RDZV_CONF,
+    O_STANDALONE,
+    O_MAX_RESTARTS,
+    O_MONITOR_INTERVAL,
+    O_START_METHOD,
+    O_ROLE,
+    O_MODULE,
+    O_NO_PYTHON,
+    O_RUN_PATH,
+    O_LOG_DIR,
+    O_REDIRECTS,
+    O_TEE,
+    O_NODE_RANK,
+    O_MASTER_ADDR,
+    O_MASTER_PORT,
+    O_LOCAL_ADDR,
+    O_LOGS_SPECS,
+    O_RANKS_FILTER,
+    O_PREFIX_TMPL,
+    O_GPU_IDS,
+    O_SHUTDOWN_TIMEOUT,
+    O_HELP,
+    O_VERSION,
+    O_COUNT
+};
+
+static const struct opt_def {
+    const char *name; /* canonical spelling, underscores */
+    char shortc;
+    enum opt_kind kind;
+    int pet; /* has a PET_<NAME> fallback */
+} defs[O_COUNT] = {
+    [O_NNODES] = {"nnodes", 0, OPT_VALUE, 1},
+    [O_NPROC] = {"nproc_per_node", 0, OPT_VALUE, 1},
+    [O_RDZV_BACKEND] = {"rdzv_backend", 0, OPT_VALUE, 1},
+    [O_RDZV_ENDPOINT] = {"rdzv_endpoint", 0, OPT_VALUE, 1},
+    [O_RDZV_ID] = {"rdzv_id", 0, OPT_VALUE, 1},
+    [O_RDZV_CONF] = {"rdzv_conf", 0, OPT_VALUE, 1},
+    [O_STANDALONE] = {"standalone", 0, OPT_FLAG, 1},
+    [O_MAX_RESTARTS] = {"max_restarts", 0, OPT_VALUE, 1},
+    [O_MONITOR_INTERVAL] = {"monitor_interval", 0, OPT_VALUE, 1},
+    [O_START_METHOD] = {"start_method", 0, OPT_VALUE, 1},
+    [O_ROLE] = {"role", 0, OPT_VALUE, 1},
+    [O_MODULE] = {"module", 'm', OPT_FLAG, 1},
+    [O_NO_PYTHON] = {"no_python", 0, OPT_FLAG, 1},
+    [O_RUN_PATH] = {"run_path", 0, OPT_FLAG, 1},
+    [O_LOG_DIR] = {"log_dir", 0, OPT_VALUE, 1},
+    [O_REDIRECTS] = {"redirects", 'r', OPT_VALUE, 1},
+    [O_TEE] = {"tee", 't', OPT_VALUE, 1},
+    [O_NODE_RANK] = {"node_rank", 0, OPT_VALUE, 1},
+    [O_MASTER_ADDR] = {"master_addr", 0, OPT_VALUE, 1},
+    [O_MASTER_PORT] = {"master_port", 0, OPT_VALUE, 1},
+    [O_LOCAL_ADDR] = {"local_addr", 0, OPT_VALUE, 1},
+    [O_LOGS_SPECS] = {"logs_specs", 0, OPT_VALUE, 1},
+    [O_RANKS_FILTER] = {"local_ranks_filter", 0, OPT_VALUE, 1},
+    [O_PREFIX_TMPL] = {"log_line_prefix_template", 0, OPT_VALUE, 1},
+    [O_GPU_IDS] = {"gpu_ids", 0, OPT_LIST, 1},
+    [O_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0, OPT_VALUE, 1},
+    [O_HELP] = {"help", 'h', OPT_FLAG, 0},
+    [O_VERSION] = {"version", 'V', OPT_FLAG, 0},
+};
+
+struct seen {
+    int set;
+    int from_env;
+    const char *val;
+    char src[64]; /* the spelling used: "--nproc-per-node", "-r", "PET_TEE" */
+};
+
+struct parse {
+    struct mg_launch_opts *o;
+    struct seen s[O_COUNT];
+    char *err;
+    size_t errcap;
+};
+
+__attribute__((format(printf, 2, 3))) static int fail(struct parse *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, p->errcap, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* "--nproc_per_node" or "PET_NPROC_PER_NODE (--nproc_per_node)" */
+static const char *label(struct parse *p, int id, char *buf, size_t cap)
+{
+    if (p->s[id].from_env)
+        snprintf(buf, cap, "%s (--%s)", p->s[id].src, defs[id].name);
+    else
+        snprintf(buf, cap, "%s", p->s[id].src);
+    return buf;
+}
+
+static int bad_value(struct parse *p, int id, const char *val, const char *why)
+{
+    char l[160];
+    return fail(p, "invalid value '%s' for %s: %s", val, label(p, id, l, sizeof(l)), why);
+}
+
+static int not_implemented(struct parse *p, int id, const char *what)
+{
+    char l[160];
+    snprintf(p->err, p->errcap, "%s%s%s: not implemented yet%s", label(p, id, l, sizeof(l)),
+             what ? " " : "", what ? what : "",
+             " (mglaunch runs one node for now; see docs/cli.md)");
+    return -MG_EUNSUPPORTED;
+}
+
+/* Strict decimal integer in [min, max]. */
+static int parse_int(const char *s, long min, long max, int *out)
+{
+    char *end;
+    if (!s || !*s)
+        return -EINVAL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < min || v > max || *s == ' ')
+        return -EINVAL;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *s, double min, double max, double *out)
+{
+    char *end;
+    if (!s || !*s || *s == ' ')
+        return -EINVAL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int mg_stdmap_parse(const char *s, struct mg_stdmap *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (!s || !*s)
+        return -EINVAL;
+    if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0') {
+        m->all = s[0] - '0';
+        return 0;
+    }
+    m->is_map = 1;
+    const char *p = s;
+    for (;;) {
+        /* <digits>:<0-3> */
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        long rank = 0;
+        while (*p >= '0' && *p <= '9') {
+            rank = rank * 10 + (*p - '0');
+            if (rank >= MG_MAX_NPROC)
+                return -EINVAL;
+            p++;
+        }
+        if (*p++ != ':' || *p < '0' || *p > '3')
+            return -EINVAL;
+        int val = *p++ - '0';
+        if (m->n >= MG_STDMAP_MAX)
+            return -EINVAL;
+        int k;
+        for (k = 0; k < m->n; k++) /* a repeated rank: the last one wins, like a dict */
+            if (m->e[k].rank == (int)rank)
+                break;
+        m->e[k].rank = (int)rank;
+        m->e[k].val = val;
+        if (k == m->n)
+            m->n++;
+        if (*p == '\0')
+            return 0;
+        if (*p++ != ',')
+            return -EINVAL;
+    }
+}
+
+int mg_stdmap_get(const struct mg_stdmap *m, int local_rank)
+{
+    if (!m->is_map)
+        return m->all;
+    for (int i = 0; i < m->n; i++)
+        if (m->e[i].rank == local_rank)
+            return m->e[i].val;
+    return MG_STD_NONE;
+}
+
+/* Finds a long option by name (dashes already turned into underscores):
+ * exact, else a unique prefix, as argparse allows. */
+static int find_long(struct parse *p, const char *name, const char *typed)
+{
+    int match = -1, nmatch = 0;
+    size_t n = strlen(name);
+    for (int i = 0; i < O_COUNT; i++) {
+        if (strcmp(defs[i].name, name) == 0)
+            return i;
+        if (n && strncmp(defs[i].name, name, n) == 0) {
+            match = i;
+            nmatch++;
+        }
+    }
+    if (nmatch == 1)
+        return match;
+    if (nmatch > 1) {
+        char list[256] = "";
+        size_t len = 0;
+        for (int i = 0; i < O_COUNT; i++)
+            if (strncmp(defs[i].name, name, n) == 0 && len < sizeof(list) - 40)
+                len += (size_t)snprintf(list + len, sizeof(list) - len, "%s--%s", len ? ", " : "",
+                                        defs[i].name);
+        return fail(p, "ambiguous option '%s': could be %s", typed, list);
+    }
+    return fail(p, "unknown option '%s' (see mglaunch --help)", typed);
+}
+
+static int looks_like_option(const char *s)
+{
+    if (s[0] != '-' || s[1] == '\0')
+        return 0;
+    if ((s[1] >= '0' && s[1] <= '9') || s[1] == '.') /* a negative number */
+        return 0;
+    return 1;
+}
+
+static int record(struct parse *p, int id, const char *val, const char *src)
+{
+    struct seen *s = &p->s[id];
+    struct mg_launch_opts *o = p->o;
+    snprintf(s->src, sizeof(s->src), "%s", src);
+    if (defs[id].kind == OPT_LIST) {
+        size_t have = strlen(o->gpu_ids), add = strlen(val);
+        if (s->from_env) { /* the command line replaces an env value */
+            o->gpu_ids[0] = '\0';
+            have = 0;
+            s->from_env = 0;
+        }
+        if (have + add + 2 > sizeof(o->gpu_ids))
+            return fail(p, "too many GPU ids for %s (at most %d bytes)", src, MG_GPU_IDS_MAX);
+        if (have)
+            o->gpu_ids[have++] = ',';
+        memcpy(o->gpu_ids + have, val, add + 1);
+    }
+    s->set = 1;
+    s->val = val;
+    return 0;
+}
+
+static int parse_argv(struct parse *p, int argc, char **argv, int *prog_index)
+{
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        char typed[64], name[64];
+        int id;
+
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0')
+            break; /* the program; everything after it is its own */
+        if (a[1] == '-') {
+            const char *body = a + 2, *eq = strchr(body, '=');
+            size_t n = eq ? (size_t)(eq - body) : strlen(body);
+            if (n + 3 > sizeof(typed))
+                return fail(p, "unknown option '%.60s...' (see mglaunch --help)", a);
+            snprintf(typed, sizeof(typed), "--%.*s", (int)n, body);
+            for (size_t k = 0; k < n; k++)
+                name[k] = body[k] == '-' ? '_' : body[k];
+            name[n] = '\0';
+            id = find_long(p, name, typed);
+            if (id < 0)
+                return id;
+            if (eq)
+                val = eq + 1;
+        } else {
+            id = -1;
+            for (int k = 0; k < O_COUNT; k++)
+                if (defs[k].shortc && defs[k].shortc == a[1])
+                    id = k;
+            snprintf(typed, sizeof(typed), "-%c", a[1]);
+            if (id < 0 || (defs[id].kind == OPT_FLAG && a[2]))
+                return fail(p, "unknown option '%s' (see mglaunch --help)", a);
+            if (a[2])
+                val = a[2] == '=' ? a + 3 : a + 2;
+        }
+        if (defs[id].kind == OPT_FLAG) {
+            if (val)
+                return fail(p, "option %s takes no value (got '%s')", typed, val);
+            record(p, id, "1", typed);
+            if (id == O_HELP || id == O_VERSION) {
+                *prog_index = -1;
+                return 0;
+            }
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc || looks_like_option(argv[i + 1]))
+                return fail(p, "option %s needs a value", typed);
+            val = argv[++i];
+        }
+        int rc = record(p, id, val, typed);
+        if (rc)
+            return rc;
+    }
+    *prog_index = i;
+    return 0;
+}
+
+static const char *env_get(char **env, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = env; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+static int apply_env(struct parse *p, char **env)
+{
+    for (int id = 0; id < O_COUNT; id++) {
+        char var[64];
+        if (!defs[id].pet || p->s[id].set)
+            continue;
+        size_t k = (size_t)snprintf(var, sizeof(var), "PET_");
+        for (const char *c = defs[id].name; *c && k < sizeof(var) - 1; c++)
+            var[k++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+        var[k] = '\0';
+        const char *v = env_get(env, var);
+        if (!v || !*v)
+            continue; /* empty counts as unset */
+        p->s[id].from_env = 1;
+        if (defs[id].kind == OPT_FLAG) {
+            int b;
+            snprintf(p->s[id].src, sizeof(p->s[id].src), "%s", var);
+            if (parse_int(v, INT_MIN, INT_MAX, &b))
+                return bad_value(p, id, v, "expected 0 or 1");
+            p->s[id].set = b != 0;
+            p->s[id].val = v;
+            continue;
+        }
+        int rc = record(p, id, v, var);
+        if (rc)
+            return rc;
+        p->s[id].from_env = 1;
+    }
+    return 0;
+}
+
+static int check_gpu_ids(struct parse *p)
+{
+    struct mg_launch_opts *o = p->o;
+    const char *s = o->gpu_ids;
+    o->ngpu_ids = 0;
+    if (!*s)
+        return bad_value(p, O_GPU_IDS, s, "expected GPU ids like 0,1");
+    while (*s) {
+        const char *c = strchr(s, ',');
+        size_t n = c ? (size_t)(c - s) : strlen(s);
+        char id[MG_GPU_ID_LEN];
+        int digits = 1, uuid = 1;
+        if (n == 0 || n >= sizeof(id))
+            return bad_value(p, O_GPU_IDS, o->gpu_ids, "expected GPU ids like 0,1");
+        memcpy(id, s, n);
+        id[n] = '\0';
+        for (size_t k = 0; k < n; k++) {
+            char ch = id[k];
+            if (ch < '0' || ch > '9')
+                digits = 0;
+            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') ||
+                  (ch >= 'A' && ch <= 'Z') || ch == '-' || ch == '/'))
+                uuid = 0;
+        }
+        if (strncmp(id, "GPU-", 4) && strncmp(id, "MIG-", 4))
+            uuid = 0;
+        if ((!digits || n > 5) && !uuid) {
+            char why[160];
+            snprintf(why, sizeof(why),
+                     "'%s' is not a GPU index or GPU-/MIG- UUID (expected ids like 0,1)", id);
+            return bad_value(p, O_GPU_IDS, o->gpu_ids, why);
+        }
+        /* a repeated id would put two workers on one GPU by accident */
+        for (int k = 0; k < o->ngpu_ids; k++) {
+            char other[MG_GPU_ID_LEN];
+            mg_opts_gpu_id(o, k, other, sizeof(other));
+            if (strcmp(other, id) == 0) {
+                char why[160];
+                snprintf(why, sizeof(why), "GPU id %s is listed twice", id);
+                return bad_value(p, O_GPU_IDS, o->gpu_ids, why);
+            }
+        }
+        if (++o->ngpu_ids > MG_MAX_NPROC)
+            return bad_value(p, O_GPU_IDS, o->gpu_ids, "too many GPU ids");
+        s += n + (c ? 1 : 0);
+        if (c && !*s)
+            return bad_value(p, O_GPU_IDS, o->gpu_ids, "expected GPU ids like 0,1");
+    }
+    return 0;
+}
+
+static int check_filter(struct parse *p, const char *v)
+{
+    struct mg_launch_opts *o = p->o;
+    int cap = 1;
+    for (const char *c = v; *c; c++)
+        cap += *c == ',';
+    if (cap > MG_MAX_NPROC)
+        return bad_value(p, O_RANKS_FILTER, v, "too many ranks");
+    o->ranks_filter = calloc((size_t)cap, sizeof(int));
+    if (!o->ranks_filter)
+        return fail(p, "out of memory");
+    const char *s = v;
+    for (;;) {
+        char num[16];
+        const char *c = strchr(s, ',');
+        size_t n = c ? (size_t)(c - s) : strlen(s);
+        int r;
+        if (n == 0 || n >= sizeof(num))
+            return bad_value(p, O_RANKS_FILTER, v, "expected local ranks like 0,1,2");
+        memcpy(num, s, n);
+        num[n] = '\0';
+        if (parse_int(num, 0, MG_MAX_NPROC - 1, &r))
+            return bad_value(p, O_RANKS_FILTER, v, "expected local ranks like 0,1,2");
+        o->ranks_filter[o->nranks_filter++] = r;
+        if (!c)
+            break;
+        s = c + 1;
+    }
+    return 0;
+}
+
+static int check_run_id(struct parse *p, const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > MG_RUN_ID_MAX)
+        return bad_value(p, O_RDZV_ID, v, "expected 1 to 128 characters");
+    if (strcmp(v, ".") == 0 || strcmp(v, "..") == 0 || strchr(v, '/'))
+        return bad_value(p, O_RDZV_ID, v, "it names the log directory: no '/', '.' or '..'");
+    for (const char *c = v; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return bad_value(p, O_RDZV_ID, v, "control characters are not allowed");
+    return 0;
+}
+
+/* Turns the recorded strings into values, in the order of the table. */
+static int check_values(struct parse *p)
+{
+    struct mg_launch_opts *o = p->o;
+    struct seen *s = p->s;
+    int rc;
+
+    if (s[O_NNODES].set) {
+        const char *v = s[O_NNODES].val, *colon = strchr(v, ':');
+        char a[16];
+        int lo, hi;
+        if (colon) {
+            size_t n = (size_t)(colon - v);
+            if (n >= sizeof(a))
+                return bad_value(p, O_NNODES, v, "expected N or MIN:MAX");
+            memcpy(a, v, n);
+            a[n] = '\0';
+            if (parse_int(a, 1, INT_MAX, &lo) || parse_int(colon + 1, 1, INT_MAX, &hi) || lo > hi)
+                return bad_value(p, O_NNODES, v, "expected N or MIN:MAX with 1 <= MIN <= MAX");
+        } else {
+            if (parse_int(v, 1, INT_MAX, &lo))
+                return bad_value(p, O_NNODES, v, "expected N or MIN:MAX with 1 <= MIN <= MAX");
+            hi = lo;
+        }
+        o->nnodes_min = lo;
+        o->nnodes_max = hi;
+        if (lo != 1 || hi != 1)
+            return not_implemented(p, O_NNODES, v);
+    }
+    if (s[O_NPROC].set) {
+        const char *v = s[O_NPROC].val;
+        label(p, O_NPROC, o->nproc_src, sizeof(o->nproc_src));
+        if (strcmp(v, "cpu") == 0)
+            o->nproc_kind = MG_NPROC_CPU;
+        else if (strcmp(v, "gpu") == 0)
+            o->nproc_kind = MG_NPROC_GPU;
+        else if (strcmp(v, "auto") == 0)
+            o->nproc_kind = MG_NPROC_AUTO;
+        else if (parse_int(v, 1, MG_MAX_NPROC, &o->nproc))
+            return bad_value(p, O_NPROC, v, "expected a positive integer, cpu, gpu or auto");
+    }
+    if (s[O_RDZV_BACKEND].set) {
+        const char *v = s[O_RDZV_BACKEND].val;
+        if (strcmp(v, "etcd") == 0 || strcmp(v, "etcd-v2") == 0)
+            return not_implemented(p, O_RDZV_BACKEND, v);
+        if (strcmp(v, "static") && strcmp(v, "c10d"))
+            return bad_value(p, O_RDZV_BACKEND, v, "expected static, c10d, etcd or etcd-v2");
+        o->rdzv_backend = v;
+    }
+    if (s[O_RDZV_ENDPOINT].set && *s[O_RDZV_ENDPOINT].val) {
+        struct mg_hostport hp;
+        if (mg_parse_hostport(s[O_RDZV_ENDPOINT].val, 29400, &hp))
+            return bad_value(p, O_RDZV_ENDPOINT, s[O_RDZV_ENDPOINT].val, "expected HOST[:PORT]");
+        o->rdzv_endpoint = s[O_RDZV_ENDPOINT].val;
+    }
+    if (s[O_RDZV_ID].set) {
+        if ((rc = check_run_id(p, s[O_RDZV_ID].val)))
+            return rc;
+        o->rdzv_id = s[O_RDZV_ID].val;
+    }
+    if (s[O_RDZV_CONF].set && *s[O_RDZV_CONF].val)
+        return not_implemented(p, O_RDZV_CONF, s[O_RDZV_CONF].val);
+    o->standalone = s[O_STANDALONE].set;
+    if (s[O_MAX_RESTARTS].set && parse_int(s[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts))
+        return bad_value(p, O_MAX_RESTARTS, s[O_MAX_RESTARTS].val,
+                         "expected a non-negative integer");
+    if (s[O_MONITOR_INTERVAL].set &&
+        (parse_double(s[O_MONITOR_INTERVAL].val, 0, 1e6, &o->monitor_interval) ||
+         o->monitor_interval <= 0))
+        return bad_value(p, O_MONITOR_INTERVAL, s[O_MONITOR_INTERVAL].val,
+                         "expected a positive number of seconds");
+    if (s[O_START_METHOD].set) {
+        const char *v = s[O_START_METHOD].val;
+        if (strcmp(v, "spawn") && strcmp(v, "fork") && strcmp(v, "forkserver"))
+            return bad_value(p, O_START_METHOD, v, "expected spawn, fork or forkserver");
+        o->start_method = v;
+    }
+    if (s[O_ROLE].set) {
+        const char *v = s[O_ROLE].val;
+        if (!*v || strlen(v) > 64)
+            return bad_value(p, O_ROLE, v, "expected a name of 1 to 64 characters");
+        o->role = v;
+    }
+    o->module = s[O_MODULE].set;
+    o->no_python = s[O_NO_PYTHON].set;
+    if (o->module && o->no_python)
+        return fail(p, "--no_python and --module cannot be used together");
+    if (s[O_RUN_PATH].set)
+        return not_implemented(p, O_RUN_PATH, NULL);
+    if (s[O_LOG_DIR].set) {
+        if (!*s[O_LOG_DIR].val)
+            return bad_value(p, O_LOG_DIR, "", "expected a directory");
+        if (strlen(s[O_LOG_DIR].val) > 3000)
+            return bad_value(p, O_LOG_DIR, "...", "path too long");
+        o->log_dir = s[O_LOG_DIR].val;
+    }
+    if (s[O_REDIRECTS].set && mg_stdmap_parse(s[O_REDIRECTS].val, &o->redirects))
+        return bad_value(p, O_REDIRECTS, s[O_REDIRECTS].val,
+                         "expected 0-3 or a per-rank map like 0:3,1:1");
+    if (s[O_TEE].set && mg_stdmap_parse(s[O_TEE].val, &o->tee))
+        return bad_value(p, O_TEE, s[O_TEE].val, "expected 0-3 or a per-rank map like 0:3,1:1");
+    if (s[O_NODE_RANK].set) {
+        if (parse_int(s[O_NODE_RANK].val, 0, INT_MAX, &o->node_rank))
+            return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "expected a non-negative integer");
+        if (o->node_rank >= o->nnodes_max)
+            return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "must be less than --nnodes");
+    }
+    if (s[O_MASTER_ADDR].set) {
+        const char *v = s[O_MASTER_ADDR].val;
+        if (!*v || strlen(v) >= MG_HOST_MAX || strpbrk(v, " \t\n/"))
+            return bad_value(p, O_MASTER_ADDR, v, "expected a host name or address");
+        o->master_addr = v;
+    }
+    if (s[O_MASTER_PORT].set && parse_int(s[O_MASTER_PORT].val, 0, 65535, &o->master_port))
+        return bad_value(p, O_MASTER_PORT, s[O_MASTER_PORT].val,
+                         "expected a port number from 0 to 65535");
+    if (s[O_LOCAL_ADDR].set)
+        return not_implemented(p, O_LOCAL_ADDR, s[O_LOCAL_ADDR].val);
+    if (s[O_LOGS_SPECS].set)
+        return not_implemented(p, O_LOGS_SPECS, s[O_LOGS_SPECS].val);
+    if (s[O_RANKS_FILTER].set) {
+        label(p, O_RANKS_FILTER, o->filter_src, sizeof(o->filter_src));
+        if ((rc = check_filter(p, s[O_RANKS_FILTER].val)))
+            return rc;
+    }
+    if (s[O_PREFIX_TMPL].set) {
+        const char *v = s[O_PREFIX_TMPL].val, *bad = NULL;
+        char out[1024];
+        struct mg_prefix_vars vars = {"default", 0, 0, "host"};
+        if (strlen(v) > MG_PREFIX_TMPL_MAX)
+            return bad_value(p, O_PREFIX_TMPL, v, "longer than 256 characters");
+        if (mg_prefix_expand(v, &vars, out, sizeof(out), &bad) == -EINVAL) {
+            char why[200];
+            snprintf(why, sizeof(why),
+                     "unknown placeholder at '%.20s' (known: ${role_name}, ${local_rank}, "
+                     "${rank}, ${hostname}; $$ for $)",
+                     bad ? bad : "");
+            return bad_value(p, O_PREFIX_TMPL, v, why);
+        }
+        o->prefix_template = v;
+    }
+    if (s[O_GPU_IDS].set) {
+        label(p, O_GPU_IDS, o->gpu_ids_src, sizeof(o->gpu_ids_src));
+        if ((rc = check_gpu_ids(p)))
+            return rc;
+    }
+    if (s[O_SHUTDOWN_TIMEOUT].set &&
+        parse_double(s[O_SHUTDOWN_TIMEOUT].val, 0, 1e6, &o->shutdown_timeout))
+        return bad_value(p, O_SHUTDOWN_TIMEOUT, s[O_SHUTDOWN_TIMEOUT].val,
+                         "expected a number of seconds (0 or more)");
+    return 0;
+}
+
+int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, char *err,
+                  size_t errcap)
+{
+    struct parse p = {.o = o, .err = err, .errcap = errcap};
+    int prog = 0, rc;
+
+    memset(o, 0, sizeof(*o));
+    o->nproc_kind = MG_NPROC_NUM;
+    o->nproc = 1;
+    o->nnodes_min = o->nnodes_max = 1;
+    o->rdzv_backend = "static";
+    o->monitor_interval = 5;
+    o->start_method = "spawn";
+    o->role = "default";
+    o->master_port = -1;
+    o->shutdown_timeout = 30;
+    snprintf(o->nproc_src, sizeof(o->nproc_src), "--nproc_per_node");
+    snprintf(o->gpu_ids_src, sizeof(o->gpu_ids_src), "--gpu_ids");
+    snprintf(o->filter_src, sizeof(o->filter_src), "--local_ranks_filter");
+    if (err && errcap)
+        err[0] = '\0';
+
+    if ((rc = parse_argv(&p, argc, argv, &prog)))
+        return rc;
+    if (prog < 0) {
+        o->help = p.s[O_HELP].set;
+        o->version = p.s[O_VERSION].set;
+        return 0;
+    }
+    if ((rc = apply_env(&p, env)))
+        return rc;
+    if ((rc = check_values(&p)))
+        return rc;
+    if (prog >= argc)
+        return fail(&p, "missing the program to run (usage: mglaunch [options] PROGRAM "
+                        "[ARGS...]; see mglaunch --help)");
+    o->prog_argv = argv + prog;
+    o->prog_argc = argc - prog;
+    return 0;
+}
+
+int mg_opts_resolve(struct mg_launch_opts *o, const struct mg_host_info *host, char *err,
+                    size_t errcap)
+{
+    int n = o->nproc;
+    switch (o->nproc_kind) {
+    case MG_NPROC_NUM:
+        break;
+    case MG_NPROC_CPU:
+        n = host->ncpu;
+        break;
+    case MG_NPROC_GPU:
+        n = o->ngpu_ids ? o->ngpu_ids : host->ngpu;
+        if (n <= 0) {
+            snprintf(err, errcap, "invalid value 'gpu' for %s: no GPU found (%s)", o->nproc_src,
+                     host->no_gpu_why ? host->no_gpu_why : "none visible");
+            return -EINVAL;
+        }
+        break;
+    case MG_NPROC_AUTO:
+        n = o->ngpu_ids ? o->ngpu_ids : host->ngpu > 0 ? host->ngpu : host->ncpu;
+        break;
+    }
+    if (n < 1)
+        n = 1;
+    if (n > MG_MAX_NPROC)
+        n = MG_MAX_NPROC;
+    o->nproc = n;
+    if (o->ngpu_ids && o->ngpu_ids < n) {
+        snprintf(err, errcap,
+                 "invalid value '%s' for %s: %d GPU id%s for %d workers; give one id per worker",
+                 o->gpu_ids, o->gpu_ids_src, o->ngpu_ids, o->ngpu_ids == 1 ? "" : "s", n);
+        return -EINVAL;
+    }
+    for (int i = 0; i < o->nranks_filter; i++)
+        if (o->ranks_filter[i] >= n) {
+            snprintf(err, errcap, "invalid value '%d' for %s: no local rank %d (%d workers)",
+                     o->ranks_filter[i], o->filter_src, o->ranks_filter[i], n);
+            return -EINVAL;
+        }
+    return 0;
+}
+
+int mg_opts_rank_shown(const struct mg_launch_opts *o, int local_rank)
+{
+    if (!o->ranks_filter)
+        return 1;
+    for (int i = 0; i < o->nranks_filter; i++)
+        if (o->ranks_filter[i] == local_rank)
+            return 1;
+    return 0;
+}
+
+int mg_opts_gpu_id(const struct mg_launch_opts *o, int i, char *buf, size_t cap)
+{
+    const char *s = o->gpu_ids;
+    while (i > 0 && s) {
+        s = strchr(s, ',');
+        if (s)
+            s++;
+        i--;
+    }
+    if (!s || !*s || i < 0)
+        return -ENOENT;
+    size_t n = strcspn(s, ",");
+    if (n >= cap)
+        return -ENAMETOOLONG;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return 0;
+}
+
+void mg_opts_release(struct mg_launch_opts *o)
+{
+    free(o->ranks_filter);
+    o->ranks_filter = NULL;
+    o->nranks_filter = 0;
+}

@@ -1,0 +1,129 @@
+/* The end-of-run failure summary (see summary.h). */
+#include "summary.h"
+#include "output.h"
+#include "proc.h"
+
+#include <string.h>
+#include <time.h>
+
+void mg_format_time_ms(int64_t wall_ms, char *buf, size_t cap)
+{
+    time_t t = (time_t)(wall_ms / 1000);
+    struct tm tm;
+    char s[32];
+    localtime_r(&t, &tm);
+    strftime(s, sizeof(s), "%Y-%m-%d %H:%M:%S", &tm);
+    mg_fmt(buf, cap, "%s.%03d", s, (int)(wall_ms % 1000));
+}
+
+void mg_format_duration_ms(int64_t ms, char *buf, size_t cap)
+{
+    if (ms < 0)
+        ms = 0;
+    if (ms < 1000)
+        mg_fmt(buf, cap, "%lld ms", (long long)ms);
+    else if (ms < 60000)
+        mg_fmt(buf, cap, "%.1f s", (double)ms / 1000.0);
+    else if (ms < 3600000)
+        mg_fmt(buf, cap, "%lldm%02llds", (long long)(ms / 60000), (long long)(ms / 1000 % 60));
+    else
+        mg_fmt(buf, cap, "%lldh%02lldm", (long long)(ms / 3600000), (long long)(ms / 60000 % 60));
+}
+
+void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
+{
+    char sig[32];
+    if (fl->exec_errno)
+        mg_fmt(buf, cap, "could not be executed: %s (exit code %d)", strerror(fl->exec_errno),
+               fl->exit_code);
+    else if (fl->signo)
+        mg_fmt(buf, cap, "was killed by %s (exit code %d)", mg_signame(fl->signo, sig, sizeof(sig)),
+               fl->exit_code);
+    else
+        mg_fmt(buf, cap, "exited with code %d", fl->exit_code);
+}
+
+/* Prints text with every line indented. */
+static void indented(FILE *f, const char *text, const char *indent)
+{
+    const char *p = text;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        fprintf(f, "%s%.*s\n", indent, (int)n, p);
+        p += n + (nl ? 1 : 0);
+    }
+}
+
+void mg_summary_print(FILE *f, const struct mg_agent_result *r)
+{
+    char d[256], t[64], sig[32];
+
+    if (r->signo) {
+        fprintf(f, "mglaunch: stopped by %s after %d attempt%s; exit code %d\n",
+                mg_signame(r->signo, sig, sizeof(sig)), r->rounds, r->rounds == 1 ? "" : "s",
+                r->exit_code);
+        if (!r->nfailures)
+            return;
+    }
+    if (r->error && !r->nfailures) {
+        fprintf(f, "mglaunch: %s\n", r->error_msg);
+        return;
+    }
+    if (!r->nfailures)
+        return;
+    fprintf(f, "mglaunch: FAILED: run %s, %d attempt%s (%d restart%s); exit code %d\n", r->run_id,
+            r->rounds, r->rounds == 1 ? "" : "s", r->restarts, r->restarts == 1 ? "" : "s",
+            r->exit_code);
+    for (int i = 0; i < r->rounds && r->attempts; i++) {
+        const struct mg_attempt_summary *a = &r->attempts[i];
+        mg_format_duration_ms(a->duration_ms, t, sizeof(t));
+        fprintf(f, "  attempt %d (restart %d, %s): ", a->attempt, a->restart_count, t);
+        if (a->first_failure >= 0) {
+            const struct mg_failure *fl = &r->failures[a->first_failure];
+            mg_failure_describe(fl, d, sizeof(d));
+            fprintf(f, "rank %d (local rank %d, pid %d) %s", fl->rank, fl->local_rank, (int)fl->pid,
+                    d);
+            if (a->nfailed > 1)
+                fprintf(f, "; %d more failed", a->nfailed - 1);
+            if (a->nstopped)
+                fprintf(f, "; %d stopped", a->nstopped);
+            fputc('\n', f);
+        } else if (a->nfailed) {
+            fprintf(f, "%d failed\n", a->nfailed);
+        } else {
+            fprintf(f, "%s\n", a->nstopped ? "stopped" : "succeeded");
+        }
+    }
+    if (r->failures_dropped)
+        fprintf(f, "  (%d more failures not listed)\n", r->failures_dropped);
+
+    const struct mg_root_cause *rc = &r->root;
+    mg_failure_describe(&rc->f, d, sizeof(d));
+    mg_format_time_ms(rc->f.wall_ms, t, sizeof(t));
+    fprintf(f, "Root cause (first failure):\n");
+    fprintf(f, "  rank      : %d (local rank %d)\n", rc->f.rank, rc->f.local_rank);
+    fprintf(f, "  host      : %s\n", rc->host);
+    fprintf(f, "  pid       : %d\n", (int)rc->f.pid);
+    fprintf(f, "  attempt   : %d (restart %d)\n", rc->f.attempt, rc->f.restart_count);
+    fprintf(f, "  time      : %s\n", t);
+    fprintf(f, "  exit      : %s\n", d);
+    if (rc->error_file[0])
+        fprintf(f, "  error file: %s\n", rc->error_file);
+    if (rc->message[0])
+        fprintf(f, "  message   : %s\n", rc->message);
+    if (rc->traceback[0]) {
+        fprintf(f, "  traceback :\n");
+        indented(f, rc->traceback, "    ");
+    }
+    if (!rc->message[0] && !rc->traceback[0]) {
+        if (rc->stderr_tail[0]) {
+            fprintf(f, "  stderr (last lines):\n");
+            indented(f, rc->stderr_tail, "    ");
+        } else {
+            fprintf(f, "  stderr    : (empty)\n");
+        }
+    }
+    fprintf(f, "  logs      : %s%s\n", rc->log_path,
+            rc->logs_saved ? "" : " (stdout/stderr not saved: use --log_dir)");
+}

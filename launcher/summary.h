@@ -1,0 +1,24 @@
+/* The failure summary mglaunch prints at the end of a run that did not
+ * succeed: one block covering every attempt, then the root cause (the first
+ * failure) with its error-file message or the last lines of its stderr. */
+#ifndef MG_SUMMARY_H
+#define MG_SUMMARY_H
+
+#include "agent.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Writes the summary for a run that did not succeed to f. */
+void mg_summary_print(FILE *f, const struct mg_agent_result *r);
+
+/* "exited with code 3", "killed by SIGSEGV", "could not be executed (...)". */
+void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap);
+
+/* "2024-05-01 12:00:00.123" in local time. */
+void mg_format_time_ms(int64_t wall_ms, char *buf, size_t cap);
+
+/* "850 ms", "12.3 s", "1h02m" */
+void mg_format_duration_ms(int64_t ms, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,95 @@
+#!/bin/sh
+# mglaunch's command line against the real binary: every bad input exits 2
+# with one line naming the flag and the value; torchrun flags that are not
+# implemented yet are refused, never ignored; --help and --version.
+# timeout: 60
+. "$(dirname "$0")/../lib.sh"
+FW=$HELPERS/fakeworker
+for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+export TMPDIR=$T
+unset CUDA_VISIBLE_DEVICES
+
+# bad WANT_REGEX ARGS...: exit 2, exactly one line on stderr matching WANT_REGEX, nothing run
+bad() {
+    want=$1
+    shift
+    "$MGLAUNCH" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    is "$rc" 2 "exit 2: $*"
+    is "$(wc -l <"$T/err" | tr -d ' ')" 1 "one line: $*"
+    like "$(cat "$T/err")" "^mglaunch: .*$want" "names the problem: $*"
+}
+
+bad "invalid value '0' for --nproc_per_node: expected a positive integer, cpu, gpu or auto" \
+    --nproc_per_node 0 "$FW"
+bad "invalid value 'abc' for --nproc_per_node" --nproc_per_node abc "$FW"
+bad "invalid value 'abc' for --nproc-per-node" --nproc-per-node=abc "$FW"
+bad "invalid value '0' for --gpu_ids: 1 GPU id for 2 workers" --nproc_per_node 2 --gpu_ids 0 "$FW"
+bad "unknown option '--bogus'" --bogus "$FW"
+bad "unknown option '-x'" -x "$FW"
+bad "missing the program" --nproc_per_node 2
+bad "invalid value '-1' for --max_restarts" --max_restarts -1 "$FW"
+bad "invalid value '5' for -t" -t 5 "$FW"
+bad "invalid value '0:3,x' for --redirects" --redirects 0:3,x "$FW"
+bad "invalid value '99999' for --master_port" --master_port 99999 "$FW"
+bad "needs a value" --nproc_per_node
+bad "option --standalone takes no value" --standalone=yes "$FW"
+bad "invalid value '\\\$\\{bogus\\}' for --log_line_prefix_template" \
+    --log_line_prefix_template '${bogus}' "$FW"
+bad "invalid value 'a/b' for --rdzv_id" --rdzv_id a/b "$FW"
+export PET_NPROC_PER_NODE=x
+bad "invalid value 'x' for PET_NPROC_PER_NODE \\(--nproc_per_node\\)" "$FW"
+unset PET_NPROC_PER_NODE
+bad "no local rank 4" --nproc_per_node 2 --local_ranks_filter 4 "$FW"
+bad "ambiguous option '--n'" --n 2 "$FW"
+bad "cannot be used together" --no_python -m x
+
+# torchrun features for later issues: refused, exit 2
+bad "--nnodes 2: not implemented yet" --nnodes 2 "$FW"
+bad "--nnodes 1:4: not implemented yet" --nnodes=1:4 "$FW"
+bad "--rdzv_backend etcd: not implemented yet" --rdzv_backend etcd "$FW"
+bad "--rdzv-backend etcd-v2: not implemented yet" --rdzv-backend etcd-v2 "$FW"
+export PET_RDZV_BACKEND=etcd
+bad "PET_RDZV_BACKEND \\(--rdzv_backend\\) etcd: not implemented yet" "$FW"
+unset PET_RDZV_BACKEND
+bad "--rdzv_conf join_timeout=5: not implemented yet" --rdzv_conf join_timeout=5 "$FW"
+bad "--run_path: not implemented yet" --run_path "$FW"
+
+if [ -z "$(ls /dev/nvidia[0-9]* 2>/dev/null)" ] && [ ! -d /proc/driver/nvidia/gpus ]; then
+    bad "invalid value 'gpu' for --nproc_per_node: no GPU found" --nproc_per_node gpu "$FW"
+    export CUDA_VISIBLE_DEVICES=0
+    bad "no GPU found" --nproc_per_node gpu "$FW"
+else
+    export CUDA_VISIBLE_DEVICES=
+    bad "no GPU found \\(CUDA_VISIBLE_DEVICES='' hides" --nproc_per_node gpu "$FW"
+fi
+unset CUDA_VISIBLE_DEVICES
+
+# the forms that work
+for form in "--nproc_per_node 2" "--nproc-per-node 2" "--nproc_per_node=2" "--nproc-per-node=2" \
+    "--nproc 2"; do
+    # shellcheck disable=SC2086
+    out=$("$MGLAUNCH" $form "$FW" out x 2>&1)
+    is "$out" "x
+x" "two workers with $form"
+done
+out=$("$MGLAUNCH" --nnodes 1 --nnodes=1:1 --standalone --node_rank 0 --monitor_interval 0.1 \
+    --start_method spawn --rdzv_backend c10d --rdzv_endpoint localhost:29400 --rdzv_id cli \
+    --master_addr 127.0.0.1 --master_port 0 "$FW" out ok 2>&1)
+is "$out" ok "single-node torchrun flags accepted"
+"$MGLAUNCH" --nproc_per_node auto "$FW" >/dev/null 2>&1
+is $? 0 "--nproc_per_node auto works without a GPU (CPU count)"
+"$MGLAUNCH" --nproc_per_node cpu --local_ranks_filter 0 "$FW" >/dev/null 2>&1
+is $? 0 "--nproc_per_node cpu"
+
+out=$("$MGLAUNCH" --help)
+is $? 0 "--help exits 0"
+like "$out" "^usage: mglaunch \\[options\\] PROGRAM" "--help shows the usage"
+like "$out" "--nproc_per_node N\\|cpu\\|gpu\\|auto" "--help lists the flags"
+like "$("$MGLAUNCH" -h)" "^usage:" "-h"
+like "$("$MGLAUNCH" --version)" "^mglaunch [0-9]+\\.[0-9]+\\.[0-9]+" "--version"
+like "$("$MGLAUNCH" logs --help)" "^usage: mglaunch logs" "logs --help"
+"$MGLAUNCH" logs "$T" --tail abc >/dev/null 2>"$T/err"
+is $? 2 "mglaunch logs with a bad value exits 2"
+like "$(cat "$T/err")" "invalid value 'abc' for --tail" "and says which"
+done_testing

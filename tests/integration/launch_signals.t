@@ -1,0 +1,109 @@
+#!/bin/sh
+# Signals: SIGTERM forwarded to every worker group, SIGKILL for one that ignores
+# it once --shutdown_timeout is over; a second SIGINT kills at once; SIGUSR1
+# forwarded only; SIGHUP and SIGQUIT; exit codes 128+signal. And the launcher
+# SIGKILLed: no worker or grandchild survives 2 s later.
+# timeout: 120
+. "$(dirname "$0")/../lib.sh"
+FW=$HELPERS/fakeworker
+for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+export TMPDIR=$T
+L=$T/logs
+
+# alive PID: exists and is not a zombie waiting for its reaper
+alive() { [ -r "/proc/$1/stat" ] && ! grep -q ') Z ' "/proc/$1/stat"; }
+none_alive() {
+    for p in "$@"; do alive "$p" && return 1; done
+    return 0
+}
+ready() { # ready N PREFIX: PREFIX.0 .. PREFIX.N-1 exist
+    i=0
+    while [ $i -lt "$1" ]; do
+        [ -e "$2.$i" ] || return 1
+        i=$((i + 1))
+    done
+}
+pids_of() { cat "$@" 2>/dev/null | tr '\n' ' '; }
+
+# ---- SIGTERM forwarded; the worker that ignores it is SIGKILLed after the grace period
+bg "$MGLAUNCH" --log_dir "$L" --rdzv_id term --nproc_per_node 3 --shutdown_timeout 0.5 "$FW" \
+    'if' rank=2 ignore-term 'if' rank=0 on-term 7 'if' rank=1 on-term 8 \
+    pidfile "$T/term.pid.\${local_rank}" touch "$T/term.\${local_rank}" pause \
+    >"$T/out" 2>"$T/err"
+pid=$!
+ok wait_for 10 ready 3 "$T/term"
+kill -TERM "$pid"
+wait "$pid"
+is $? 143 "SIGTERM: exit code 143"
+is "$(grep -c 'got SIGTERM' "$T/err")" 2 "the two handling workers got SIGTERM"
+ev=$L/term/events.jsonl
+like "$(grep '"event":"kill"' "$ev")" '"reason":"grace period over"' \
+    "the one ignoring it was SIGKILLed after the grace period"
+like "$(grep '"local_rank":2' "$ev" | grep worker_exit)" '"signal":"SIGKILL"' "rank 2 died by SIGKILL"
+like "$(grep '"local_rank":0' "$ev" | grep worker_exit)" '"outcome":"stopped","exit_code":7' \
+    "rank 0 stopped (exit 7 from its handler)"
+ok none_alive $(pids_of "$T"/term.pid.*)
+like "$(cat "$T/err")" "stopped by SIGTERM after 1 attempt; exit code 143" "summary line"
+like "$(tail -n 1 "$ev")" '"event":"run_end","time_ms":[0-9]+,"result":"signaled","exit_code":143' \
+    "run_end in the event log"
+
+# A script's background job starts with SIGINT and SIGQUIT ignored, and
+# mglaunch keeps a signal ignored that was ignored when it started: restore them.
+DFL="env --default-signal=INT,QUIT"
+
+# ---- SIGINT twice: the second kills at once (the workers ignore SIGINT here)
+bg $DFL "$MGLAUNCH" --log_dir "$L" --rdzv_id int --nproc_per_node 2 --shutdown_timeout 60 "$FW" \
+    trap INT "$T/int.got.\${local_rank}" touch "$T/int.\${local_rank}" sleep 60 \
+    >"$T/out" 2>"$T/err"
+pid=$!
+ok wait_for 10 ready 2 "$T/int"
+kill -INT "$pid"
+ok wait_for 10 ready 2 "$T/int.got" # forwarded to both
+kill -INT "$pid"
+wait "$pid"
+is $? 130 "SIGINT twice: exit code 130, without waiting out the 60 s grace period"
+like "$(grep '"event":"kill"' "$L/int/events.jsonl")" '"reason":"second signal"' "killed on the second"
+like "$(cat "$T/err")" "SIGINT again: killing the workers now" "said so"
+
+# ---- SIGUSR1 is forwarded and nothing else happens
+bg "$MGLAUNCH" --log_dir "$L" --rdzv_id usr --nproc_per_node 2 "$FW" \
+    trap USR1 "$T/usr.got.\${local_rank}" touch "$T/usr.\${local_rank}" sleep 1 \
+    >"$T/out" 2>"$T/err"
+pid=$!
+ok wait_for 10 ready 2 "$T/usr"
+kill -USR1 "$pid"
+wait "$pid"
+is $? 0 "SIGUSR1: the run goes on and succeeds"
+is "$(cat "$T/usr.got.0" "$T/usr.got.1")" "USR1
+USR1" "every worker got SIGUSR1"
+
+# ---- SIGHUP and SIGQUIT stop the run like SIGTERM
+for sn in HUP:1 QUIT:3; do
+    s=${sn%:*}
+    bg $DFL "$MGLAUNCH" --nproc_per_node 2 "$FW" touch "$T/$s.\${local_rank}" pause >/dev/null 2>&1
+    pid=$!
+    ok wait_for 10 ready 2 "$T/$s"
+    kill -"$s" "$pid"
+    wait "$pid"
+    is $? $((128 + ${sn#*:})) "SIG$s: exit code 128+signal"
+done
+
+# ---- an ignored signal stays ignored (nohup)
+bg "$MGLAUNCH" --nproc_per_node 1 "$FW" touch "$T/ign.0" sleep 1 >/dev/null 2>&1
+pid=$!
+ok wait_for 10 ready 1 "$T/ign"
+kill -INT "$pid" # ignored by this background job since it started
+wait "$pid"
+is $? 0 "a signal ignored at start is ignored: the run completes"
+
+# ---- the launcher SIGKILLed: workers and their children die with it
+bg "$MGLAUNCH" --nproc_per_node 3 "$FW" grandchild "$T/gc.\${local_rank}" \
+    pidfile "$T/w.\${local_rank}" touch "$T/k.\${local_rank}" sleep 60 >/dev/null 2>&1
+pid=$!
+ok wait_for 10 ready 3 "$T/k"
+ok wait_for 10 ready 3 "$T/gc"
+victims=$(pids_of "$T"/w.* "$T"/gc.*)
+is "$(echo $victims | wc -w | tr -d ' ')" 6 "three workers and three grandchildren running"
+kill -KILL "$pid"
+ok wait_for 2 none_alive $victims
+done_testing
