@@ -980,6 +980,16 @@ const char *mg_etcd_api_prefix(const struct mg_kv *kv)
     return ((const struct mg_etcd *)kv)->api;
 }
 
+int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
+{
+    const struct mg_etcd *e = (const struct mg_etcd *)kv;
+    char *ip = NULL;
+    if (e->c.easy_getinfo(e->h, CURLINFO_LOCAL_IP, &ip) != CURLE_OK || !ip || !*ip)
+        return -ENOTCONN;
+    snprintf(buf, len, "%s", ip);
+    return 0;
+}
+
 int64_t mg_etcd_lease_id(const struct mg_kv *kv)
 {
     return ((const struct mg_etcd *)kv)->lease;

@@ -32,6 +32,8 @@ int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *opts, char *err,
 /* The gateway path prefix in use ("/v3/", or "/v3beta/" for etcd 3.3),
  * known after the first successful request; NULL before. */
 const char *mg_etcd_api_prefix(const struct mg_kv *kv);
+/* The local address of the last connection to etcd. */
+int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len);
 /* The lease currently held (0 = none yet). */
 int64_t mg_etcd_lease_id(const struct mg_kv *kv);
 

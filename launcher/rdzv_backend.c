@@ -5,6 +5,8 @@
 #include "mg_err.h"
 #include "net.h"
 #include "rdzv_proto.h"
+#include "rdzv_store.h"
+#include "store.h"
 
 #include <errno.h>
 #include <ifaddrs.h>
@@ -117,6 +119,98 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
     return rc;
 }
 
+struct mg_rdzv_host {
+    struct mg_store_server *srv;
+    int port;
+};
+
+static int host_store(const struct mg_rdzv_setup *s, int port, struct mg_rdzv_host **out, char *err,
+                      size_t errlen)
+{
+    struct mg_store_server_opts so = {.port = port, .token = s->conf->token};
+    struct mg_rdzv_host *h = calloc(1, sizeof(*h));
+    int rc;
+
+    if (!h)
+        return -ENOMEM;
+    /* Every interface: the other nodes reach it by the endpoint's name. */
+    rc = mg_store_server_start(&h->srv, &so);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot host the rendezvous store on port %d: %s", port,
+                 mg_strerror(rc));
+        free(h);
+        return rc;
+    }
+    /* The store client blocks in poll() on its own socket, so the store this
+     * agent hosts is served from a thread rather than the agent's loop. */
+    rc = mg_store_server_start_thread(h->srv);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot start the rendezvous store: %s", mg_strerror(rc));
+        mg_store_server_release(h->srv);
+        free(h);
+        return rc;
+    }
+    h->port = mg_store_server_port(h->srv);
+    *out = h;
+    return 0;
+}
+
+static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct mg_rdzv_host **host,
+                      char *err, size_t errlen)
+{
+    const struct mg_rdzv_conf *c = s->conf;
+    struct mg_hostport hp;
+    int rc, hosting;
+    char last[512] = "";
+
+    if (mg_parse_hostport(s->endpoint, MG_RDZV_DEFAULT_PORT, &hp) < 0) {
+        snprintf(err, errlen, "--rdzv_endpoint '%s': expected host[:port]", s->endpoint);
+        return -EINVAL;
+    }
+    if (s->backend == MG_RDZV_STATIC)
+        hosting = c->is_host >= 0 ? c->is_host : s->node_rank == 0;
+    else
+        hosting = c->is_host >= 0 ? c->is_host : mg_rdzv_is_local_host(hp.host);
+    if (hosting) {
+        rc = host_store(s, hp.port, host, err, errlen);
+        /* Guessed, and another agent on this machine hosts it: be its client. */
+        if (rc == -EADDRINUSE && c->is_host < 0 && s->backend == MG_RDZV_C10D)
+            rc = 0;
+        else if (rc < 0)
+            return rc;
+    }
+
+    struct mg_kv_store_opts o = {
+        .host = hp.host,
+        .port = hp.port,
+        .token = c->token,
+        .timeout_ms = c->read_timeout_ms < c->heartbeat_timeout_ms ? c->read_timeout_ms
+                                                                   : c->heartbeat_timeout_ms,
+        .lease_ms = c->heartbeat_timeout_ms - c->heartbeat_interval_ms,
+    };
+    /* Retry in steps of at most a second, so that abort_fd is honoured. */
+    for (;;) {
+        int left = mg_ms_until(s->deadline_ms);
+        o.connect_timeout_ms = left < 1000 ? (left > 0 ? left : 1) : 1000;
+        rc = mg_kv_store_open(kv, &o, last, sizeof(last));
+        if (rc == 0)
+            return 0;
+        if (!transient(rc) || mg_now_ms() >= s->deadline_ms)
+            break;
+        if (pause_ms(s->abort_fd, 0) < 0) {
+            rc = -EINTR;
+            break;
+        }
+    }
+    snprintf(err, errlen, "%s%s", last,
+             rc == -EINTR    ? " (interrupted)"
+             : transient(rc) ? " (gave up at join_timeout)"
+                             : "");
+    mg_rdzv_host_release(*host);
+    *host = NULL;
+    return rc;
+}
+
 int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
                          struct mg_rdzv_host **host, char *ns, size_t nslen, char *err,
                          size_t errlen)
@@ -135,16 +229,23 @@ int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
     case MG_RDZV_C10D:
     case MG_RDZV_STATIC:
         snprintf(ns, nslen, "/mg/rdzv/%s", s->run_id);
-        snprintf(err, errlen, "the %s backend needs the mg store, not built in yet",
-                 mg_rdzv_backend_name(s->backend));
-        return -MG_EUNSUPPORTED;
+        return open_store(s, kv, host, err, errlen);
     }
     return -EINVAL;
 }
 
+int mg_rdzv_backend_local_addr(struct mg_kv *kv, char *buf, size_t len)
+{
+    if (strcmp(kv->ops->name, "store") == 0)
+        return mg_sock_local_addr(mg_kv_store_fd(kv), buf, len);
+    if (strcmp(kv->ops->name, "etcd") == 0)
+        return mg_etcd_local_addr(kv, buf, len);
+    return -MG_EUNSUPPORTED;
+}
+
 int mg_rdzv_host_pollfds(struct mg_rdzv_host *h, struct pollfd *fds, int max)
 {
-    return 0;
+    return 0; /* served by its thread */
 }
 
 int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n)
@@ -159,9 +260,13 @@ int mg_rdzv_host_timeout_ms(const struct mg_rdzv_host *h)
 
 int mg_rdzv_host_port(const struct mg_rdzv_host *h)
 {
-    return 0;
+    return h ? h->port : 0;
 }
 
 void mg_rdzv_host_release(struct mg_rdzv_host *h)
 {
+    if (!h)
+        return;
+    mg_store_server_release(h->srv);
+    free(h);
 }

@@ -1,6 +1,6 @@
 /* Opening a rendezvous backend from --rdzv_backend / --rdzv_endpoint /
  * --rdzv_conf: the etcd client, or the mg store client (and, on the endpoint
- * host, the store server itself, served from the launcher's poll loop). Name
+ * host, the store server itself). Name
  * resolution and refused connections are retried until a deadline, since on
  * Kubernetes a service name may not be published yet when the pod starts. */
 #ifndef MG_RDZV_BACKEND_H
@@ -41,6 +41,10 @@ int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n
 int mg_rdzv_host_timeout_ms(const struct mg_rdzv_host *h);
 int mg_rdzv_host_port(const struct mg_rdzv_host *h);
 void mg_rdzv_host_release(struct mg_rdzv_host *h);
+
+/* The local address of this agent's connection to the backend: the address
+ * the other nodes most likely reach it at. */
+int mg_rdzv_backend_local_addr(struct mg_kv *kv, char *buf, size_t len);
 
 /* Whether host names this machine: a loopback address, or an address one of
  * its interfaces holds (decided by binding to it). */

@@ -1171,6 +1171,43 @@ void mg_rdzv_leave(struct mg_rdzv *r)
     r->formed = 0;
 }
 
+void mg_rdzv_close(struct mg_rdzv *r, int hosting, const char *why)
+{
+    struct state st;
+    int64_t deadline = mg_now_ms() + r->conf.close_timeout_ms;
+
+    r->formed = 0;
+    if (!hosting) {
+        mg_rdzv_leave(r);
+        return;
+    }
+    if (state_read(r, &st) < 0)
+        return;
+    if (st.status == 'r') {
+        struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
+        snprintf(f.host, sizeof(f.host), "%s", r->host);
+        snprintf(f.message, sizeof(f.message), "the agent hosting the rendezvous store exited%s%s",
+                 why && *why ? ": " : "", why ? why : "");
+        char keep[MG_RDZV_MSG_MAX];
+        snprintf(keep, sizeof(keep), "%s", r->msg);
+        mark_failed(r, &st, &f);
+        snprintf(r->msg, sizeof(r->msg), "%s", keep);
+    }
+    mg_rdzv_leave(r);
+    /* The store goes away with this process: let the others read the outcome. */
+    while (mg_now_ms() < deadline) {
+        struct mg_kv_entry *alive = NULL;
+        int na = 0;
+        size_t skip;
+        if (list_alive(r, &alive, &na, &skip) < 0)
+            return;
+        mg_kv_free_list(alive, na);
+        if (na == 0)
+            return;
+        poll(NULL, 0, 20);
+    }
+}
+
 enum mg_rdzv_reason mg_rdzv_last_reason(const struct mg_rdzv *r)
 {
     return r->reason;

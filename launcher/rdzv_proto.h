@@ -128,6 +128,12 @@ int mg_rdzv_finish(struct mg_rdzv *r);
  * others notice at once rather than a heartbeat timeout later. */
 void mg_rdzv_leave(struct mg_rdzv *r);
 
+/* The last call before exiting. Leaves the rendezvous; and when this agent
+ * hosts the store (hosting), the job cannot go on without it: unless the job
+ * already finished or failed, marks it failed with why, then waits, at most
+ * close_timeout, until the other agents have seen the outcome and gone. */
+void mg_rdzv_close(struct mg_rdzv *r, int hosting, const char *why);
+
 enum mg_rdzv_reason mg_rdzv_last_reason(const struct mg_rdzv *r);
 /* A human-readable line about the last event or error. */
 const char *mg_rdzv_message(const struct mg_rdzv *r);

@@ -4,13 +4,15 @@
 #
 # The caller sets BACKEND (etcd | c10d), EP (the endpoint) and, for c10d,
 # HOST_ARGS: the arguments that make an agent host the store (only the first
-# agent of each case gets them, and that agent is never the one killed).
+# agent of each case gets them, and that agent is never the one killed), and
+# OTHER_ARGS those of the other agents.
 # Source after lib.sh.
 
 AGENT=$HELPERS/rdzv_agent
 HB="heartbeat_interval=0.2,heartbeat_timeout=2"
 _case=0
 HOST_ARGS=${HOST_ARGS:-}
+OTHER_ARGS=${OTHER_ARGS:-}
 
 # new_case: a fresh run id (and, for c10d, a fresh store port) per scenario.
 new_case() {
@@ -25,7 +27,7 @@ agent() {
     _n=$1
     _s=$2
     shift 2
-    _extra=
+    _extra=$OTHER_ARGS
     if [ "$_first" = 1 ]; then
         _extra=$HOST_ARGS
         _first=0
@@ -34,7 +36,7 @@ agent() {
         $_extra "$@" >"$T/$_n.out" 2>"$T/$_n.err" &
     eval "PID_$_n=$!"
     # The store host must listen before the others connect (they retry anyway).
-    [ -n "$_extra" ] && sleep 0.1
+    [ -n "$_extra" ] && [ "$_extra" = "$HOST_ARGS" ] && sleep 0.1
     return 0
 }
 
@@ -260,11 +262,10 @@ case_static() {
 case_run_ids() {
     new_case
     SHOW="a b x y"
-    agent a join,run:300,finish --nnodes 2 --conf "$HB"
-    agent b join,run:300,finish --nnodes 2 --conf "$HB"
+    agent a join,run:1500,finish --nnodes 2 --conf "$HB"
+    agent b join,run:1500,finish --nnodes 2 --conf "$HB"
     RUN="other$RUN"
     _first=0
-    [ "$BACKEND" = etcd ] || return 0
     agent x join,run:300,finish --nnodes 2 --conf "$HB"
     agent y join,run:300,finish --nnodes 2 --conf "$HB"
     for n in a b x y; do finish $n; done

@@ -4,7 +4,7 @@
  *
  *   rdzv_agent --backend etcd|c10d|static --endpoint H:P --id RUN --nnodes MIN[:MAX]
  *              [--nproc N] [--node_rank R] [--max_restarts N] [--conf K=V,...]
- *              [--host NAME] [--addr ADDR] --script STEP,STEP,...
+ *              [--host NAME] [--addr ADDR] [--is_host 0|1] --script STEP,STEP,...
  *
  * Steps: join | run:MS (tick; on RESTART print it and rejoin) | fail:CODE |
  *        finish | sleep:MS | leave | exit:CODE
@@ -31,6 +31,8 @@ static char *steps;
 static void quit(int code)
 {
     fflush(stdout);
+    if (rdzv)
+        mg_rdzv_close(rdzv, host != NULL, "");
     mg_rdzv_release(rdzv);
     mg_rdzv_host_release(host);
     free(steps);
@@ -117,7 +119,7 @@ int main(int argc, char **argv)
     struct mg_rdzv_conf conf;
     const char *backend = "etcd", *endpoint = NULL, *run_id = "test", *script = "join";
     const char *conf_text = "", *hostname = NULL, *addr = NULL;
-    int min = 1, max = 1, nproc = 1, node_rank = -1, max_restarts = 0;
+    int min = 1, max = 1, nproc = 1, node_rank = -1, max_restarts = 0, is_host = -2;
     char err[1024], ns[MG_KV_MAX_KEY], hn[256] = "localhost";
     enum mg_rdzv_backend b;
     struct mg_kv *kv;
@@ -149,6 +151,8 @@ int main(int argc, char **argv)
             hostname = v;
         else if (!strcmp(k, "--addr"))
             addr = v;
+        else if (!strcmp(k, "--is_host"))
+            is_host = atoi(v);
         else if (!strcmp(k, "--script"))
             script = v;
         else {
@@ -167,6 +171,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "rdzv_agent: %s\n", err);
         return 2;
     }
+    if (is_host > -2)
+        conf.is_host = is_host;
     struct mg_rdzv_setup s = {
         .backend = b,
         .endpoint = endpoint,
