@@ -77,6 +77,7 @@ struct console {
     char *buf;
     size_t len;
     int broken;
+    const void *last; /* the stream that wrote the last piece */
 };
 
 struct poller_slot {
@@ -541,9 +542,14 @@ static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end e
     struct line_ctx *c = vctx;
     struct console *con = &c->ag->con[c->s->console];
     if (end == MG_LINE_CRLF) {
-        console_put(con, "\n", 1);
+        /* Ends this stream's '\r' line, unless another stream wrote since: then
+         * its line already moved on, and an empty line would only add noise. */
+        if (con->last == c->s)
+            console_put(con, "\n", 1);
+        con->last = NULL;
         return;
     }
+    con->last = c->s;
     if (c->s->prefixed)
         console_put(con, c->w->prefix, c->w->prefix_len);
     console_put(con, text, len);

@@ -622,7 +622,10 @@ static void print_root(FILE *out, const struct lrun *r)
     if (!x)
         return;
     mg_format_time_ms(x->time_ms, t, sizeof(t));
-    fprintf(out, "Root cause (first failure):\n");
+    if (r->ended && strcmp(r->result, "succeeded") == 0)
+        fprintf(out, "First failure (the run recovered from it):\n");
+    else
+        fprintf(out, "Root cause (first failure):\n");
     fprintf(out, "  rank %d (local rank %d, pid %d) on %s, attempt %d, at %s\n", x->rank,
             x->local_rank, x->pid, x->host[0] ? x->host : "?", x->attempt, t);
     if (x->signal[0])
