@@ -14,6 +14,7 @@
 #define KEY_MAX         MG_KV_MAX_KEY
 #define CLOSE_MAX_BYTES (MG_KV_MAX_VALUE - 1)
 #define CAS_TRIES       64
+#define STEP_AGAIN_SAME 3 /* continue at once, same phase */
 
 struct state {
     int64_t round, restarts;
@@ -42,6 +43,15 @@ struct mg_rdzv {
     struct mg_rdzv_desc *members;
     int nmembers;
     int64_t next_tick, last_ok;
+    /* joining */
+    enum {
+        J_IDLE,
+        J_TOP,
+        J_ROUND
+    } jstate;
+    int64_t jround, jdeadline, last_call;
+    /* exit barrier */
+    int64_t bdeadline;
     enum mg_rdzv_reason reason;
     char msg[MG_RDZV_MSG_MAX];
     int have_fail;
@@ -705,197 +715,218 @@ static int64_t get_count(struct mg_rdzv *r, int64_t round, int *rcp)
     return c;
 }
 
-static int slice_ms(int64_t deadline, int64_t other)
+static int slice_ms(int64_t deadline, int64_t other, int max_block)
 {
-    int64_t now = mg_now_ms(), t = MG_RDZV_SLICE_MS;
+    int64_t now = mg_now_ms(), t = max_block < MG_RDZV_SLICE_MS ? max_block : MG_RDZV_SLICE_MS;
     if (deadline - now < t)
         t = deadline - now;
     if (other >= 0 && other - now < t)
         t = other - now;
-    return t < 1 ? 1 : (int)t;
+    return t < 0 ? 0 : (int)t;
 }
 
-/* After joining round R: waits until it closes. 0 formed (*w filled), 1 when
- * the round went on without us or the state moved (start over), < 0 error. */
-static int wait_round(struct mg_rdzv *r, int64_t round, int64_t deadline, struct mg_rdzv_world *w)
+/* One pass of the wait for round R, after joining it. Returns 1 formed (*w
+ * filled), STEP_AGAIN when the round went on without us or the state moved
+ * (start over), STEP_WAITED after waiting up to max_block ms, < 0 error. */
+#define STEP_WAITED 0
+#define STEP_AGAIN  2
+
+static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
 {
     char k[KEY_MAX];
-    int64_t last_call = -1;
-    int rc;
+    struct mg_rdzv_desc *m = NULL;
+    struct state st;
+    int64_t restarts, round = r->jround;
+    int rc, n;
 
-    key(r, k, "r/%" PRId64 "/close", round);
-    for (;;) {
-        struct mg_rdzv_desc *m = NULL;
-        struct state st;
-        int64_t restarts;
-        int n;
-
-        if (aborted(r)) {
-            say(r, "interrupted while waiting for round %" PRId64, round);
-            return -EINTR;
+    rc = read_close(r, round, &restarts, &m, &n);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        int me = find_member(m, n, r->id);
+        if (me < 0) {
+            free(m);
+            return STEP_AGAIN;
         }
-        rc = heartbeat_due(r);
+        take_round(r, round, restarts, m, n, me, w);
+        return 1;
+    }
+    rc = state_read(r, &st);
+    if (rc < 0)
+        return rc;
+    if (st.round != round || st.status != 'r')
+        return STEP_AGAIN;
+    if (mg_now_ms() >= r->jdeadline) {
+        int got;
+        int64_t c = get_count(r, round, &got);
+        say(r,
+            "round %" PRId64 " did not form within join_timeout (%gs): %" PRId64
+            " node(s) joined, --nnodes needs at least %d",
+            round, r->conf.join_timeout_ms / 1000.0, c, r->min);
+        return -ETIMEDOUT;
+    }
+
+    int64_t c = get_count(r, round, &rc);
+    if (rc < 0)
+        return rc;
+    int close_now = c >= r->max;
+    if (!close_now && c >= r->min) {
+        int64_t now = mg_now_ms();
+        if (r->last_call < 0)
+            r->last_call = now + r->conf.last_call_timeout_ms;
+        if (now >= r->last_call)
+            close_now = 1;
+        if (!close_now && round > 0) {
+            /* A re-formation: no need to wait once every live agent joined. */
+            struct mg_kv_entry *alive = NULL;
+            int na = 0;
+            size_t skip;
+            rc = list_alive(r, &alive, &na, &skip);
+            mg_kv_free_list(alive, na);
+            if (rc < 0)
+                return rc;
+            close_now = c >= na;
+        }
+    }
+    if (close_now) {
+        rc = try_close(r, round, &st);
         if (rc < 0)
             return rc;
         rc = read_close(r, round, &restarts, &m, &n);
         if (rc < 0)
             return rc;
         if (rc == 1) {
-            int me = find_member(m, n, r->id);
-            if (me < 0) {
-                free(m);
-                return 1;
-            }
-            take_round(r, round, restarts, m, n, me, w);
-            return 0;
+            free(m);
+            return STEP_AGAIN_SAME; /* formed: the next pass takes it */
         }
-        rc = state_read(r, &st);
-        if (rc < 0)
-            return rc;
-        if (st.round != round || st.status != 'r')
-            return 1;
-        if (mg_now_ms() >= deadline) {
-            int got;
-            int64_t c = get_count(r, round, &got);
-            say(r,
-                "round %" PRId64 " did not form within join_timeout (%gs): %" PRId64
-                " node(s) joined, --nnodes needs at least %d",
-                round, r->conf.join_timeout_ms / 1000.0, c, r->min);
-            return -ETIMEDOUT;
-        }
+        /* Not enough live joiners: give the last call another period. */
+        r->last_call = mg_now_ms() + r->conf.last_call_timeout_ms;
+    }
+    key(r, k, "r/%" PRId64 "/close", round);
+    rc = r->kv->ops->wait(r->kv, k, 0,
+                          slice_ms(r->jdeadline, earlier(r->last_call, r->next_tick), max_block));
+    if (rc < 0)
+        return kvfail(r, "waiting for the round to form", rc);
+    return STEP_WAITED;
+}
 
-        int64_t c = get_count(r, round, &rc);
+/* One pass of the outer join loop: find the open round and join it, or wait
+ * as a spare, or ask for a new round. Same returns as round_iter. */
+static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
+{
+    char k[KEY_MAX], v[1024];
+    struct mg_rdzv_desc *m = NULL;
+    struct state st;
+    int64_t restarts, c;
+    int rc, n;
+
+    if (mg_now_ms() >= r->jdeadline) {
+        say(r, "no round could take this node within join_timeout (%gs)",
+            r->conf.join_timeout_ms / 1000.0);
+        return -ETIMEDOUT;
+    }
+    rc = state_read(r, &st);
+    if (rc < 0)
+        return rc;
+    if (st.status == 'd') {
+        say(r,
+            "the rendezvous of this run id already finished (round %" PRId64
+            "); use a new --rdzv_id for a new job",
+            st.round);
+        return -MG_ECLOSED;
+    }
+    if (st.status == 'f') {
+        say_failed(r);
+        return -MG_EPEER;
+    }
+    rc = read_close(r, st.round, &restarts, &m, &n);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        int me = find_member(m, n, r->id);
+        if (me >= 0) {
+            take_round(r, st.round, restarts, m, n, me, w);
+            return 1;
+        }
+        free(m);
+        if (n < r->max) {
+            /* The round runs without us and has room: ask for a new one. */
+            struct state to = st;
+            to.round++;
+            to.cause = 'j';
+            rc = state_cas(r, &st, &to);
+            return rc < 0 ? rc : STEP_AGAIN;
+        }
+        /* Full: wait as a spare for the next round. */
+        key(r, k, "state");
+        rc = r->kv->ops->wait(r->kv, k, st.rev, slice_ms(r->jdeadline, r->next_tick, max_block));
+        if (rc < 0)
+            return kvfail(r, "waiting for a place in the job", rc);
+        return STEP_WAITED;
+    }
+    /* Round st.round is open: join it. */
+    struct mg_rdzv_desc d;
+    my_desc(r, &d);
+    int len = mg_rdzv_desc_format(&d, v, sizeof(v));
+    if (len < 0)
+        return len;
+    key(r, k, "r/%" PRId64 "/j/%s", st.round, r->id);
+    rc = r->kv->ops->set(r->kv, k, v, (size_t)len, 0);
+    if (rc < 0)
+        return kvfail(r, "joining the round", rc);
+    key(r, k, "r/%" PRId64 "/n", st.round);
+    rc = r->kv->ops->add(r->kv, k, 1, &c);
+    if (rc < 0)
+        return kvfail(r, "joining the round", rc);
+    r->jround = st.round;
+    r->last_call = -1;
+    r->jstate = J_ROUND;
+    return STEP_AGAIN_SAME;
+}
+
+int mg_rdzv_join_begin(struct mg_rdzv *r)
+{
+    int rc;
+
+    r->formed = 0;
+    r->jstate = J_TOP;
+    r->jdeadline = mg_now_ms() + r->conf.join_timeout_ms;
+    rc = reserve_port(r);
+    if (rc < 0)
+        return rc;
+    return publish_alive(r);
+}
+
+int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms)
+{
+    for (;;) {
+        int rc = heartbeat_due(r);
         if (rc < 0)
             return rc;
-        int close_now = c >= r->max;
-        if (!close_now && c >= r->min) {
-            int64_t now = mg_now_ms();
-            if (last_call < 0)
-                last_call = now + r->conf.last_call_timeout_ms;
-            if (now >= last_call)
-                close_now = 1;
-            if (!close_now && round > 0) {
-                /* A re-formation: no need to wait once every live agent joined. */
-                struct mg_kv_entry *alive = NULL;
-                int na = 0;
-                size_t skip;
-                rc = list_alive(r, &alive, &na, &skip);
-                mg_kv_free_list(alive, na);
-                if (rc < 0)
-                    return rc;
-                close_now = c >= na;
-            }
+        rc = r->jstate == J_TOP ? join_iter(r, w, max_block_ms) : round_iter(r, w, max_block_ms);
+        if (rc == STEP_AGAIN) {
+            r->jstate = J_TOP;
+            continue;
         }
-        if (close_now) {
-            rc = try_close(r, round, &st);
-            if (rc < 0)
-                return rc;
-            rc = read_close(r, round, &restarts, &m, &n);
-            if (rc < 0)
-                return rc;
-            if (rc == 1) {
-                free(m);
-                continue; /* formed: the top of the loop takes it */
-            }
-            /* Not enough live joiners: give the last call another period. */
-            last_call = mg_now_ms() + r->conf.last_call_timeout_ms;
-        }
-        rc = r->kv->ops->wait(r->kv, k, 0, slice_ms(deadline, earlier(last_call, r->next_tick)));
-        if (rc < 0)
-            return kvfail(r, "waiting for the round to form", rc);
+        if (rc == STEP_AGAIN_SAME)
+            continue;
+        if (rc == 1)
+            r->jstate = J_IDLE;
+        return rc; /* 1 formed, 0 waited, < 0 error */
     }
 }
 
 int mg_rdzv_join(struct mg_rdzv *r, struct mg_rdzv_world *w)
 {
-    int64_t deadline = mg_now_ms() + r->conf.join_timeout_ms;
-    char k[KEY_MAX], v[1024];
-    int rc;
-
-    r->formed = 0;
-    rc = reserve_port(r);
-    if (rc < 0)
-        return rc;
-    rc = publish_alive(r);
-    if (rc < 0)
-        return rc;
-    for (;;) {
-        struct mg_rdzv_desc *m = NULL;
-        struct state st;
-        int64_t restarts, c;
-        int n;
-
+    int rc = mg_rdzv_join_begin(r);
+    while (rc == 0) {
         if (aborted(r)) {
             say(r, "interrupted while joining the rendezvous");
             return -EINTR;
         }
-        rc = heartbeat_due(r);
-        if (rc < 0)
-            return rc;
-        if (mg_now_ms() >= deadline) {
-            say(r, "no round could take this node within join_timeout (%gs)",
-                r->conf.join_timeout_ms / 1000.0);
-            return -ETIMEDOUT;
-        }
-        rc = state_read(r, &st);
-        if (rc < 0)
-            return rc;
-        if (st.status == 'd') {
-            say(r,
-                "the rendezvous of this run id already finished (round %" PRId64
-                "); use a new --rdzv_id for a new job",
-                st.round);
-            return -MG_ECLOSED;
-        }
-        if (st.status == 'f') {
-            say_failed(r);
-            return -MG_EPEER;
-        }
-        rc = read_close(r, st.round, &restarts, &m, &n);
-        if (rc < 0)
-            return rc;
-        if (rc == 1) {
-            int me = find_member(m, n, r->id);
-            if (me >= 0) {
-                take_round(r, st.round, restarts, m, n, me, w);
-                return 0;
-            }
-            free(m);
-            if (n < r->max) {
-                /* The round runs without us and has room: ask for a new one. */
-                struct state to = st;
-                to.round++;
-                to.cause = 'j';
-                rc = state_cas(r, &st, &to);
-                if (rc < 0)
-                    return rc;
-                continue;
-            }
-            /* Full: wait as a spare for the next round. */
-            key(r, k, "state");
-            rc = r->kv->ops->wait(r->kv, k, st.rev, slice_ms(deadline, r->next_tick));
-            if (rc < 0)
-                return kvfail(r, "waiting for a place in the job", rc);
-            continue;
-        }
-        /* Round st.round is open: join it. */
-        struct mg_rdzv_desc d;
-        my_desc(r, &d);
-        int len = mg_rdzv_desc_format(&d, v, sizeof(v));
-        if (len < 0)
-            return len;
-        key(r, k, "r/%" PRId64 "/j/%s", st.round, r->id);
-        rc = r->kv->ops->set(r->kv, k, v, (size_t)len, 0);
-        if (rc < 0)
-            return kvfail(r, "joining the round", rc);
-        key(r, k, "r/%" PRId64 "/n", st.round);
-        rc = r->kv->ops->add(r->kv, k, 1, &c);
-        if (rc < 0)
-            return kvfail(r, "joining the round", rc);
-        rc = wait_round(r, st.round, deadline, w);
-        if (rc <= 0)
-            return rc;
+        rc = mg_rdzv_join_step(r, w, MG_RDZV_SLICE_MS);
     }
+    return rc < 0 ? rc : 0;
 }
 
 /* ---- while the workers run ---------------------------------------------------- */
@@ -1078,89 +1109,97 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
     return MG_RDZV_FAILED;
 }
 
-int mg_rdzv_finish(struct mg_rdzv *r)
+int mg_rdzv_finish_begin(struct mg_rdzv *r)
 {
     char k[KEY_MAX];
-    int64_t deadline = mg_now_ms() + r->conf.exit_barrier_timeout_ms;
-    int64_t round = r->round;
     int rc;
 
-    key(r, k, "r/%" PRId64 "/done/%s", round, r->id);
+    r->bdeadline = mg_now_ms() + r->conf.exit_barrier_timeout_ms;
+    key(r, k, "r/%" PRId64 "/done/%s", r->round, r->id);
     rc = r->kv->ops->set(r->kv, k, "1", 1, 0);
-    if (rc < 0)
-        return kvfail(r, "announcing that this node finished", rc);
-    for (;;) {
-        struct mg_kv_entry *alive = NULL, *done = NULL;
-        int na = 0, nd = 0, waiting = 0;
-        size_t askip, dskip;
-        struct state st;
-        char first[MG_HOST_MAX] = "";
+    return rc < 0 ? kvfail(r, "announcing that this node finished", rc) : 0;
+}
 
+int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms)
+{
+    struct mg_kv_entry *alive = NULL, *done = NULL;
+    int na = 0, nd = 0, waiting = 0, rc;
+    size_t askip, dskip;
+    struct state st;
+    char k[KEY_MAX], first[MG_HOST_MAX] = "";
+    int64_t round = r->round;
+
+    rc = heartbeat_due(r);
+    if (rc < 0)
+        return rc;
+    rc = state_read(r, &st);
+    if (rc < 0)
+        return rc;
+    if (st.round != round || st.status != 'r') {
+        enum mg_rdzv_event ev = state_moved(r, &st);
+        if (ev != MG_RDZV_NONE)
+            return ev;
+    }
+    rc = list_alive(r, &alive, &na, &askip);
+    if (rc < 0)
+        return rc;
+    key(r, k, "r/%" PRId64 "/done/", round);
+    dskip = strlen(k);
+    rc = r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES, 0, &done, &nd);
+    if (rc < 0) {
+        mg_kv_free_list(alive, na);
+        return kvfail(r, "reading the exit barrier", rc);
+    }
+    for (int i = 0; i < r->nmembers; i++) {
+        const char *id = r->members[i].id;
+        /* A dead node is not waited for. */
+        if (!in_list(done, nd, dskip, id) && in_list(alive, na, askip, id)) {
+            if (!waiting++)
+                snprintf(first, sizeof(first), "%s", r->members[i].host);
+        }
+    }
+    mg_kv_free_list(alive, na);
+    mg_kv_free_list(done, nd);
+    if (!waiting) {
+        struct state to = st;
+        to.status = 'd';
+        rc = state_cas(r, &st, &to);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && (st.round != round || st.status != 'd')) {
+            enum mg_rdzv_event ev = state_moved(r, &st);
+            return ev != MG_RDZV_NONE ? (int)ev : MG_RDZV_NONE;
+        }
+        say(r, "every node finished");
+        r->formed = 0;
+        return MG_RDZV_DONE;
+    }
+    if (mg_now_ms() >= r->bdeadline) {
+        say(r,
+            "exit barrier: still waiting for %d node(s) (%s%s) after exit_barrier_timeout "
+            "(%gs); leaving",
+            waiting, first, waiting > 1 ? ", ..." : "", r->conf.exit_barrier_timeout_ms / 1000.0);
+        r->formed = 0;
+        return -ETIMEDOUT;
+    }
+    key(r, k, "state");
+    rc = r->kv->ops->wait(r->kv, k, st.rev, slice_ms(r->bdeadline, r->next_tick, max_block_ms));
+    if (rc < 0)
+        return kvfail(r, "waiting in the exit barrier", rc);
+    return MG_RDZV_NONE;
+}
+
+int mg_rdzv_finish(struct mg_rdzv *r)
+{
+    int rc = mg_rdzv_finish_begin(r);
+    while (rc == MG_RDZV_NONE) {
         if (aborted(r)) {
             say(r, "interrupted in the exit barrier");
             return -EINTR;
         }
-        rc = heartbeat_due(r);
-        if (rc < 0)
-            return rc;
-        rc = state_read(r, &st);
-        if (rc < 0)
-            return rc;
-        if (st.round != round || st.status != 'r') {
-            enum mg_rdzv_event ev = state_moved(r, &st);
-            if (ev != MG_RDZV_NONE)
-                return ev;
-        }
-        rc = list_alive(r, &alive, &na, &askip);
-        if (rc < 0)
-            return rc;
-        key(r, k, "r/%" PRId64 "/done/", round);
-        dskip = strlen(k);
-        rc = r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES, 0, &done, &nd);
-        if (rc < 0) {
-            mg_kv_free_list(alive, na);
-            return kvfail(r, "reading the exit barrier", rc);
-        }
-        for (int i = 0; i < r->nmembers; i++) {
-            const char *id = r->members[i].id;
-            /* A dead node is not waited for. */
-            if (!in_list(done, nd, dskip, id) && in_list(alive, na, askip, id)) {
-                if (!waiting++)
-                    snprintf(first, sizeof(first), "%s", r->members[i].host);
-            }
-        }
-        mg_kv_free_list(alive, na);
-        mg_kv_free_list(done, nd);
-        if (!waiting) {
-            struct state to = st;
-            to.status = 'd';
-            rc = state_cas(r, &st, &to);
-            if (rc < 0)
-                return rc;
-            if (rc == 0 && (st.round != round || st.status != 'd')) {
-                enum mg_rdzv_event ev = state_moved(r, &st);
-                if (ev != MG_RDZV_NONE)
-                    return ev;
-                continue;
-            }
-            say(r, "every node finished");
-            r->formed = 0;
-            return MG_RDZV_DONE;
-        }
-        if (mg_now_ms() >= deadline) {
-            say(r,
-                "exit barrier: still waiting for %d node(s) (%s%s) after exit_barrier_timeout "
-                "(%gs); leaving",
-                waiting, first, waiting > 1 ? ", ..." : "",
-                r->conf.exit_barrier_timeout_ms / 1000.0);
-            r->formed = 0;
-            return -ETIMEDOUT;
-        }
-        key(r, k, "state");
-        rc = r->kv->ops->wait(r->kv, k, st.rev, slice_ms(deadline, r->next_tick));
-        if (rc < 0)
-            return kvfail(r, "waiting in the exit barrier", rc);
+        rc = mg_rdzv_finish_step(r, MG_RDZV_SLICE_MS);
     }
+    return rc;
 }
 
 void mg_rdzv_leave(struct mg_rdzv *r)

@@ -109,6 +109,12 @@ void mg_rdzv_release(struct mg_rdzv *r);
  * -EINTR (abort_fd), or a backend error. mg_rdzv_message() explains. */
 int mg_rdzv_join(struct mg_rdzv *r, struct mg_rdzv_world *w);
 
+/* The same in steps, for a poll loop: begin, then call step until it returns
+ * 1 (formed) or an error; 0 means "not yet: call again", after the step
+ * blocked at most max_block_ms waiting for a change. */
+int mg_rdzv_join_begin(struct mg_rdzv *r);
+int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms);
+
 /* While the workers run: how long until mg_rdzv_tick is due (ms), and the
  * tick itself (heartbeat, membership and job state check). */
 int mg_rdzv_timeout_ms(const struct mg_rdzv *r);
@@ -123,6 +129,11 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
  * RESTART when a failure elsewhere restarts the job meanwhile, or FAILED.
  * -ETIMEDOUT (as a negative int) when the barrier timed out, -EINTR. */
 int mg_rdzv_finish(struct mg_rdzv *r);
+
+/* The same in steps: begin (0 or < 0), then step until it returns something
+ * other than MG_RDZV_NONE (an event, or -ETIMEDOUT / another error). */
+int mg_rdzv_finish_begin(struct mg_rdzv *r);
+int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms);
 
 /* Graceful exit (a signal, an error): leaves the rendezvous so that the
  * others notice at once rather than a heartbeat timeout later. */
