@@ -18,5 +18,7 @@
 /* Picks and creates the backend for the options. err gets a message. */
 int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
                    char *err, size_t errcap);
+/* A note or warning about the rendezvous settings for mglaunch to print, or NULL. */
+const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl);
 
 #endif

@@ -13,6 +13,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,8 +144,14 @@ static int host_store(const struct mg_rdzv_setup *s, int port, struct mg_rdzv_ho
         return rc;
     }
     /* The store client blocks in poll() on its own socket, so the store this
-     * agent hosts is served from a thread rather than the agent's loop. */
+     * agent hosts is served from a thread rather than the agent's loop. The
+     * thread must take no signal: the agent reads them all from a signalfd,
+     * SIGCHLD included, which only works when every thread blocks them. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     rc = mg_store_server_start_thread(h->srv);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc < 0) {
         snprintf(err, errlen, "cannot start the rendezvous store: %s", mg_strerror(rc));
         mg_store_server_release(h->srv);
