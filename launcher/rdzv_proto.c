@@ -949,19 +949,14 @@ static enum mg_rdzv_event state_moved(struct mg_rdzv *r, const struct state *st)
     if (st->round != r->round) {
         if (st->restarts > r->restarts || st->cause == 'f') {
             r->reason = MG_RDZV_R_FAILURE;
-            say(r,
-                "a worker failed on another node: restarting the job (restart %" PRId64 " of %d)",
-                st->restarts, r->max_restarts);
+            say(r, "a worker failed (restart %" PRId64 " of %d, round %" PRId64 ")", st->restarts,
+                r->max_restarts, st->round);
         } else if (st->cause == 'x') {
             r->reason = MG_RDZV_R_NODE_DIED;
-            say(r,
-                "a node stopped sending heartbeats: re-forming the group without it (round "
-                "%" PRId64 ")",
-                st->round);
+            say(r, "a node stopped sending heartbeats (round %" PRId64 ")", st->round);
         } else {
             r->reason = MG_RDZV_R_NODE_JOINED;
-            say(r, "a node is waiting to join: re-forming the group (round %" PRId64 ")",
-                st->round);
+            say(r, "a node is waiting to join (round %" PRId64 ")", st->round);
         }
         r->formed = 0;
         return MG_RDZV_RESTART;
@@ -1056,7 +1051,7 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     rc = state_cas(r, &st, &to);
     if (rc < 0)
         return run_error(r, rc);
-    say(r, "node %s (rank %d) stopped sending heartbeats: re-forming without it", m->host, dead);
+    say(r, "node %s (rank %d) stopped sending heartbeats", m->host, dead);
     r->formed = 0;
     if (rc == 0) {
         /* Someone else moved the state first: follow it. */
@@ -1099,7 +1094,7 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
         }
         if (rc == 1) {
             r->reason = MG_RDZV_R_FAILURE;
-            say(r, "restarting the job on every node (restart %" PRId64 " of %d)", to.restarts,
+            say(r, "a worker failed here (restart %" PRId64 " of %d)", to.restarts,
                 r->max_restarts);
             r->formed = 0;
             return MG_RDZV_RESTART;

@@ -35,11 +35,12 @@ node_show() {
     done
 }
 
-# The last attempt's env lines of the given agents.
+# The env lines of each agent's last attempt (its last LOCAL_WORLD_SIZE lines).
 _env_lines() {
     for _f in "$@"; do
-        # Each agent's last attempt: its restart/world may differ from earlier ones.
-        grep '^env ' "$T/$_f.out"
+        grep '^env ' "$T/$_f.out" | awk '{ l[NR] = $0 } END {
+            n = l[NR]; sub(/.* local_world=/, "", n); sub(/ .*/, "", n)
+            for (i = NR - n + 1; i <= NR; i++) if (i > 0) print l[i] }'
     done
 }
 
@@ -52,7 +53,9 @@ check_world() {
     _want=$(seq 0 $((_w - 1)) | tr '\n' ' ')
     _worlds=$(printf '%s\n' "$_lines" | sed -n 's/.* world=\([0-9]*\) .*/\1/p' | sort -u | tr '\n' ' ')
     _masters=$(printf '%s\n' "$_lines" | sed -n 's/.* master=\([^ ]*\) .*/\1/p' | sort -u | wc -l)
+    # Every worker of the last attempts reached rank 0 (earlier attempts may add more).
     _reached=$(for _f in "$@"; do grep -c '^reach ok' "$T/$_f.out"; done | awk '{s+=$1} END {print s+0}')
+    [ "$_reached" -ge "$_w" ] && _reached=$_w
     if [ "$_ranks" = "$_want" ] && [ "$_worlds" = "$_w " ] && [ "$_masters" = 1 ] &&
         [ "$_reached" = "$_w" ]; then
         _result 0 "$_desc"

@@ -2,10 +2,12 @@
  * as one line, and checks that MASTER_ADDR:MASTER_PORT really leads to rank 0
  * (rank 0 listens there, every other rank connects and trades its rank).
  *
- *   mn_worker [--reach] [--sleep SECS] [--fail RANK:CODE]
+ *   mn_worker [--reach] [--sleep SECS] [--sleep-at NODES:SECS] [--fail RANK:CODE]
  *
  * --reach        the reachability check above (20 s to complete)
  * --sleep SECS   then stay up (until SIGTERM)
+ * --sleep-at N:S stay up S seconds only while the group has N nodes
+ *                (GROUP_WORLD_SIZE): a job that runs until its membership changes
  * --fail R:C     the worker with RANK R exits with code C on the job's first
  *                attempt (TORCHELASTIC_RESTART_COUNT 0)
  * Line: "env rank=.. local_rank=.. world=.. group_rank=.. group_world=..
@@ -86,14 +88,16 @@ static int reach(int rank, int world, const char *addr, int port)
 
 int main(int argc, char **argv)
 {
-    int do_reach = 0, fail_rank = -1, fail_code = 0;
-    double sleep_s = 0;
+    int do_reach = 0, fail_rank = -1, fail_code = 0, at_nodes = -1;
+    double sleep_s = 0, at_s = 0;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reach"))
             do_reach = 1;
         else if (!strcmp(argv[i], "--sleep") && i + 1 < argc)
             sleep_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--sleep-at") && i + 1 < argc)
+            sscanf(argv[++i], "%d:%lf", &at_nodes, &at_s);
         else if (!strcmp(argv[i], "--fail") && i + 1 < argc)
             sscanf(argv[++i], "%d:%d", &fail_rank, &fail_code);
         else {
@@ -118,6 +122,8 @@ int main(int argc, char **argv)
         printf("reach ok rank=%d\n", rank);
         fflush(stdout);
     }
+    if (at_nodes >= 0 && atoi(env("GROUP_WORLD_SIZE")) == at_nodes)
+        sleep_s = at_s;
     if (sleep_s > 0) {
         int64_t end = mg_now_ms() + (int64_t)(sleep_s * 1000);
         while (mg_now_ms() < end)
