@@ -198,6 +198,9 @@ static int run(int argc, char **argv)
     const char *notice = mg_rdzv_notice(rops, rimpl);
     if (notice)
         fprintf(stderr, "mglaunch: %s\n", notice);
+    const char *agreed = mg_rdzv_run_id(rops, rimpl);
+    if (agreed)
+        snprintf(run_id, sizeof(run_id), "%s", agreed);
     raise_fd_limit(o.nproc);
     /* A worker group in the background cannot read the terminal; give it nothing. */
     int stdin_fd = -1;

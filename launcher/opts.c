@@ -516,8 +516,7 @@ static int check_values(struct parse *p)
         if (strcmp(v, "etcd-v2") == 0)
             return bad_value(p, O_RDZV_BACKEND, v,
                              "etcd's v2 API is gone from etcd 3.6; use etcd (the v3 API)");
-        if (strcmp(v, "static") && strcmp(v, "c10d") && strcmp(v, "etcd") &&
-            strcmp(v, "etcd-v3"))
+        if (strcmp(v, "static") && strcmp(v, "c10d") && strcmp(v, "etcd") && strcmp(v, "etcd-v3"))
             return bad_value(p, O_RDZV_BACKEND, v, "expected static, c10d, etcd or etcd-v2");
         o->rdzv_backend = v;
     }

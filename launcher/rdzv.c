@@ -84,3 +84,8 @@ const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl)
 {
     return ops == &local_ops ? NULL : mg_rdzv_multi_notice(impl);
 }
+
+const char *mg_rdzv_run_id(const struct mg_rdzv_ops *ops, void *impl)
+{
+    return ops == &local_ops ? NULL : mg_rdzv_multi_run_id(impl);
+}

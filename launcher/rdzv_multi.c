@@ -32,6 +32,7 @@ struct multi {
     enum phase phase;
     int timer; /* the one pending timer, or -1 */
     char hostname[MG_HOST_MAX];
+    char run_id[MG_RDZV_RUN_ID_MAX + 1];
     char notice[768];
 };
 
@@ -289,6 +290,11 @@ static const struct mg_rdzv_ops ops_etcd = {
     .release = multi_release,
 };
 
+const char *mg_rdzv_multi_run_id(void *impl)
+{
+    return ((struct multi *)impl)->run_id;
+}
+
 const char *mg_rdzv_multi_notice(void *impl)
 {
     struct multi *m = impl;
@@ -461,6 +467,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
         kv->ops->release(kv);
         goto fail;
     }
+    snprintf(m->run_id, sizeof(m->run_id), "%s", run_id);
     *ops = m->backend == MG_RDZV_STATIC ? &ops_static
            : m->backend == MG_RDZV_C10D ? &ops_c10d
                                         : &ops_etcd;

@@ -27,5 +27,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
 /* A warning or note for the user about the settings (no --rdzv_id, values
  * taken from Slurm), or NULL. */
 const char *mg_rdzv_multi_notice(void *impl);
+/* The run id all nodes use (TORCHELASTIC_RUN_ID). */
+const char *mg_rdzv_multi_run_id(void *impl);
 
 #endif

@@ -31,7 +31,7 @@ etcd_start() {
     for _try in 1 2 3 4 5; do
         if [ -n "$_ens" ]; then
             # Ports are free inside a fresh namespace.
-            _ecp=$((20000 + RANDOM % 20000))
+            _ecp=$((20000 + ($$ + _try * 7919) % 20000))
             _epp=$((_ecp + 1))
         else
             _ecp=$(free_port)
@@ -44,7 +44,7 @@ etcd_start() {
         ETCD_PID=$!
         at_cleanup "kill -KILL $ETCD_PID 2>/dev/null; wait $ETCD_PID 2>/dev/null"
         ETCD_EP="$_ea:$_ecp"
-        if wait_for 15 sh -c "$_ex ETCDCTL_API=3 etcdctl --endpoints=http://$ETCD_EP --command-timeout=1s endpoint health >/dev/null 2>&1"; then
+        if wait_for 15 sh -c "$_ex env ETCDCTL_API=3 etcdctl --endpoints=http://$ETCD_EP --command-timeout=1s endpoint health >/dev/null 2>&1"; then
             return 0
         fi
         etcd_stop
