@@ -64,6 +64,9 @@ int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **op
     /* Several nodes, etcd, or a Slurm allocation: launcher/rdzv_multi.c. */
     if (mg_rdzv_multi_wanted(o, environ))
         return mg_rdzv_multi_create(o, environ, ops, impl, err, errcap);
+    int crc = mg_rdzv_multi_check_conf(o, environ, err, errcap);
+    if (crc)
+        return crc;
     if (o->nnodes_min != 1 || o->nnodes_max != 1) {
         snprintf(err, errcap, "multi-node rendezvous is not implemented yet");
         return -MG_EUNSUPPORTED;

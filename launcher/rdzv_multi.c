@@ -290,6 +290,22 @@ static const struct mg_rdzv_ops ops_etcd = {
     .release = multi_release,
 };
 
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
+                             size_t errcap)
+{
+    struct mg_rdzv_conf c;
+    enum mg_rdzv_backend b;
+    int rc;
+
+    if (!o->rdzv_conf)
+        return 0;
+    if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
+        b = MG_RDZV_C10D;
+    mg_rdzv_conf_init(&c);
+    rc = mg_rdzv_conf_parse(&c, o->rdzv_conf, err, errcap);
+    return rc ? rc : mg_rdzv_conf_finish(&c, b, env, err, errcap);
+}
+
 const char *mg_rdzv_multi_run_id(void *impl)
 {
     return ((struct multi *)impl)->run_id;

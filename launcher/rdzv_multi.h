@@ -24,6 +24,11 @@ int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env);
 int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap);
 
+/* Checks --rdzv_conf alone (a single-node run does not use it, but a
+ * mistake in it is still an error). 0 or -EINVAL with err set. */
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
+                             size_t errcap);
+
 /* A warning or note for the user about the settings (no --rdzv_id, values
  * taken from Slurm), or NULL. */
 const char *mg_rdzv_multi_notice(void *impl);
