@@ -2,8 +2,11 @@
  * as one line, and checks that MASTER_ADDR:MASTER_PORT really leads to rank 0
  * (rank 0 listens there, every other rank connects and trades its rank).
  *
- *   mn_worker [--reach] [--sleep SECS] [--sleep-at NODES:SECS] [--fail RANK:CODE]
+ *   mn_worker [--stamp FILE] [--reach] [--sleep SECS] [--sleep-at NODES:SECS]
+ *             [--fail RANK:CODE]
  *
+ * --stamp FILE   first, append "NS rank=R group_world=G" to FILE (NS: CLOCK_MONOTONIC
+ *                nanoseconds, comparable across processes of this machine)
  * --reach        the reachability check above (20 s to complete)
  * --sleep SECS   then stay up (until SIGTERM)
  * --sleep-at N:S stay up S seconds only while the group has N nodes
@@ -16,6 +19,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +94,7 @@ static int reach(int rank, int world, const char *addr, int port)
 int main(int argc, char **argv)
 {
     int do_reach = 0, fail_rank = -1, fail_code = 0, at_nodes = -1;
+    const char *stamp = NULL;
     double sleep_s = 0, at_s = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -96,6 +102,8 @@ int main(int argc, char **argv)
             do_reach = 1;
         else if (!strcmp(argv[i], "--sleep") && i + 1 < argc)
             sleep_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--stamp") && i + 1 < argc)
+            stamp = argv[++i];
         else if (!strcmp(argv[i], "--sleep-at") && i + 1 < argc)
             sscanf(argv[++i], "%d:%lf", &at_nodes, &at_s);
         else if (!strcmp(argv[i], "--fail") && i + 1 < argc)
@@ -104,6 +112,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "mn_worker: unknown argument %s\n", argv[i]);
             return 2;
         }
+    }
+    if (stamp) {
+        struct timespec ts;
+        char line[128];
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int n = snprintf(line, sizeof(line), "%lld rank=%s group_world=%s\n",
+                         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, env("RANK"),
+                         env("GROUP_WORLD_SIZE"));
+        int fd = open(stamp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0 || write(fd, line, (size_t)n) != n)
+            return die("write the stamp file", -errno);
+        close(fd);
     }
     int rank = atoi(env("RANK")), world = atoi(env("WORLD_SIZE"));
     printf("env rank=%s local_rank=%s world=%s group_rank=%s group_world=%s local_world=%s "
