@@ -221,8 +221,11 @@ static void common_opts(struct mg_etcd *e, CURL *h)
 }
 
 /* What a transfer error means for etcd, in words. */
-static const char *curl_hint(CURLcode rc)
+static const char *curl_hint(CURLcode rc, const char *detail)
 {
+    if (strstr(detail, "SSL") || strstr(detail, "certificate") ||
+        rc == CURLE_PEER_FAILED_VERIFICATION)
+        return "; a TLS problem: check --rdzv_conf cacert, cert and key";
     switch (rc) {
     case CURLE_PARTIAL_FILE:
     case CURLE_GOT_NOTHING:
@@ -279,7 +282,7 @@ static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen
             if (cc != CURLE_OK) {
                 seterr(e, "etcd %s: %s: %s%s%s%s%s", e->url[i], op, c->easy_strerror(cc),
                        e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
-                       curl_hint(cc));
+                       curl_hint(cc, e->curl_err));
                 rc = curl_code_err(cc);
                 break; /* this endpoint does not answer: try the next */
             }
@@ -932,7 +935,8 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
         return -EIO;
     }
     seterr(e, "etcd %s: watch: %s%s%s%s%s", e->url[e->cur], c->easy_strerror(cc),
-           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "", curl_hint(cc));
+           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
+           curl_hint(cc, e->curl_err));
     return curl_code_err(cc);
 }
 

@@ -4,8 +4,9 @@
 # on the endpoint host. 2 and 3 nodes x 2 workers: unique ranks 0..W-1, one
 # world size, MASTER_ADDR:MASTER_PORT leads to rank 0 from every host. A wrong
 # token is refused; garbage and oversized frames from a raw client do not
-# disturb a running rendezvous; a missing --rdzv_id is explained.
-# timeout: 120
+# disturb a running rendezvous; an endpoint name that resolves only later is
+# retried; a missing --rdzv_id is explained.
+# timeout: 150
 . "$(dirname "$0")/../lib.sh"
 . "$TOP/tests/netns.sh"
 . "$TOP/tests/mn_lib.sh"
@@ -77,6 +78,27 @@ rc_a=$RC
 node_wait b
 is "$rc_a $RC" "0 0" "garbage from a raw client does not break the rendezvous"
 check_world "after the garbage: ranks 0..3" 4 a b
+
+# An endpoint name that does not resolve yet (a Kubernetes service not yet
+# published): retried until it does. The agent sees a private /etc/hosts that
+# gets the name a second later.
+if command -v unshare >/dev/null 2>&1 && unshare -m true 2>/dev/null; then
+    cp /etc/hosts "$T/hosts"
+    node 0 a $C --nnodes 2 --rdzv_id dns --rdzv_conf "$MN_HB$HOST0" "$MN_WORKER" --reach
+    bg_on 1 unshare -m sh -c "mount --bind '$T/hosts' /etc/hosts && exec '$MGLAUNCH' \
+        --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint mg-late-name:${EP##*:} --nnodes 2 \
+        --rdzv_id dns --rdzv_conf '$MN_HB$OTHER' '$MN_WORKER' --reach" >"$T/b.out" 2>"$T/b.err"
+    PID_b=$!
+    sleep 1
+    echo "$(host_addr 0) mg-late-name" >>"$T/hosts"
+    node_wait a
+    rc_a=$RC
+    node_wait b
+    is "$rc_a $RC" "0 0" "an endpoint name published late is retried until it resolves"
+    check_world "late name: ranks 0..3" 4 a b
+else
+    diag "unshare -m unavailable: the late-name case is not run"
+fi
 
 # No --rdzv_id: a warning that explains the risk.
 node 0 a $C --nnodes 2 --rdzv_conf "$MN_HB$HOST0" "$MN_WORKER"
