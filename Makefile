@@ -67,6 +67,15 @@ $(info mg build: nccl: $(if $(HAVE_NCCL),found,not found))
 endif
 endif
 
+# libmg's numeric kernels: -O3, and no FMA contraction so that the AVX2 and
+# baseline clones (target_clones) give identical bits; and no memcpy calls for
+# the short copies the compiler would otherwise turn into them.
+ifneq ($(DEBUG),1)
+CFLAGS_runtime_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns
+# The collectives' reduction kernel: vectorized, same bits in every clone.
+CFLAGS_runtime_comm_reduce := -O3 -ffp-contract=off
+endif
+
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 
@@ -98,7 +107,10 @@ HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC
 CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
 LAUNCH_LIBS := -ldl
-MG_LIBS := $(BLAS_LIBS) -lz -lm $(CUDA_LIBS)
+# libmg loads OpenBLAS at run time (runtime/blas.h) so it can set its threads
+# and kernels before OpenBLAS starts; BLAS_LIBS is for programs that call BLAS
+# directly.
+MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)
 
 ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/train.c),$(TRAIN))
 

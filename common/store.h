@@ -2,7 +2,8 @@
  * binary protocol (docs/store-protocol.md). The launcher's rendezvous and the
  * runtime's bootstrap (rank 0 hosts it at MASTER_ADDR:MASTER_PORT) both use it.
  *
- * Keys are byte strings up to MG_STORE_MAX_KEY, values up to MG_STORE_MAX_VALUE.
+ * Keys are C strings of 1 to MG_STORE_MAX_KEY bytes, values opaque bytes up
+ * to MG_STORE_MAX_VALUE.
  * Every key carries the store-wide revision at which it was last modified, so
  * a client can watch a key for changes. An ephemeral key belongs to the
  * connection that set it and disappears when that connection closes or stays
@@ -47,6 +48,10 @@ int mg_store_server_port(const struct mg_store_server *srv);
 
 /* Poll-loop integration (the launcher): add the server's descriptors to a
  * pollfd array, and after poll() let it handle the ones that are ready.
+ * The server runs only inside mg_store_server_process: a thread that drives
+ * it this way must not make blocking client calls (mg_store_*) to it, or both
+ * wait for each other until the call times out. A process that needs its own
+ * client uses mg_store_server_start_thread instead (or the local calls).
  * mg_store_server_pollfds returns how many it filled in (at most max; -ENOSPC
  * when more are needed). mg_store_server_timeout_ms says how long poll may
  * sleep before the server has work (blocked waits, lease expiry); -1 = none. */

@@ -22,7 +22,11 @@
 #define DEF_CONNECT_TIMEOUT_MS 30000
 #define RBUF_MIN               65536
 #define BACKOFF_FIRST_MS       2
-#define BACKOFF_MAX_MS         100
+/* A refused connect costs the server one RST: retry fast, so agents started
+ * before the store meet it within milliseconds. Resolver failures and
+ * timeouts retry slower, to spare the DNS server of a large cluster. */
+#define BACKOFF_REFUSED_MS 20
+#define BACKOFF_MAX_MS     250
 
 struct mg_store {
     int fd;
@@ -148,7 +152,8 @@ int mg_store_connect(struct mg_store **out, const struct mg_store_opts *o)
         if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
             r = 0;
         poll(NULL, 0, backoff / 2 + (int)(r % (uint32_t)(backoff / 2 + 1)));
-        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        int cap = rc == -ECONNREFUSED ? BACKOFF_REFUSED_MS : BACKOFF_MAX_MS;
+        backoff = backoff * 2 > cap ? cap : backoff * 2;
     }
     if ((rc = mg_set_nonblock(st->fd, 1)))
         goto fail;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -1026,6 +1027,13 @@ static void conn_teardown(struct conn *c)
     free(c);
 }
 
+static int backpressured(const struct conn *c)
+{
+    return c->obytes > OUT_HIGH || c->closing != CL_OPEN;
+}
+
+static size_t process_input(struct mg_store_server *s, struct conn *c);
+
 static void conn_flush(struct conn *c)
 {
     struct iovec iov[64];
@@ -1073,11 +1081,11 @@ static void conn_flush(struct conn *c)
     }
     if (!c->ohead && c->closing == CL_AFTER_FLUSH)
         conn_kill(c);
-}
-
-static int backpressured(const struct conn *c)
-{
-    return c->obytes > OUT_HIGH || c->closing != CL_OPEN;
+    /* Requests that arrived while the replies were piling up wait in the
+     * input buffer: with room again, serve them now, not on the next read
+     * (the client may be sending nothing until it has its replies). */
+    if (c->ilen > c->ipos && !backpressured(c))
+        process_input(c->srv, c);
 }
 
 static void send_shello(struct conn *c, uint16_t status, uint32_t flags)
@@ -1366,6 +1374,12 @@ static void run_timers(struct mg_store_server *s)
             conn_drop(c); /* handshake too slow, or a final error nobody reads */
         } else if (c->state == ST_READY && c->lease_ms &&
                    now - c->last_rx_ms >= (int64_t)c->lease_ms) {
+            /* Bytes that arrived after poll() returned are not silence. */
+            int pending = 0;
+            if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0) {
+                c->last_rx_ms = now;
+                continue;
+            }
             s->leases_expired++;
             conn_drop(c);
         } else if (c->frame_start_ms && !backpressured(c) &&

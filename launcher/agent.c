@@ -254,7 +254,7 @@ static long long read_proc_start(void)
 
 struct ev {
     struct mg_jsonw w;
-    char buf[6144];
+    char buf[32768]; /* every field below is capped well under this */
 };
 
 static void ev_begin(struct ev *e, const char *name)
@@ -358,10 +358,12 @@ static void on_term_signal(struct mg_agent *ag, int sig)
     }
     ag->term_sig = sig;
     if (ag->state == ST_RUNNING && ag->running > 0) {
-        note(ag, "%s: stopping the workers (%.0f s grace period; send it again to kill them now)",
+        note(ag, "%s: stopping the workers (%g s grace period; send it again to kill them now)",
              name, ag->o->shutdown_timeout);
-        signal_workers(ag, sig); /* also those already asked to stop */
-        begin_stop(ag, sig);
+        if (ag->stopping)
+            signal_workers(ag, sig); /* already asked to stop after a failure: pass it on */
+        else
+            begin_stop(ag, sig);
     } else if (ag->state != ST_RUNNING) {
         finish(ag, 128 + sig);
     }
@@ -485,8 +487,10 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
     if (w->exec_errno)
         mg_jsonw_kstr(&e.w, "exec_error", strerror(w->exec_errno));
     mg_jsonw_kint(&e.w, "duration_ms", w->end_ms - w->start_ms);
-    if (has_ef)
-        mg_jsonw_kstr(&e.w, "message", ef.message);
+    if (has_ef) {
+        mg_jsonw_key(&e.w, "message");
+        mg_jsonw_strn(&e.w, ef.message, strnlen(ef.message, 1024));
+    }
     ev_end(ag, &e);
 
     if (w->outcome == W_FAILED && !ag->stopping) {
@@ -1507,8 +1511,16 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     mg_jsonw_kbool(&e.w, "logs_saved", cfg->log_dir_given);
     mg_jsonw_key(&e.w, "argv");
     mg_jsonw_arr_begin(&e.w);
-    for (int i = 0; i < cfg->argc && i < 64; i++)
+    size_t total = 0;
+    for (int i = 0; i < cfg->argc; i++) {
+        size_t n = strlen(cfg->argv[i]);
+        if (i >= 64 || total + n > 4096) { /* a long command line is cut, marked "..." */
+            mg_jsonw_str(&e.w, "...");
+            break;
+        }
+        total += n;
         mg_jsonw_str(&e.w, cfg->argv[i]);
+    }
     mg_jsonw_arr_end(&e.w);
     ev_end(ag, &e);
     if (mg_rundir_flush(&ag->rd) < 0) {

@@ -113,7 +113,7 @@ static struct lattempt *find_attempt(struct lrun *r, int attempt, int create)
     for (int i = 0; i < r->na; i++)
         if (r->a[i].attempt == attempt)
             return &r->a[i];
-    if (!create)
+    if (!create || r->na >= 100000) /* a cap against a corrupt event log */
         return NULL;
     if (r->na == r->acap) {
         int ncap = r->acap ? r->acap * 2 : 8;

@@ -12,6 +12,7 @@
 #include "mg_config.h"
 #include "mg_err.h"
 #include "opts.h"
+#include "output.h"
 #include "proc.h"
 #include "rdzv.h"
 #include "summary.h"
@@ -178,9 +179,18 @@ static int run(int argc, char **argv)
         snprintf(run_id, sizeof(run_id), "%s", o.rdzv_id);
     else
         mg_run_id_generate(run_id, sizeof(run_id));
-    char log_dir[PATH_MAX];
+    char log_dir[PATH_MAX], cwd[PATH_MAX];
     if (o.log_dir) {
-        snprintf(log_dir, sizeof(log_dir), "%s", o.log_dir);
+        /* Absolute, so TORCHELASTIC_ERROR_FILE works for a worker that changes directory. */
+        if (o.log_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
+            rc = mg_fmt(log_dir, sizeof(log_dir), "%s/%s", cwd, o.log_dir);
+        else
+            rc = mg_fmt(log_dir, sizeof(log_dir), "%s", o.log_dir);
+        if (rc < 0) {
+            fprintf(stderr, "mglaunch: invalid value for --log_dir: path too long\n");
+            free(wargv);
+            return 2;
+        }
     } else if ((rc = mg_logdir_default(log_dir, sizeof(log_dir)))) {
         fprintf(stderr, "mglaunch: cannot use the default log directory '%s': %s\n", log_dir,
                 mg_strerror(rc));

@@ -17,6 +17,7 @@
  *                           FILE and sleeps forever
  *   pidfile FILE            write our pid to FILE
  *   touch FILE              create FILE (to tell a test we got here)
+ *   wait-file FILE          wait (up to 30 s) until FILE exists
  *   stamp FILE              append CLOCK_MONOTONIC nanoseconds to FILE
  *   error-json MSG          write torch's error file ({"message": {...}}) to
  *                           $TORCHELASTIC_ERROR_FILE
@@ -195,10 +196,10 @@ static void do_sleep(double secs)
 /* Arguments each action takes. */
 static int nargs(const char *a)
 {
-    static const char *one[] = {"out",       "err",        "outn",          "errn",    "out-bytes",
-                                "err-bytes", "out-lines",  "progress",      "exit",    "signal",
-                                "on-term",   "sleep",      "grandchild",    "pidfile", "touch",
-                                "stamp",     "error-json", "error-json-str"};
+    static const char *one[] = {
+        "out",      "err",   "outn",       "errn",           "out-bytes", "err-bytes",  "out-lines",
+        "progress", "exit",  "signal",     "on-term",        "sleep",     "grandchild", "pidfile",
+        "touch",    "stamp", "error-json", "error-json-str", "wait-file"};
     if (!strcmp(a, "trap"))
         return 2;
     for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
@@ -296,6 +297,9 @@ int main(int argc, char **argv)
             write_file(x, pid, 0);
         } else if (!strcmp(a, "touch")) {
             write_file(x, "", 1);
+        } else if (!strcmp(a, "wait-file")) {
+            for (int k = 0; k < 3000 && access(x, F_OK) != 0; k++)
+                do_sleep(0.01);
         } else if (!strcmp(a, "stamp")) {
             struct timespec ts;
             char line[64];

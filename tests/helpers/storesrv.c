@@ -1,5 +1,5 @@
 /* A store server for the integration tests and benchmarks, run the way the
- * launcher runs it: one poll() loop watching a signalfd and the server's
+ * launcher runs it: one poll() loop watching its signals and the server's
  * descriptors (or, with --thread, the runtime's background thread).
  *
  *   storesrv [--host H] [--port P] [--token T] [--port-file F] [--stats-file F]
@@ -8,16 +8,19 @@
  *            [--thread]
  *
  * Writes the port to --port-file once listening. SIGUSR1 writes the server's
- * statistics to --stats-file (key=value, one line); SIGTERM / SIGINT stop it. */
+ * statistics to --stats-file (key=value, one line); SIGTERM / SIGINT stop it.
+ * Signals reach the loop through a self-pipe rather than a signalfd: sanitizer
+ * builds run a thread of their own that does not block signals, so a signalfd
+ * would let SIGUSR1 kill the process there. */
 #include "mg_err.h"
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 static int write_file(const char *path, const char *text)
@@ -46,6 +49,17 @@ static void write_stats(struct mg_store_server *srv, const char *path)
              s.clients, s.waiters, s.keys, s.stored_bytes, s.buffer_bytes, (long long)s.revision,
              (unsigned long long)s.dropped, (unsigned long long)s.leases_expired);
     write_file(path, line);
+}
+
+static int sig_w = -1;
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t rc = write(sig_w, &b, 1);
+    (void)rc;
+    errno = saved;
 }
 
 static void usage(void)
@@ -98,17 +112,18 @@ int main(int argc, char **argv)
             usage();
     }
 
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
-        fprintf(stderr, "storesrv: signalfd: %s\n", strerror(errno));
+    int sp[2];
+    if (pipe2(sp, O_CLOEXEC | O_NONBLOCK)) {
+        fprintf(stderr, "storesrv: pipe: %s\n", strerror(errno));
         return 1;
     }
+    int sfd = sp[0];
+    sig_w = sp[1];
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 
     struct mg_store_server *srv;
     if ((rc = mg_store_server_start(&srv, &o))) {
@@ -158,9 +173,9 @@ int main(int argc, char **argv)
         }
         if (!thread)
             mg_store_server_process(srv, fds + 1, n - 1);
-        struct signalfd_siginfo si;
-        while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-            if (si.ssi_signo == SIGUSR1)
+        unsigned char sig;
+        while (read(sfd, &sig, 1) == 1) {
+            if (sig == SIGUSR1)
                 write_stats(srv, stats_file);
             else
                 done = 1;
@@ -170,5 +185,6 @@ int main(int argc, char **argv)
     mg_store_server_release(srv);
     free(fds);
     close(sfd);
+    close(sig_w);
     return 0;
 }

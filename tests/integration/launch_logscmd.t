@@ -33,7 +33,10 @@ is "$out" "[1:err] a warning" "--grep with --tail"
 
 # ---- a failed run with a restart; another run listed alongside
 "$MGLAUNCH" --log_dir "$L" --rdzv_id bad1 --nproc_per_node 2 --max_restarts 1 "$FW" \
-    out "attempt line" 'if' rank=1 error-json "KeyError: 'lr'" 'if' rank=1 exit 3 sleep 5 \
+    out "attempt line" 'if' rank=0,restart=0 touch "$T/printed0" \
+    'if' rank=0,restart=1 touch "$T/printed1" 'if' rank=1,restart=0 wait-file "$T/printed0" \
+    'if' rank=1,restart=1 wait-file "$T/printed1" \
+    'if' rank=1 error-json "KeyError: 'lr'" 'if' rank=1 exit 3 sleep 5 \
     >/dev/null 2>&1
 out=$("$MGLAUNCH" logs "$L")
 like "$out" "  ok1 " "both runs listed"

@@ -106,4 +106,21 @@ victims=$(pids_of "$T"/w.* "$T"/gc.*)
 is "$(echo $victims | wc -w | tr -d ' ')" 6 "three workers and three grandchildren running"
 kill -KILL "$pid"
 ok wait_for 2 none_alive $victims
+
+# ---- the same after the sentinel was killed: mglaunch starts another and tells it the groups
+bg "$MGLAUNCH" --nproc_per_node 2 "$FW" grandchild "$T/gc2.\${local_rank}" \
+    pidfile "$T/w2.\${local_rank}" touch "$T/k2.\${local_rank}" sleep 60 >/dev/null 2>&1
+pid=$!
+ok wait_for 10 ready 2 "$T/k2"
+ok wait_for 10 ready 2 "$T/gc2"
+sentinel=$(pgrep -P "$pid" -x mglaunch-sentin)
+like "$sentinel" '^[0-9]+$' "the sentinel runs as a child of mglaunch"
+kill -KILL "$sentinel"
+new_sentinel() {
+    s=$(pgrep -P "$pid" -x mglaunch-sentin) && [ "$s" != "$sentinel" ]
+}
+ok wait_for 5 new_sentinel
+victims=$(pids_of "$T"/w2.* "$T"/gc2.*)
+kill -KILL "$pid"
+ok wait_for 2 none_alive $victims
 done_testing

@@ -1,0 +1,151 @@
+/* The compute backend: a struct of function pointers chosen once at startup.
+ *
+ * Every pointer an op receives is device memory obtained from the same
+ * backend's alloc() (on the CPU backend that is ordinary host memory). Ops are
+ * void: a device backend may queue them, and sync() reports the first error.
+ * Shapes are row-major and follow PyTorch: activations are NCHW, a linear
+ * weight is [out][in], a conv weight is [oc][c][kh][kw].
+ *
+ * Backward ops write parameter gradients (dw, db) when accumulate == 0 and add
+ * to them when accumulate != 0 (later micro-batches of gradient accumulation),
+ * so no zeroing pass is needed; they OVERWRITE input gradients (dx), and
+ * dx == NULL skips that part (the first layer never needs it).
+ *
+ * The CPU backend (cpu_backend.c) is the readable reference; a CUDA backend
+ * implements the same ops and is checked against it. */
+#ifndef MG_BACKEND_H
+#define MG_BACKEND_H
+
+#include "mg_config.h"
+#include "mg_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum mg_device {
+    MG_DEVICE_CPU = 0,
+    MG_DEVICE_CUDA = 1,
+};
+
+struct mg_backend_opts {
+    int threads;      /* BLAS threads; 0 = OMP_NUM_THREADS from the environment, else 1 */
+    int device_index; /* CUDA: which GPU; ignored by the CPU backend */
+};
+
+struct mg_conv2d_dims {
+    int n, c, h, w;  /* input */
+    int oc, kh, kw;  /* weight */
+    int stride, pad; /* same in both directions */
+    int oh, ow;      /* output, filled by mg_conv2d_dims_finish() */
+};
+
+struct mg_pool2d_dims {
+    int n, c, h, w; /* input */
+    int k, stride;  /* square window */
+    int oh, ow;     /* output (floor mode, as PyTorch's default) */
+};
+
+/* Computes oh/ow; returns -EINVAL when the output would be empty. */
+int mg_conv2d_dims_finish(struct mg_conv2d_dims *d);
+int mg_pool2d_dims_finish(struct mg_pool2d_dims *d);
+
+struct mg_backend {
+    const char *name; /* for humans: "cpu (OpenBLAS Haswell, 1 thread)" */
+    enum mg_device device;
+    int threads;
+    void *impl;
+
+    void (*release)(struct mg_backend *be);
+
+    /* ---- memory ---- */
+    /* zero-filled, 64-byte aligned; NULL when out of memory */
+    void *(*alloc)(struct mg_backend *be, size_t bytes);
+    void (*free)(struct mg_backend *be, void *p);
+    void (*upload)(struct mg_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(struct mg_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(struct mg_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct mg_backend *be, void *p, size_t bytes);
+    /* waits for all queued work; returns 0 or the first error since the last sync */
+    int (*sync)(struct mg_backend *be);
+
+    /* ---- layers ---- */
+    /* y[n][out] = x[n][in] . w[out][in]^T + b, then max(0, .) when relu */
+    void (*linear_forward)(struct mg_backend *be, float *y, const float *x, const float *w,
+                           const float *b, int n, int in, int out, int relu);
+    void (*linear_backward)(struct mg_backend *be, float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, int n, int in, int out, int accumulate);
+    /* bytes of scratch memory conv2d needs for these dimensions (forward and backward) */
+    size_t (*conv2d_scratch)(struct mg_backend *be, const struct mg_conv2d_dims *d);
+    void (*conv2d_forward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *y,
+                           const float *x, const float *w, const float *b, int relu, void *scratch);
+    /* when relu: y is the forward output and dy is masked by (y > 0) first (dy is modified).
+     * sparse_dy is a hint that most of dy is zero (a max-pool follows): a backend may then
+     * skip the zeros instead of running dense products. The result is the same up to
+     * rounding order, and the same bits every time for the same hint. */
+    void (*conv2d_backward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *dx,
+                            float *dw, float *db, float *dy, const float *x, const float *w,
+                            const float *y, int relu, int accumulate, int sparse_dy, void *scratch);
+    /* idx receives, per output element, the offset of its maximum inside the input plane */
+    void (*maxpool2d_forward)(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,
+                              int32_t *idx, const float *x);
+    void (*maxpool2d_backward)(struct mg_backend *be, const struct mg_pool2d_dims *d, float *dx,
+                               const float *dy, const int32_t *idx);
+    void (*relu_forward)(struct mg_backend *be, float *y, const float *x, size_t n);
+    /* dx = dy * (y > 0); dx may equal dy */
+    void (*relu_backward)(struct mg_backend *be, float *dx, const float *dy, const float *y,
+                          size_t n);
+    /* keep with probability 1-p, scale kept values by 1/(1-p); element i uses
+     * number offset+i of the counter stream `seed` (rng.h) */
+    void (*dropout_forward)(struct mg_backend *be, float *y, uint8_t *mask, const float *x,
+                            size_t n, float p, uint64_t seed, uint64_t offset);
+    void (*dropout_backward)(struct mg_backend *be, float *dx, const float *dy, const uint8_t *mask,
+                             size_t n, float p);
+
+    /* ---- loss ---- */
+    /* per sample: loss[i] = logsumexp(logits[i]) - logits[i][label[i]],
+     * correct[i] = argmax(logits[i]) == label[i] (first maximum wins),
+     * probs = softmax(logits) kept for the backward */
+    void (*xent_forward)(struct mg_backend *be, float *loss, int32_t *correct, float *probs,
+                         const float *logits, const int32_t *labels, int n, int classes);
+    /* dlogits = (probs - onehot(label)) * scale; scale = 1/(samples in the step) */
+    void (*xent_backward)(struct mg_backend *be, float *dlogits, const float *probs,
+                          const int32_t *labels, int n, int classes, float scale);
+
+    /* ---- optimizers, over flat buffers (exact PyTorch update order, see optim.h) ---- */
+    /* first != 0 on the first step: the momentum buffer starts as the gradient */
+    /* Scalars are doubles so they are rounded exactly where PyTorch rounds them. */
+    void (*sgd_step)(struct mg_backend *be, float *p, const float *g, float *buf, size_t n,
+                     double lr, double momentum, double weight_decay, int nesterov, int first);
+    /* step counts from 1 (AdamW's t) */
+    void (*adamw_step)(struct mg_backend *be, float *p, const float *g, float *m, float *v,
+                       size_t n, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, uint64_t step);
+    /* x *= a (gradient averaging) */
+    void (*scale)(struct mg_backend *be, float *x, float a, size_t n);
+};
+
+/* Creates the backend for a device. Returns -MG_EUNSUPPORTED for a device this
+ * build has no backend for, -ENOMEM, or the backend's own init error. */
+int mg_backend_create(enum mg_device dev, const struct mg_backend_opts *opts,
+                      struct mg_backend **out);
+void mg_backend_release(struct mg_backend *be);
+
+/* Parses "cpu" / "cuda"; -EINVAL otherwise. */
+int mg_device_parse(const char *s, enum mg_device *out);
+/* Whether this build contains a backend for dev. */
+int mg_device_available(enum mg_device dev);
+
+int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out);
+#if MG_HAVE_CUDA
+int mg_cuda_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out);
+#else
+static inline int mg_cuda_backend_create(const struct mg_backend_opts *opts,
+                                         struct mg_backend **out)
+{
+    (void)opts;
+    *out = 0;
+    return -MG_EUNSUPPORTED;
+}
+#endif
+
+#endif

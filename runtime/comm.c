@@ -1,0 +1,248 @@
+/* The backend-independent part of the communication interface: argument
+ * checks and the broken state around every collective, the options read from
+ * the environment (MG_COMM, MG_COMM_TIMEOUT, ...), operation descriptions for
+ * messages, and the world-size-1 backend. */
+#include "comm.h"
+#include "comm_internal.h"
+#include "mg_err.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_MS (300 * 1000)
+
+int mg_comm_mode_parse(const char *text, enum mg_comm_mode *mode)
+{
+    if (!text || !*text || strcmp(text, "auto") == 0)
+        *mode = MG_COMM_AUTO;
+    else if (strcmp(text, "shm") == 0)
+        *mode = MG_COMM_SHM;
+    else if (strcmp(text, "tcp") == 0)
+        *mode = MG_COMM_TCP;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+const char *mg_comm_mode_name(enum mg_comm_mode mode)
+{
+    switch (mode) {
+    case MG_COMM_SHM:
+        return "shm";
+    case MG_COMM_TCP:
+        return "tcp";
+    default:
+        return "auto";
+    }
+}
+
+/* Seconds (may be fractional, > 0) to milliseconds. */
+static int parse_seconds(const char *text, int *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v > 0) || v > 86400.0 * 365)
+        return -EINVAL;
+    *ms = (int)ceil(v * 1000);
+    return 0;
+}
+
+int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
+{
+    const char *v;
+    if ((v = getenv("MG_COMM")) && mg_comm_mode_parse(v, &opts->mode)) {
+        snprintf(err, errlen, "MG_COMM='%s': expected auto, shm or tcp", v);
+        return -EINVAL;
+    }
+    if ((v = getenv("MG_COMM_TIMEOUT")) && *v && parse_seconds(v, &opts->timeout_ms)) {
+        snprintf(err, errlen, "MG_COMM_TIMEOUT='%s': expected a number of seconds > 0", v);
+        return -EINVAL;
+    }
+    if ((v = getenv("MG_COMM_HOST")) && *v)
+        opts->host_id = v;
+    if ((v = getenv("MG_COMM_ADDR")) && *v)
+        opts->advertise = v;
+    return 0;
+}
+
+/* ---- operation descriptions and faults ------------------------------------------ */
+
+void mg_opdesc_text(const struct mg_opdesc *d, char *buf, size_t len)
+{
+    unsigned long long n = (unsigned long long)d->len;
+    switch (d->kind) {
+    case MG_OP_ALLREDUCE_SUM:
+    case MG_OP_ALLREDUCE_AVG:
+        snprintf(buf, len, "allreduce%s of %llu float%s",
+                 d->kind == MG_OP_ALLREDUCE_AVG ? " (avg)" : "", n / 4, n / 4 == 1 ? "" : "s");
+        break;
+    case MG_OP_BROADCAST:
+        snprintf(buf, len, "broadcast of %llu byte%s from rank %d", n, n == 1 ? "" : "s",
+                 (int)d->root);
+        break;
+    case MG_OP_ALLGATHER:
+        snprintf(buf, len, "allgather of %llu byte%s per rank", n, n == 1 ? "" : "s");
+        break;
+    case MG_OP_BARRIER:
+        snprintf(buf, len, "barrier");
+        break;
+    case MG_OP_SETUP:
+        snprintf(buf, len, "communicator setup");
+        break;
+    default:
+        snprintf(buf, len, "unknown operation %u", (unsigned)d->kind);
+        break;
+    }
+}
+
+int mg_opdesc_equal(const struct mg_opdesc *a, const struct mg_opdesc *b)
+{
+    return a->kind == b->kind && a->root == b->root && a->len == b->len;
+}
+
+int mg_fault_code(const struct mg_fault *f)
+{
+    switch (f->kind) {
+    case MG_FAULT_TIMEOUT:
+        return -ETIMEDOUT;
+    case MG_FAULT_DIED:
+    case MG_FAULT_CLOSED:
+        return -MG_EPEER;
+    case MG_FAULT_MISMATCH:
+        return -MG_EPROTO;
+    case MG_FAULT_ABORTED: {
+        struct mg_fault o = {.kind = f->orig_kind, .err = f->err};
+        return o.kind == MG_FAULT_ABORTED ? -MG_EPEER : mg_fault_code(&o);
+    }
+    default:
+        return f->err ? f->err : -EIO;
+    }
+}
+
+/* ---- wrappers ------------------------------------------------------------------- */
+
+static int resolve_timeout(const struct mg_comm *c, int timeout_ms)
+{
+    if (timeout_ms == MG_COMM_DEFAULT_TIMEOUT || timeout_ms == 0)
+        return c->timeout_ms > 0 ? c->timeout_ms : DEFAULT_TIMEOUT_MS;
+    return timeout_ms;
+}
+
+static int precheck(struct mg_comm *c)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->failed)
+        return c->failed_code ? c->failed_code : -MG_EPEER;
+    return 0;
+}
+
+int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                      int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if ((count && !buf) || count > SIZE_MAX / sizeof(float) / 2 ||
+        (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
+        return -EINVAL;
+    return c->ops->allreduce(c, buf, count, op, resolve_timeout(c, timeout_ms));
+}
+
+int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if ((len && !buf) || root < 0 || root >= c->world || len > SIZE_MAX / 2)
+        return -EINVAL;
+    return c->ops->broadcast(c, buf, len, root, resolve_timeout(c, timeout_ms));
+}
+
+int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if ((len && (!send || !recv)) || len > SIZE_MAX / 2 / (size_t)c->world)
+        return -EINVAL;
+    return c->ops->allgather(c, send, recv, len, resolve_timeout(c, timeout_ms));
+}
+
+int mg_comm_barrier(struct mg_comm *c, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    return c->ops->barrier(c, resolve_timeout(c, timeout_ms));
+}
+
+void mg_comm_release(struct mg_comm *c)
+{
+    if (c)
+        c->ops->release(c);
+}
+
+const char *mg_comm_errmsg(const struct mg_comm *c)
+{
+    return c ? c->errmsg : "";
+}
+
+/* ---- world size 1 ------------------------------------------------------------------ */
+
+static int single_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                            int timeout_ms)
+{
+    return 0; /* the average of one value is itself */
+}
+
+static int single_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
+{
+    return 0;
+}
+
+static int single_allgather(struct mg_comm *c, const void *send, void *recv, size_t len,
+                            int timeout_ms)
+{
+    if (len && send != recv)
+        memmove(recv, send, len);
+    return 0;
+}
+
+static int single_barrier(struct mg_comm *c, int timeout_ms)
+{
+    return 0;
+}
+
+static void single_release(struct mg_comm *c)
+{
+    free(c);
+}
+
+static const struct mg_comm_ops single_ops = {
+    .name = "single",
+    .allreduce = single_allreduce,
+    .broadcast = single_broadcast,
+    .allgather = single_allgather,
+    .barrier = single_barrier,
+    .release = single_release,
+};
+
+int mg_comm_single_create(struct mg_comm **out)
+{
+    struct mg_comm *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->ops = &single_ops;
+    c->rank = c->local_rank = 0;
+    c->world = c->local_world = c->nhosts = 1;
+    c->rank_ordered = 1;
+    c->timeout_ms = DEFAULT_TIMEOUT_MS;
+    snprintf(c->desc, sizeof(c->desc), "single process");
+    *out = c;
+    return 0;
+}

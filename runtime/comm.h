@@ -1,0 +1,122 @@
+/* The communication interface of libmg: collectives between the ranks of a
+ * job, behind a small struct of function pointers chosen once at startup.
+ *
+ * Backends: the CPU backend (comm_cpu.c: shared memory between the ranks of a
+ * host, a pipelined TCP ring between hosts, hierarchical when a job has both)
+ * and, later, NCCL. The world-size-1 backend does nothing, quickly.
+ *
+ * Contract for every backend:
+ * - Every rank calls the same collectives in the same order with the same
+ *   sizes (and root). A mismatch is detected where the backend can (the CPU
+ *   backend always does) and fails with MG_EPROTO.
+ * - The reduction order is fixed for a given world size and placement of ranks
+ *   on hosts: all ranks receive identical bits and a rerun repeats exactly.
+ * - Every call takes a timeout in milliseconds (MG_COMM_DEFAULT_TIMEOUT = the
+ *   communicator's default, MG_COMM_TIMEOUT or 300 s). A peer that dies or
+ *   stops answering gives an error, never a hang: -ETIMEDOUT (hung peer) or
+ *   -MG_EPEER (dead peer, closed connection), and mg_comm_errmsg() says which
+ *   rank was waited for, during which operation, e.g.
+ *   "allreduce of 4096 floats: timed out after 30 s waiting for rank 1".
+ * - After an error the communicator is broken: every later call fails at once
+ *   with the same message. The job is expected to exit and be restarted.
+ * - A communicator is used by one thread at a time (DDP's communication thread,
+ *   or the main thread while that one is idle).
+ * - Buffers may be anywhere in memory; allreduce works in place. */
+#ifndef MG_COMM_H
+#define MG_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mg_store;
+
+#define MG_COMM_DEFAULT_TIMEOUT (-1)
+#define MG_COMM_ERRMSG_MAX      320
+
+enum mg_reduce_op {
+    MG_REDUCE_SUM,
+    MG_REDUCE_AVG, /* sum, then divided by the world size (once, by one rank) */
+};
+
+/* What the CPU backend uses between ranks (MG_COMM=auto|shm|tcp). */
+enum mg_comm_mode {
+    MG_COMM_AUTO, /* shm within a host, tcp between hosts, hierarchical for both */
+    MG_COMM_SHM,  /* shared memory only: every rank must be on one host */
+    MG_COMM_TCP,  /* one TCP ring over all ranks, even on one host */
+};
+
+struct mg_comm;
+
+struct mg_comm_ops {
+    const char *name;
+    /* buf[0..count) summed (or averaged) over all ranks, in place. */
+    int (*allreduce)(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                     int timeout_ms);
+    /* len bytes of root's buf copied to every rank's buf. */
+    int (*broadcast)(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms);
+    /* Every rank's len bytes of send land at recv + rank * len, on every rank.
+     * send may be recv + rank * len (in place). */
+    int (*allgather)(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+    /* Returns once every rank has entered the barrier. */
+    int (*barrier)(struct mg_comm *c, int timeout_ms);
+    void (*release)(struct mg_comm *c);
+};
+
+/* Fields common to every backend; a backend embeds this first. */
+struct mg_comm {
+    const struct mg_comm_ops *ops;
+    int rank, world;
+    int local_rank, local_world; /* within this host, as the backend sees it */
+    int nhosts;
+    int timeout_ms;   /* the default for MG_COMM_DEFAULT_TIMEOUT */
+    int rank_ordered; /* sums are taken in rank order (one host, shared memory) */
+    int failed;       /* an error happened: every later call fails */
+    int failed_code;
+    char desc[96]; /* e.g. "cpu: shm (2 ranks on 1 host)" */
+    char errmsg[MG_COMM_ERRMSG_MAX];
+};
+
+/* Options for creating a communicator. Zero-initialized fields take defaults. */
+struct mg_comm_opts {
+    int rank, world;
+    enum mg_comm_mode mode;
+    int timeout_ms;      /* default collective timeout (0 = MG_COMM_TIMEOUT or 300 s) */
+    int init_timeout_ms; /* bootstrap through the store (0 = the collective default) */
+    const char *run_id;  /* for naming the shared memory segment (readability only) */
+    int restart_count;
+    const char *host_id;   /* NULL = this host's identity (boot id + namespaces);
+                               MG_COMM_HOST overrides it, to simulate hosts in tests */
+    const char *advertise; /* NULL = MG_COMM_ADDR, else the local address of the store
+                               connection: where peers on other hosts reach this rank */
+};
+
+/* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT (seconds,
+ * may be fractional), MG_COMM_HOST, MG_COMM_ADDR. On a bad value returns
+ * -EINVAL and writes a message naming the variable into err. */
+int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen);
+
+/* The CPU backend. Every rank calls this at the same time; they find each other
+ * through the store (which must be shared by exactly this job's ranks and
+ * outlive the call). On failure returns a negative code and a message in err. */
+int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
+                       const struct mg_comm_opts *opts, char *err, size_t errlen);
+
+/* World size 1: every collective is a no-op (with the same argument checks). */
+int mg_comm_single_create(struct mg_comm **out);
+
+/* Convenience wrappers; they check arguments and the broken state. */
+int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                      int timeout_ms);
+int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms);
+int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
+void mg_comm_release(struct mg_comm *c);
+
+/* The message of the last error ("" when none). */
+const char *mg_comm_errmsg(const struct mg_comm *c);
+
+/* Parses MG_COMM-style text ("auto", "shm", "tcp"). */
+int mg_comm_mode_parse(const char *text, enum mg_comm_mode *mode);
+const char *mg_comm_mode_name(enum mg_comm_mode mode);
+
+#endif

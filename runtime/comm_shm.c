@@ -1,0 +1,705 @@
+/* Collectives between the ranks of one host, through one shared memory segment.
+ *
+ * Every operation starts with a flag round: each rank writes what it is about
+ * to do (and, for a small message, the data itself) into its half of a
+ * double-buffered slot, bumps its round counter and waits for everyone else's.
+ * A small allreduce is then finished by summing the peers' slots in rank order:
+ * one round, no system call when the peers are running.
+ *
+ * Larger messages are pipelined in steps. The buffer is cut into one chunk per
+ * rank; in step k each rank copies segment k of every other rank's chunk into
+ * its own staging slot (A), sums segment k of its own chunk from everyone's
+ * staging slots, in rank order, into its buffer and into its staging slot (R),
+ * and copies the other ranks' finished segments out of their slots (C). The
+ * slots are a few hundred KiB that stay in the caches, so memory traffic is
+ * close to one read and one write of the buffer per rank, and each sum is
+ * computed once, by one rank, and copied: every rank gets identical bits.
+ *
+ * Waiting spins briefly (peers on other cores answer within a microsecond),
+ * then sleeps on a futex in the segment, so two ranks on two busy cores don't
+ * starve each other. While sleeping it checks that the peer's process is alive
+ * (a pidfd), so a dead peer is reported within ~50 ms, not at the timeout. */
+#include "comm_internal.h"
+#include "mg_err.h"
+#include "net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC   0x31306d6d6f63676dULL /* "mgcomm01" */
+#define SHM_VERSION 1
+#define LINE        128 /* two cache lines: adjacent-line prefetch never shares */
+#define SMALL_HDR   128 /* opdesc in front of each small slot */
+#define PAGE        4096
+
+#define DEFAULT_SMALL_MAX  (64u << 10)
+#define DEFAULT_STEP_BYTES (256u << 10)
+#define DEFAULT_NSLOTS     4
+#define DEFAULT_SPIN_US    50
+#define SLEEP_SLICE_MS     50
+#define PURE_SPIN_US       2
+
+struct shm_counter {
+    _Atomic uint32_t val;
+    _Atomic uint32_t waiters;
+    char pad[LINE - 8];
+};
+
+struct shm_rankctl {
+    struct shm_counter round;    /* flag rounds completed */
+    struct shm_counter posted;   /* pipeline steps copied into my slots */
+    struct shm_counter reduced;  /* pipeline steps whose sums I wrote */
+    struct shm_counter consumed; /* pipeline steps I copied out of the others' slots */
+    struct shm_counter attached;
+    _Atomic int32_t pid;
+    char pad[LINE - 4];
+};
+
+struct shm_header {
+    uint64_t magic;
+    uint64_t nonce;
+    uint32_t version, nlocal;
+    uint64_t small_max, step_bytes, nslots, stride, total;
+    /* Set once by the first rank that gives up, so the others stop waiting at
+     * once and report the same cause. */
+    _Atomic uint32_t aborted;
+    int32_t abort_kind, abort_peer, abort_pid, abort_origin;
+};
+
+struct mg_shm {
+    char *base;
+    size_t total;
+    int n, me;
+    int ranks[MG_SHM_MAX_LOCAL];
+    int pidfd[MG_SHM_MAX_LOCAL];
+    int pid[MG_SHM_MAX_LOCAL];
+    struct shm_rankctl *ctl;
+    char *data;
+    size_t small_max, step_bytes, stride;
+    int nslots;
+    int spin_us;
+    int yield;
+    uint32_t round; /* rounds done, same on every rank */
+    uint32_t steps; /* pipeline steps done, same on every rank */
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static char *small_slot(const struct mg_shm *g, int q, uint32_t parity)
+{
+    return g->data + (size_t)q * g->stride + (parity & 1) * (SMALL_HDR + g->small_max);
+}
+
+static char *large_slot(const struct mg_shm *g, int q, uint32_t step)
+{
+    return g->data + (size_t)q * g->stride + 2 * (SMALL_HDR + g->small_max) +
+           (size_t)(step % (uint32_t)g->nslots) * g->step_bytes;
+}
+
+static inline int reached(uint32_t val, uint32_t target)
+{
+    return (int32_t)(val - target) >= 0;
+}
+
+static void post(struct shm_counter *c, uint32_t v)
+{
+    atomic_store(&c->val, v);
+    if (atomic_load(&c->waiters))
+        syscall(SYS_futex, &c->val, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+static int peer_alive(struct mg_shm *g, int q)
+{
+    if (g->pidfd[q] >= 0) {
+        struct pollfd p = {.fd = g->pidfd[q], .events = POLLIN};
+        return poll(&p, 1, 0) == 0;
+    }
+    if (g->pid[q] > 0)
+        return !(kill(g->pid[q], 0) < 0 && errno == ESRCH);
+    return 1;
+}
+
+static int aborted(struct mg_shm *g, struct mg_fault *f)
+{
+    struct shm_header *h = (struct shm_header *)g->base;
+    if (!atomic_load_explicit(&h->aborted, memory_order_acquire))
+        return 0;
+    *f = (struct mg_fault){.kind = MG_FAULT_ABORTED,
+                           .peer = h->abort_peer,
+                           .pid = h->abort_pid,
+                           .origin = h->abort_origin,
+                           .orig_kind = h->abort_kind};
+    return mg_fault_code(f);
+}
+
+void mg_shm_abort(struct mg_shm *g, const struct mg_fault *f)
+{
+    struct shm_header *h = (struct shm_header *)g->base;
+    uint32_t zero = 0;
+    if (!atomic_compare_exchange_strong(&h->aborted, &zero, 2)) /* 2: being written */
+        return;
+    /* A fault forwarded from elsewhere keeps its first cause. */
+    h->abort_kind = f->kind == MG_FAULT_ABORTED ? f->orig_kind : f->kind;
+    h->abort_peer = f->peer;
+    h->abort_pid = f->pid;
+    h->abort_origin = f->kind == MG_FAULT_ABORTED ? f->origin : g->ranks[g->me];
+    atomic_store(&h->aborted, 1);
+    for (int q = 0; q < g->n; q++) {
+        struct shm_counter *cs[] = {&g->ctl[q].round, &g->ctl[q].posted, &g->ctl[q].reduced,
+                                    &g->ctl[q].consumed, &g->ctl[q].attached};
+        for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++)
+            syscall(SYS_futex, &cs[i]->val, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    }
+}
+
+/* Waits until q's counter c reaches target. */
+static int wait_for(struct mg_shm *g, int q, struct shm_counter *c, uint32_t target,
+                    int64_t deadline_ms, struct mg_fault *f)
+{
+    if (reached(atomic_load_explicit(&c->val, memory_order_acquire), target))
+        return 0;
+    if (g->spin_us > 0) {
+        /* A peer on another core answers within a microsecond or two: spin.
+         * After that, yield between checks: a peer waiting for our core gets
+         * it at once. Then sleep. */
+        int64_t start = mg_now_us(), end = start + g->spin_us, pure = start + PURE_SPIN_US;
+        for (unsigned i = 1;; i++) {
+            cpu_relax();
+            if (reached(atomic_load_explicit(&c->val, memory_order_acquire), target))
+                return 0;
+            if ((i & 63) == 0) {
+                int64_t now = mg_now_us();
+                if (now >= end || atomic_load(&((struct shm_header *)g->base)->aborted))
+                    break;
+                if (now >= pure && g->yield)
+                    sched_yield();
+            }
+        }
+    }
+    for (;;) {
+        atomic_fetch_add(&c->waiters, 1);
+        uint32_t v = atomic_load(&c->val);
+        if (!reached(v, target) && !atomic_load(&((struct shm_header *)g->base)->aborted)) {
+            int left = mg_ms_until(deadline_ms);
+            int slice = left >= 0 && left < SLEEP_SLICE_MS ? left : SLEEP_SLICE_MS;
+            struct timespec ts = {slice / 1000, (long)(slice % 1000) * 1000000};
+            syscall(SYS_futex, &c->val, FUTEX_WAIT, v, &ts, NULL, 0);
+        }
+        atomic_fetch_sub(&c->waiters, 1);
+        if (reached(atomic_load_explicit(&c->val, memory_order_acquire), target))
+            return 0;
+        int rc = aborted(g, f);
+        if (rc)
+            return rc;
+        if (!peer_alive(g, q)) {
+            *f = (struct mg_fault){.kind = MG_FAULT_DIED, .peer = g->ranks[q], .pid = g->pid[q]};
+            return -MG_EPEER;
+        }
+        if (deadline_ms >= 0 && mg_now_ms() >= deadline_ms) {
+            *f = (struct mg_fault){.kind = MG_FAULT_TIMEOUT, .peer = g->ranks[q], .pid = g->pid[q]};
+            return -ETIMEDOUT;
+        }
+    }
+}
+
+/* ---- setup ------------------------------------------------------------------- */
+
+static int cfg_check(const struct mg_shm_cfg *cfg)
+{
+    if (cfg->nlocal < 1 || cfg->nlocal > MG_SHM_MAX_LOCAL || cfg->local_rank < 0 ||
+        cfg->local_rank >= cfg->nlocal)
+        return -EINVAL;
+    return 0;
+}
+
+static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
+{
+    struct mg_shm *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->n = cfg->nlocal;
+    g->me = cfg->local_rank;
+    for (int q = 0; q < g->n; q++) {
+        g->ranks[q] = cfg->ranks ? cfg->ranks[q] : q;
+        g->pidfd[q] = -1;
+    }
+    g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : DEFAULT_SPIN_US;
+    g->yield = getenv("MG_COMM_NOYIELD") == NULL;
+    return g;
+}
+
+/* Fixes the pointers into a mapped segment from its header. */
+static void shm_layout(struct mg_shm *g, const struct shm_header *h)
+{
+    g->small_max = h->small_max;
+    g->step_bytes = h->step_bytes;
+    g->nslots = (int)h->nslots;
+    g->stride = h->stride;
+    g->ctl = (struct shm_rankctl *)(g->base + PAGE);
+    g->data = g->base + align_up(PAGE + (size_t)g->n * sizeof(struct shm_rankctl), PAGE);
+}
+
+int mg_shm_create(struct mg_shm **out, const char *name, uint64_t nonce,
+                  const struct mg_shm_cfg *cfg)
+{
+    int rc = cfg_check(cfg), fd = -1;
+    if (rc)
+        return rc;
+    struct mg_shm *g = shm_new(cfg);
+    if (!g)
+        return -ENOMEM;
+
+    struct shm_header h = {
+        .magic = SHM_MAGIC,
+        .nonce = nonce,
+        .version = SHM_VERSION,
+        .nlocal = (uint32_t)cfg->nlocal,
+        .small_max = align_up(cfg->small_max ? cfg->small_max : DEFAULT_SMALL_MAX, 64),
+        .step_bytes = align_up(cfg->step_bytes ? cfg->step_bytes : DEFAULT_STEP_BYTES, 64),
+        .nslots = (uint64_t)(cfg->nslots > 1 ? cfg->nslots : DEFAULT_NSLOTS),
+    };
+    /* A step holds one segment per rank, each a multiple of 64 bytes. */
+    if (h.step_bytes < 64u * (unsigned)cfg->nlocal)
+        h.step_bytes = 64u * (unsigned)cfg->nlocal;
+    h.stride = align_up(2 * (SMALL_HDR + h.small_max) + h.nslots * h.step_bytes, PAGE);
+    h.total = align_up(PAGE + (size_t)cfg->nlocal * sizeof(struct shm_rankctl), PAGE) +
+              (size_t)cfg->nlocal * h.stride;
+
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (ftruncate(fd, (off_t)h.total) < 0) {
+        rc = -errno;
+        goto fail_unlink;
+    }
+    /* Reserve the pages now: a full /dev/shm fails here, not with SIGBUS later. */
+    rc = posix_fallocate(fd, 0, (off_t)h.total);
+    if (rc) {
+        rc = -rc;
+        goto fail_unlink;
+    }
+    g->base = mmap(NULL, h.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (g->base == MAP_FAILED) {
+        g->base = NULL;
+        rc = -errno;
+        goto fail_unlink;
+    }
+    close(fd);
+    g->total = h.total;
+    shm_layout(g, &h);
+    struct shm_header *hp = (struct shm_header *)g->base;
+    *hp = h;
+    atomic_store(&g->ctl[g->me].pid, (int32_t)getpid());
+    post(&g->ctl[g->me].attached, 1);
+    *out = g;
+    return 0;
+
+fail_unlink:
+    shm_unlink(name);
+fail:
+    if (fd >= 0)
+        close(fd);
+    free(g);
+    return rc;
+}
+
+int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
+                  const struct mg_shm_cfg *cfg)
+{
+    int rc = cfg_check(cfg);
+    if (rc)
+        return rc;
+    struct mg_shm *g = shm_new(cfg);
+    if (!g)
+        return -ENOMEM;
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        goto fail_fd;
+    }
+    if ((size_t)st.st_size < PAGE) {
+        rc = -MG_EFORMAT;
+        goto fail_fd;
+    }
+    g->base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (g->base == MAP_FAILED) {
+        g->base = NULL;
+        rc = -errno;
+        goto fail_fd;
+    }
+    g->total = (size_t)st.st_size;
+    close(fd);
+    fd = -1;
+    const struct shm_header *h = (const struct shm_header *)g->base;
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->nonce != nonce ||
+        h->nlocal != (uint32_t)cfg->nlocal || h->total != g->total) {
+        rc = -MG_EFORMAT;
+        goto fail_map;
+    }
+    shm_layout(g, h);
+    atomic_store(&g->ctl[g->me].pid, (int32_t)getpid());
+    post(&g->ctl[g->me].attached, 1);
+    *out = g;
+    return 0;
+
+fail_map:
+    munmap(g->base, g->total);
+fail_fd:
+    if (fd >= 0)
+        close(fd);
+fail:
+    free(g);
+    return rc;
+}
+
+int mg_shm_wait_attached(struct mg_shm *g, int64_t deadline_ms, struct mg_fault *f)
+{
+    for (int q = 0; q < g->n; q++) {
+        if (q == g->me)
+            continue;
+        int rc = wait_for(g, q, &g->ctl[q].attached, 1, deadline_ms, f);
+        if (rc)
+            return rc;
+        g->pid[q] = atomic_load(&g->ctl[q].pid);
+        if (g->pidfd[q] < 0 && g->pid[q] > 0)
+            g->pidfd[q] = (int)syscall(SYS_pidfd_open, g->pid[q], 0);
+    }
+    return 0;
+}
+
+int mg_shm_unlink(const char *name)
+{
+    return shm_unlink(name) < 0 ? -errno : 0;
+}
+
+size_t mg_shm_segment_bytes(const struct mg_shm *g)
+{
+    return g->total;
+}
+
+void mg_shm_release(struct mg_shm *g)
+{
+    if (!g)
+        return;
+    for (int q = 0; q < g->n; q++)
+        if (g->pidfd[q] >= 0)
+            close(g->pidfd[q]);
+    if (g->base)
+        munmap(g->base, g->total);
+    free(g);
+}
+
+/* ---- the flag round ------------------------------------------------------------ */
+
+/* Publishes d (and len bytes of data, len <= small_max) in this round's slot,
+ * then waits for every other rank to do the same and checks they agree. */
+static int shm_round(struct mg_shm *g, const struct mg_opdesc *d, const void *data, size_t len,
+                     int64_t deadline_ms, struct mg_fault *f)
+{
+    uint32_t seq = g->round;
+    char *mine = small_slot(g, g->me, seq);
+    memcpy(mine, d, sizeof(*d));
+    if (len)
+        memcpy(mine + SMALL_HDR, data, len);
+    post(&g->ctl[g->me].round, seq + 1);
+    for (int q = 0; q < g->n; q++) {
+        if (q == g->me)
+            continue;
+        int rc = wait_for(g, q, &g->ctl[q].round, seq + 1, deadline_ms, f);
+        if (rc)
+            return rc;
+        struct mg_opdesc theirs;
+        memcpy(&theirs, small_slot(g, q, seq), sizeof(theirs));
+        if (!mg_opdesc_equal(&theirs, d)) {
+            *f = (struct mg_fault){
+                .kind = MG_FAULT_MISMATCH, .peer = g->ranks[q], .pid = g->pid[q], .theirs = theirs};
+            return -MG_EPROTO;
+        }
+    }
+    g->round = seq + 1;
+    return 0;
+}
+
+int mg_shm_barrier(struct mg_shm *g, const struct mg_opdesc *d, int64_t deadline_ms,
+                   struct mg_fault *f)
+{
+    return shm_round(g, d, NULL, 0, deadline_ms, f);
+}
+
+/* Every rank's counters end each pipelined operation at the same step. */
+static void finish_steps(struct mg_shm *g, uint32_t end)
+{
+    struct shm_rankctl *me = &g->ctl[g->me];
+    post(&me->posted, end);
+    post(&me->reduced, end);
+    post(&me->consumed, end);
+    g->steps = end;
+}
+
+/* Before reusing slot (base + k): every other rank must be done with the step
+ * that used it last, nslots steps ago (within this operation: the round that
+ * started it proved that everyone finished the previous one). */
+static int wait_slot_free(struct mg_shm *g, uint32_t base, uint32_t k, int need_reduced,
+                          int64_t deadline_ms, struct mg_fault *f)
+{
+    if (k < (uint32_t)g->nslots)
+        return 0;
+    uint32_t t = base + k - (uint32_t)g->nslots + 1;
+    for (int q = 0; q < g->n; q++) {
+        if (q == g->me)
+            continue;
+        int rc = need_reduced ? wait_for(g, q, &g->ctl[q].reduced, t, deadline_ms, f) : 0;
+        if (!rc)
+            rc = wait_for(g, q, &g->ctl[q].consumed, t, deadline_ms, f);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- allreduce ------------------------------------------------------------------- */
+
+/* Floats of chunk c that fall in segment k. */
+static size_t seg_len(const size_t *off, int c, uint32_t k, size_t seg)
+{
+    size_t len = off[c + 1] - off[c], start = (size_t)k * seg;
+    if (len <= start)
+        return 0;
+    return len - start < seg ? len - start : seg;
+}
+
+/* The sums land in every rank's buf (root < 0) or only in root's; the other
+ * ranks' buf then holds partial results. */
+static int shm_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by, int root,
+                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    const float *src[MG_SHM_MAX_LOCAL];
+    size_t bytes = count * sizeof(float);
+    int n = g->n, me = g->me, rc;
+    int want = root < 0 || root == me; /* this rank needs the whole result */
+
+    if (bytes <= g->small_max) {
+        uint32_t seq = g->round;
+        rc = shm_round(g, d, buf, bytes, deadline_ms, f);
+        if (rc)
+            return rc;
+        if (!want)
+            return 0;
+        for (int q = 0; q < n; q++)
+            src[q] = q == me ? buf : (const float *)(small_slot(g, q, seq) + SMALL_HDR);
+        mg_reduce_f32(buf, NULL, src, n, count, divide_by);
+        return 0;
+    }
+
+    rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    if (rc)
+        return rc;
+
+    size_t off[MG_SHM_MAX_LOCAL + 1];
+    mg_split_chunks(count, n, off);
+    size_t seg = g->step_bytes / (size_t)n / 64 * 64 / sizeof(float); /* floats per segment */
+    size_t maxchunk = 0;
+    for (int c = 0; c < n; c++)
+        if (off[c + 1] - off[c] > maxchunk)
+            maxchunk = off[c + 1] - off[c];
+    uint32_t nsteps = (uint32_t)((maxchunk + seg - 1) / seg);
+    uint32_t base = g->steps;
+    struct shm_rankctl *mine = &g->ctl[me];
+
+    /* A(0), then R(j) A(j+1) C(j): the peers' sums get a whole stage of slack. */
+    for (uint32_t k = 0; k <= nsteps; k++) {
+        if (k > 0) {
+            /* R(j): sum segment j of my chunk, in rank order. */
+            uint32_t j = k - 1;
+            for (int q = 0; q < n; q++) {
+                if (q == me)
+                    continue;
+                rc = wait_for(g, q, &g->ctl[q].posted, base + j + 1, deadline_ms, f);
+                if (rc)
+                    return rc;
+            }
+            size_t l = seg_len(off, me, j, seg);
+            if (l) {
+                for (int q = 0; q < n; q++)
+                    src[q] = q == me ? buf + off[me] + (size_t)j * seg
+                                     : (const float *)large_slot(g, q, base + j) + (size_t)me * seg;
+                /* Into my buffer if I need it, into my slot if someone else does. */
+                float *mine_out = buf + off[me] + (size_t)j * seg;
+                float *slot_out = (float *)large_slot(g, me, base + j) + (size_t)me * seg;
+                int others = root < 0 || root != me;
+                mg_reduce_f32(want ? mine_out : slot_out, want && others ? slot_out : NULL, src, n,
+                              l, divide_by);
+            }
+            post(&mine->reduced, base + j + 1);
+        }
+        if (k < nsteps) {
+            /* A(k): stage my part of everyone else's chunk. */
+            rc = wait_slot_free(g, base, k, 1, deadline_ms, f);
+            if (rc)
+                return rc;
+            float *slot = (float *)large_slot(g, me, base + k);
+            for (int p = 0; p < n; p++) {
+                size_t l = seg_len(off, p, k, seg);
+                if (p != me && l)
+                    memcpy(slot + (size_t)p * seg, buf + off[p] + (size_t)k * seg,
+                           l * sizeof(float));
+            }
+            post(&mine->posted, base + k + 1);
+        }
+        if (k > 0) {
+            /* C(j): copy the others' sums out of their slots. */
+            uint32_t j = k - 1;
+            for (int q = 0; q < n && want; q++) {
+                if (q == me)
+                    continue;
+                rc = wait_for(g, q, &g->ctl[q].reduced, base + j + 1, deadline_ms, f);
+                if (rc)
+                    return rc;
+                size_t l = seg_len(off, q, j, seg);
+                if (l)
+                    memcpy(buf + off[q] + (size_t)j * seg,
+                           (const float *)large_slot(g, q, base + j) + (size_t)q * seg,
+                           l * sizeof(float));
+            }
+            post(&mine->consumed, base + j + 1);
+        }
+    }
+    finish_steps(g, base + nsteps);
+    return 0;
+}
+
+int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
+                     const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    return shm_reduce(g, buf, count, divide_by, -1, d, deadline_ms, f);
+}
+
+int mg_shm_reduce(struct mg_shm *g, float *buf, size_t count, int root_local,
+                  const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    return shm_reduce(g, buf, count, 1, root_local, d, deadline_ms, f);
+}
+
+/* ---- broadcast --------------------------------------------------------------------- */
+
+int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
+                     const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    int me = g->me, rc;
+    if (len <= g->small_max) {
+        uint32_t seq = g->round;
+        rc = shm_round(g, d, buf, me == root_local ? len : 0, deadline_ms, f);
+        if (rc)
+            return rc;
+        if (me != root_local && len)
+            memcpy(buf, small_slot(g, root_local, seq) + SMALL_HDR, len);
+        return 0;
+    }
+    rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    if (rc)
+        return rc;
+    size_t step = g->step_bytes;
+    uint32_t nsteps = (uint32_t)((len + step - 1) / step), base = g->steps;
+    char *p = buf;
+    for (uint32_t k = 0; k < nsteps; k++) {
+        size_t l = len - (size_t)k * step < step ? len - (size_t)k * step : step;
+        if (me == root_local) {
+            rc = wait_slot_free(g, base, k, 0, deadline_ms, f);
+            if (rc)
+                return rc;
+            memcpy(large_slot(g, me, base + k), p + (size_t)k * step, l);
+            post(&g->ctl[me].posted, base + k + 1);
+        } else {
+            rc = wait_for(g, root_local, &g->ctl[root_local].posted, base + k + 1, deadline_ms, f);
+            if (rc)
+                return rc;
+            memcpy(p + (size_t)k * step, large_slot(g, root_local, base + k), l);
+            post(&g->ctl[me].consumed, base + k + 1);
+        }
+    }
+    /* The root may not leave while others still read its slots: the next
+     * round proves they finished, and so would a reuse of the slots. */
+    finish_steps(g, base + nsteps);
+    return 0;
+}
+
+/* ---- allgather ---------------------------------------------------------------------- */
+
+int mg_shm_allgather(struct mg_shm *g, const void *send, void *recv, size_t len,
+                     const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    int n = g->n, me = g->me, rc;
+    char *out = recv;
+    if (send != out + (size_t)me * len && len)
+        memmove(out + (size_t)me * len, send, len);
+    if (len <= g->small_max) {
+        uint32_t seq = g->round;
+        rc = shm_round(g, d, out + (size_t)me * len, len, deadline_ms, f);
+        if (rc)
+            return rc;
+        for (int q = 0; q < n; q++)
+            if (q != me && len)
+                memcpy(out + (size_t)q * len, small_slot(g, q, seq) + SMALL_HDR, len);
+        return 0;
+    }
+    rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    if (rc)
+        return rc;
+    size_t step = g->step_bytes;
+    uint32_t nsteps = (uint32_t)((len + step - 1) / step), base = g->steps;
+    const char *mine = out + (size_t)me * len;
+    for (uint32_t k = 0; k <= nsteps; k++) {
+        if (k < nsteps) {
+            size_t l = len - (size_t)k * step < step ? len - (size_t)k * step : step;
+            rc = wait_slot_free(g, base, k, 0, deadline_ms, f);
+            if (rc)
+                return rc;
+            memcpy(large_slot(g, me, base + k), mine + (size_t)k * step, l);
+            post(&g->ctl[me].posted, base + k + 1);
+        }
+        if (k == 0)
+            continue;
+        uint32_t j = k - 1;
+        size_t l = len - (size_t)j * step < step ? len - (size_t)j * step : step;
+        for (int q = 0; q < n; q++) {
+            if (q == me)
+                continue;
+            rc = wait_for(g, q, &g->ctl[q].posted, base + j + 1, deadline_ms, f);
+            if (rc)
+                return rc;
+            memcpy(out + (size_t)q * len + (size_t)j * step, large_slot(g, q, base + j), l);
+        }
+        post(&g->ctl[me].consumed, base + j + 1);
+    }
+    finish_steps(g, base + nsteps);
+    return 0;
+}

@@ -1,0 +1,363 @@
+/* The CPU compute backend: OpenBLAS sgemm for the matrix products (linear and
+ * im2col convolution), cpu_kernels.c for everything else. Single-threaded
+ * except inside BLAS, which gets `threads` threads. */
+#include "backend.h"
+#include "blas.h"
+#include "cpu_kernels.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_impl {
+    char name[128];
+    const struct mg_blas *blas;
+};
+
+/* Row-major C = A . B (+ beta C) through the loaded BLAS; ta/tb transpose A/B. */
+static inline void gemm(struct mg_backend *be, int ta, int tb, int m, int n, int k, const float *a,
+                        int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    const struct cpu_impl *impl = be->impl;
+    impl->blas->sgemm(MG_BLAS_ROW_MAJOR, ta ? MG_BLAS_TRANS : MG_BLAS_NO_TRANS,
+                      tb ? MG_BLAS_TRANS : MG_BLAS_NO_TRANS, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                      ldc);
+}
+
+/* Conv activations are processed in groups of samples whose im2col matrix
+ * takes about this many bytes (it stays in L2 between im2col and the GEMM).
+ * A constant, not a cache probe: the grouping decides the summation order of
+ * the weight gradient, so it must not vary between machines. */
+#define CONV_GROUP_BYTES (1u << 20)
+
+static void *cpu_alloc(struct mg_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0)
+        bytes = 64;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(struct mg_backend *be, void *p)
+{
+    free(p);
+}
+
+static void cpu_copy(struct mg_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (dst != src && bytes)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(struct mg_backend *be, void *p, size_t bytes)
+{
+    memset(p, 0, bytes);
+}
+
+static int cpu_sync(struct mg_backend *be)
+{
+    return 0;
+}
+
+static void cpu_linear_forward(struct mg_backend *be, float *y, const float *x, const float *w,
+                               const float *b, int n, int in, int out, int relu)
+{
+    gemm(be, 0, 1, n, out, in, x, in, w, in, 0.0f, y, out);
+    mg_k_bias_rows(y, b, n, out, relu);
+}
+
+static void cpu_linear_backward(struct mg_backend *be, float *dx, float *dw, float *db,
+                                const float *dy, const float *x, const float *w, int n, int in,
+                                int out, int accumulate)
+{
+    /* dw[out][in] (+)= dy^T x ; db (+)= column sums of dy ; dx = dy w */
+    gemm(be, 1, 0, out, in, n, dy, out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
+    if (db)
+        mg_k_colsum(db, dy, n, out, accumulate);
+    if (dx)
+        gemm(be, 0, 0, n, in, out, dy, out, w, in, 0.0f, dx, in);
+}
+
+static int conv_group(const struct mg_conv2d_dims *d)
+{
+    size_t per = (size_t)d->c * d->kh * d->kw * d->oh * d->ow * sizeof(float);
+    size_t g = CONV_GROUP_BYTES / (per ? per : 1);
+    if (g < 1)
+        g = 1;
+    if (g > (size_t)d->n)
+        g = (size_t)d->n;
+    return (int)g;
+}
+
+/* dense: col [K][G*P] | out/dyt [OC][G*P] | dcol [K][G*P]
+ * sparse backward: rows [P][K] | drows [P][K] | per-channel lists (index, value) [OC][P]
+ *                  | per-position lists (index, value) [P][OC] | list lengths [OC + P] */
+static size_t cpu_conv2d_scratch(struct mg_backend *be, const struct mg_conv2d_dims *d)
+{
+    size_t P = (size_t)d->oh * d->ow, gp = (size_t)conv_group(d) * P;
+    size_t k = (size_t)d->c * d->kh * d->kw;
+    size_t dense = (2 * k + (size_t)d->oc) * gp * sizeof(float);
+    size_t sparse = 2 * P * k * sizeof(float) + 4 * (size_t)d->oc * P * 4 + (d->oc + P) * 4;
+    return dense > sparse ? dense : sparse;
+}
+
+static void cpu_conv2d_forward(struct mg_backend *be, const struct mg_conv2d_dims *d, float *y,
+                               const float *x, const float *w, const float *b, int relu,
+                               void *scratch)
+{
+    int G = conv_group(d), P = d->oh * d->ow, K = d->c * d->kh * d->kw;
+    size_t in_size = (size_t)d->c * d->h * d->w, out_size = (size_t)d->oc * P;
+    float *col = scratch, *out = col + (size_t)K * G * P;
+    for (int n0 = 0; n0 < d->n; n0 += G) {
+        int g = d->n - n0 < G ? d->n - n0 : G;
+        mg_k_im2col(col, x + n0 * in_size, g, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
+                    d->oh, d->ow);
+        gemm(be, 0, 0, d->oc, g * P, K, w, K, col, g * P, 0.0f, out, g * P);
+        mg_k_conv_out(y + n0 * out_size, out, b, g, d->oc, P, relu);
+    }
+}
+
+/* The backward when most of dy is zero (ReLU + max-pool after the conv keep at most
+ * a quarter of it): per sample, the nonzero gradients are listed per output channel
+ * (for dw) and per position (for dx), and only those rows of the patch matrix and
+ * of the weights are combined. About 4x fewer multiply-adds than the dense GEMMs. */
+static void conv2d_backward_sparse(const struct mg_conv2d_dims *d, float *dx, float *dw, float *db,
+                                   float *dy, const float *x, const float *w, const float *y,
+                                   int relu, int accumulate, void *scratch)
+{
+    int P = d->oh * d->ow, K = d->c * d->kh * d->kw, OC = d->oc;
+    size_t in_size = (size_t)d->c * d->h * d->w, out_size = (size_t)OC * P;
+    float *rows = scratch, *drows = rows + (size_t)P * K;
+    int32_t *ch_idx = (int32_t *)(drows + (size_t)P * K); /* [OC][P] positions */
+    float *ch_val = (float *)(ch_idx + (size_t)OC * P);
+    int32_t *pos_idx = (int32_t *)(ch_val + (size_t)OC * P); /* [P][OC] channels */
+    float *pos_val = (float *)(pos_idx + (size_t)OC * P);
+    int32_t *ch_n = (int32_t *)(pos_val + (size_t)OC * P), *pos_n = ch_n + OC;
+
+    if (!accumulate) {
+        memset(dw, 0, sizeof(float) * (size_t)OC * K);
+        if (db)
+            memset(db, 0, sizeof(float) * (size_t)OC);
+    }
+    for (int s = 0; s < d->n; s++) {
+        float *g = dy + s * out_size;
+        const float *ys = y ? y + s * out_size : NULL;
+        memset(pos_n, 0, sizeof(int32_t) * (size_t)P);
+        for (int o = 0; o < OC; o++) {
+            int cnt = 0;
+            float bsum = 0.0f;
+            for (int p = 0; p < P; p++) {
+                float v = g[(size_t)o * P + p];
+                if (relu && !(ys[(size_t)o * P + p] > 0.0f))
+                    v = g[(size_t)o * P + p] = 0.0f;
+                if (v == 0.0f)
+                    continue;
+                bsum += v;
+                ch_idx[(size_t)o * P + cnt] = p;
+                ch_val[(size_t)o * P + cnt] = v;
+                cnt++;
+                pos_idx[(size_t)p * OC + pos_n[p]] = o;
+                pos_val[(size_t)p * OC + pos_n[p]] = v;
+                pos_n[p]++;
+            }
+            ch_n[o] = cnt;
+            if (db)
+                db[o] += bsum;
+        }
+        mg_k_im2row(rows, x + s * in_size, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad, d->oh,
+                    d->ow);
+        for (int o = 0; o < OC; o++)
+            if (ch_n[o])
+                mg_k_gather_axpy(dw + (size_t)o * K, rows, (size_t)K, ch_idx + (size_t)o * P,
+                                 ch_val + (size_t)o * P, ch_n[o], K, 1);
+        if (dx) {
+            for (int p = 0; p < P; p++)
+                mg_k_gather_axpy(drows + (size_t)p * K, w, (size_t)K, pos_idx + (size_t)p * OC,
+                                 pos_val + (size_t)p * OC, pos_n[p], K, 0);
+            mg_k_row2im(dx + s * in_size, drows, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
+                        d->oh, d->ow);
+        }
+    }
+}
+
+static void cpu_conv2d_backward(struct mg_backend *be, const struct mg_conv2d_dims *d, float *dx,
+                                float *dw, float *db, float *dy, const float *x, const float *w,
+                                const float *y, int relu, int accumulate, int sparse_dy,
+                                void *scratch)
+{
+    /* the sparse kernel works on rows of K values: worth it when they fill vectors */
+    if (sparse_dy && d->c * d->kh * d->kw >= 64) {
+        conv2d_backward_sparse(d, dx, dw, db, dy, x, w, y, relu, accumulate, scratch);
+        return;
+    }
+    int G = conv_group(d), P = d->oh * d->ow, K = d->c * d->kh * d->kw;
+    size_t in_size = (size_t)d->c * d->h * d->w, out_size = (size_t)d->oc * P;
+    float *col = scratch, *dyt = col + (size_t)K * G * P, *dcol = dyt + (size_t)d->oc * G * P;
+    for (int n0 = 0; n0 < d->n; n0 += G) {
+        int g = d->n - n0 < G ? d->n - n0 : G;
+        mg_k_conv_dy(dyt, dy + n0 * out_size, y ? y + n0 * out_size : NULL, g, d->oc, P, relu);
+        mg_k_im2col(col, x + n0 * in_size, g, d->c, d->h, d->w, d->kh, d->kw, d->stride, d->pad,
+                    d->oh, d->ow);
+        /* dw[oc][K] += dyt[oc][gP] col[K][gP]^T */
+        gemm(be, 0, 1, d->oc, K, g * P, dyt, g * P, col, g * P,
+             n0 == 0 && !accumulate ? 0.0f : 1.0f, dw, K);
+        if (dx) {
+            /* dcol[K][gP] = w[oc][K]^T dyt[oc][gP] */
+            gemm(be, 1, 0, K, g * P, d->oc, w, K, dyt, g * P, 0.0f, dcol, g * P);
+            mg_k_col2im(dx + n0 * in_size, dcol, g, d->c, d->h, d->w, d->kh, d->kw, d->stride,
+                        d->pad, d->oh, d->ow);
+        }
+    }
+    if (db) {
+        if (!accumulate)
+            memset(db, 0, sizeof(float) * (size_t)d->oc);
+        for (int s = 0; s < d->n; s++)
+            for (int o = 0; o < d->oc; o++)
+                db[o] += mg_k_sum(dy + s * out_size + (size_t)o * P, (size_t)P);
+    }
+}
+
+static void cpu_maxpool2d_forward(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,
+                                  int32_t *idx, const float *x)
+{
+    mg_k_maxpool_fwd(y, idx, x, d->n * d->c, d->h, d->w, d->k, d->stride, d->oh, d->ow);
+}
+
+static void cpu_maxpool2d_backward(struct mg_backend *be, const struct mg_pool2d_dims *d, float *dx,
+                                   const float *dy, const int32_t *idx)
+{
+    mg_k_maxpool_bwd(dx, dy, idx, d->n * d->c, d->h, d->w, d->oh, d->ow);
+}
+
+static void cpu_relu_forward(struct mg_backend *be, float *y, const float *x, size_t n)
+{
+    mg_k_relu(y, x, n);
+}
+
+static void cpu_relu_backward(struct mg_backend *be, float *dx, const float *dy, const float *y,
+                              size_t n)
+{
+    mg_k_relu_mask(dx, dy, y, n);
+}
+
+static void cpu_dropout_forward(struct mg_backend *be, float *y, uint8_t *mask, const float *x,
+                                size_t n, float p, uint64_t seed, uint64_t offset)
+{
+    mg_k_dropout_fwd(y, mask, x, n, p, seed, offset);
+}
+
+static void cpu_dropout_backward(struct mg_backend *be, float *dx, const float *dy,
+                                 const uint8_t *mask, size_t n, float p)
+{
+    mg_k_dropout_bwd(dx, dy, mask, n, p);
+}
+
+static void cpu_xent_forward(struct mg_backend *be, float *loss, int32_t *correct, float *probs,
+                             const float *logits, const int32_t *labels, int n, int classes)
+{
+    mg_k_xent_fwd(loss, correct, probs, logits, labels, n, classes);
+}
+
+static void cpu_xent_backward(struct mg_backend *be, float *dlogits, const float *probs,
+                              const int32_t *labels, int n, int classes, float scale)
+{
+    mg_k_xent_bwd(dlogits, probs, labels, n, classes, scale);
+}
+
+static void cpu_sgd_step(struct mg_backend *be, float *p, const float *g, float *buf, size_t n,
+                         double lr, double momentum, double weight_decay, int nesterov, int first)
+{
+    mg_k_sgd(p, g, buf, n, lr, momentum, weight_decay, nesterov, first);
+}
+
+static void cpu_adamw_step(struct mg_backend *be, float *p, const float *g, float *m, float *v,
+                           size_t n, double lr, double beta1, double beta2, double eps,
+                           double weight_decay, uint64_t step)
+{
+    mg_k_adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+static void cpu_scale(struct mg_backend *be, float *x, float a, size_t n)
+{
+    mg_k_scale(x, a, n);
+}
+
+static void cpu_release(struct mg_backend *be)
+{
+    free(be->impl);
+    free(be);
+}
+
+static int threads_from_env(void)
+{
+    const char *s = getenv("OMP_NUM_THREADS");
+    if (!s || !*s)
+        return 1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    /* OMP_NUM_THREADS may be a list ("4,2"): the first level counts */
+    if (end == s || v < 1 || (*end && *end != ','))
+        return 1;
+    return v > 1024 ? 1024 : (int)v;
+}
+
+int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out)
+{
+    struct mg_backend *be = calloc(1, sizeof(*be));
+    struct cpu_impl *impl = calloc(1, sizeof(*impl));
+    if (!be || !impl) {
+        free(be);
+        free(impl);
+        return -ENOMEM;
+    }
+    int threads = opts && opts->threads > 0 ? opts->threads : threads_from_env();
+    int rc = mg_blas_load(threads, &impl->blas, NULL);
+    if (rc < 0) {
+        free(be);
+        free(impl);
+        return rc;
+    }
+    if (impl->blas->core[0])
+        snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s, %d thread%s)", impl->blas->core,
+                 threads, threads == 1 ? "" : "s");
+    else
+        snprintf(impl->name, sizeof(impl->name), "cpu (%s, %d thread%s)", impl->blas->library,
+                 threads, threads == 1 ? "" : "s");
+    *be = (struct mg_backend){
+        .name = impl->name,
+        .device = MG_DEVICE_CPU,
+        .threads = threads,
+        .impl = impl,
+        .release = cpu_release,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .upload = cpu_copy,
+        .download = cpu_copy,
+        .copy = cpu_copy,
+        .zero = cpu_zero,
+        .sync = cpu_sync,
+        .linear_forward = cpu_linear_forward,
+        .linear_backward = cpu_linear_backward,
+        .conv2d_scratch = cpu_conv2d_scratch,
+        .conv2d_forward = cpu_conv2d_forward,
+        .conv2d_backward = cpu_conv2d_backward,
+        .maxpool2d_forward = cpu_maxpool2d_forward,
+        .maxpool2d_backward = cpu_maxpool2d_backward,
+        .relu_forward = cpu_relu_forward,
+        .relu_backward = cpu_relu_backward,
+        .dropout_forward = cpu_dropout_forward,
+        .dropout_backward = cpu_dropout_backward,
+        .xent_forward = cpu_xent_forward,
+        .xent_backward = cpu_xent_backward,
+        .sgd_step = cpu_sgd_step,
+        .adamw_step = cpu_adamw_step,
+        .scale = cpu_scale,
+    };
+    *out = be;
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* Datasets held in memory as bytes, normalized when a batch is gathered.
+ *
+ * - IDX files (MNIST's format), plain or gzip-compressed (read through zlib,
+ *   which also reads plain files). The reader checks the magic number, the
+ *   element type (unsigned byte), the number of dimensions, every dimension
+ *   and that the data length matches the header exactly; errors name the file
+ *   and what is wrong.
+ * - fashion-mnist and mnist: the four standard files in a directory
+ *   ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]); Debian's package
+ *   dataset-fashion-mnist installs them in /usr/share/datasets/fashion-mnist.
+ * - synthetic: 10 classes of 28x28 images made from fixed class prototypes
+ *   plus noise, generated from a fixed seed (learnable, instant to create).
+ *
+ * Normalization is torchvision's ToTensor + Normalize:
+ * (x / 255 - mean) / std, with fashion-mnist (0.2860, 0.3530),
+ * mnist (0.1307, 0.3081), synthetic (0.5, 0.5). */
+#ifndef MG_DATA_H
+#define MG_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MG_IDX_MAX_DIMS     3
+#define MG_IDX_MAX_BYTES    ((size_t)1 << 31) /* a bigger IDX file is refused */
+#define MG_DATASET_NAME_MAX 64
+
+enum mg_data_kind {
+    MG_DATA_FASHION_MNIST = 1,
+    MG_DATA_MNIST = 2,
+    MG_DATA_SYNTHETIC = 3,
+};
+
+struct mg_idx {
+    int ndim;
+    int dims[MG_IDX_MAX_DIMS];
+    size_t size; /* bytes of data = product of dims */
+    uint8_t *data;
+};
+
+/* Reads an IDX file of unsigned bytes with want_ndim dimensions. Errors:
+ * -errno (cannot open), -MG_EFORMAT (bad magic, type, dims), -MG_ETRUNC
+ * (shorter than the header says), -MG_ETOOBIG; err gets "'path': problem". */
+int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err);
+void mg_idx_release(struct mg_idx *idx);
+
+struct mg_dataset {
+    char name[MG_DATASET_NAME_MAX]; /* "fashion-mnist train" */
+    int n;                          /* samples */
+    int c, h, w;                    /* one sample */
+    int classes;
+    uint8_t *pixels; /* n * c*h*w */
+    uint8_t *labels; /* n, each < classes */
+    float mean, std; /* normalization */
+};
+
+int mg_data_parse(const char *s, enum mg_data_kind *out);
+const char *mg_data_name(enum mg_data_kind kind);
+/* Where the files are by default ("" for synthetic). */
+const char *mg_data_default_dir(enum mg_data_kind kind);
+
+/* Loads the train (train != 0) or test split from dir; limit > 0 keeps only the
+ * first `limit` samples. For synthetic, dir is ignored and limit is the size
+ * (0 = 4096 train / 1024 test). */
+int mg_dataset_load(struct mg_dataset *ds, enum mg_data_kind kind, const char *dir, int train,
+                    long limit, char *err);
+void mg_dataset_release(struct mg_dataset *ds);
+
+static inline size_t mg_dataset_sample_size(const struct mg_dataset *ds)
+{
+    return (size_t)ds->c * ds->h * ds->w;
+}
+
+/* x[i] = normalized pixels of sample idx[i], y[i] = its label (host memory). */
+void mg_dataset_gather(const struct mg_dataset *ds, const int32_t *idx, int n, float *x,
+                       int32_t *y);
+
+#endif

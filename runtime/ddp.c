@@ -1,0 +1,441 @@
+/* DDP: the trainer's hooks over a communicator (see ddp.h).
+ *
+ * The communication thread and backward share three counters under one
+ * mutex: `launched` buckets may be averaged (backward has finished their
+ * layers), `done` have been. Backward bumps `launched` from grad_ready; the
+ * thread averages bucket `done` whenever done < launched; reduce_grads
+ * launches whatever is left and waits for done == nbuckets. The gradient
+ * buffer is the model's own: the communicator works on it in place, so the
+ * buckets cost no copy. */
+#include "ddp.h"
+#include "mg_err.h"
+#include "rtutil.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mg_ddp {
+    struct mg_comm *comm;
+    struct mg_model *m;
+    int timeout_ms;
+    int nb;
+    struct mg_ddp_bucket b[MG_DDP_MAX_BUCKETS];
+    char errmsg[MG_COMM_ERRMSG_MAX + 128];
+
+    int threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, finished;
+    int launched, done, stop, err;
+};
+
+__attribute__((format(printf, 3, 4))) static int fail(struct mg_ddp *d, int code, const char *fmt,
+                                                      ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->errmsg, sizeof(d->errmsg), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int comm_failed(struct mg_ddp *d, int rc)
+{
+    return fail(d, rc, "%s", mg_comm_errmsg(d->comm));
+}
+
+/* ---- buckets ------------------------------------------------------------------- */
+
+/* Whole layers, from the last one back, until a bucket reaches its cap. */
+static void plan_buckets(struct mg_ddp *d, size_t cap_bytes, size_t first_bytes)
+{
+    struct mg_model *m = d->m;
+    size_t cap = first_bytes / sizeof(float), start = m->nparams, end = m->nparams;
+    d->nb = 0;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const struct mg_layer *l = &m->layers[i];
+        if (!l->param_count)
+            continue;
+        start = l->param_offset;
+        if ((end - start >= cap || i == 0) && d->nb < MG_DDP_MAX_BUCKETS - 1) {
+            d->b[d->nb++] = (struct mg_ddp_bucket){start, end - start};
+            end = start;
+            cap = cap_bytes / sizeof(float);
+        }
+    }
+    if (end > 0) /* layers left over (or the bucket table full): one last bucket */
+        d->b[d->nb++] = (struct mg_ddp_bucket){0, end};
+    if (d->nb == 0 && m->nparams)
+        d->b[d->nb++] = (struct mg_ddp_bucket){0, m->nparams};
+}
+
+static int reduce_bucket(struct mg_ddp *d, int k)
+{
+    const struct mg_ddp_bucket *b = &d->b[k];
+    int rc = mg_comm_allreduce(d->comm, d->m->grad_buf + b->offset, b->count, MG_REDUCE_AVG,
+                               d->timeout_ms);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
+static void *comm_thread(void *arg)
+{
+    struct mg_ddp *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->done == d->launched && !d->stop)
+            pthread_cond_wait(&d->work, &d->mu);
+        if (d->stop)
+            break;
+        int k = d->done;
+        int skip = d->err != 0; /* after a failure, only count the rest off */
+        pthread_mutex_unlock(&d->mu);
+        int rc = skip ? 0 : reduce_bucket(d, k);
+        pthread_mutex_lock(&d->mu);
+        if (rc && !d->err)
+            d->err = rc;
+        d->done++;
+        pthread_cond_signal(&d->finished);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* ---- hooks ---------------------------------------------------------------------- */
+
+static int hook_grad_ready(void *ctx, float *grad_buf, size_t offset, size_t count)
+{
+    struct mg_ddp *d = ctx;
+    if (!d->threaded)
+        return 0;
+    pthread_mutex_lock(&d->mu);
+    int n = d->launched;
+    while (n < d->nb && d->b[n].offset >= offset)
+        n++;
+    if (n != d->launched) {
+        d->launched = n;
+        pthread_cond_signal(&d->work);
+    }
+    int err = d->err;
+    pthread_mutex_unlock(&d->mu);
+    return err;
+}
+
+static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
+{
+    struct mg_ddp *d = ctx;
+    int rc = 0;
+    if (!d->threaded) {
+        for (int k = 0; k < d->nb && !rc; k++)
+            rc = reduce_bucket(d, k);
+        return rc;
+    }
+    pthread_mutex_lock(&d->mu);
+    if (d->launched != d->nb) {
+        d->launched = d->nb;
+        pthread_cond_signal(&d->work);
+    }
+    while (d->done != d->nb)
+        pthread_cond_wait(&d->finished, &d->mu);
+    rc = d->err;
+    d->launched = d->done = 0;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+/* What identifies a model's layout: tensor names and shapes. */
+struct model_sig {
+    uint64_t hash;
+    uint64_t nparams;
+    uint32_t ntensors;
+    char name[MG_NAME_MAX];
+};
+
+static void model_signature(const struct mg_model *m, struct model_sig *s)
+{
+    unsigned char rec[MG_NAME_MAX + 4 + 4 * MG_MAX_DIMS];
+    memset(s, 0, sizeof(*s));
+    s->nparams = m->nparams;
+    s->ntensors = (uint32_t)m->ntensors;
+    snprintf(s->name, sizeof(s->name), "%s", m->name);
+    uint64_t h = mg_hash64(m->name, strlen(m->name));
+    for (int i = 0; i < m->ntensors; i++) {
+        const struct mg_tensor *t = &m->params[i];
+        memset(rec, 0, sizeof(rec));
+        memcpy(rec, t->name, strnlen(t->name, MG_NAME_MAX));
+        mg_put_u32(rec + MG_NAME_MAX, (uint32_t)t->ndim);
+        for (int k = 0; k < t->ndim && k < MG_MAX_DIMS; k++)
+            mg_put_u32(rec + MG_NAME_MAX + 4 + 4 * k, (uint32_t)t->shape[k]);
+        h = h * 0x100000001b3ULL ^ mg_hash64(rec, sizeof(rec));
+    }
+    s->hash = h;
+}
+
+/* Allgathers one uint64 per rank; returns the first rank whose value differs
+ * from rank 0's, -1 when all agree, or a negative code (< -1) on failure. */
+static int first_differing(struct mg_ddp *d, uint64_t mine, uint64_t *all, int *rc_out)
+{
+    int rc = mg_comm_allgather(d->comm, &mine, all, sizeof(mine), d->timeout_ms);
+    *rc_out = rc;
+    if (rc)
+        return -1;
+    for (int r = 1; r < d->comm->world; r++)
+        if (all[r] != all[0])
+            return r;
+    return -1;
+}
+
+static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
+{
+    struct mg_ddp *d = ctx;
+    struct mg_comm *c = d->comm;
+    int world = c->world, rc;
+    struct model_sig mine, *all = calloc((size_t)world, sizeof(*all));
+    uint64_t *hashes = calloc((size_t)world, sizeof(uint64_t));
+    if (!all || !hashes) {
+        rc = fail(d, -ENOMEM, "out of memory");
+        goto out;
+    }
+    model_signature(d->m, &mine);
+    rc = mg_comm_allgather(c, &mine, all, sizeof(mine), d->timeout_ms);
+    if (rc) {
+        rc = comm_failed(d, rc);
+        goto out;
+    }
+    for (int r = 1; r < world; r++)
+        if (memcmp(&all[r], &all[0], sizeof(mine)) != 0) {
+            all[r].name[MG_NAME_MAX - 1] = all[0].name[MG_NAME_MAX - 1] = '\0';
+            rc = fail(d, -MG_ESHAPE,
+                      "rank %d built a different model than rank 0: %s with %" PRIu64
+                      " parameters in %u tensors (layout %016" PRIx64
+                      "), rank 0 has %s with %" PRIu64 " in %u (layout %016" PRIx64 ")",
+                      r, all[r].name, all[r].nparams, all[r].ntensors, all[r].hash, all[0].name,
+                      all[0].nparams, all[0].ntensors, all[0].hash);
+            goto out;
+        }
+    rc = mg_comm_broadcast(c, param_buf, count * sizeof(float), 0, d->timeout_ms);
+    if (rc) {
+        rc = comm_failed(d, rc);
+        goto out;
+    }
+    int bad = first_differing(d, mg_model_param_hash(d->m), hashes, &rc);
+    if (rc) {
+        rc = comm_failed(d, rc);
+        goto out;
+    }
+    if (bad > 0)
+        rc = fail(d, -MG_EDIVERGED,
+                  "after the broadcast from rank 0, rank %d's parameters hash to %016" PRIx64
+                  ", rank 0's to %016" PRIx64,
+                  bad, hashes[bad], hashes[0]);
+out:
+    free(all);
+    free(hashes);
+    return rc;
+}
+
+/* Sums in double, in rank order: the same figures on every rank. */
+static int hook_reduce_sums(void *ctx, double *sums, int n)
+{
+    struct mg_ddp *d = ctx;
+    int world = d->comm->world;
+    double *all = calloc((size_t)world * (size_t)n + 1, sizeof(double));
+    if (!all)
+        return fail(d, -ENOMEM, "out of memory");
+    int rc = mg_comm_allgather(d->comm, sums, all, (size_t)n * sizeof(double), d->timeout_ms);
+    if (rc) {
+        free(all);
+        return comm_failed(d, rc);
+    }
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int r = 0; r < world; r++)
+            s += all[(size_t)r * (size_t)n + (size_t)i];
+        sums[i] = s;
+    }
+    free(all);
+    return 0;
+}
+
+void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks)
+{
+    *hooks = (struct mg_train_hooks){
+        .ctx = d,
+        .grad_ready = hook_grad_ready,
+        .reduce_grads = hook_reduce_grads,
+        .broadcast_params = hook_broadcast_params,
+        .reduce_sums = hook_reduce_sums,
+    };
+}
+
+/* ---- checks ---------------------------------------------------------------------- */
+
+int mg_ddp_check_replicas(struct mg_ddp *d, long step)
+{
+    uint64_t *all = calloc((size_t)d->comm->world, sizeof(uint64_t));
+    int rc;
+    if (!all)
+        return fail(d, -ENOMEM, "out of memory");
+    int bad = first_differing(d, mg_model_param_hash(d->m), all, &rc);
+    if (rc)
+        rc = comm_failed(d, rc);
+    else if (bad > 0)
+        rc = fail(d, -MG_EDIVERGED,
+                  "replicas diverged at step %ld: rank %d's parameters hash to %016" PRIx64
+                  ", rank 0's to %016" PRIx64,
+                  step, bad, all[bad], all[0]);
+    free(all);
+    return rc;
+}
+
+int mg_ddp_gather_rank_states(struct mg_ddp *d, const struct mg_rank_state *mine,
+                              struct mg_rank_state *all)
+{
+    int world = d->comm->world;
+    unsigned char packed[MG_RANK_STATE_BYTES];
+    unsigned char *buf = malloc((size_t)world * MG_RANK_STATE_BYTES);
+    if (!buf)
+        return fail(d, -ENOMEM, "out of memory");
+    mg_rank_state_pack(mine, packed);
+    int rc = mg_comm_allgather(d->comm, packed, buf, MG_RANK_STATE_BYTES, d->timeout_ms);
+    if (rc) {
+        rc = comm_failed(d, rc);
+    } else {
+        for (int r = 0; r < world && !rc; r++) {
+            rc = mg_rank_state_unpack(buf + (size_t)r * MG_RANK_STATE_BYTES, MG_RANK_STATE_BYTES,
+                                      &all[r]);
+            if (!rc && all[r].rank != (uint32_t)r)
+                rc = fail(d, -MG_EPROTO, "rank %d sent the state of rank %u", r, all[r].rank);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
+{
+    struct mg_model *m = d->m;
+    int world = d->comm->world, rc = 0;
+    size_t nstate = t->opt.state_count;
+    float *host = malloc((nstate ? nstate : 1) * sizeof(float));
+    uint64_t mine[5], *all = calloc((size_t)world * 5, sizeof(uint64_t));
+    if (!host || !all) {
+        rc = fail(d, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if (nstate) {
+        m->be->download(m->be, host, t->opt.state, nstate * sizeof(float));
+        rc = m->be->sync(m->be);
+        if (rc)
+            goto out;
+    }
+    mine[0] = (uint64_t)t->step;
+    mine[1] = (uint64_t)t->epoch;
+    mine[2] = (uint64_t)t->batch_in_epoch;
+    mine[3] = mg_model_param_hash(m);
+    mine[4] = mg_hash64(host, nstate * sizeof(float));
+    rc = mg_comm_allgather(d->comm, mine, all, sizeof(mine), d->timeout_ms);
+    if (rc) {
+        rc = comm_failed(d, rc);
+        goto out;
+    }
+    for (int r = 1; r < world; r++) {
+        const uint64_t *o = all + (size_t)r * 5;
+        if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2]) {
+            rc = fail(d, -MG_ECONFIG,
+                      "rank %d resumed at step %" PRIu64 " (epoch %" PRIu64 ", batch %" PRIu64
+                      ") but rank 0 at step %" PRIu64 " (epoch %" PRIu64 ", batch %" PRIu64
+                      "): every rank must see the same checkpoint directory",
+                      r, o[0], o[1], o[2], all[0], all[1], all[2]);
+            goto out;
+        }
+        if (o[3] != all[3] || o[4] != all[4]) {
+            rc = fail(d, -MG_ECONFIG,
+                      "rank %d resumed step %" PRIu64 " with different %s than rank 0: "
+                      "every rank must see the same checkpoint files",
+                      r, o[0], o[3] != all[3] ? "parameters" : "optimizer state");
+            goto out;
+        }
+    }
+out:
+    free(host);
+    free(all);
+    return rc;
+}
+
+int mg_ddp_barrier(struct mg_ddp *d)
+{
+    int rc = mg_comm_barrier(d->comm, d->timeout_ms);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
+const char *mg_ddp_errmsg(const struct mg_ddp *d)
+{
+    return d ? d->errmsg : "";
+}
+
+int mg_ddp_buckets(const struct mg_ddp *d, const struct mg_ddp_bucket **buckets)
+{
+    *buckets = d->b;
+    return d->nb;
+}
+
+/* ---- lifetime --------------------------------------------------------------------- */
+
+int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
+                  const struct mg_ddp_opts *opts, char *err, size_t errlen)
+{
+    struct mg_ddp_opts o = opts ? *opts : (struct mg_ddp_opts){0};
+    struct mg_ddp *d = calloc(1, sizeof(*d));
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    d->comm = comm;
+    d->m = m;
+    d->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : MG_COMM_DEFAULT_TIMEOUT;
+    size_t cap = o.bucket_cap ? o.bucket_cap : MG_DDP_DEFAULT_BUCKET_CAP;
+    size_t first = o.first_bucket                      ? o.first_bucket
+                   : cap < MG_DDP_DEFAULT_FIRST_BUCKET ? cap
+                                                       : MG_DDP_DEFAULT_FIRST_BUCKET;
+    plan_buckets(d, cap, first);
+    /* One rank has nobody to talk to; one bucket has nothing to overlap. */
+    d->threaded = !o.no_thread && comm->world > 1 && d->nb > 1;
+    if (d->threaded) {
+        int rc = pthread_mutex_init(&d->mu, NULL);
+        if (!rc)
+            rc = pthread_cond_init(&d->work, NULL);
+        if (!rc)
+            rc = pthread_cond_init(&d->finished, NULL);
+        if (!rc)
+            rc = pthread_create(&d->thread, NULL, comm_thread, d);
+        if (rc) {
+            snprintf(err, errlen, "cannot start the communication thread: %s", strerror(rc));
+            free(d);
+            return -rc;
+        }
+    }
+    *out = d;
+    return 0;
+}
+
+void mg_ddp_release(struct mg_ddp *d)
+{
+    if (!d)
+        return;
+    if (d->threaded) {
+        pthread_mutex_lock(&d->mu);
+        d->stop = 1;
+        pthread_cond_signal(&d->work);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->thread, NULL);
+        pthread_cond_destroy(&d->work);
+        pthread_cond_destroy(&d->finished);
+        pthread_mutex_destroy(&d->mu);
+    }
+    free(d);
+}

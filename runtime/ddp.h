@@ -1,0 +1,74 @@
+/* Data parallelism over a communicator: the trainer's hooks (trainer.h) for
+ * DDP, as PyTorch's DistributedDataParallel does it.
+ *
+ * - At start, every rank checks that all ranks built the same model (tensor
+ *   names and shapes), takes rank 0's parameters, and checks that the hashes
+ *   of the parameters now agree.
+ * - Gradients are averaged in buckets: slices of the flat gradient buffer, cut
+ *   from its end (reverse layer order, the order backward finishes them) at
+ *   layer boundaries, at most bucket_cap bytes each (PyTorch's bucket_cap_mb,
+ *   default 25 MiB), the first one smaller (first_bucket, default 1 MiB). A
+ *   communication thread averages each bucket as soon as backward has
+ *   finished its layers, while backward goes on with the earlier layers; the
+ *   optimizer waits for the last one. With gradient accumulation only the last
+ *   micro-batch communicates (the trainer calls grad_ready only then).
+ * - Evaluation and loss sums are reduced in double precision, in rank order,
+ *   so every rank reports the same figures.
+ * - mg_ddp_check_replicas compares a hash of the parameters across ranks.
+ *
+ * Errors are negative codes; the message (naming the failed collective and
+ * rank, or the mismatch) is in mg_ddp_errmsg(). */
+#ifndef MG_DDP_H
+#define MG_DDP_H
+
+#include "comm.h"
+#include "model.h"
+#include "trainer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MG_DDP_DEFAULT_BUCKET_CAP   (25u << 20)
+#define MG_DDP_DEFAULT_FIRST_BUCKET (1u << 20)
+#define MG_DDP_MAX_BUCKETS          MG_MAX_LAYERS
+
+struct mg_ddp_opts {
+    size_t bucket_cap;   /* bytes; 0 = MG_DDP_DEFAULT_BUCKET_CAP */
+    size_t first_bucket; /* bytes; 0 = min(MG_DDP_DEFAULT_FIRST_BUCKET, bucket_cap) */
+    int no_thread;       /* average every bucket in reduce_grads, on the caller's thread */
+    int timeout_ms;      /* per collective; 0 = the communicator's default */
+};
+
+struct mg_ddp_bucket {
+    size_t offset, count; /* elements of grad_buf */
+};
+
+struct mg_ddp;
+
+int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
+                  const struct mg_ddp_opts *opts, char *err, size_t errlen);
+void mg_ddp_release(struct mg_ddp *d);
+
+/* The hooks to give mg_trainer_init. */
+void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks);
+
+/* The bucket layout, in the order buckets are sent. */
+int mg_ddp_buckets(const struct mg_ddp *d, const struct mg_ddp_bucket **buckets);
+
+/* Every rank must hold bit-identical parameters: -MG_EDIVERGED otherwise,
+ * naming the first rank that differs from rank 0. */
+int mg_ddp_check_replicas(struct mg_ddp *d, long step);
+
+/* Every rank's state for a checkpoint: all[r] receives rank r's. */
+int mg_ddp_gather_rank_states(struct mg_ddp *d, const struct mg_rank_state *mine,
+                              struct mg_rank_state *all);
+
+/* After a resume: every rank must have loaded the same step, data position,
+ * parameters and optimizer state (-MG_ECONFIG otherwise, naming the rank). */
+int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t);
+
+int mg_ddp_barrier(struct mg_ddp *d);
+
+const char *mg_ddp_errmsg(const struct mg_ddp *d);
+
+#endif

@@ -1,0 +1,85 @@
+/* The distributed context of a worker: who it is (from the launcher's
+ * environment, mglaunch's or torchrun's), the store it bootstraps through, and
+ * its communicator. Also the error file a failing worker leaves for the
+ * launcher (TORCHELASTIC_ERROR_FILE, torchrun's JSON format).
+ *
+ * Environment (docs/distributed.md): RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID,
+ * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+ * TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_ERROR_FILE; and mg's own
+ * MG_COMM, MG_COMM_TIMEOUT, MG_COMM_INIT_TIMEOUT, MG_COMM_HOST, MG_COMM_ADDR.
+ * With neither RANK nor WORLD_SIZE set, the worker runs alone (world size 1).
+ *
+ * With world size > 1, rank 0 hosts the store on MASTER_PORT (all
+ * interfaces) in a background thread, the way torch.distributed does when
+ * TORCHELASTIC_USE_AGENT_STORE is False; every rank connects to
+ * MASTER_ADDR:MASTER_PORT, retrying until the init timeout. */
+#ifndef MG_DIST_H
+#define MG_DIST_H
+
+#include "comm.h"
+#include "net.h"
+
+#include <limits.h>
+
+#define MG_DIST_RUN_ID_MAX 128
+#define MG_DIST_MAX_WORLD  (1 << 20)
+
+struct mg_dist_env {
+    int launched; /* RANK or WORLD_SIZE was set */
+    int rank, world;
+    int local_rank, local_world;
+    int group_rank;
+    int restart_count, max_restarts;
+    char master_addr[MG_HOST_MAX];
+    int master_port;
+    char run_id[MG_DIST_RUN_ID_MAX + 1];
+    int use_agent_store; /* -1 unset, 0 False, 1 True */
+    char error_file[PATH_MAX];
+};
+
+/* Reads and validates the launcher's variables. A bad value returns -EINVAL
+ * with a message naming the variable and the value in err. */
+int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen);
+
+struct mg_store;
+struct mg_store_server;
+
+struct mg_dist {
+    struct mg_dist_env env;
+    int rank, world, local_rank, local_world;
+    char hostname[MG_HOST_MAX];
+    struct mg_store_server *server; /* rank 0 only */
+    struct mg_store *store;         /* NULL at world size 1 */
+    struct mg_comm *comm;
+};
+
+struct mg_dist_opts {
+    int init_timeout_ms; /* 0: MG_COMM_INIT_TIMEOUT, else 300 s */
+};
+
+/* Reads the environment, hosts or joins the store and creates the
+ * communicator. On failure returns a negative code and a message in err. */
+int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *err, size_t errlen);
+/* A final barrier: rank 0, which hosts the store, must not go before the
+ * others are done with it. */
+int mg_dist_finalize(struct mg_dist *d, int timeout_ms);
+void mg_dist_release(struct mg_dist *d);
+
+/* ---- the error file ------------------------------------------------------------- */
+
+/* Writes torchrun's error file to path (atomically: a temporary file renamed):
+ *   {"message": {"message": MESSAGE,
+ *                "extraInfo": {"py_callstack": TEXT, "timestamp": "UNIX SECONDS",
+ *                              "rank": "R", "local_rank": "L", "hostname": "H",
+ *                              "pid": "P", "program": "PROG"}}}
+ * rank / local_rank < 0 are written as "unknown". */
+int mg_error_file_write(const char *path, const char *prog, const char *message, int rank,
+                        int local_rank, const char *hostname);
+
+/* For main files on a fatal error: writes the file named by
+ * TORCHELASTIC_ERROR_FILE (does nothing, returning 0, when it is unset), taking
+ * the rank from d, or from RANK / LOCAL_RANK when d is NULL. */
+int mg_error_file_record(const struct mg_dist *d, const char *prog, const char *message);
+
+#endif

@@ -1,0 +1,546 @@
+/* Training steps, evaluation and checkpoint content (see trainer.h). */
+#include "trainer.h"
+#include "mg_err.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define META_BYTES       256
+#define TENSOR_REC_BYTES (MG_NAME_MAX + 4 + 4 * MG_MAX_DIMS)
+#define OPTIM_HDR_BYTES  24
+
+long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
+                               int accum)
+{
+    long per_rank = drop_last ? dataset_n / world : ((long)dataset_n + world - 1) / world;
+    long batches = (per_rank + batch - 1) / batch;
+    return (epochs * batches + accum - 1) / accum;
+}
+
+static uint64_t dropout_seed(uint64_t seed, int rank)
+{
+    /* distinct streams per rank; independent of the shuffle's mt19937 */
+    return (seed ^ 0x64726f706f7574ULL) * 0x9e3779b97f4a7c15ULL + (uint64_t)rank;
+}
+
+int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_dataset *train,
+                    const struct mg_dataset *test, const struct mg_train_config *cfg,
+                    const struct mg_train_hooks *hooks, char *err)
+{
+    int rc;
+    memset(t, 0, sizeof(*t));
+    t->cfg = *cfg;
+    t->model = m;
+    t->train = train;
+    t->test = test;
+    if (hooks)
+        t->hooks = *hooks;
+    if (cfg->batch_size <= 0 || cfg->batch_size > m->max_batch)
+        return mg_errf(err, -EINVAL, "batch size %d is not in 1..%d", cfg->batch_size,
+                       m->max_batch);
+    if (cfg->accum_steps < 1)
+        return mg_errf(err, -EINVAL, "accumulation steps must be >= 1");
+    size_t sample = (size_t)m->in_dims[0] * m->in_dims[1] * m->in_dims[2];
+    if (mg_dataset_sample_size(train) != sample || (test && mg_dataset_sample_size(test) != sample))
+        return mg_errf(err, -MG_ESHAPE, "model %s takes %zu values per sample, the data has %zu",
+                       m->name, sample, mg_dataset_sample_size(train));
+    if (train->classes != m->classes)
+        return mg_errf(err, -MG_ESHAPE, "model %s has %d classes, the data %d", m->name, m->classes,
+                       train->classes);
+    rc = mg_optim_check(&cfg->optim, err);
+    if (rc < 0)
+        return rc;
+    rc = mg_sampler_init(&t->sampler, train->n, cfg->rank, cfg->world, 1,
+                         cfg->drop_last ? MG_SAMPLER_DROP_LAST : MG_SAMPLER_PAD, cfg->seed);
+    if (rc < 0) {
+        mg_errf(err, rc, "cannot shard %d training samples over %d ranks", train->n, cfg->world);
+        goto fail;
+    }
+    if (test) {
+        rc = mg_sampler_init(&t->eval_sampler, test->n, cfg->rank, cfg->world, 0, MG_SAMPLER_UNEVEN,
+                             0);
+        if (rc < 0) {
+            mg_errf(err, rc, "cannot shard %d test samples over %d ranks", test->n, cfg->world);
+            goto fail;
+        }
+        mg_sampler_set_epoch(&t->eval_sampler, 0);
+    }
+    t->batches_per_epoch = mg_sampler_batches(&t->sampler, cfg->batch_size);
+    rc = mg_optim_init(&t->opt, m->be, &cfg->optim, m->nparams);
+    if (rc < 0) {
+        mg_errf(err, rc, "out of memory for the optimizer state");
+        goto fail;
+    }
+    t->x_host = malloc(sizeof(float) * sample * (size_t)m->max_batch);
+    t->y_host = malloc(sizeof(int32_t) * (size_t)m->max_batch);
+    t->host_state = malloc(sizeof(float) * (m->nparams + t->opt.state_count) + 1);
+    if (!t->x_host || !t->y_host || !t->host_state) {
+        rc = mg_errf(err, -ENOMEM, "out of memory for batch buffers");
+        goto fail;
+    }
+    m->dropout_rng.seed = dropout_seed(cfg->seed, cfg->rank);
+    m->dropout_rng.offset = 0;
+    return 0;
+fail:
+    mg_trainer_release(t);
+    return rc;
+}
+
+void mg_trainer_release(struct mg_trainer *t)
+{
+    mg_optim_release(&t->opt);
+    mg_sampler_release(&t->sampler);
+    mg_sampler_release(&t->eval_sampler);
+    free(t->x_host);
+    free(t->y_host);
+    free(t->host_state);
+    t->x_host = NULL;
+    t->y_host = NULL;
+    t->host_state = NULL;
+}
+
+int mg_trainer_start(struct mg_trainer *t)
+{
+    if (!t->hooks.broadcast_params)
+        return 0;
+    int rc = t->hooks.broadcast_params(t->hooks.ctx, t->model->param_buf, t->model->nparams);
+    return rc < 0 ? rc : t->model->be->sync(t->model->be);
+}
+
+static void upload_batch(struct mg_trainer *t, const struct mg_dataset *ds, const int32_t *idx,
+                         int n)
+{
+    struct mg_model *m = t->model;
+    size_t sample = mg_dataset_sample_size(ds);
+    mg_dataset_gather(ds, idx, n, t->x_host, t->y_host);
+    m->be->upload(m->be, m->input, t->x_host, sizeof(float) * sample * (size_t)n);
+    m->be->upload(m->be, m->labels, t->y_host, sizeof(int32_t) * (size_t)n);
+}
+
+/* Uploads the next micro-batch; returns its size. */
+static int next_batch(struct mg_trainer *t)
+{
+    if (t->batch_in_epoch >= t->batches_per_epoch) {
+        t->epoch++;
+        t->batch_in_epoch = 0;
+    }
+    mg_sampler_set_epoch(&t->sampler, t->epoch);
+    long start = t->batch_in_epoch * t->cfg.batch_size;
+    long left = t->sampler.num_samples - start;
+    int n = left < t->cfg.batch_size ? (int)left : t->cfg.batch_size;
+    upload_batch(t, t->train, t->sampler.indices + start, n);
+    t->batch_in_epoch++;
+    t->samples_seen += (uint64_t)n;
+    return n;
+}
+
+struct ready_ctx {
+    struct mg_trainer *t;
+    double lr;
+};
+
+static int on_grad_ready(void *ctx, size_t offset, size_t count)
+{
+    struct mg_trainer *t = ((struct ready_ctx *)ctx)->t;
+    return t->hooks.grad_ready(t->hooks.ctx, t->model->grad_buf, offset, count);
+}
+
+/* Single process, no accumulation: update each layer as soon as its gradients are
+ * final, while they are still in cache. Same bits as one update after backward: a
+ * layer's weights are not used by the backward of the layers before it. */
+static int update_ready(void *ctx, size_t offset, size_t count)
+{
+    struct ready_ctx *r = ctx;
+    mg_optim_update_range(&r->t->opt, r->t->model->param_buf, r->t->model->grad_buf, r->lr, offset,
+                          count);
+    return 0;
+}
+
+int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
+{
+    struct mg_model *m = t->model;
+    struct ready_ctx rctx = {t, mg_schedule_lr(&t->cfg.sched, t->step)};
+    int fused = !t->hooks.grad_ready && !t->hooks.reduce_grads && t->cfg.accum_steps == 1;
+    int rc;
+    memset(st, 0, sizeof(*st));
+    st->lr = rctx.lr;
+    for (int a = 0; a < t->cfg.accum_steps; a++) {
+        int n = next_batch(t);
+        double loss;
+        long correct;
+        mg_model_forward(m, n, 1);
+        rc = mg_model_loss(m, n, &loss, &correct);
+        if (rc < 0)
+            return rc;
+        int last = a == t->cfg.accum_steps - 1;
+        int (*ready)(void *, size_t, size_t) = NULL;
+        if (fused)
+            ready = update_ready;
+        else if (last && t->hooks.grad_ready)
+            ready = on_grad_ready;
+        rc = mg_model_backward(m, n, 1.0f / ((float)n * (float)t->cfg.accum_steps), a > 0, ready,
+                               &rctx);
+        if (rc < 0)
+            return rc;
+        st->loss_sum += loss;
+        st->correct += correct;
+        st->samples += n;
+    }
+    if (t->hooks.reduce_grads) {
+        rc = t->hooks.reduce_grads(t->hooks.ctx, m->grad_buf, m->nparams);
+        if (rc < 0)
+            return rc;
+    }
+    if (fused)
+        t->opt.steps++;
+    else
+        mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);
+    t->step++;
+    return m->be->sync(m->be);
+}
+
+int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
+{
+    struct mg_model *m = t->model;
+    double sums[3] = {0, 0, 0};
+    memset(out, 0, sizeof(*out));
+    if (!t->test)
+        return -EINVAL;
+    const struct mg_sampler *s = &t->eval_sampler;
+    for (int start = 0; start < s->num_samples; start += m->max_batch) {
+        int n = s->num_samples - start < m->max_batch ? s->num_samples - start : m->max_batch;
+        double loss;
+        long correct;
+        upload_batch(t, t->test, s->indices + start, n);
+        mg_model_forward(m, n, 0);
+        int rc = mg_model_loss(m, n, &loss, &correct);
+        if (rc < 0)
+            return rc;
+        sums[0] += loss;
+        sums[1] += (double)correct;
+        sums[2] += n;
+    }
+    if (t->hooks.reduce_sums) {
+        int rc = t->hooks.reduce_sums(t->hooks.ctx, sums, 3);
+        if (rc < 0)
+            return rc;
+    }
+    out->loss_sum = sums[0];
+    out->correct = (long)sums[1];
+    out->count = (long)sums[2];
+    return 0;
+}
+
+void mg_trainer_rank_state(const struct mg_trainer *t, struct mg_rank_state *out)
+{
+    out->rank = (uint32_t)t->cfg.rank;
+    out->dropout = t->model->dropout_rng;
+}
+
+void mg_rank_state_pack(const struct mg_rank_state *s, unsigned char out[MG_RANK_STATE_BYTES])
+{
+    memset(out, 0, MG_RANK_STATE_BYTES);
+    mg_put_u32(out, s->rank);
+    mg_put_u64(out + 8, s->dropout.seed);
+    mg_put_u64(out + 16, s->dropout.offset);
+}
+
+int mg_rank_state_unpack(const unsigned char *in, size_t len, struct mg_rank_state *out)
+{
+    if (len < 24)
+        return -MG_EFORMAT;
+    out->rank = mg_get_u32(in);
+    out->dropout.seed = mg_get_u64(in + 8);
+    out->dropout.offset = mg_get_u64(in + 16);
+    return 0;
+}
+
+static void pack_meta(const struct mg_trainer *t, unsigned char *p)
+{
+    const struct mg_model *m = t->model;
+    double lr = t->cfg.sched.base_lr;
+    uint64_t lr_bits;
+    memcpy(&lr_bits, &lr, 8);
+    memset(p, 0, META_BYTES);
+    memcpy(p, m->name, strnlen(m->name, MG_NAME_MAX - 1));
+    mg_put_u64(p + 32, (uint64_t)t->step);
+    mg_put_u64(p + 40, (uint64_t)t->epoch);
+    mg_put_u64(p + 48, (uint64_t)t->batch_in_epoch);
+    mg_put_u64(p + 56, t->samples_seen);
+    mg_put_u64(p + 64, t->cfg.seed);
+    mg_put_u32(p + 72, (uint32_t)t->cfg.world);
+    mg_put_u32(p + 76, (uint32_t)t->cfg.batch_size);
+    mg_put_u32(p + 80, (uint32_t)t->cfg.accum_steps);
+    mg_put_u32(p + 84, (uint32_t)t->cfg.drop_last);
+    mg_put_u64(p + 88, (uint64_t)t->train->n);
+    mg_put_u64(p + 96, m->nparams);
+    mg_put_u32(p + 104, (uint32_t)m->ntensors);
+    mg_put_u32(p + 108, (uint32_t)t->cfg.optim.kind);
+    mg_put_u64(p + 112, lr_bits);
+    mg_put_u32(p + 120, (uint32_t)t->cfg.sched.kind);
+    mg_put_u64(p + 128, (uint64_t)t->cfg.total_steps);
+}
+
+int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
+                    int nranks, char *err)
+{
+    struct mg_model *m = t->model;
+    unsigned char meta[META_BYTES], ohdr[OPTIM_HDR_BYTES];
+    unsigned char *tensors = NULL, *rank_blobs = NULL;
+    struct mg_ckpt_section *secs = NULL;
+    struct mg_rank_state own;
+    int rc, n = 0;
+
+    if (!ranks) {
+        mg_trainer_rank_state(t, &own);
+        ranks = &own;
+        nranks = 1;
+    }
+    tensors = calloc((size_t)m->ntensors, TENSOR_REC_BYTES);
+    rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
+    secs = calloc((size_t)nranks + 5, sizeof(*secs));
+    if (!tensors || !rank_blobs || !secs) {
+        rc = mg_errf(err, -ENOMEM, "out of memory writing a checkpoint");
+        goto out;
+    }
+    pack_meta(t, meta);
+    for (int i = 0; i < m->ntensors; i++) {
+        unsigned char *r = tensors + (size_t)i * TENSOR_REC_BYTES;
+        const struct mg_tensor *x = &m->params[i];
+        memcpy(r, x->name, strnlen(x->name, MG_NAME_MAX - 1));
+        mg_put_u32(r + MG_NAME_MAX, (uint32_t)x->ndim);
+        for (int d = 0; d < x->ndim; d++)
+            mg_put_u32(r + MG_NAME_MAX + 4 + 4 * d, (uint32_t)x->shape[d]);
+    }
+    float *hp = t->host_state, *hs = t->host_state + m->nparams;
+    mg_model_get_params(m, hp);
+    if (t->opt.state_count)
+        m->be->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
+    rc = m->be->sync(m->be);
+    if (rc < 0) {
+        mg_errf(err, rc, "cannot copy the parameters from the device: %s", mg_strerror(rc));
+        goto out;
+    }
+    mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
+    mg_put_u32(ohdr + 4, 0);
+    mg_put_u64(ohdr + 8, t->opt.steps);
+    mg_put_u64(ohdr + 16, t->opt.state_count);
+
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
+                                         (uint64_t)m->ntensors * TENSOR_REC_BYTES, tensors};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), hp};
+    /* OPTIM is its header then the state: two sections with the same tag would be
+     * ambiguous, so the header goes in index 0 and the state in index 1 */
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, ohdr};
+    secs[n++] =
+        (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), hs};
+    for (int r = 0; r < nranks; r++) {
+        unsigned char *b = rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
+        mg_rank_state_pack(&ranks[r], b);
+        secs[n++] =
+            (struct mg_ckpt_section){MG_CKPT_TAG_RANK, ranks[r].rank, MG_RANK_STATE_BYTES, b};
+    }
+    struct mg_ckpt_info info = {
+        .step = (uint64_t)t->step,
+        .nparams = m->nparams,
+        .world_size = (uint32_t)t->cfg.world,
+    };
+    rc = mg_ckpt_write(dir, &info, secs, n, err);
+out:
+    free(tensors);
+    free(rank_blobs);
+    free(secs);
+    return rc;
+}
+
+static const struct mg_ckpt_section *need(const struct mg_ckpt_file *f, uint32_t tag,
+                                          uint32_t index, uint64_t min_len, const char *path,
+                                          const char *what, char *err, int *rc)
+{
+    const struct mg_ckpt_section *s = mg_ckpt_find(f, tag, index);
+    if (!s || s->len < min_len) {
+        *rc = mg_errf(err, -MG_EFORMAT, "'%s': %s section %s", path, what,
+                      s ? "too short" : "missing");
+        return NULL;
+    }
+    return s;
+}
+
+static int check_meta(const struct mg_trainer *t, const unsigned char *p, const char *path,
+                      char *err)
+{
+    const struct mg_model *m = t->model;
+    char name[MG_NAME_MAX + 1] = {0};
+    memcpy(name, p, MG_NAME_MAX);
+#define MISMATCH(what, fmt, a, b)                                                                  \
+    mg_errf(err, -MG_ECONFIG, "'%s': written with " what " " fmt ", this run has " what " " fmt,   \
+            path, a, b)
+    if (strcmp(name, m->name) != 0)
+        return mg_errf(err, -MG_ESHAPE, "'%s': holds model '%s', this run trains '%s'", path, name,
+                       m->name);
+    if (mg_get_u32(p + 104) != (uint32_t)m->ntensors)
+        return mg_errf(err, -MG_ESHAPE,
+                       "'%s': holds %" PRIu64 " parameters in %u tensors, the model has %zu in %d",
+                       path, mg_get_u64(p + 96), mg_get_u32(p + 104), m->nparams, m->ntensors);
+    return 0;
+}
+
+/* Everything but the model's shape (checked tensor by tensor in between). */
+static int check_config(const struct mg_trainer *t, const unsigned char *p, const char *path,
+                        char *err)
+{
+    if (mg_get_u32(p + 72) != (uint32_t)t->cfg.world)
+        return MISMATCH("world size", "%u", mg_get_u32(p + 72), (unsigned)t->cfg.world);
+    if (mg_get_u32(p + 76) != (uint32_t)t->cfg.batch_size)
+        return MISMATCH("batch size", "%u", mg_get_u32(p + 76), (unsigned)t->cfg.batch_size);
+    if (mg_get_u32(p + 80) != (uint32_t)t->cfg.accum_steps)
+        return MISMATCH("accumulation steps", "%u", mg_get_u32(p + 80),
+                        (unsigned)t->cfg.accum_steps);
+    if (mg_get_u32(p + 84) != (uint32_t)t->cfg.drop_last)
+        return MISMATCH("drop_last", "%u", mg_get_u32(p + 84), (unsigned)t->cfg.drop_last);
+    if (mg_get_u64(p + 64) != t->cfg.seed)
+        return MISMATCH("seed", "%" PRIu64, mg_get_u64(p + 64), t->cfg.seed);
+    if (mg_get_u64(p + 88) != (uint64_t)t->train->n)
+        return MISMATCH("training samples", "%" PRIu64, mg_get_u64(p + 88), (uint64_t)t->train->n);
+    if (mg_get_u32(p + 108) != (uint32_t)t->cfg.optim.kind)
+        return MISMATCH("optimizer", "%s", mg_optim_name(mg_get_u32(p + 108)),
+                        mg_optim_name(t->cfg.optim.kind));
+#undef MISMATCH
+    return 0;
+}
+
+int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
+{
+    struct mg_model *m = t->model;
+    struct mg_ckpt_file f;
+    const struct mg_ckpt_section *s;
+    int rc = mg_ckpt_read(path, &f, err);
+    if (rc < 0)
+        return rc;
+    rc = 0;
+    s = need(&f, MG_CKPT_TAG_META, 0, META_BYTES, path, "META", err, &rc);
+    if (!s)
+        goto out;
+    const unsigned char *meta = s->data;
+    rc = check_meta(t, meta, path, err);
+    if (rc < 0)
+        goto out;
+    s = need(&f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * TENSOR_REC_BYTES, path, "TENSORS",
+             err, &rc);
+    if (!s)
+        goto out;
+    for (int i = 0; i < m->ntensors; i++) {
+        const unsigned char *r = (const unsigned char *)s->data + (size_t)i * TENSOR_REC_BYTES;
+        struct mg_tensor c = {0};
+        const struct mg_tensor *x = &m->params[i];
+        memcpy(c.name, r, MG_NAME_MAX - 1);
+        c.ndim = (int)mg_get_u32(r + MG_NAME_MAX);
+        int same = strcmp(c.name, x->name) == 0 && c.ndim == x->ndim;
+        for (int d = 0; d < MG_MAX_DIMS && d < c.ndim; d++) {
+            c.shape[d] = (int)mg_get_u32(r + MG_NAME_MAX + 4 + 4 * d);
+            same = same && d < x->ndim && c.shape[d] == x->shape[d];
+        }
+        if (!same) {
+            char a[64], b[64];
+            c.ndim = c.ndim > MG_MAX_DIMS ? MG_MAX_DIMS : c.ndim;
+            mg_tensor_shape_str(&c, a, sizeof(a));
+            mg_tensor_shape_str(x, b, sizeof(b));
+            rc = mg_errf(err, -MG_ESHAPE,
+                         "'%s': model shape mismatch: tensor %d is %s %s in the checkpoint, %s %s "
+                         "in the model",
+                         path, i, c.name, a, x->name, b);
+            goto out;
+        }
+    }
+    rc = check_config(t, meta, path, err);
+    if (rc < 0)
+        goto out;
+    const struct mg_ckpt_section *params =
+        need(&f, MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), path, "PARAMS", err, &rc);
+    if (!params)
+        goto out;
+    s = need(&f, MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, path, "OPTIM", err, &rc);
+    if (!s)
+        goto out;
+    const unsigned char *oh = s->data;
+    if (mg_get_u64(oh + 16) != t->opt.state_count) {
+        rc = mg_errf(err, -MG_ECONFIG,
+                     "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
+                     "(different momentum setting?)",
+                     path, mg_get_u64(oh + 16), t->opt.state_count);
+        goto out;
+    }
+    const struct mg_ckpt_section *ostate =
+        need(&f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
+             err, &rc);
+    if (!ostate)
+        goto out;
+    struct mg_rank_state rs;
+    s = need(&f, MG_CKPT_TAG_RANK, (uint32_t)t->cfg.rank, 24, path, "RANK", err, &rc);
+    if (!s)
+        goto out;
+    mg_rank_state_unpack(s->data, s->len, &rs);
+
+    mg_model_set_params(m, params->data);
+    if (t->opt.state_count)
+        m->be->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
+    t->opt.steps = mg_get_u64(oh + 8);
+    t->step = (long)mg_get_u64(meta + 32);
+    t->epoch = (long)mg_get_u64(meta + 40);
+    t->batch_in_epoch = (long)mg_get_u64(meta + 48);
+    t->samples_seen = mg_get_u64(meta + 56);
+    m->dropout_rng = rs.dropout;
+    mg_model_zero_grad(m);
+    rc = m->be->sync(m->be);
+out:
+    mg_ckpt_file_release(&f);
+    return rc;
+}
+
+static int is_corruption(int rc)
+{
+    return rc == -MG_EFORMAT || rc == -MG_ETRUNC || rc == -MG_ECRC || rc == -MG_EVERSION ||
+           rc == -MG_ETOOBIG || rc == -ENOENT || rc == -EIO;
+}
+
+int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, struct mg_resume_report *rep,
+                             char *err)
+{
+    uint64_t *steps = calloc(MG_CKPT_MAX_LIST, sizeof(*steps));
+    int rc, last = 0;
+    memset(rep, 0, sizeof(*rep));
+    if (!steps)
+        return mg_errf(err, -ENOMEM, "out of memory");
+    int n = mg_ckpt_list(dir, steps, MG_CKPT_MAX_LIST);
+    if (n < 0) {
+        rc = mg_errf(err, n, "cannot list checkpoint directory '%s': %s", dir, mg_strerror(n));
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        char path[MG_CKPT_PATH_MAX], msg[MG_ERRMSG_LEN];
+        mg_ckpt_path(dir, steps[i], path, sizeof(path));
+        rc = mg_trainer_load(t, path, msg);
+        if (rc == 0) {
+            rep->found = 1;
+            rep->step = steps[i];
+            snprintf(rep->path, sizeof(rep->path), "%s", path);
+            goto out;
+        }
+        if (!is_corruption(rc)) {
+            mg_errf(err, rc, "%s", msg);
+            goto out;
+        }
+        if (rep->nskipped < MG_RESUME_MAX_SKIPPED)
+            memcpy(rep->skipped[rep->nskipped++], msg, sizeof(msg));
+        last = rc;
+        mg_errf(err, rc, "no intact checkpoint in '%s' (newest problem: %s)", dir, rep->skipped[0]);
+    }
+    rc = n > 0 ? last : 0;
+out:
+    free(steps);
+    return rc;
+}

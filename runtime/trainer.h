@@ -1,0 +1,152 @@
+/* The training loop's building blocks, shaped for data parallelism.
+ *
+ * One optimizer step (mg_trainer_step) is:
+ *   for each of accum_steps micro-batches: gather the batch this rank's
+ *     sampler gives, forward, loss, backward with dlogits scaled by
+ *     1 / (micro-batch size * accum_steps) (PyTorch's loss / accum); the first
+ *     micro-batch overwrites grad_buf, later ones add to it (no zeroing pass);
+ *     on the LAST micro-batch only, hooks.grad_ready is called as each layer's
+ *     gradients become final (reverse layer order, see model.h);
+ *   hooks.reduce_grads (e.g. wait for DDP's bucket allreduces; must leave the
+ *     averaged gradients in grad_buf);
+ *   optimizer update at the schedule's learning rate.
+ * With world 1, no hooks and no accumulation, each layer is updated as soon as
+ * its gradients are final (same bits, better cache use).
+ *
+ * Data position: micro-batches flow through epochs in order; epoch e uses the
+ * sampler's permutation for seed + e, batch b of it covers indices
+ * [b * batch, (b + 1) * batch) of this rank's shard (the last one may be
+ * short). (epoch, batch_in_epoch) is saved in checkpoints, so a resumed run
+ * continues with exactly the next batch.
+ *
+ * Checkpoint content (sections of checkpoint.h, layouts in
+ * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM and one RANK
+ * section per rank (its dropout generator). Restoring all of it makes a
+ * resumed run bit-identical to one that never stopped. */
+#ifndef MG_TRAINER_H
+#define MG_TRAINER_H
+
+#include "checkpoint.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "rtutil.h"
+#include "sampler.h"
+
+#include <stdint.h>
+
+struct mg_train_hooks {
+    void *ctx;
+    /* gradients [offset, offset + count) of grad_buf are final (last micro-batch) */
+    int (*grad_ready)(void *ctx, float *grad_buf, size_t offset, size_t count);
+    /* after the last backward, before the update: average grad_buf across ranks */
+    int (*reduce_grads)(void *ctx, float *grad_buf, size_t count);
+    /* at mg_trainer_start(): make every rank hold rank 0's parameters */
+    int (*broadcast_params)(void *ctx, float *param_buf, size_t count);
+    /* sum n doubles across ranks in place (evaluation and loss reporting) */
+    int (*reduce_sums)(void *ctx, double *sums, int n);
+};
+
+struct mg_train_config {
+    int batch_size;  /* per rank, per micro-batch; <= the model's max_batch */
+    int accum_steps; /* micro-batches per optimizer step, >= 1 */
+    long total_steps;
+    uint64_t seed; /* sampler shuffle (seed + epoch) and dropout */
+    int rank, world;
+    int drop_last; /* training sampler: DistributedSampler's drop_last */
+    struct mg_optim_config optim;
+    struct mg_schedule sched;
+};
+
+/* One rank's state that is not shared by all ranks. */
+struct mg_rank_state {
+    uint32_t rank;
+    struct mg_rng_state dropout;
+};
+#define MG_RANK_STATE_BYTES 32
+
+struct mg_step_stats {
+    double loss_sum; /* over this rank's samples of the step */
+    long correct;
+    long samples;
+    double lr;
+};
+
+struct mg_eval_sums {
+    double loss_sum;
+    long correct;
+    long count;
+};
+
+struct mg_trainer {
+    struct mg_train_config cfg;
+    struct mg_model *model;
+    struct mg_optim opt;
+    const struct mg_dataset *train;
+    const struct mg_dataset *test;
+    struct mg_sampler sampler;
+    struct mg_sampler eval_sampler;
+    struct mg_train_hooks hooks;
+    long step;           /* optimizer steps done */
+    long epoch;          /* epoch of the last micro-batch taken */
+    long batch_in_epoch; /* micro-batches of `epoch` taken */
+    long batches_per_epoch;
+    uint64_t samples_seen; /* by this rank */
+    float *x_host;         /* [max_batch * sample] */
+    int32_t *y_host;
+    float *host_state; /* [nparams + optimizer state] for checkpoints */
+};
+
+/* Optimizer steps that E epochs take for this configuration. */
+long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
+                               int accum);
+
+/* Sets up the optimizer and samplers for a model whose parameters are already
+ * initialized (mg_model_init_params). test may be NULL. hooks may be NULL. */
+int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_dataset *train,
+                    const struct mg_dataset *test, const struct mg_train_config *cfg,
+                    const struct mg_train_hooks *hooks, char *err);
+void mg_trainer_release(struct mg_trainer *t);
+
+/* Call once before the first step (after any resume): broadcasts parameters. */
+int mg_trainer_start(struct mg_trainer *t);
+
+int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st);
+
+/* Whole test set, sharded across ranks without padding; sums reduced with
+ * hooks.reduce_sums when set, so every rank gets the global figures. */
+int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out);
+
+/* Pure function of the trainer state: what this rank puts in its RANK section. */
+void mg_trainer_rank_state(const struct mg_trainer *t, struct mg_rank_state *out);
+void mg_rank_state_pack(const struct mg_rank_state *s, unsigned char out[MG_RANK_STATE_BYTES]);
+int mg_rank_state_unpack(const unsigned char *in, size_t len, struct mg_rank_state *out);
+
+/* Writes the checkpoint for the current step into dir (no completion marker:
+ * call mg_ckpt_mark_complete() once every rank's part is durable). ranks /
+ * nranks are the RANK sections to store; NULL stores this rank's own. */
+int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
+                    int nranks, char *err);
+/* Restores everything from one checkpoint file. -MG_ESHAPE when the model's
+ * tensors differ, -MG_ECONFIG when world size, batch, accumulation, seed,
+ * dataset size or optimizer differ, or the file's errors (checkpoint.h). */
+int mg_trainer_load(struct mg_trainer *t, const char *path, char *err);
+
+#define MG_RESUME_MAX_SKIPPED 8
+struct mg_resume_report {
+    int found;
+    uint64_t step;
+    char path[MG_CKPT_PATH_MAX];
+    int nskipped; /* corrupt newer checkpoints passed over */
+    char skipped[MG_RESUME_MAX_SKIPPED][MG_ERRMSG_LEN];
+};
+
+/* Loads the newest complete checkpoint in dir that reads back intact; a
+ * corrupt one (format, truncation, CRC, version) is recorded in rep and the
+ * next older is tried. No checkpoint at all: returns 0 with rep->found = 0.
+ * Only corrupt ones: -MG_ECRC (or the last error). A configuration or shape
+ * mismatch stops at once (it would not be better in an older file). */
+int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, struct mg_resume_report *rep,
+                             char *err);
+
+#endif

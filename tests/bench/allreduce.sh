@@ -1,0 +1,104 @@
+#!/bin/sh
+# allreduce with 2 ranks on this host: mg (shared memory, and the TCP ring
+# forced with MG_COMM=tcp) against torch.distributed over Gloo, 4 KB to 64 MB,
+# side by side in one run, with memcpy and loopback TCP bandwidth measured
+# alongside. Every timed allreduce is also checked for a correct sum.
+#
+#   tests/bench/allreduce.sh [SIZES...]      (run from the top of the tree, after make)
+#
+# Targets (issue 4): at 64 KB and below mg >= 10x Gloo; at 16 MB and above
+# mg >= 3x Gloo and a bus bandwidth >= 3 GB/s. Bus bandwidth = size / time x
+# 2(n-1)/n, which is size / time for 2 ranks.
+set -u
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+MG_BUILD=${MG_BUILD:-build}
+case $MG_BUILD in /*) ;; *) MG_BUILD=$TOP/$MG_BUILD ;; esac
+RANKBIN=$MG_BUILD/tests/helpers/comm_rank
+FREEPORT=$MG_BUILD/tests/helpers/freeport
+PY=/usr/bin/python3
+[ -x "$RANKBIN" ] || { echo "allreduce.sh: $RANKBIN missing: run make first" >&2; exit 2; }
+
+SIZES=${*:-4096 16384 65536 262144 1048576 4194304 16777216 67108864}
+W=$(mktemp -d "${TMPDIR:-/tmp}/mgbench.XXXXXX")
+pids=""
+cleanup() {
+    for p in $pids; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# run2 OUT CMD...: two ranks of CMD on localhost; rank 0's stdout to OUT.
+run2() {
+    out=$1
+    shift
+    port=$("$FREEPORT")
+    pids=""
+    for r in 0 1; do
+        RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port TORCHELASTIC_USE_AGENT_STORE=False OMP_NUM_THREADS=1 \
+            "$@" >"$W/out.$r" 2>"$W/err.$r" &
+        pids="$pids $!"
+    done
+    rc=0
+    for p in $pids; do wait "$p" || rc=1; done
+    pids=""
+    cat "$W/err.0" "$W/err.1" >&2
+    cp "$W/out.0" "$out"
+    return $rc
+}
+
+echo "allreduce, 2 ranks on $(hostname) ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+fail=0
+run2 "$W/shm" env MG_COMM=auto "$RANKBIN" bench $SIZES || { echo "mg (shm) FAILED" >&2; fail=1; }
+run2 "$W/tcp" env MG_COMM=tcp "$RANKBIN" bench $SIZES || { echo "mg (tcp) FAILED" >&2; fail=1; }
+have_gloo=0
+if $PY -c 'import torch.distributed' 2>/dev/null; then
+    if run2 "$W/gloo" $PY "$TOP/tests/bench/gloo_allreduce.py" $SIZES; then
+        have_gloo=1
+    else
+        echo "gloo reference FAILED" >&2
+        fail=1
+    fi
+else
+    echo "(python3-torch not installed: no Gloo column; scripts/deps.sh --bench installs it)"
+fi
+memcpy=$("$RANKBIN" memcpy 67108864)
+tcpbw=$("$RANKBIN" tcp 1048576)
+echo "memcpy bandwidth (64 MB, one core): $memcpy GB/s"
+echo "loopback TCP bandwidth (one stream, 1 MB writes): $tcpbw GB/s"
+echo
+
+awk -v have_gloo=$have_gloo -v memcpy="$memcpy" -v tcpbw="$tcpbw" -v W="$W" '
+function human(b) { return b >= 1048576 ? sprintf("%d MB", b / 1048576) : sprintf("%d KB", b / 1024) }
+BEGIN {
+    while ((getline l < (W "/shm")) > 0) { split(l, f, " "); shm[f[1]] = f[2]; order[++n] = f[1] }
+    while ((getline l < (W "/tcp")) > 0) { split(l, f, " "); tcp[f[1]] = f[2] }
+    if (have_gloo) while ((getline l < (W "/gloo")) > 0) { split(l, f, " "); gloo[f[1]] = f[2] }
+    printf "%8s | %10s %10s %7s %9s | %10s %9s %7s %8s\n", "size", "gloo us", "mg us", "x gloo",
+           "busbw", "tcp us", "busbw", "x gloo", "/tcp bw"
+    printf "%8s-+-%10s-%10s-%7s-%9s-+-%10s-%9s-%7s-%8s\n", "--------", "----------", "----------",
+           "-------", "---------", "----------", "---------", "-------", "--------"
+    missed = ""
+    for (i = 1; i <= n; i++) {
+        b = order[i]; bw = b / shm[b] / 1000; tbw = (b in tcp) ? b / tcp[b] / 1000 : 0
+        g = have_gloo && (b in gloo) ? gloo[b] : 0
+        ratio = g ? g / shm[b] : 0; tratio = g && (b in tcp) ? g / tcp[b] : 0
+        gs = g ? sprintf("%.1f", g) : "-"; rs = g ? sprintf("%.1fx", ratio) : "-"
+        ts = (b in tcp) ? sprintf("%.1f", tcp[b]) : "-"; trs = tratio ? sprintf("%.1fx", tratio) : "-"
+        frac = (tcpbw + 0 > 0) ? tbw / tcpbw : 0
+        printf "%8s | %10s %10.1f %7s %4.2f GB/s | %10s %4.2f GB/s %7s %8.2f\n", human(b), gs,
+               shm[b], rs, bw, ts, tbw, trs, frac
+        if (g && b <= 65536 && ratio < 10) missed = missed sprintf(" %s: %.1fx < 10x;", human(b), ratio)
+        if (b >= 16777216 && g && ratio < 3) missed = missed sprintf(" %s: %.1fx < 3x;", human(b), ratio)
+        if (b >= 16777216 && bw < 3) missed = missed sprintf(" %s: %.2f GB/s < 3 GB/s;", human(b), bw)
+    }
+    printf "\nmg bus bandwidth at 64 MB: %.2f GB/s = %.0f%% of memcpy (%s GB/s)\n",
+           67108864 / shm[67108864] / 1000, 100 * 67108864 / shm[67108864] / 1000 / memcpy, memcpy
+    printf "mg TCP ring (forced) at 64 MB: %.2f GB/s = %.0f%% of one loopback TCP stream (%s GB/s)\n",
+           67108864 / tcp[67108864] / 1000, 100 * 67108864 / tcp[67108864] / 1000 / tcpbw, tcpbw
+    if (!have_gloo) print "targets: not judged (no Gloo reference)"
+    else if (missed == "") print "targets: met (<= 64 KB: >= 10x Gloo; >= 16 MB: >= 3x Gloo and >= 3 GB/s)"
+    else print "targets: MISSED:" missed
+}'
+exit $fail

@@ -1,0 +1,119 @@
+#!/bin/sh
+# Data-parallel training on this host: mg's train under mglaunch against
+# PyTorch DistributedDataParallel over Gloo (tests/bench/ddp_ref.py), same
+# models, same data (Fashion-MNIST), batch 64 per process, one thread per
+# process, side by side in one run. Then the accuracy of 2 processes against 1
+# with the same effective batch (CNN, one epoch).
+#
+#   tests/bench/ddp.sh [--quick]      (run from the top of the tree, after make)
+#
+# Targets (issue 4): 2 processes, mg >= 3x PyTorch for the MLP and >= 1.5x for
+# the CNN; mg's 2-process scaling efficiency over its 1-process run >= 85%; the
+# 2-process CNN test accuracy within 0.5 points of the 1-process run.
+# Each figure is checked for sense (finite, positive; accuracy above chance).
+set -u
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+MG_BUILD=${MG_BUILD:-build}
+case $MG_BUILD in /*) ;; *) MG_BUILD=$TOP/$MG_BUILD ;; esac
+TRAIN=$MG_BUILD/bin/train
+MGLAUNCH=$MG_BUILD/bin/mglaunch
+FREEPORT=$MG_BUILD/tests/helpers/freeport
+PY=/usr/bin/python3
+[ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || { echo "ddp.sh: build train and mglaunch first (make)" >&2; exit 2; }
+[ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+    { echo "ddp.sh: Fashion-MNIST missing (apt-get install dataset-fashion-mnist)" >&2; exit 2; }
+
+MLP_STEPS=2000
+CNN_STEPS=300
+ACC_EPOCHS=1
+if [ "${1:-}" = "--quick" ]; then
+    MLP_STEPS=300
+    CNN_STEPS=40
+    ACC_EPOCHS=0
+fi
+W=$(mktemp -d "${TMPDIR:-/tmp}/mgddp.XXXXXX")
+pids=""
+cleanup() {
+    for p in $pids; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+export OMP_NUM_THREADS=1
+fail=0
+
+# mg_rate NPROC ARGS...: samples/s of train's summary line ("... (N samples/s) ...")
+mg_rate() {
+    n=$1
+    shift
+    "$MGLAUNCH" --nproc_per_node "$n" "$TRAIN" --log-every 1000000 "$@" >"$W/mg.out" 2>&1 ||
+        { sed 's/^/  mg: /' "$W/mg.out" >&2; fail=1; echo 0; return; }
+    sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' "$W/mg.out" | tail -n 1
+}
+mg_acc() { sed -n 's/.*train: done: test accuracy \([0-9.]*\).*/\1/p' "$W/mg.out" | tail -n 1; }
+
+# torch_rate NPROC ARGS...: samples/s of ddp_ref.py
+have_torch=0
+$PY -c 'import torch.distributed' 2>/dev/null && have_torch=1
+torch_rate() {
+    n=$1
+    shift
+    [ $have_torch = 1 ] || { echo 0; return; }
+    port=$("$FREEPORT")
+    pids=""
+    for r in $(seq 0 $((n - 1))); do
+        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            $PY "$TOP/tests/bench/ddp_ref.py" "$@" >"$W/torch.$r" 2>"$W/torch.err.$r" &
+        pids="$pids $!"
+    done
+    rc=0
+    for p in $pids; do wait "$p" || rc=1; done
+    pids=""
+    [ $rc = 0 ] || { cat "$W"/torch.err.* >&2; fail=1; echo 0; return; }
+    sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' "$W/torch.0"
+}
+
+echo "DDP training, $(hostname) ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ); batch 64 per process, 1 thread each"
+[ $have_torch = 1 ] || echo "(python3-torch not installed: no PyTorch columns; scripts/deps.sh --bench installs it)"
+printf '%-5s | %12s %12s %9s | %12s %12s | %8s %8s\n' model "mg 1 proc" "mg 2 proc" "scaling" \
+    "torch 1 proc" "torch 2 proc" "mg/torch" "target"
+printf '%s\n' "------+----------------------------------------+---------------------------+------------------"
+for model in mlp cnn; do
+    steps=$MLP_STEPS
+    [ $model = cnn ] && steps=$CNN_STEPS
+    m1=$(mg_rate 1 --model $model --steps "$steps" --batch-size 64)
+    m2=$(mg_rate 2 --model $model --steps "$steps" --batch-size 64)
+    t1=$(torch_rate 1 --model $model --steps "$steps" --batch-size 64)
+    t2=$(torch_rate 2 --model $model --steps "$steps" --batch-size 64)
+    target=3
+    [ $model = cnn ] && target=1.5
+    awk -v model=$model -v m1="$m1" -v m2="$m2" -v t1="$t1" -v t2="$t2" -v target=$target '
+    BEGIN {
+        eff = (m1 > 0) ? m2 / (2 * m1) : 0; ratio = (t2 > 0) ? m2 / t2 : 0
+        t1s = (t1 > 0) ? sprintf("%.0f", t1) : "-"; t2s = (t2 > 0) ? sprintf("%.0f", t2) : "-"
+        rs = (ratio > 0) ? sprintf("%.2fx", ratio) : "-"
+        verdict = ((ratio >= target || ratio == 0) && eff >= 0.85) ? "met" : "MISSED"
+        printf "%-5s | %12.0f %12.0f %8.0f%% | %12s %12s | %7s %5sx %s\n", model, m1, m2,
+               100 * eff, t1s, t2s, rs, target, verdict
+    }' | tee -a "$W/table"
+    for v in "$m1" "$m2"; do
+        awk -v v="$v" 'BEGIN { exit !(v > 0) }' || { echo "mg gave no rate for $model" >&2; fail=1; }
+    done
+done
+
+if [ "$ACC_EPOCHS" -gt 0 ]; then
+    echo
+    echo "accuracy, CNN, $ACC_EPOCHS epoch, effective batch 64, lr 0.02:"
+    mg_rate 1 --model cnn --epochs "$ACC_EPOCHS" --batch-size 64 >/dev/null
+    a1=$(mg_acc)
+    mg_rate 2 --model cnn --epochs "$ACC_EPOCHS" --batch-size 32 >/dev/null
+    a2=$(mg_acc)
+    awk -v a1="$a1" -v a2="$a2" 'BEGIN {
+        d = 100 * (a2 - a1); if (d < 0) d = -d
+        v = (d <= 0.5) ? "met" : "MISSED"
+        printf "  1 process x 64: %.4f   2 processes x 32: %.4f   difference %.2f points (target <= 0.5): %s\n",
+               a1, a2, d, v
+        exit !(a1 > 0.5 && a2 > 0.5)
+    }' || { echo "accuracy run failed or below chance" >&2; fail=1; }
+fi
+exit $fail

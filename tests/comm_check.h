@@ -1,0 +1,241 @@
+/* Checks of the collectives that every rank of a job runs against its
+ * communicator: allreduce (sum and avg), broadcast and allgather over a range of
+ * sizes, odd ones included, and barrier. Shared by the unit test (ranks made by
+ * fork) and the rank helper the integration tests start.
+ *
+ * Each element of rank r's input is a pseudo-random float of varying
+ * magnitude, so the order of a sum shows in its bits. A result is checked
+ *   - against the exact sum (computed in double) within the fp32 error bound,
+ *   - bit for bit against the rank-order sum when the layout promises that order
+ *     (shared memory only), and
+ *   - for identical bits on every rank (a hash of the result, allgathered).
+ * Failures are printed as TAP comments ("# ...") and counted. */
+#ifndef MG_COMM_CHECK_H
+#define MG_COMM_CHECK_H
+
+#include "comm.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cc_opts {
+    size_t max_bytes; /* largest message to try */
+    int rank_order;   /* sums must equal the rank-order sum bit for bit */
+    int quiet;
+};
+
+static inline uint64_t cc_mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Rank r's element i in test t: a float in (-4, 4) with a random exponent. */
+static inline float cc_val(int r, size_t i, unsigned t)
+{
+    uint64_t h = cc_mix(((uint64_t)t << 48) ^ ((uint64_t)r << 40) ^ (uint64_t)i);
+    float mant = (float)(h & 0xffffff) / (float)0x1000000 - 0.5f;
+    int e = (int)((h >> 24) & 7);
+    return ldexpf(mant, e - 4) * 8.0f;
+}
+
+static inline uint64_t cc_hash(const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The result hash must be the same on every rank. */
+static int cc_same_everywhere(struct mg_comm *c, uint64_t h, const char *what)
+{
+    uint64_t *all = calloc((size_t)c->world, sizeof(uint64_t));
+    int bad = 0;
+    if (!all)
+        return 1;
+    int rc = mg_comm_allgather(c, &h, all, sizeof(h), MG_COMM_DEFAULT_TIMEOUT);
+    if (rc) {
+        printf("# rank %d: %s: allgather of hashes failed: %s\n", c->rank, what, mg_comm_errmsg(c));
+        bad = 1;
+    } else {
+        for (int q = 0; q < c->world; q++)
+            if (all[q] != h) {
+                printf("# rank %d: %s: result differs from rank %d's\n", c->rank, what, q);
+                bad = 1;
+                break;
+            }
+    }
+    free(all);
+    return bad;
+}
+
+static int cc_allreduce(struct mg_comm *c, size_t count, enum mg_reduce_op op, unsigned t,
+                        const struct cc_opts *o)
+{
+    char what[96];
+    snprintf(what, sizeof(what), "allreduce %s of %zu floats", op == MG_REDUCE_AVG ? "avg" : "sum",
+             count);
+    float *buf = malloc((count ? count : 1) * sizeof(float));
+    if (!buf)
+        return 1;
+    for (size_t i = 0; i < count; i++)
+        buf[i] = cc_val(c->rank, i, t);
+    int rc = mg_comm_allreduce(c, buf, count, op, MG_COMM_DEFAULT_TIMEOUT);
+    if (rc) {
+        printf("# rank %d: %s failed: %s\n", c->rank, what, mg_comm_errmsg(c));
+        free(buf);
+        return 1;
+    }
+    int bad = 0;
+    size_t shown = 0;
+    for (size_t i = 0; i < count; i++) {
+        double exact = 0, mag = 0;
+        float ordered = 0;
+        for (int q = 0; q < c->world; q++) {
+            float v = cc_val(q, i, t);
+            exact += v;
+            mag += fabs(v);
+            ordered = q == 0 ? v : ordered + v;
+        }
+        if (op == MG_REDUCE_AVG) {
+            exact /= c->world;
+            mag /= c->world;
+            ordered = ordered / (float)c->world;
+        }
+        double tol = mag * c->world * 1.2e-7 + 1e-30;
+        int wrong = fabs(buf[i] - exact) > tol ||
+                    (o->rank_order && memcmp(&buf[i], &ordered, sizeof(float)) != 0);
+        if (wrong) {
+            bad = 1;
+            if (shown++ < 3)
+                printf("# rank %d: %s: element %zu is %.9g, want %.9g (rank order %.9g)\n", c->rank,
+                       what, i, buf[i], exact, ordered);
+        }
+    }
+    bad |= cc_same_everywhere(c, cc_hash(buf, count * sizeof(float)), what);
+    free(buf);
+    return bad;
+}
+
+static int cc_broadcast(struct mg_comm *c, size_t len, int root, unsigned t)
+{
+    unsigned char *buf = malloc(len ? len : 1);
+    int bad = 0;
+    if (!buf)
+        return 1;
+    for (size_t i = 0; i < len; i++)
+        buf[i] = c->rank == root ? (unsigned char)cc_mix(t * 1000003u + i) : 0xee;
+    int rc = mg_comm_broadcast(c, buf, len, root, MG_COMM_DEFAULT_TIMEOUT);
+    if (rc) {
+        printf("# rank %d: broadcast of %zu bytes from %d failed: %s\n", c->rank, len, root,
+               mg_comm_errmsg(c));
+        bad = 1;
+    }
+    for (size_t i = 0; !bad && i < len; i++)
+        if (buf[i] != (unsigned char)cc_mix(t * 1000003u + i)) {
+            printf("# rank %d: broadcast of %zu bytes from %d: byte %zu wrong\n", c->rank, len,
+                   root, i);
+            bad = 1;
+        }
+    free(buf);
+    return bad;
+}
+
+static int cc_allgather(struct mg_comm *c, size_t len, unsigned t, int in_place)
+{
+    unsigned char *send = malloc(len ? len : 1);
+    unsigned char *recv = malloc(len * (size_t)c->world + 1);
+    int bad = 0;
+    if (!send || !recv) {
+        free(send);
+        free(recv);
+        return 1;
+    }
+    memset(recv, 0xee, len * (size_t)c->world);
+    unsigned char *mine = in_place ? recv + (size_t)c->rank * len : send;
+    for (size_t i = 0; i < len; i++)
+        mine[i] = (unsigned char)cc_mix(((uint64_t)t << 40) ^ ((uint64_t)c->rank << 32) ^ i);
+    int rc = mg_comm_allgather(c, mine, recv, len, MG_COMM_DEFAULT_TIMEOUT);
+    if (rc) {
+        printf("# rank %d: allgather of %zu bytes failed: %s\n", c->rank, len, mg_comm_errmsg(c));
+        bad = 1;
+    }
+    for (int q = 0; !bad && q < c->world; q++)
+        for (size_t i = 0; i < len; i++)
+            if (recv[(size_t)q * len + i] !=
+                (unsigned char)cc_mix(((uint64_t)t << 40) ^ ((uint64_t)q << 32) ^ i)) {
+                printf("# rank %d: allgather of %zu bytes: byte %zu of rank %d wrong\n", c->rank,
+                       len, i, q);
+                bad = 1;
+                break;
+            }
+    free(send);
+    free(recv);
+    return bad;
+}
+
+/* Runs everything; returns the number of failed checks. */
+static int cc_run_all(struct mg_comm *c, const struct cc_opts *o)
+{
+    static const size_t counts[] = {0,      1,      2,       3,           15,      16,    17,
+                                    63,     255,    1000,    4097,        16384,   16385, 65537,
+                                    100003, 262144, 1000003, 4194304 + 5, 16777216};
+    static const size_t bytes[] = {0,     1,      3,       7,       64,       1000,    65536,
+                                   65537, 262147, 1048576, 4194311, 16777216, 67108864};
+    int bad = 0;
+    unsigned t = 1;
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        if (counts[k] * sizeof(float) > o->max_bytes)
+            continue;
+        bad += cc_allreduce(c, counts[k], MG_REDUCE_SUM, t++, o);
+        if (counts[k] <= 100003)
+            bad += cc_allreduce(c, counts[k], MG_REDUCE_AVG, t++, o);
+    }
+    bad += cc_allreduce(c, 65537, MG_REDUCE_AVG, t++, o);
+    for (size_t k = 0; k < sizeof(bytes) / sizeof(bytes[0]); k++) {
+        if (bytes[k] > o->max_bytes)
+            continue;
+        bad += cc_broadcast(c, bytes[k], (int)(k % (size_t)c->world), t++);
+        if (bytes[k] * (size_t)c->world <= o->max_bytes)
+            bad += cc_allgather(c, bytes[k], t++, (int)(k & 1));
+    }
+    for (int root = 0; root < c->world; root++)
+        bad += cc_broadcast(c, 4099, root, t++);
+    for (int i = 0; i < 3; i++)
+        if (mg_comm_barrier(c, MG_COMM_DEFAULT_TIMEOUT)) {
+            printf("# rank %d: barrier failed: %s\n", c->rank, mg_comm_errmsg(c));
+            bad++;
+        }
+    /* A rerun repeats exactly: same inputs, same bits. */
+    if (o->max_bytes >= 4 * 100003) {
+        float *a = malloc(100003 * sizeof(float)), *b = malloc(100003 * sizeof(float));
+        if (a && b) {
+            for (int pass = 0; pass < 2; pass++) {
+                float *x = pass ? b : a;
+                for (size_t i = 0; i < 100003; i++)
+                    x[i] = cc_val(c->rank, i, 999);
+                if (mg_comm_allreduce(c, x, 100003, MG_REDUCE_AVG, MG_COMM_DEFAULT_TIMEOUT))
+                    bad++;
+            }
+            if (memcmp(a, b, 100003 * sizeof(float)) != 0) {
+                printf("# rank %d: the same allreduce twice gave different bits\n", c->rank);
+                bad++;
+            }
+        }
+        free(a);
+        free(b);
+    }
+    fflush(stdout);
+    return bad;
+}
+
+#endif

@@ -1,0 +1,250 @@
+/* A worker for the communication tests and benchmarks: it joins the job the
+ * launcher's environment describes (mg_dist_init) and then
+ *
+ *   comm_rank check [MAX_BYTES]   runs every collective check (tests/comm_check.h)
+ *   comm_rank info                prints rank, world, layout; nothing else
+ *   comm_rank loop VICTIM MS      loops over 16 MB allreduces; rank VICTIM
+ *                                 SIGKILLs itself after MS milliseconds
+ *   comm_rank hang VICTIM SECS    rank VICTIM sleeps SECS instead of calling allreduce
+ *   comm_rank bench SIZES...      times allreduce for each size in bytes; rank 0
+ *                                 prints "bytes us_per_op" lines
+ *   comm_rank memcpy SIZE         (alone) prints memcpy bandwidth in GB/s
+ *   comm_rank tcp SIZE            (alone) prints loopback TCP bandwidth in GB/s
+ *
+ * Every failure is printed as "comm_rank: rank R: message", recorded in
+ * TORCHELASTIC_ERROR_FILE, and exits 1. */
+#include "../comm_check.h"
+#include "dist.h"
+#include "mg_err.h"
+#include "net.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct mg_dist *dist;
+
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (dist)
+        fprintf(stderr, "comm_rank: rank %d: %s\n", dist->rank, msg);
+    else
+        fprintf(stderr, "comm_rank: %s\n", msg);
+    mg_error_file_record(dist, "comm_rank", msg);
+    exit(1);
+}
+
+static void *killer(void *arg)
+{
+    usleep((useconds_t)(long)arg * 1000);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int cmd_loop(int victim, long ms)
+{
+    size_t n = 4u << 20;
+    float *buf = calloc(n, sizeof(float));
+    pthread_t t;
+    if (!buf)
+        die("out of memory");
+    if (dist->rank == victim)
+        pthread_create(&t, NULL, killer, (void *)ms);
+    for (;;) {
+        int rc = mg_comm_allreduce(dist->comm, buf, n, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT);
+        if (rc)
+            die("%s", mg_comm_errmsg(dist->comm));
+    }
+}
+
+static int cmd_hang(int victim, int secs)
+{
+    float x[1024] = {0};
+    if (dist->rank == victim) {
+        sleep((unsigned)secs);
+        return 0;
+    }
+    if (mg_comm_allreduce(dist->comm, x, 1024, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT))
+        die("%s", mg_comm_errmsg(dist->comm));
+    return 0;
+}
+
+static int cmd_bench(int argc, char **argv)
+{
+    struct mg_comm *c = dist->comm;
+    size_t maxb = 0;
+    for (int i = 0; i < argc; i++)
+        if ((size_t)atoll(argv[i]) > maxb)
+            maxb = (size_t)atoll(argv[i]);
+    float *buf = malloc(maxb + 4);
+    if (!buf)
+        die("out of memory");
+    for (size_t i = 0; i < maxb / 4; i++)
+        buf[i] = cc_val(c->rank, i, 7);
+    for (int a = 0; a < argc; a++) {
+        size_t bytes = (size_t)atoll(argv[a]), n = bytes / 4;
+        /* About 0.3 s per size, at least 5 iterations, agreed by rank 0's timing. */
+        int iters = 5;
+        float probe[1];
+        for (int w = 0; w < 3; w++)
+            if (mg_comm_allreduce(c, buf, n, MG_REDUCE_AVG, MG_COMM_DEFAULT_TIMEOUT))
+                die("%s", mg_comm_errmsg(c));
+        int64_t t0 = mg_now_us();
+        for (int i = 0; i < 5; i++)
+            if (mg_comm_allreduce(c, buf, n, MG_REDUCE_AVG, MG_COMM_DEFAULT_TIMEOUT))
+                die("%s", mg_comm_errmsg(c));
+        double per = (double)(mg_now_us() - t0) / 5;
+        probe[0] = (float)(300000.0 / (per > 1 ? per : 1));
+        if (mg_comm_broadcast(c, probe, sizeof(probe), 0, MG_COMM_DEFAULT_TIMEOUT))
+            die("%s", mg_comm_errmsg(c));
+        iters = probe[0] < 5 ? 5 : probe[0] > 20000 ? 20000 : (int)probe[0];
+        if (mg_comm_barrier(c, MG_COMM_DEFAULT_TIMEOUT))
+            die("%s", mg_comm_errmsg(c));
+        t0 = mg_now_us();
+        for (int i = 0; i < iters; i++)
+            if (mg_comm_allreduce(c, buf, n, MG_REDUCE_AVG, MG_COMM_DEFAULT_TIMEOUT))
+                die("%s", mg_comm_errmsg(c));
+        double us = (double)(mg_now_us() - t0) / iters;
+        /* Averaging identical inputs' averages keeps the values bounded;
+         * check one allreduce's result against the exact answer. */
+        for (size_t i = 0; i < n; i++)
+            buf[i] = cc_val(c->rank, i, 7);
+        if (mg_comm_allreduce(c, buf, n, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT))
+            die("%s", mg_comm_errmsg(c));
+        for (size_t i = 0; i < n; i += 97) {
+            double want = 0, mag = 0;
+            for (int q = 0; q < c->world; q++) {
+                want += cc_val(q, i, 7);
+                mag += fabs(cc_val(q, i, 7));
+            }
+            if (fabs(buf[i] - want) > mag * c->world * 1.2e-7)
+                die("bench: allreduce of %zu bytes gave a wrong sum at %zu", bytes, i);
+        }
+        for (size_t i = 0; i < n; i++)
+            buf[i] = cc_val(c->rank, i, 7);
+        if (c->rank == 0)
+            printf("%zu %.2f\n", bytes, us);
+        fflush(stdout);
+    }
+    free(buf);
+    return 0;
+}
+
+static double gbps(size_t bytes, int64_t us)
+{
+    return (double)bytes / (double)(us > 0 ? us : 1) / 1e3;
+}
+
+static int cmd_memcpy(size_t size)
+{
+    char *a = malloc(size), *b = malloc(size);
+    if (!a || !b)
+        die("out of memory");
+    memset(a, 1, size);
+    memset(b, 2, size);
+    int iters = (int)((1ull << 30) / size) + 2;
+    int64_t best = INT64_MAX;
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t t0 = mg_now_us();
+        for (int i = 0; i < iters; i++) {
+            memcpy(i & 1 ? a : b, i & 1 ? b : a, size);
+            __asm__ volatile("" ::: "memory");
+        }
+        int64_t t = mg_now_us() - t0;
+        if (t < best)
+            best = t;
+    }
+    printf("%.2f\n", gbps(size * (size_t)iters, best));
+    return 0;
+}
+
+/* One sender process, one receiver, over 127.0.0.1: a single stream. */
+static int cmd_tcp(size_t size)
+{
+    int port, lfd = mg_listen_tcp("127.0.0.1", 0, 1, &port);
+    if (lfd < 0)
+        die("listen: %s", mg_strerror(lfd));
+    size_t total = (size_t)1 << 30;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = mg_connect_tcp("127.0.0.1", port, mg_now_ms() + 10000);
+        char *buf = calloc(1, size);
+        for (size_t sent = 0; fd >= 0 && buf && sent < total; sent += size)
+            if (mg_write_full(fd, buf, size, -1))
+                _exit(1);
+        _exit(0);
+    }
+    int fd = accept(lfd, NULL, NULL);
+    char *buf = malloc(size);
+    if (fd < 0 || !buf)
+        die("accept failed");
+    int64_t t0 = mg_now_us();
+    size_t got = 0;
+    for (;;) {
+        ssize_t k = recv(fd, buf, size, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    int64_t t = mg_now_us() - t0;
+    waitpid(pid, NULL, 0);
+    if (got != total)
+        die("tcp: received %zu of %zu bytes", got, total);
+    printf("%.2f\n", gbps(got, t));
+    close(fd);
+    close(lfd);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : "check";
+    char err[1024];
+
+    if (!strcmp(cmd, "memcpy"))
+        return cmd_memcpy(argc > 2 ? (size_t)atoll(argv[2]) : 64u << 20);
+    if (!strcmp(cmd, "tcp"))
+        return cmd_tcp(argc > 2 ? (size_t)atoll(argv[2]) : 1u << 20);
+
+    int rc = mg_dist_init(&dist, NULL, err, sizeof(err));
+    if (rc)
+        die("%s", err);
+    struct mg_comm *c = dist->comm;
+    if (!strcmp(cmd, "info")) {
+        printf("rank %d world %d local_rank %d local_world %d hosts %d: %s\n", c->rank, c->world,
+               c->local_rank, c->local_world, c->nhosts, c->desc);
+    } else if (!strcmp(cmd, "check")) {
+        struct cc_opts o = {.max_bytes = argc > 2 ? (size_t)atoll(argv[2]) : 16u << 20,
+                            .rank_order = c->rank_ordered};
+        int bad = cc_run_all(c, &o);
+        if (bad)
+            die("%d collective checks failed", bad);
+        printf("rank %d: all collective checks passed (%s)\n", c->rank, c->desc);
+    } else if (!strcmp(cmd, "loop") && argc > 3) {
+        cmd_loop(atoi(argv[2]), atol(argv[3]));
+    } else if (!strcmp(cmd, "hang") && argc > 3) {
+        cmd_hang(atoi(argv[2]), atoi(argv[3]));
+    } else if (!strcmp(cmd, "bench")) {
+        cmd_bench(argc - 2, argv + 2);
+    } else {
+        die("unknown command '%s'", cmd);
+    }
+    rc = mg_dist_finalize(dist, MG_COMM_DEFAULT_TIMEOUT);
+    if (rc)
+        die("%s", mg_comm_errmsg(c));
+    mg_dist_release(dist);
+    return 0;
+}

@@ -1,0 +1,58 @@
+#!/bin/sh
+# Unmodified PyTorch scripts (Debian's python3-torch) under mglaunch: a DDP
+# step with the gloo backend and env:// initialisation, as under torchrun, and
+# torch's own @record error file feeding the failure summary.
+# timeout: 120
+. "$(dirname "$0")/../lib.sh"
+for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+export TMPDIR=$T
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || skip_all "python3-torch not installed"
+export PYTHON_EXEC=/usr/bin/python3
+
+cat >"$T/ddp.py" <<'EOF'
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+rank, world = dist.get_rank(), dist.get_world_size()
+assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1, bias=False))
+with torch.no_grad():
+    model.module.weight.fill_(1.0)
+x = torch.full((2, 4), float(rank + 1))
+model(x).sum().backward()
+# DDP averages the gradients: every rank ends up with the mean over ranks
+g = model.module.weight.grad[0, 0].item()
+t = torch.tensor([float(rank)])
+dist.all_reduce(t)
+print(f"rank {rank}/{world} grad {g:.1f} sum {t.item():.0f}")
+dist.destroy_process_group()
+EOF
+out=$("$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" --rdzv_id ddp "$T/ddp.py" 2>"$T/err")
+is $? 0 "a DDP script runs under mglaunch"
+[ -s "$T/err" ] && sed 's/^/# /' "$T/err" | head -20
+is "$(cat "$T/logs/ddp/attempt_0/0/stdout.log")" "rank 0/2 grad 3.0 sum 1" \
+    "rank 0: averaged gradient and all_reduce"
+is "$(cat "$T/logs/ddp/attempt_0/1/stdout.log")" "rank 1/2 grad 3.0 sum 1" "rank 1 agrees"
+
+cat >"$T/fail.py" <<'EOF'
+import os
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    if os.environ["RANK"] == "1":
+        raise ValueError("learning rate must be positive")
+
+main()
+EOF
+"$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" --rdzv_id rec "$T/fail.py" >/dev/null \
+    2>"$T/err"
+is $? 1 "a worker failing under @record: exit code 1 (Python's)"
+e=$(cat "$T/err")
+like "$e" "error file: $T/logs/rec/attempt_0/1/error.json" "torch wrote its error file where told"
+like "$e" "message   : ValueError: learning rate must be positive" "its message in the summary"
+like "$e" "traceback :
+    Traceback \\(most recent call last\\):" "its traceback in the summary"
+done_testing
