@@ -1314,6 +1314,7 @@ int mg_agent_group_formed(struct mg_agent *ag, const struct mg_group *g)
     if (g->has_restart_count) {
         int left = ag->o->max_restarts - g->restart_count;
         ag->restarts_left = left > 0 ? left : 0;
+        ag->res.restarts = g->restart_count;
     }
     return 0;
 }
@@ -1337,6 +1338,16 @@ void mg_agent_request_restart(struct mg_agent *ag, enum mg_restart_kind kind, co
 void mg_agent_hold_exit(struct mg_agent *ag)
 {
     ag->hold_req = 1;
+}
+
+void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason)
+{
+    if (ag->state == ST_DONE || ag->attempt_fatal)
+        return;
+    ag->attempt_failed = 0;
+    ag->restart_req = 1;
+    ag->restart_kind = MG_RESTART_MEMBERSHIP;
+    mg_fmt(ag->restart_reason, sizeof(ag->restart_reason), "%s", reason ? reason : "failure");
 }
 
 void mg_agent_finish(struct mg_agent *ag, int exit_code)

@@ -182,6 +182,11 @@ void mg_agent_fail(struct mg_agent *ag, int exit_code, const char *msg);
 void mg_agent_hold_exit(struct mg_agent *ag);
 /* Ends a held exit with exit_code. */
 void mg_agent_finish(struct mg_agent *ag, int exit_code);
+/* From round_ended(MG_ROUND_FAILED): the backend takes the failure over (a
+ * multi-node job re-forms the group on every node and counts the restart
+ * there, see mg_group.restart_count): form the group again, without counting
+ * a restart or exiting. Ignored when the program could not be started. */
+void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason);
 
 /* A source of descriptors for the loop, e.g. the store server
  * (mg_store_server_pollfds / _process / _timeout_ms have these shapes). */

@@ -31,6 +31,8 @@ struct multi {
     struct mg_agent *ag;
     enum phase phase;
     int timer; /* the one pending timer, or -1 */
+    struct mg_backoff backoff;
+    int64_t formed_ms;
     char hostname[MG_HOST_MAX];
     char run_id[MG_RDZV_RUN_ID_MAX + 1];
     char notice[768];
@@ -98,13 +100,12 @@ static void fail_run(struct multi *m, int rc)
     mg_agent_fail(m->ag, code, msg);
 }
 
+/* Every restart is "membership" for the agent: the rendezvous counts the
+ * job's failure restarts and hands the count over with the group. */
 static void restart(struct multi *m)
 {
-    enum mg_rdzv_reason why = mg_rdzv_last_reason(m->r);
     m->phase = M_IDLE;
-    mg_agent_request_restart(m->ag,
-                             why == MG_RDZV_R_FAILURE ? MG_RESTART_FAILURE : MG_RESTART_MEMBERSHIP,
-                             mg_rdzv_message(m->r));
+    mg_agent_request_restart(m->ag, MG_RESTART_MEMBERSHIP, mg_rdzv_message(m->r));
 }
 
 static void on_tick(struct mg_agent *ag, void *ctx);
@@ -138,6 +139,7 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     g.has_restart_count = 1;
     g.restart_count = w.restart_count;
     m->phase = M_RUNNING;
+    m->formed_ms = mg_now_ms();
     if (mg_agent_group_formed(ag, &g) < 0) {
         if (g.master_fd >= 0)
             close(g.master_fd);
@@ -206,7 +208,12 @@ static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_rou
         fail_run(m, rc);
         return 0;
     }
-    set_timer(m, mg_now_ms(), on_join_step);
+    /* After a failure, the agent's backoff (docs/cli.md), applied here since
+     * the agent leaves multi-node restarts to the rendezvous. */
+    int64_t delay = 0;
+    if (m->formed_ms && mg_rdzv_last_reason(m->r) == MG_RDZV_R_FAILURE)
+        delay = mg_backoff_next(&m->backoff, mg_now_ms() - m->formed_ms);
+    set_timer(m, mg_now_ms() + delay, on_join_step);
     return m->timer < 0 ? -ENOSPC : 0;
 }
 
@@ -244,9 +251,9 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
             snprintf(f.message, sizeof(f.message), "%s", x->message);
         }
         snprintf(f.host, sizeof(f.host), "%s", m->hostname);
-        /* Restart everywhere (counted), or record the root cause for all. The
-         * agent itself restarts or exits: the counts agree (mg_group). */
-        mg_rdzv_worker_failed(m->r, &f);
+        /* Re-form on every node; the next round decides whether it counts. */
+        if (mg_rdzv_worker_failed(m->r, &f) == MG_RDZV_RESTART)
+            mg_agent_excuse_failure(ag, mg_rdzv_message(m->r));
     }
 }
 

@@ -537,6 +537,56 @@ static void forget_round(struct mg_rdzv *r, int64_t round)
     mg_kv_free_list(e, n);
 }
 
+static int read_close(struct mg_rdzv *r, int64_t round, int64_t *restarts,
+                      struct mg_rdzv_desc **m, int *n);
+
+/* A round that follows a worker failure (cause f) decides whether the
+ * restart counts: it does when every member of the failed round is back, and
+ * not when one is gone (its death made the workers fail: a membership
+ * change). Past --max_restarts the job fails with the recorded root cause.
+ * Returns 1 to go on closing (st updated), 0 when the state moved on, < 0. */
+static int count_restart(struct mg_rdzv *r, int64_t round, struct state *st,
+                         const struct mg_rdzv_desc *d, int nd)
+{
+    struct mg_rdzv_desc *prev = NULL;
+    int64_t k_prev;
+    int np = 0, all, rc;
+
+    if (st->cause != 'f' || round == 0)
+        return 1;
+    rc = read_close(r, round - 1, &k_prev, &prev, &np);
+    if (rc < 0)
+        return rc;
+    all = 1;
+    for (int i = 0; i < np && all; i++)
+        all = find_member(d, nd, prev[i].id) >= 0;
+    free(prev);
+    struct state to = *st;
+    to.restarts += all;
+    to.cause = all ? 'c' : 'm';
+    if (to.restarts > r->max_restarts) {
+        struct mg_rdzv_failure f;
+        char k[KEY_MAX], *v = NULL;
+        size_t len;
+        key(r, k, "r/%" PRId64 "/failure", round - 1);
+        if (r->kv->ops->get(r->kv, k, &v, &len, NULL) != 0 || fail_parse(v, &f) < 0) {
+            memset(&f, 0, sizeof(f));
+            f.rank = f.local_rank = -1;
+            f.exit_code = 1;
+            snprintf(f.host, sizeof(f.host), "?");
+            snprintf(f.message, sizeof(f.message), "a worker failed and no restarts are left");
+        }
+        free(v);
+        rc = mark_failed(r, st, &f);
+        return rc < 0 ? rc : -MG_EPEER;
+    }
+    rc = state_cas(r, st, &to);
+    if (rc != 1)
+        return rc;
+    *st = to;
+    return 1;
+}
+
 /* Closes round R with the live agents that joined it, if there are enough.
  * Returns 0 (closed by us or someone else, or not closable yet), or < 0. */
 static int try_close(struct mg_rdzv *r, int64_t round, struct state *st)
@@ -577,6 +627,9 @@ static int try_close(struct mg_rdzv *r, int64_t round, struct state *st)
     mg_rdzv_rank_order(d, nd);
     if (nd > r->max)
         nd = r->max; /* the rest wait for a later round */
+    rc = count_restart(r, round, st, d, nd);
+    if (rc != 1)
+        goto out; /* the job failed, or the state moved on */
     if (r->fixed >= 0) {
         /* static: every rank 0..N-1 exactly once */
         for (int i = 0; i < nd; i++) {
@@ -725,6 +778,20 @@ static int slice_ms(int64_t deadline, int64_t other, int max_block)
     return t < 0 ? 0 : (int)t;
 }
 
+/* Member "dead" of the last formed round died and fewer than MIN agents are
+ * left: the job cannot go on. Records that as the root cause. */
+static void below_min(struct mg_rdzv *r, struct state *st, int dead, int na)
+{
+    const struct mg_rdzv_desc *m = &r->members[dead];
+    struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
+    snprintf(f.host, sizeof(f.host), "%s", m->host);
+    snprintf(f.message, sizeof(f.message),
+             "node %s (rank %d, %s) stopped sending heartbeats; %d node(s) left, fewer than "
+             "the minimum %d of --nnodes",
+             m->host, dead, m->id, na, r->min);
+    mark_failed(r, st, &f);
+}
+
 /* One pass of the wait for round R, after joining it. Returns 1 formed (*w
  * filled), STEP_AGAIN when the round went on without us or the state moved
  * (start over), STEP_WAITED after waiting up to max_block ms, < 0 error. */
@@ -769,6 +836,25 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     int64_t c = get_count(r, round, &rc);
     if (rc < 0)
         return rc;
+    if (c < r->min && round > 0 && r->nmembers > 0) {
+        /* A re-formation that cannot reach MIN because a member died: fail
+         * now rather than at join_timeout (a replacement would be a new job). */
+        struct mg_kv_entry *alive = NULL;
+        int na = 0, dead = -1;
+        size_t skip;
+        rc = list_alive(r, &alive, &na, &skip);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < r->nmembers && dead < 0; i++)
+            if (!in_list(alive, na, skip, r->members[i].id))
+                dead = i;
+        mg_kv_free_list(alive, na);
+        if (dead >= 0 && na < r->min) {
+            below_min(r, &st, dead, na);
+            say_failed(r);
+            return -MG_EPEER;
+        }
+    }
     int close_now = c >= r->max;
     if (!close_now && c >= r->min) {
         int64_t now = mg_now_ms();
@@ -949,8 +1035,7 @@ static enum mg_rdzv_event state_moved(struct mg_rdzv *r, const struct state *st)
     if (st->round != r->round) {
         if (st->restarts > r->restarts || st->cause == 'f') {
             r->reason = MG_RDZV_R_FAILURE;
-            say(r, "a worker failed (restart %" PRId64 " of %d, round %" PRId64 ")", st->restarts,
-                r->max_restarts, st->round);
+            say(r, "a worker failed on another node (round %" PRId64 ")", st->round);
         } else if (st->cause == 'x') {
             r->reason = MG_RDZV_R_NODE_DIED;
             say(r, "a node stopped sending heartbeats (round %" PRId64 ")", st->round);
@@ -1031,18 +1116,8 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
         return run_error(r, -EKEYEXPIRED);
     }
     if (na < r->min) {
-        struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
-        snprintf(f.host, sizeof(f.host), "%s", m->host);
-        snprintf(f.message, sizeof(f.message),
-                 "node %s (rank %d, %s) stopped sending heartbeats; %d node(s) left, fewer than "
-                 "the minimum %d of --nnodes",
-                 m->host, dead, m->id, na, r->min);
-        rc = mark_failed(r, &st, &f);
+        below_min(r, &st, dead, na);
         r->formed = 0;
-        if (rc < 0)
-            return MG_RDZV_FAILED;
-        if (st.status == 'f' || st.round == r->round)
-            say(r, "%s", f.message);
         return MG_RDZV_FAILED;
     }
     struct state to = st;
@@ -1065,27 +1140,30 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
 
 enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f)
 {
+    char k[KEY_MAX], rec[1024];
     struct state st;
-    int rc = state_read(r, &st);
+    int rc = state_read(r, &st), n;
 
     if (rc < 0) {
         r->formed = 0;
         return MG_RDZV_FAILED;
     }
+    /* This round's first failure: the root cause, should the job end on it. */
+    n = fail_format(f, rec, sizeof(rec));
+    if (n < 0 || (size_t)n >= sizeof(rec))
+        n = (int)strlen(rec);
+    key(r, k, "r/%" PRId64 "/failure", r->round);
+    r->kv->ops->cas(r->kv, k, NULL, 0, rec, (size_t)n, 0, NULL, NULL);
     for (int i = 0; i < CAS_TRIES; i++) {
         if (st.status != 'r' || st.round != r->round) {
             /* Something else already restarted or ended the job. */
             enum mg_rdzv_event ev = state_moved(r, &st);
             return ev == MG_RDZV_NONE ? MG_RDZV_RESTART : ev;
         }
-        if (st.restarts >= r->max_restarts) {
-            rc = mark_failed(r, &st, f);
-            r->formed = 0;
-            return MG_RDZV_FAILED;
-        }
+        /* Re-form first: the next round counts the restart when every node
+         * comes back, and not when the workers failed because a node died. */
         struct state to = st;
         to.round++;
-        to.restarts++;
         to.cause = 'f';
         rc = state_cas(r, &st, &to);
         if (rc < 0) {
@@ -1094,8 +1172,7 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
         }
         if (rc == 1) {
             r->reason = MG_RDZV_R_FAILURE;
-            say(r, "a worker failed here (restart %" PRId64 " of %d)", to.restarts,
-                r->max_restarts);
+            say(r, "a worker failed here (round %" PRId64 ")", r->round);
             r->formed = 0;
             return MG_RDZV_RESTART;
         }

@@ -181,7 +181,26 @@ case_failure_restart() {
     finish b
     is "$RC" 3 "$BACKEND: and every other node stops"
     check_ok "$BACKEND: the others report the root cause" \
-        grep -q 'event failed.*rank 0 .* on a exited with code 7: scripted failure' "$T/b.out"
+        grep -q 'the job failed: rank 0 .* on a exited with code 7: scripted failure' "$T/b.out"
+}
+
+# Workers that fail because a peer node died (their collective broke) are a
+# membership change, not a failure: even with --max_restarts 0 the job re-forms.
+case_peer_death_failure() {
+    new_case
+    SHOW="a b c"
+    HB2="heartbeat_interval=1,heartbeat_timeout=4"
+    agent a join,sleep:800,fail:9,run:1500,finish --nnodes 2:3 --max_restarts 0 --conf "$HB2"
+    agent b join,run:5000,finish --nnodes 2:3 --max_restarts 0 --conf "$HB2"
+    agent c join,run:60000 --nnodes 2:3 --max_restarts 0 --conf "$HB2"
+    check_ok "$BACKEND: formed" wait_line c '^formed' 15
+    kill -KILL "$PID_c"
+    finish a
+    rc_a=$RC
+    finish b
+    is "$rc_a $RC" "0 0" "$BACKEND: a worker failure right after a node died does not end the job"
+    is "$(field a nnodes) $(field a restarts)" "2 0" \
+        "$BACKEND: the group re-formed without the dead node, no restart counted"
 }
 
 case_barrier() {

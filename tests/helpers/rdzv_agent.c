@@ -69,10 +69,13 @@ static int fatal(int rc)
     return rc;
 }
 
-static void join(void)
+/* Joins; on an error exits through fatal(), or returns it when soft. */
+static int join_soft(int soft)
 {
     struct mg_rdzv_world w;
     int rc = mg_rdzv_join(rdzv, &w);
+    if (rc < 0 && soft)
+        return rc;
     if (rc < 0)
         fatal(rc);
     if (w.master_fd >= 0)
@@ -82,6 +85,12 @@ static void join(void)
            w.round, w.node_rank, w.rank_base, w.world_size, w.nnodes, w.master_addr, w.master_port,
            w.restart_count, (long long)(mg_now_ms() - t0));
     fflush(stdout);
+    return 0;
+}
+
+static void join(void)
+{
+    join_soft(0);
 }
 
 /* The event loop of a real agent, minus the workers. */
@@ -234,7 +243,13 @@ int main(int argc, char **argv)
                 quit(val);
             }
             event("restart");
-            join();
+            /* The next round decides whether the restart counts; past
+             * --max_restarts the job ends here with the worker's code. */
+            if (join_soft(1) == -MG_EPEER) {
+                printf("event failed reason=failure ms=%lld msg=%s\n",
+                       (long long)(mg_now_ms() - t0), mg_rdzv_message(rdzv));
+                quit(val);
+            }
         } else if (!strcmp(st, "finish")) {
             for (;;) {
                 rc = mg_rdzv_finish(rdzv);

@@ -19,6 +19,7 @@ case_dead_node
 case_below_min
 case_scale_up
 case_failure_restart
+case_peer_death_failure
 case_barrier
 case_closed
 case_spare

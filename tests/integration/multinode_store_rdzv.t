@@ -17,6 +17,7 @@ case_dead_node
 case_below_min
 case_scale_up
 case_failure_restart
+case_peer_death_failure
 case_barrier
 case_spare
 case_static
