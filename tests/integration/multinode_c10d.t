@@ -100,6 +100,23 @@ else
     diag "unshare -m unavailable: the late-name case is not run"
 fi
 
+# Configured through PET_* variables only, the way k8s/mglaunch-job.yaml (and
+# the Kubeflow operators) do it, with PET_LOCAL_ADDR as MASTER_ADDR.
+for i in 0 1; do
+    ih=0
+    [ $i = 0 ] && ih=1
+    PET_NNODES=2 PET_NPROC_PER_NODE=2 PET_RDZV_BACKEND=c10d PET_RDZV_ENDPOINT="$EP" \
+        PET_RDZV_ID=pet PET_LOCAL_ADDR="$(host_addr $i)" PET_RDZV_CONF="$MN_HB,is_host=$ih" \
+        node $i "p$i" "$MN_WORKER" --reach
+done
+node_wait p0
+rc_a=$RC
+node_wait p1
+is "$rc_a $RC" "0 0" "PET_* variables alone configure a 2-node job"
+check_world "PET job: ranks 0..3" 4 p0 p1
+like "$(grep -h '^env' "$T/p0.out" | head -n 1)" "master=$(host_addr 0):" \
+    "PET_LOCAL_ADDR of rank 0 is MASTER_ADDR"
+
 # No --rdzv_id: a warning that explains the risk.
 node 0 a $C --nnodes 2 --rdzv_conf "$MN_HB$HOST0" "$MN_WORKER"
 node 1 b $C --nnodes 2 --rdzv_conf "$MN_HB$OTHER" "$MN_WORKER"
