@@ -28,6 +28,18 @@ static int transient(int rc)
            rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
 }
 
+/* Tells the caller, once, that the endpoint is still out of reach. */
+static void progress(const struct mg_rdzv_setup *s, int64_t start, int *told, const char *why)
+{
+    char msg[700];
+    if (*told || !s->progress || mg_now_ms() - start < MG_RDZV_PROGRESS_MS)
+        return;
+    *told = 1;
+    snprintf(msg, sizeof(msg), "%s; retrying until join_timeout (%gs)", why,
+             s->conf->join_timeout_ms / 1000.0);
+    s->progress(s->progress_ctx, msg);
+}
+
 /* Sleeps up to ms, returning -EINTR early when abort_fd becomes readable. */
 static int pause_ms(int abort_fd, int ms)
 {
@@ -95,7 +107,8 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
         .lease_ttl_ms = c->heartbeat_timeout_ms - c->heartbeat_interval_ms,
     };
     char probe[MG_KV_MAX_KEY];
-    int delay = 50, rc;
+    int delay = 50, rc, told = 0;
+    int64_t start = mg_now_ms();
 
     rc = mg_etcd_open(kv, &o, err, errlen);
     if (rc < 0)
@@ -107,6 +120,7 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
             return 0;
         if (!transient(rc) || mg_now_ms() + delay >= s->deadline_ms)
             break;
+        progress(s, start, &told, mg_kv_error(*kv));
         rc = pause_ms(s->abort_fd, delay);
         if (rc < 0)
             break;
@@ -168,7 +182,8 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
 {
     const struct mg_rdzv_conf *c = s->conf;
     struct mg_hostport hp;
-    int rc, hosting;
+    int rc, hosting, told = 0;
+    int64_t start = mg_now_ms();
     char last[512] = "";
 
     if (mg_parse_hostport(s->endpoint, MG_RDZV_DEFAULT_PORT, &hp) < 0) {
@@ -205,6 +220,7 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
             return 0;
         if (!transient(rc) || mg_now_ms() >= s->deadline_ms)
             break;
+        progress(s, start, &told, last);
         if (pause_ms(s->abort_fd, 0) < 0) {
             rc = -EINTR;
             break;

@@ -22,7 +22,13 @@ struct mg_rdzv_setup {
     int64_t deadline_ms; /* absolute (mg_now_ms): give up connecting then */
     int abort_fd;        /* -1, or readable = stop retrying (-EINTR) */
     int node_rank;       /* static: rank 0 hosts the store; -1 otherwise */
+    /* Optional: told once, when the endpoint still cannot be reached after
+     * MG_RDZV_PROGRESS_MS, why it keeps retrying (for the user's console). */
+    void (*progress)(void *ctx, const char *msg);
+    void *progress_ctx;
 };
+
+#define MG_RDZV_PROGRESS_MS 2000
 
 /* The store server this agent hosts (c10d / static on the endpoint host). */
 struct mg_rdzv_host;

@@ -326,6 +326,12 @@ const char *mg_rdzv_multi_notice(void *impl)
 
 /* ---- creating -------------------------------------------------------------------------------- */
 
+/* mglaunch's console while it connects (before the agent exists). */
+static void on_progress(void *ctx, const char *msg)
+{
+    fprintf(stderr, "mglaunch: %s\n", msg);
+}
+
 /* This node's address for MASTER_ADDR when it is rank 0. */
 static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, struct mg_kv *kv,
                            const char *static_master, char *out, size_t cap)
@@ -465,6 +471,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
         .deadline_ms = mg_now_ms() + m->conf.join_timeout_ms,
         .abort_fd = -1,
         .node_rank = m->backend == MG_RDZV_STATIC ? node_rank : -1,
+        .progress = on_progress,
     };
     rc = mg_rdzv_backend_open(&s, &kv, &m->host, ns, sizeof(ns), err, errcap);
     if (rc < 0)

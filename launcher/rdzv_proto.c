@@ -537,8 +537,8 @@ static void forget_round(struct mg_rdzv *r, int64_t round)
     mg_kv_free_list(e, n);
 }
 
-static int read_close(struct mg_rdzv *r, int64_t round, int64_t *restarts,
-                      struct mg_rdzv_desc **m, int *n);
+static int read_close(struct mg_rdzv *r, int64_t round, int64_t *restarts, struct mg_rdzv_desc **m,
+                      int *n);
 
 /* A round that follows a worker failure (cause f) decides whether the
  * restart counts: it does when every member of the failed round is back, and
