@@ -97,6 +97,7 @@ enum state {
     ST_FORMING,
     ST_RUNNING,
     ST_BACKOFF,
+    ST_HOLD, /* succeeded; the backend holds the exit (mg_agent_hold_exit) */
     ST_DONE,
 };
 
@@ -127,7 +128,7 @@ struct mg_agent {
     int stopping;
     int64_t kill_deadline, drain_deadline, backoff_deadline;
     int attempt_failed, attempt_fatal;
-    int restart_req;
+    int restart_req, hold_req;
     enum mg_restart_kind restart_kind;
     char restart_reason[256];
     int term_sig, nterm;
@@ -933,9 +934,10 @@ static void finish(struct mg_agent *ag, int code)
         ag->cfg.rdzv->shutdown(ag->cfg.rdzv_impl, ag, code);
 }
 
+static void after_attempt(struct mg_agent *ag, int64_t ran);
+
 static void end_attempt(struct mg_agent *ag)
 {
-    const struct mg_launch_opts *o = ag->o;
     struct mg_agent_result *r = &ag->res;
     int nfailed = 0, nstopped = 0, first = -1;
 
@@ -995,8 +997,18 @@ static void end_attempt(struct mg_agent *ag)
     mg_jsonw_kint(&e.w, "duration_ms", ran);
     ev_end(ag, &e);
     ag->round++;
+    ag->hold_req = 0;
     if (ag->cfg.rdzv->round_ended)
         ag->cfg.rdzv->round_ended(ag->cfg.rdzv_impl, ag, result);
+    after_attempt(ag, ran);
+}
+
+/* What follows an attempt: exit, hold, re-form or restart. */
+static void after_attempt(struct mg_agent *ag, int64_t ran)
+{
+    const struct mg_launch_opts *o = ag->o;
+    struct mg_agent_result *r = &ag->res;
+    struct ev e;
 
     if (ag->term_sig) {
         finish(ag, 128 + ag->term_sig);
@@ -1010,6 +1022,10 @@ static void end_attempt(struct mg_agent *ag)
     if (!failure && ag->restart_req) {
         note(ag, "re-forming the group (%s)", ag->restart_reason);
         start_round(ag);
+        return;
+    }
+    if (!failure && ag->hold_req) {
+        ag->state = ST_HOLD;
         return;
     }
     if (!failure) {
@@ -1077,6 +1093,7 @@ static int step(struct mg_agent *ag)
             return 0;
         start_round(ag);
         return 1;
+    case ST_HOLD:
     case ST_DONE:
         return 0;
     }
@@ -1294,6 +1311,11 @@ int mg_agent_group_formed(struct mg_agent *ag, const struct mg_group *g)
         return -EINVAL;
     ag->group = *g;
     ag->group_ready = 1;
+    if (g->has_restart_count) {
+        int left = ag->o->max_restarts - g->restart_count;
+        ag->restarts_left = left > 0 ? left : 0;
+        ag->res.restarts = g->restart_count;
+    }
     return 0;
 }
 
@@ -1309,6 +1331,29 @@ void mg_agent_request_restart(struct mg_agent *ag, enum mg_restart_kind kind, co
         begin_stop(ag, SIGTERM);
     else if (ag->state == ST_FORMING)
         ag->restart_req = 0; /* the backend is forming anyway */
+    else if (ag->state == ST_HOLD)
+        after_attempt(ag, mg_now_ms() - ag->attempt_start_ms);
+}
+
+void mg_agent_hold_exit(struct mg_agent *ag)
+{
+    ag->hold_req = 1;
+}
+
+void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason)
+{
+    if (ag->state == ST_DONE || ag->attempt_fatal)
+        return;
+    ag->attempt_failed = 0;
+    ag->restart_req = 1;
+    ag->restart_kind = MG_RESTART_MEMBERSHIP;
+    mg_fmt(ag->restart_reason, sizeof(ag->restart_reason), "%s", reason ? reason : "failure");
+}
+
+void mg_agent_finish(struct mg_agent *ag, int exit_code)
+{
+    if (ag->state == ST_HOLD)
+        finish(ag, exit_code);
 }
 
 void mg_agent_fail(struct mg_agent *ag, int exit_code, const char *msg)

@@ -40,6 +40,11 @@ struct mg_group {
     int master_port;
     int master_fd; /* socket holding master_port until the workers start, or -1;
                       the agent closes it just before spawning */
+    /* Multi-node: the job's failure restarts so far, counted across nodes
+     * (TORCHELASTIC_RESTART_COUNT; --max_restarts applies to it). Without
+     * has_restart_count the agent counts its own. */
+    int has_restart_count;
+    int restart_count;
 };
 
 struct mg_round_info {
@@ -171,6 +176,17 @@ void mg_agent_request_restart(struct mg_agent *ag, enum mg_restart_kind kind, co
 /* Ends the run: stops the workers and exits with exit_code (a rendezvous
  * timeout, a closed store...). msg is printed by mglaunch. */
 void mg_agent_fail(struct mg_agent *ag, int exit_code, const char *msg);
+/* From round_ended(SUCCEEDED): do not exit yet (a multi-node exit barrier).
+ * The backend later calls mg_agent_finish(), or mg_agent_request_restart()
+ * when the job restarts elsewhere, or mg_agent_fail(). */
+void mg_agent_hold_exit(struct mg_agent *ag);
+/* Ends a held exit with exit_code. */
+void mg_agent_finish(struct mg_agent *ag, int exit_code);
+/* From round_ended(MG_ROUND_FAILED): the backend takes the failure over (a
+ * multi-node job re-forms the group on every node and counts the restart
+ * there, see mg_group.restart_count): form the group again, without counting
+ * a restart or exiting. Ignored when the program could not be started. */
+void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason);
 
 /* A source of descriptors for the loop, e.g. the store server
  * (mg_store_server_pollfds / _process / _timeout_ms have these shapes). */

@@ -41,11 +41,14 @@ static const char usage[] =
     "\n"
     "torchrun options (also --flag=value, dashes or underscores, PET_<FLAG> in the environment):\n"
     "  --nproc_per_node N|cpu|gpu|auto  workers on this node (default 1)\n"
-    "  --nnodes 1                       nodes (only 1 for now)\n"
+    "  --nnodes N|MIN:MAX               nodes (default 1; Slurm: SLURM_NNODES)\n"
     "  --standalone                     single-node run with a fresh run id\n"
     "  --rdzv_id ID                     run id: TORCHELASTIC_RUN_ID and the log directory name\n"
-    "  --rdzv_backend static|c10d       accepted for one node (etcd: not implemented yet)\n"
-    "  --rdzv_endpoint HOST[:PORT]      checked, not contacted with one node\n"
+    "  --rdzv_backend static|c10d|etcd  how the nodes meet (docs/rendezvous.md)\n"
+    "  --rdzv_endpoint HOST[:PORT]      c10d: the agent store (29400); etcd: host:2379,...\n"
+    "  --rdzv_conf K=V,...              join_timeout, last_call_timeout, heartbeat_interval,\n"
+    "                                   heartbeat_timeout, token, is_host, ... (see docs)\n"
+    "  --local_addr ADDR                this node's address for MASTER_ADDR when it is rank 0\n"
     "  --max_restarts N                 restarts of the worker group after a failure (0)\n"
     "  --monitor_interval S             accepted; supervision is event-driven\n"
     "  --role NAME                      ROLE_NAME and the log prefix (default)\n"
@@ -57,7 +60,7 @@ static const char usage[] =
     "                                   ${hostname} (default [${role_name}${local_rank}]:)\n"
     "  --master_addr ADDR               MASTER_ADDR (default 127.0.0.1)\n"
     "  --master_port PORT               MASTER_PORT (default: a free port)\n"
-    "  --node_rank 0                    this node's rank (0 with one node)\n"
+    "  --node_rank R                    static backend: this node's rank (Slurm: SLURM_NODEID)\n"
     "  --start_method M                 accepted (spawn, fork, forkserver); no effect\n"
     "  -m, --module                     run PROGRAM as a python module (python3 -u -m)\n"
     "  --no_python                      run PROGRAM directly, even a .py file\n"
@@ -211,8 +214,14 @@ static int run(int argc, char **argv)
     if ((rc = mg_rdzv_create(&o, &rops, &rimpl, err, sizeof(err)))) {
         fprintf(stderr, "mglaunch: %s\n", err);
         free(wargv);
-        return rc == -MG_EUNSUPPORTED ? 2 : 1;
+        return rc == -MG_EUNSUPPORTED || rc == -EINVAL ? 2 : 1;
     }
+    const char *notice = mg_rdzv_notice(rops, rimpl);
+    if (notice)
+        fprintf(stderr, "mglaunch: %s\n", notice);
+    const char *agreed = mg_rdzv_run_id(rops, rimpl);
+    if (agreed)
+        snprintf(run_id, sizeof(run_id), "%s", agreed);
     raise_fd_limit(o.nproc);
     /* A worker group in the background cannot read the terminal; give it nothing. */
     int stdin_fd = -1;

@@ -497,8 +497,7 @@ static int check_values(struct parse *p)
         }
         o->nnodes_min = lo;
         o->nnodes_max = hi;
-        if (lo != 1 || hi != 1)
-            return not_implemented(p, O_NNODES, v);
+        o->nnodes_given = 1;
     }
     if (s[O_NPROC].set) {
         const char *v = s[O_NPROC].val;
@@ -514,9 +513,10 @@ static int check_values(struct parse *p)
     }
     if (s[O_RDZV_BACKEND].set) {
         const char *v = s[O_RDZV_BACKEND].val;
-        if (strcmp(v, "etcd") == 0 || strcmp(v, "etcd-v2") == 0)
-            return not_implemented(p, O_RDZV_BACKEND, v);
-        if (strcmp(v, "static") && strcmp(v, "c10d"))
+        if (strcmp(v, "etcd-v2") == 0)
+            return bad_value(p, O_RDZV_BACKEND, v,
+                             "etcd's v2 API is gone from etcd 3.6; use etcd (the v3 API)");
+        if (strcmp(v, "static") && strcmp(v, "c10d") && strcmp(v, "etcd") && strcmp(v, "etcd-v3"))
             return bad_value(p, O_RDZV_BACKEND, v, "expected static, c10d, etcd or etcd-v2");
         o->rdzv_backend = v;
     }
@@ -532,7 +532,7 @@ static int check_values(struct parse *p)
         o->rdzv_id = s[O_RDZV_ID].val;
     }
     if (s[O_RDZV_CONF].set && *s[O_RDZV_CONF].val)
-        return not_implemented(p, O_RDZV_CONF, s[O_RDZV_CONF].val);
+        o->rdzv_conf = s[O_RDZV_CONF].val;
     o->standalone = s[O_STANDALONE].set;
     if (s[O_MAX_RESTARTS].set && parse_int(s[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts))
         return bad_value(p, O_MAX_RESTARTS, s[O_MAX_RESTARTS].val,
@@ -577,6 +577,7 @@ static int check_values(struct parse *p)
             return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "expected a non-negative integer");
         if (o->node_rank >= o->nnodes_max)
             return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "must be less than --nnodes");
+        o->node_rank_given = 1;
     }
     if (s[O_MASTER_ADDR].set) {
         const char *v = s[O_MASTER_ADDR].val;
@@ -587,8 +588,12 @@ static int check_values(struct parse *p)
     if (s[O_MASTER_PORT].set && parse_int(s[O_MASTER_PORT].val, 0, 65535, &o->master_port))
         return bad_value(p, O_MASTER_PORT, s[O_MASTER_PORT].val,
                          "expected a port number from 0 to 65535");
-    if (s[O_LOCAL_ADDR].set)
-        return not_implemented(p, O_LOCAL_ADDR, s[O_LOCAL_ADDR].val);
+    if (s[O_LOCAL_ADDR].set) {
+        const char *v = s[O_LOCAL_ADDR].val;
+        if (!*v || strlen(v) >= MG_HOST_MAX || strpbrk(v, " \t\n/"))
+            return bad_value(p, O_LOCAL_ADDR, v, "expected a host name or address");
+        o->local_addr = v;
+    }
     if (s[O_LOGS_SPECS].set)
         return not_implemented(p, O_LOGS_SPECS, s[O_LOGS_SPECS].val);
     if (s[O_RANKS_FILTER].set) {

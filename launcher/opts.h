@@ -53,9 +53,11 @@ struct mg_launch_opts {
     enum mg_nproc_kind nproc_kind;
     int nproc; /* MG_NPROC_NUM: the number; after mg_opts_resolve: always */
     int nnodes_min, nnodes_max;
+    int nnodes_given; /* --nnodes (or PET_NNODES) was given: no Slurm default */
     const char *rdzv_backend;
     const char *rdzv_endpoint;
-    const char *rdzv_id; /* NULL: generated at start */
+    const char *rdzv_id;   /* NULL: generated at start */
+    const char *rdzv_conf; /* NULL: none (checked by launcher/rdzv_conf.c) */
     int standalone;
     int max_restarts;
     double monitor_interval;
@@ -65,7 +67,9 @@ struct mg_launch_opts {
     const char *log_dir; /* NULL: the private default (docs/logs.md) */
     struct mg_stdmap redirects, tee;
     int node_rank;
+    int node_rank_given;
     const char *master_addr; /* NULL: 127.0.0.1 */
+    const char *local_addr;  /* NULL: this node's advertised address is found out */
     int master_port;         /* -1 or 0: a free port chosen per attempt */
     int *ranks_filter;       /* --local_ranks_filter, NULL = every rank */
     int nranks_filter;

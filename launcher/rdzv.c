@@ -2,6 +2,7 @@
 #include "rdzv.h"
 #include "mg_err.h"
 #include "net.h"
+#include "rdzv_multi.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,9 +56,17 @@ static const struct mg_rdzv_ops local_ops = {
     .release = local_release,
 };
 
+extern char **environ;
+
 int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
                    char *err, size_t errcap)
 {
+    /* Several nodes, etcd, or a Slurm allocation: launcher/rdzv_multi.c. */
+    if (mg_rdzv_multi_wanted(o, environ))
+        return mg_rdzv_multi_create(o, environ, ops, impl, err, errcap);
+    int crc = mg_rdzv_multi_check_conf(o, environ, err, errcap);
+    if (crc)
+        return crc;
     if (o->nnodes_min != 1 || o->nnodes_max != 1) {
         snprintf(err, errcap, "multi-node rendezvous is not implemented yet");
         return -MG_EUNSUPPORTED;
@@ -72,4 +81,14 @@ int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **op
     *ops = &local_ops;
     *impl = l;
     return 0;
+}
+
+const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl)
+{
+    return ops == &local_ops ? NULL : mg_rdzv_multi_notice(impl);
+}
+
+const char *mg_rdzv_run_id(const struct mg_rdzv_ops *ops, void *impl)
+{
+    return ops == &local_ops ? NULL : mg_rdzv_multi_run_id(impl);
 }

@@ -18,5 +18,11 @@
 /* Picks and creates the backend for the options. err gets a message. */
 int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
                    char *err, size_t errcap);
+/* A note or warning about the rendezvous settings for mglaunch to print, or NULL. */
+const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl);
+/* The run id the nodes agreed on (TORCHELASTIC_RUN_ID, the log directory),
+ * when the backend chose one (multi-node: --rdzv_id, the Slurm job, "none"),
+ * or NULL to keep mglaunch's own. */
+const char *mg_rdzv_run_id(const struct mg_rdzv_ops *ops, void *impl);
 
 #endif

@@ -6,7 +6,7 @@
 set -u
 pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev pkg-config
       dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps psmisc coreutils
-      clang-format python3"
+      clang-format python3 openssl"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 
 missing=""

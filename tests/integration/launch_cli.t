@@ -44,15 +44,19 @@ bad "no local rank 4" --nproc_per_node 2 --local_ranks_filter 4 "$FW"
 bad "ambiguous option '--n'" --n 2 "$FW"
 bad "cannot be used together" --no_python -m x
 
-# torchrun features for later issues: refused, exit 2
-bad "--nnodes 2: not implemented yet" --nnodes 2 "$FW"
-bad "--nnodes 1:4: not implemented yet" --nnodes=1:4 "$FW"
-bad "--rdzv_backend etcd: not implemented yet" --rdzv_backend etcd "$FW"
-bad "--rdzv-backend etcd-v2: not implemented yet" --rdzv-backend etcd-v2 "$FW"
+# Multi-node settings are checked before anything starts (docs/rendezvous.md): exit 2
+bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_backend c10d "$FW"
+bad "--nnodes 1:4: the static backend needs a fixed node count" --nnodes=1:4 "$FW"
+bad "--rdzv_id is required with --rdzv_backend etcd" --rdzv_backend etcd \
+    --rdzv_endpoint 127.0.0.1:1 "$FW"
+bad "invalid value 'etcd-v2' for --rdzv-backend: etcd's v2 API is gone" --rdzv-backend etcd-v2 "$FW"
 export PET_RDZV_BACKEND=etcd
-bad "PET_RDZV_BACKEND \\(--rdzv_backend\\) etcd: not implemented yet" "$FW"
+bad "--rdzv_endpoint is required with --rdzv_backend etcd" --nnodes 2 "$FW"
 unset PET_RDZV_BACKEND
-bad "--rdzv_conf join_timeout=5: not implemented yet" --rdzv_conf join_timeout=5 "$FW"
+bad "--rdzv_conf: unknown key 'bogus'" --rdzv_conf bogus=5 "$FW"
+bad "--rdzv_conf join_timeout=abc" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint x:1 \
+    --rdzv_conf join_timeout=abc "$FW"
+# torchrun features for later issues: refused, exit 2
 bad "--run_path: not implemented yet" --run_path "$FW"
 
 if [ -z "$(ls /dev/nvidia[0-9]* 2>/dev/null)" ] && [ ! -d /proc/driver/nvidia/gpus ]; then

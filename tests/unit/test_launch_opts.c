@@ -125,15 +125,19 @@ static void test_bad_values(void)
 
 static void test_not_implemented(void)
 {
-    is_int(parse("--nnodes", "2", "prog"), -MG_EUNSUPPORTED, "--nnodes 2");
-    ok(strstr(err, "--nnodes 2: not implemented yet") != NULL, "%s", err);
-    is_int(parse("--nnodes=1:4", "prog"), -MG_EUNSUPPORTED, "elastic --nnodes 1:4");
-    is_int(parse("--rdzv_backend", "etcd", "prog"), -MG_EUNSUPPORTED, "etcd");
-    ok(strstr(err, "--rdzv_backend etcd: not implemented yet") != NULL, "%s", err);
-    is_int(parse("--rdzv-backend=etcd-v2", "prog"), -MG_EUNSUPPORTED, "etcd-v2");
-    is_int(parse("--rdzv_conf", "timeout=5", "prog"), -MG_EUNSUPPORTED, "--rdzv_conf");
+    /* Multi-node flags (issue 5): parsed here, checked by launcher/rdzv_multi.c. */
+    is_int(parse("--nnodes", "2", "prog"), 0, "--nnodes 2");
+    ok(o.nnodes_min == 2 && o.nnodes_max == 2 && o.nnodes_given, "--nnodes 2 is 2:2, given");
+    is_int(parse("--nnodes=1:4", "prog"), 0, "elastic --nnodes 1:4");
+    ok(o.nnodes_min == 1 && o.nnodes_max == 4, "--nnodes 1:4 is MIN 1, MAX 4");
+    is_int(parse("--rdzv_backend", "etcd", "prog"), 0, "etcd");
+    is_int(parse("--rdzv-backend=etcd-v2", "prog"), -EINVAL, "etcd-v2");
+    ok(strstr(err, "etcd's v2 API is gone") != NULL, "%s", err);
+    is_int(parse("--rdzv_conf", "timeout=5", "prog"), 0, "--rdzv_conf");
+    is_str(o.rdzv_conf, "timeout=5", "--rdzv_conf kept for the rendezvous to check");
     is_int(parse("--run_path", "prog"), -MG_EUNSUPPORTED, "--run_path");
-    is_int(parse("--local_addr", "x", "prog"), -MG_EUNSUPPORTED, "--local_addr");
+    is_int(parse("--local_addr", "x", "prog"), 0, "--local_addr");
+    is_str(o.local_addr, "x", "--local_addr kept");
     is_int(parse("--nnodes", "1", "--nnodes", "1:1", "prog"), 0, "--nnodes 1 and 1:1 work");
     is_int(parse("--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "prog"), 0,
            "single-node c10d accepted");
@@ -175,7 +179,8 @@ static void test_pet(void)
     is_int(parse_env(off, "prog", (char *)NULL), 0, "PET_STANDALONE=0");
     ok(!o.standalone, "PET_STANDALONE=0 is false");
     char *etcd[] = {"PET_RDZV_BACKEND=etcd", NULL};
-    is_int(parse_env(etcd, "prog", (char *)NULL), -MG_EUNSUPPORTED, "PET_RDZV_BACKEND=etcd");
+    is_int(parse_env(etcd, "prog", (char *)NULL), 0, "PET_RDZV_BACKEND=etcd");
+    is_str(o.rdzv_backend, "etcd", "PET_RDZV_BACKEND=etcd is used");
 }
 
 static void test_stdmap(void)

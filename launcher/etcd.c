@@ -1,0 +1,1103 @@
+/* The etcd v3 backend of the rendezvous, over the JSON gateway and a libcurl
+ * loaded at run time (see etcd.h). */
+#include "etcd.h"
+#include "json.h"
+#include "mg_err.h"
+#include "net.h"
+
+#include <curl/curl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RESP_MAX      (64u << 20) /* largest gateway response accepted */
+#define WATCH_MSG_MAX (4u << 20)  /* largest single watch message */
+#define ADD_MAX_TRIES 10000       /* compare-and-swap retries of one add under contention */
+#define URL_MAX       (MG_HOST_MAX + 64)
+
+/* The few libcurl entry points used, resolved with dlsym. */
+struct curl_fns {
+    void *dl;
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+    CURLcode (*easy_perform)(CURL *);
+    void (*easy_cleanup)(CURL *);
+    const char *(*easy_strerror)(CURLcode);
+    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+    void (*slist_free_all)(struct curl_slist *);
+};
+
+struct buf {
+    char *p;
+    size_t len, cap, max;
+};
+
+/* Watch stream state: the gateway sends one JSON message per line. */
+struct watch {
+    struct buf line;
+    int created, changed, canceled, err;
+    char msg[256];
+};
+
+struct mg_etcd {
+    struct mg_kv kv; /* first: the ops see a struct mg_kv * */
+    struct curl_fns c;
+    CURL *h;  /* requests (keeps its connection) */
+    CURL *wh; /* watches (their connection is dropped when one ends) */
+    struct curl_slist *hdrs;
+    char url[MG_ETCD_MAX_ENDPOINTS][URL_MAX];
+    int nurl, cur;
+    const char *api; /* gateway prefix once known */
+    char cacert[1024], cert[1024], key[1024];
+    int timeout_ms, lease_ttl_s;
+    int64_t lease;
+    struct buf resp;
+    struct mg_json doc;
+    struct mg_json_tok *toks;
+    int ntoks;
+    char curl_err[CURL_ERROR_SIZE];
+};
+
+static const char *const api_prefixes[] = {"/v3/", "/v3beta/", "/v3alpha/"};
+
+__attribute__((format(printf, 2, 3))) static void seterr(struct mg_etcd *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->kv.err, sizeof(e->kv.err), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- base64 ------------------------------------------------------------------ */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t mg_base64_encode(const void *src, size_t n, char *dst)
+{
+    const unsigned char *s = src;
+    size_t o = 0, i;
+    for (i = 0; i + 2 < n; i += 3) {
+        unsigned v = (unsigned)s[i] << 16 | (unsigned)s[i + 1] << 8 | s[i + 2];
+        dst[o++] = b64[v >> 18];
+        dst[o++] = b64[(v >> 12) & 63];
+        dst[o++] = b64[(v >> 6) & 63];
+        dst[o++] = b64[v & 63];
+    }
+    if (i < n) {
+        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0);
+        dst[o++] = b64[v >> 18];
+        dst[o++] = b64[(v >> 12) & 63];
+        dst[o++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+        dst[o++] = '=';
+    }
+    dst[o] = 0;
+    return o;
+}
+
+static int b64val(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+' || ch == '-')
+        return 62;
+    if (ch == '/' || ch == '_')
+        return 63;
+    return -1;
+}
+
+int mg_base64_decode(const char *src, size_t n, void *dst, size_t cap)
+{
+    unsigned char *d = dst;
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+
+    while (n && src[n - 1] == '=')
+        n--;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64val((unsigned char)src[i]);
+        if (v < 0)
+            return -EINVAL;
+        acc = acc << 6 | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o >= cap)
+                return -ENOSPC;
+            d[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    if (bits >= 6)
+        return -EINVAL;
+    return (int)o;
+}
+
+static size_t b64len(size_t n)
+{
+    return (n + 2) / 3 * 4;
+}
+
+/* ---- libcurl ----------------------------------------------------------------- */
+
+static int load_curl(struct curl_fns *c, const char *lib, char *err, size_t errlen)
+{
+    c->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!c->dl) {
+        snprintf(err, errlen,
+                 "the etcd backend needs libcurl at run time: cannot load %s (%s); install "
+                 "libcurl4 (Debian: apt-get install libcurl4)",
+                 lib, dlerror());
+        return -MG_EUNSUPPORTED;
+    }
+#define SYM(field, name)                                                                           \
+    do {                                                                                           \
+        *(void **)&c->field = dlsym(c->dl, name);                                                  \
+        if (!c->field) {                                                                           \
+            snprintf(err, errlen, "%s has no symbol %s", lib, name);                               \
+            dlclose(c->dl);                                                                        \
+            c->dl = NULL;                                                                          \
+            return -MG_EUNSUPPORTED;                                                               \
+        }                                                                                          \
+    } while (0)
+    SYM(easy_init, "curl_easy_init");
+    SYM(easy_setopt, "curl_easy_setopt");
+    SYM(easy_perform, "curl_easy_perform");
+    SYM(easy_cleanup, "curl_easy_cleanup");
+    SYM(easy_strerror, "curl_easy_strerror");
+    SYM(easy_getinfo, "curl_easy_getinfo");
+    SYM(slist_append, "curl_slist_append");
+    SYM(slist_free_all, "curl_slist_free_all");
+#undef SYM
+    return 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct buf *b = arg;
+    size_t n = size * nmemb;
+    if (b->len + n + 1 > b->max)
+        return 0; /* over the cap: libcurl fails the transfer */
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return 0;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return n;
+}
+
+static void common_opts(struct mg_etcd *e, CURL *h)
+{
+    struct curl_fns *c = &e->c;
+    c->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    c->easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    c->easy_setopt(h, CURLOPT_HTTPHEADER, e->hdrs);
+    c->easy_setopt(h, CURLOPT_ERRORBUFFER, e->curl_err);
+    /* etcd is reached directly; an http_proxy meant for the web must not apply. */
+    c->easy_setopt(h, CURLOPT_PROXY, "");
+    if (e->cacert[0])
+        c->easy_setopt(h, CURLOPT_CAINFO, e->cacert);
+    if (e->cert[0])
+        c->easy_setopt(h, CURLOPT_SSLCERT, e->cert);
+    if (e->key[0])
+        c->easy_setopt(h, CURLOPT_SSLKEY, e->key);
+}
+
+/* What a transfer error means for etcd, in words. */
+static const char *curl_hint(CURLcode rc, const char *detail)
+{
+    if (strstr(detail, "SSL") || strstr(detail, "certificate") ||
+        rc == CURLE_PEER_FAILED_VERIFICATION)
+        return "; a TLS problem: check --rdzv_conf cacert, cert and key";
+    switch (rc) {
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+        return "; etcd closed the connection (stopped or restarting?)";
+    case CURLE_OPERATION_TIMEDOUT:
+        return "; etcd did not answer in time";
+    default:
+        return "";
+    }
+}
+
+static int curl_code_err(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return -ENOENT;
+    case CURLE_COULDNT_CONNECT:
+        return -ECONNREFUSED;
+    case CURLE_OPERATION_TIMEDOUT:
+        return -ETIMEDOUT;
+    case CURLE_OUT_OF_MEMORY:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
+/* One POST to every endpoint in turn until one answers. On HTTP 200 the
+ * parsed response is in e->doc. */
+static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen)
+{
+    struct curl_fns *c = &e->c;
+    char url[URL_MAX + 64];
+    int rc = -EIO;
+
+    for (int k = 0; k < e->nurl; k++) {
+        int i = (e->cur + k) % e->nurl;
+        int np = e->api ? 1 : (int)(sizeof(api_prefixes) / sizeof(api_prefixes[0]));
+        for (int p = 0; p < np; p++) {
+            const char *api = e->api ? e->api : api_prefixes[p];
+            long status = 0;
+            CURLcode cc;
+
+            snprintf(url, sizeof(url), "%s%s%s", e->url[i], api, op);
+            e->resp.len = 0;
+            e->curl_err[0] = 0;
+            c->easy_setopt(e->h, CURLOPT_URL, url);
+            c->easy_setopt(e->h, CURLOPT_POSTFIELDS, body);
+            c->easy_setopt(e->h, CURLOPT_POSTFIELDSIZE, (long)blen);
+            c->easy_setopt(e->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+            cc = c->easy_perform(e->h);
+            if (cc != CURLE_OK) {
+                seterr(e, "etcd %s: %s: %s%s%s%s%s", e->url[i], op, c->easy_strerror(cc),
+                       e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
+                       curl_hint(cc, e->curl_err));
+                rc = curl_code_err(cc);
+                break; /* this endpoint does not answer: try the next */
+            }
+            c->easy_getinfo(e->h, CURLINFO_RESPONSE_CODE, &status);
+            if (status == 404 && !e->api) {
+                seterr(e, "etcd %s: %s: HTTP 404 (no v3 JSON gateway at %s)", e->url[i], op, api);
+                rc = -MG_EUNSUPPORTED;
+                continue; /* an older etcd: try the next gateway prefix */
+            }
+            int nt =
+                mg_json_parse(&e->doc, e->resp.p ? e->resp.p : "", e->resp.len, e->toks, e->ntoks);
+            if (nt == -MG_ETOOBIG && e->resp.len / 2 + 16 > (size_t)e->ntoks) {
+                int want = (int)(e->resp.len / 2 + 16);
+                struct mg_json_tok *t = realloc(e->toks, (size_t)want * sizeof(*t));
+                if (!t)
+                    return -ENOMEM;
+                e->toks = t;
+                e->ntoks = want;
+                nt = mg_json_parse(&e->doc, e->resp.p, e->resp.len, e->toks, e->ntoks);
+            }
+            if (nt < 0) {
+                seterr(e, "etcd %s: %s: HTTP %ld with a response that is not JSON (%.80s)",
+                       e->url[i], op, status, e->resp.p ? e->resp.p : "");
+                return -MG_EPROTO;
+            }
+            if (status != 200) {
+                char msg[300] = "";
+                long long code = 0;
+                int t = mg_json_get(&e->doc, 0, "message");
+                if (t < 0)
+                    t = mg_json_get(&e->doc, 0, "error");
+                if (t >= 0)
+                    mg_json_str(&e->doc, t, msg, sizeof(msg));
+                t = mg_json_get(&e->doc, 0, "code");
+                if (t >= 0)
+                    mg_json_int(&e->doc, t, &code);
+                seterr(e, "etcd %s: %s: HTTP %ld: %s (code %lld)", e->url[i], op, status,
+                       msg[0] ? msg : "no message", code);
+                /* gRPC NOT_FOUND is how etcd says a lease is gone. */
+                return code == 5 ? -EKEYEXPIRED : -EIO;
+            }
+            e->cur = i;
+            e->api = api;
+            return 0;
+        }
+    }
+    return rc;
+}
+
+/* ---- request bodies ---------------------------------------------------------- */
+
+/* Appends "name":"base64(data)" to a writer. */
+static void kb64(struct mg_jsonw *w, const char *name, const void *data, size_t n, char *tmp)
+{
+    size_t l = mg_base64_encode(data, n, tmp);
+    mg_jsonw_key(w, name);
+    mg_jsonw_strn(w, tmp, l);
+}
+
+static void kint64(struct mg_jsonw *w, const char *name, int64_t v)
+{
+    char s[32];
+    snprintf(s, sizeof(s), "%" PRId64, v);
+    mg_jsonw_kstr(w, name, s); /* int64 travels as a string in proto3 JSON */
+}
+
+struct body {
+    char *json, *tmp;
+    size_t cap;
+    struct mg_jsonw w;
+};
+
+static int body_begin(struct body *b, size_t payload)
+{
+    b->cap = 512 + 2 * b64len(payload);
+    b->json = malloc(b->cap);
+    b->tmp = malloc(b64len(payload) + 8);
+    if (!b->json || !b->tmp) {
+        free(b->json);
+        free(b->tmp);
+        return -ENOMEM;
+    }
+    mg_jsonw_init(&b->w, b->json, b->cap);
+    mg_jsonw_obj_begin(&b->w);
+    return 0;
+}
+
+static int body_end(struct body *b)
+{
+    mg_jsonw_obj_end(&b->w);
+    int n = mg_jsonw_finish(&b->w);
+    free(b->tmp);
+    b->tmp = NULL;
+    if (n < 0) {
+        free(b->json);
+        b->json = NULL;
+    }
+    return n;
+}
+
+/* range_end for a prefix: the prefix with its last byte incremented. */
+static size_t prefix_end(const char *prefix, char *out)
+{
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    while (n && (unsigned char)out[n - 1] == 0xff)
+        n--;
+    if (n == 0) {
+        out[0] = 0; /* every key: range_end "\0" */
+        return 1;
+    }
+    out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
+    return n;
+}
+
+/* ---- reading responses --------------------------------------------------------- */
+
+/* Decodes a base64 string member of obj into a malloc'd NUL-terminated buffer. */
+static int member_b64(struct mg_etcd *e, int obj, const char *name, char **out, size_t *len)
+{
+    int t = mg_json_get(&e->doc, obj, name);
+    *out = NULL;
+    *len = 0;
+    if (t < 0) {
+        *out = calloc(1, 1); /* proto3 JSON omits empty values */
+        return *out ? 0 : -ENOMEM;
+    }
+    size_t enc = e->doc.toks[t].len;
+    char *tmp = malloc(enc + 1);
+    char *dec = malloc(enc / 4 * 3 + 4);
+    int n;
+    if (!tmp || !dec) {
+        free(tmp);
+        free(dec);
+        return -ENOMEM;
+    }
+    n = mg_json_str(&e->doc, t, tmp, enc + 1);
+    if (n >= 0)
+        n = mg_base64_decode(tmp, (size_t)n, dec, enc / 4 * 3 + 3);
+    free(tmp);
+    if (n < 0) {
+        free(dec);
+        seterr(e, "etcd %s: a %s in the response is not base64", e->url[e->cur], name);
+        return -MG_EPROTO;
+    }
+    dec[n] = 0;
+    *out = dec;
+    *len = (size_t)n;
+    return 0;
+}
+
+static int64_t member_int(struct mg_etcd *e, int obj, const char *name)
+{
+    long long v = 0;
+    int t = mg_json_get(&e->doc, obj, name);
+    if (t >= 0)
+        mg_json_int(&e->doc, t, &v);
+    return v;
+}
+
+/* ---- leases ------------------------------------------------------------------------ */
+
+static int lease_grant(struct mg_etcd *e)
+{
+    char body[64];
+    int n = snprintf(body, sizeof(body), "{\"TTL\":\"%d\"}", e->lease_ttl_s);
+    int rc = call(e, "lease/grant", body, (size_t)n);
+    if (rc < 0)
+        return rc;
+    e->lease = member_int(e, 0, "ID");
+    if (e->lease == 0) {
+        seterr(e, "etcd %s: lease/grant: no lease id in the response", e->url[e->cur]);
+        return -MG_EPROTO;
+    }
+    return 0;
+}
+
+static int etcd_keepalive(struct mg_kv *kv)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    char body[64];
+    int rc, n;
+
+    if (!e->lease)
+        return 0;
+    n = snprintf(body, sizeof(body), "{\"ID\":\"%" PRId64 "\"}", e->lease);
+    rc = call(e, "lease/keepalive", body, (size_t)n);
+    if (rc < 0)
+        return rc;
+    int res = mg_json_get(&e->doc, 0, "result");
+    if (res < 0 || member_int(e, res, "TTL") <= 0) {
+        seterr(e, "etcd %s: lease %" PRId64 " expired (no heartbeat reached etcd in time)",
+               e->url[e->cur], e->lease);
+        e->lease = 0;
+        return -EKEYEXPIRED;
+    }
+    return 0;
+}
+
+/* ---- kv operations ------------------------------------------------------------------ */
+
+static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct body b;
+    size_t kl = strlen(key);
+    int rc, n;
+
+    if (body_begin(&b, kl) < 0)
+        return -ENOMEM;
+    kb64(&b.w, "key", key, kl, b.tmp);
+    n = body_end(&b);
+    if (n < 0)
+        return n;
+    rc = call(e, "kv/range", b.json, (size_t)n);
+    free(b.json);
+    if (rc < 0)
+        return rc;
+    int kvs = mg_json_get(&e->doc, 0, "kvs");
+    int first = kvs >= 0 ? mg_json_at(&e->doc, kvs, 0) : -1;
+    if (first < 0) {
+        snprintf(kv->err, sizeof(kv->err), "etcd %s: no key %s", e->url[e->cur], key);
+        return -MG_ENOKEY;
+    }
+    if (rev)
+        *rev = member_int(e, first, "mod_revision");
+    if (!val)
+        return 0;
+    size_t l;
+    rc = member_b64(e, first, "value", val, &l);
+    if (len)
+        *len = l;
+    return rc;
+}
+
+static void put_body(struct mg_etcd *e, struct mg_jsonw *w, const char *key, size_t kl,
+                     const void *val, size_t len, int flags, char *tmp)
+{
+    kb64(w, "key", key, kl, tmp);
+    kb64(w, "value", val, len, tmp);
+    if (flags & MG_KV_EPHEMERAL)
+        kint64(w, "lease", e->lease);
+}
+
+static int need_lease(struct mg_etcd *e, int flags)
+{
+    if (!(flags & MG_KV_EPHEMERAL) || e->lease)
+        return 0;
+    return lease_grant(e);
+}
+
+static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct body b;
+    size_t kl = strlen(key);
+    int rc, n;
+
+    if (len > MG_KV_MAX_VALUE || kl > MG_KV_MAX_KEY)
+        return -MG_ETOOBIG;
+    rc = need_lease(e, flags);
+    if (rc < 0)
+        return rc;
+    if (body_begin(&b, kl + len) < 0)
+        return -ENOMEM;
+    put_body(e, &b.w, key, kl, val, len, flags, b.tmp);
+    n = body_end(&b);
+    if (n < 0)
+        return n;
+    rc = call(e, "kv/put", b.json, (size_t)n);
+    free(b.json);
+    return rc;
+}
+
+/* A transaction: if key's VALUE equals expected (or, expected NULL, the key
+ * does not exist; or, mod_rev >= 0, its MOD revision equals mod_rev) put
+ * desired, else read the key. Returns 1 when the put happened. */
+static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t elen,
+               int64_t mod_rev, const void *desired, size_t dlen, int flags, char **cur,
+               size_t *curlen)
+{
+    struct body b;
+    size_t kl = strlen(key);
+    int rc, n;
+
+    if (cur)
+        *cur = NULL;
+    if (dlen > MG_KV_MAX_VALUE || elen > MG_KV_MAX_VALUE || kl > MG_KV_MAX_KEY)
+        return -MG_ETOOBIG;
+    rc = need_lease(e, flags);
+    if (rc < 0)
+        return rc;
+    if (body_begin(&b, 3 * kl + elen + dlen) < 0)
+        return -ENOMEM;
+    struct mg_jsonw *w = &b.w;
+    mg_jsonw_key(w, "compare");
+    mg_jsonw_arr_begin(w);
+    mg_jsonw_obj_begin(w);
+    kb64(w, "key", key, kl, b.tmp);
+    mg_jsonw_kstr(w, "result", "EQUAL");
+    if (mod_rev >= 0) {
+        mg_jsonw_kstr(w, "target", "MOD");
+        kint64(w, "mod_revision", mod_rev);
+    } else if (expected) {
+        mg_jsonw_kstr(w, "target", "VALUE");
+        kb64(w, "value", expected, elen, b.tmp);
+    } else {
+        mg_jsonw_kstr(w, "target", "CREATE");
+        kint64(w, "create_revision", 0);
+    }
+    mg_jsonw_obj_end(w);
+    mg_jsonw_arr_end(w);
+    mg_jsonw_key(w, "success");
+    mg_jsonw_arr_begin(w);
+    mg_jsonw_obj_begin(w);
+    mg_jsonw_key(w, "request_put");
+    mg_jsonw_obj_begin(w);
+    put_body(e, w, key, kl, desired, dlen, flags, b.tmp);
+    mg_jsonw_obj_end(w);
+    mg_jsonw_obj_end(w);
+    mg_jsonw_arr_end(w);
+    mg_jsonw_key(w, "failure");
+    mg_jsonw_arr_begin(w);
+    mg_jsonw_obj_begin(w);
+    mg_jsonw_key(w, "request_range");
+    mg_jsonw_obj_begin(w);
+    kb64(w, "key", key, kl, b.tmp);
+    mg_jsonw_obj_end(w);
+    mg_jsonw_obj_end(w);
+    mg_jsonw_arr_end(w);
+    n = body_end(&b);
+    if (n < 0)
+        return n;
+    rc = call(e, "kv/txn", b.json, (size_t)n);
+    free(b.json);
+    if (rc < 0)
+        return rc;
+
+    int ok = 0, t = mg_json_get(&e->doc, 0, "succeeded");
+    if (t >= 0)
+        mg_json_bool(&e->doc, t, &ok);
+    if (ok) {
+        if (cur) {
+            *cur = malloc(dlen + 1);
+            if (!*cur)
+                return -ENOMEM;
+            memcpy(*cur, desired, dlen);
+            (*cur)[dlen] = 0;
+            if (curlen)
+                *curlen = dlen;
+        }
+        return 1;
+    }
+    if (cur || mod_rev >= 0) {
+        /* responses[0].response_range.kvs[0]: the value that won. */
+        int r = mg_json_path(&e->doc, 0, "responses");
+        int r0 = r >= 0 ? mg_json_at(&e->doc, r, 0) : -1;
+        int kvs = r0 >= 0 ? mg_json_path(&e->doc, r0, "response_range.kvs") : -1;
+        int first = kvs >= 0 ? mg_json_at(&e->doc, kvs, 0) : -1;
+        if (first >= 0 && cur) {
+            size_t l;
+            rc = member_b64(e, first, "value", cur, &l);
+            if (rc < 0)
+                return rc;
+            if (curlen)
+                *curlen = l;
+        }
+    }
+    return 0;
+}
+
+static int etcd_cas(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
+                    const void *desired, size_t dlen, int flags, char **cur, size_t *curlen)
+{
+    return txn((struct mg_etcd *)kv, key, expected, elen, -1, desired, dlen, flags, cur, curlen);
+}
+
+static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    char *val = NULL, num[32];
+    int64_t rev = 0;
+    size_t len;
+    int rc;
+
+    /* No atomic add in etcd: read, then swap on the modification revision. */
+    for (int tries = 0; tries < ADD_MAX_TRIES; tries++) {
+        long long v = 0;
+        rc = etcd_get(kv, key, &val, &len, &rev);
+        if (rc == -MG_ENOKEY) {
+            rev = 0; /* compare MOD == 0 holds for a missing key */
+        } else if (rc < 0) {
+            return rc;
+        } else {
+            char *end;
+            errno = 0;
+            v = strtoll(val, &end, 10);
+            int bad = errno || end == val || *end;
+            free(val);
+            val = NULL;
+            if (bad) {
+                snprintf(kv->err, sizeof(kv->err), "etcd %s: add to %s: not an integer",
+                         e->url[e->cur], key);
+                return -EINVAL;
+            }
+        }
+        v += delta;
+        int n = snprintf(num, sizeof(num), "%lld", v);
+        rc = txn(e, key, NULL, 0, rev, num, (size_t)n, 0, NULL, NULL);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            if (result)
+                *result = v;
+            return 0;
+        }
+    }
+    snprintf(kv->err, sizeof(kv->err), "etcd %s: add to %s: lost %d races in a row", e->url[e->cur],
+             key, ADD_MAX_TRIES);
+    return -EAGAIN;
+}
+
+static int etcd_del(struct mg_kv *kv, const char *key)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct body b;
+    size_t kl = strlen(key);
+    int rc, n;
+
+    if (body_begin(&b, kl) < 0)
+        return -ENOMEM;
+    kb64(&b.w, "key", key, kl, b.tmp);
+    n = body_end(&b);
+    if (n < 0)
+        return n;
+    rc = call(e, "kv/deleterange", b.json, (size_t)n);
+    free(b.json);
+    if (rc < 0)
+        return rc;
+    return member_int(e, 0, "deleted") > 0;
+}
+
+static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_values,
+                     struct mg_kv_entry **out, int *count)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct body b;
+    size_t kl = strlen(prefix);
+    char end[MG_KV_MAX_KEY + 1];
+    int rc, n;
+
+    *out = NULL;
+    *count = 0;
+    if (kl > MG_KV_MAX_KEY || max <= 0)
+        return -EINVAL;
+    if (max > MG_KV_MAX_LIST)
+        max = MG_KV_MAX_LIST;
+    if (body_begin(&b, 2 * kl) < 0)
+        return -ENOMEM;
+    kb64(&b.w, "key", prefix, kl, b.tmp);
+    size_t el = prefix_end(prefix, end);
+    kb64(&b.w, "range_end", end, el, b.tmp);
+    kint64(&b.w, "limit", max);
+    mg_jsonw_kstr(&b.w, "sort_order", "ASCEND");
+    mg_jsonw_kstr(&b.w, "sort_target", "KEY");
+    if (!want_values)
+        mg_jsonw_kbool(&b.w, "keys_only", 1);
+    n = body_end(&b);
+    if (n < 0)
+        return n;
+    rc = call(e, "kv/range", b.json, (size_t)n);
+    free(b.json);
+    if (rc < 0)
+        return rc;
+
+    int kvs = mg_json_get(&e->doc, 0, "kvs");
+    int total = kvs >= 0 ? e->doc.toks[kvs].size : 0;
+    if (total == 0)
+        return 0;
+    struct mg_kv_entry *v = calloc((size_t)total, sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    for (int i = 0; i < total; i++) {
+        int it = mg_json_at(&e->doc, kvs, i);
+        size_t l;
+        rc = member_b64(e, it, "key", &v[i].key, &l);
+        if (rc == 0 && want_values)
+            rc = member_b64(e, it, "value", &v[i].val, &v[i].len);
+        if (rc < 0) {
+            mg_kv_free_list(v, total);
+            return rc;
+        }
+        v[i].rev = member_int(e, it, "mod_revision");
+    }
+    *out = v;
+    *count = total;
+    return 0;
+}
+
+/* Watch stream: one JSON message per line; stop at the first event. */
+struct watch_ctx {
+    struct mg_etcd *e;
+    struct watch w;
+};
+
+static int watch_message(struct watch_ctx *x, const char *msg, size_t len)
+{
+    struct mg_json doc;
+    struct mg_json_tok toks[256];
+    struct watch *w = &x->w;
+    int nt = mg_json_parse(&doc, msg, len, toks, 256);
+    if (nt == -MG_ETOOBIG) {
+        /* A message with many events: a change happened, the details do not matter. */
+        w->changed = 1;
+        return 1;
+    }
+    if (nt < 0) {
+        snprintf(w->msg, sizeof(w->msg), "watch: a message that is not JSON (%.60s)", msg);
+        w->err = -MG_EPROTO;
+        return 1;
+    }
+    int res = mg_json_get(&doc, 0, "result");
+    if (res < 0) {
+        int m = mg_json_get(&doc, 0, "message");
+        if (m < 0)
+            m = mg_json_get(&doc, 0, "error");
+        snprintf(w->msg, sizeof(w->msg), "watch: ");
+        if (m >= 0)
+            mg_json_str(&doc, m, w->msg + 7, sizeof(w->msg) - 7);
+        w->err = -EIO;
+        return 1;
+    }
+    int t = mg_json_get(&doc, res, "created");
+    if (t >= 0)
+        w->created = 1;
+    t = mg_json_get(&doc, res, "events");
+    if (t >= 0 && doc.toks[t].size > 0) {
+        w->changed = 1;
+        return 1;
+    }
+    if (mg_json_get(&doc, res, "canceled") >= 0 ||
+        mg_json_get(&doc, res, "compact_revision") >= 0) {
+        /* The revision was compacted away: report a change so the caller re-reads. */
+        w->canceled = 1;
+        w->changed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static size_t on_watch_data(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct watch_ctx *x = arg;
+    struct buf *b = &x->w.line;
+    size_t n = size * nmemb;
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] != '\n') {
+            if (b->len + 2 > b->max) {
+                snprintf(x->w.msg, sizeof(x->w.msg), "watch: a message over %zu bytes", b->max);
+                x->w.err = -MG_ETOOBIG;
+                return 0;
+            }
+            if (b->len + 2 > b->cap) {
+                size_t cap = b->cap ? b->cap * 2 : 4096;
+                char *p = realloc(b->p, cap);
+                if (!p) {
+                    x->w.err = -ENOMEM;
+                    return 0;
+                }
+                b->p = p;
+                b->cap = cap;
+            }
+            b->p[b->len++] = data[i];
+            continue;
+        }
+        b->p[b->len] = 0;
+        int stop = b->len ? watch_message(x, b->p, b->len) : 0;
+        b->len = 0;
+        if (stop)
+            return 0; /* ends the transfer: the answer is known */
+    }
+    return n;
+}
+
+static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct curl_fns *c = &e->c;
+    struct watch_ctx x = {.e = e, .w = {.line = {.max = WATCH_MSG_MAX}}};
+    char url[URL_MAX + 64];
+    struct body b;
+    size_t kl = strlen(key);
+    int rc, n;
+    CURLcode cc;
+
+    if (since_rev <= 0) {
+        /* Waiting for the key to exist: it may already. */
+        rc = etcd_get(kv, key, NULL, NULL, &since_rev);
+        if (rc == 0)
+            return 1;
+        if (rc != -MG_ENOKEY)
+            return rc;
+        since_rev = member_int(e, mg_json_get(&e->doc, 0, "header"), "revision");
+    }
+    if (timeout_ms <= 0) {
+        int64_t rev = 0;
+        rc = etcd_get(kv, key, NULL, NULL, &rev);
+        if (rc == -MG_ENOKEY)
+            return 0; /* cannot tell a deletion without a watch; good enough at 0 ms */
+        return rc < 0 ? rc : rev > since_rev;
+    }
+    if (!e->api) {
+        /* Learn the gateway prefix (and check the endpoint) with a plain request. */
+        rc = etcd_get(kv, key, NULL, NULL, NULL);
+        if (rc < 0 && rc != -MG_ENOKEY)
+            return rc;
+    }
+    if (body_begin(&b, kl) < 0)
+        return -ENOMEM;
+    mg_jsonw_key(&b.w, "create_request");
+    mg_jsonw_obj_begin(&b.w);
+    kb64(&b.w, "key", key, kl, b.tmp);
+    kint64(&b.w, "start_revision", since_rev + 1);
+    mg_jsonw_obj_end(&b.w);
+    n = body_end(&b);
+    if (n < 0)
+        return n;
+
+    snprintf(url, sizeof(url), "%s%swatch", e->url[e->cur], e->api);
+    e->curl_err[0] = 0;
+    c->easy_setopt(e->wh, CURLOPT_URL, url);
+    c->easy_setopt(e->wh, CURLOPT_POSTFIELDS, b.json);
+    c->easy_setopt(e->wh, CURLOPT_POSTFIELDSIZE, (long)n);
+    c->easy_setopt(e->wh, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    c->easy_setopt(e->wh, CURLOPT_WRITEFUNCTION, on_watch_data);
+    c->easy_setopt(e->wh, CURLOPT_WRITEDATA, &x);
+    cc = c->easy_perform(e->wh);
+    free(b.json);
+    free(x.w.line.p);
+    if (x.w.err) {
+        seterr(e, "etcd %s: %s", e->url[e->cur], x.w.msg);
+        return x.w.err;
+    }
+    if (x.w.changed)
+        return 1;
+    if (cc == CURLE_OPERATION_TIMEDOUT && x.w.created)
+        return 0;
+    if (cc == CURLE_OK) {
+        seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);
+        return -EIO;
+    }
+    seterr(e, "etcd %s: watch: %s%s%s%s%s", e->url[e->cur], c->easy_strerror(cc),
+           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
+           curl_hint(cc, e->curl_err));
+    return curl_code_err(cc);
+}
+
+static void etcd_release(struct mg_kv *kv)
+{
+    struct mg_etcd *e = (struct mg_etcd *)kv;
+    if (!e)
+        return;
+    if (e->lease && e->h) {
+        /* Revoking deletes our ephemeral keys now, not a TTL later. */
+        char body[64];
+        int n = snprintf(body, sizeof(body), "{\"ID\":\"%" PRId64 "\"}", e->lease);
+        if (e->timeout_ms > 2000)
+            e->timeout_ms = 2000;
+        call(e, "lease/revoke", body, (size_t)n);
+    }
+    if (e->h)
+        e->c.easy_cleanup(e->h);
+    if (e->wh)
+        e->c.easy_cleanup(e->wh);
+    if (e->hdrs)
+        e->c.slist_free_all(e->hdrs);
+    if (e->c.dl)
+        dlclose(e->c.dl);
+    free(e->resp.p);
+    free(e->toks);
+    free(e);
+}
+
+static const struct mg_kv_ops etcd_ops = {
+    .name = "etcd",
+    .get = etcd_get,
+    .set = etcd_set,
+    .cas = etcd_cas,
+    .add = etcd_add,
+    .del = etcd_del,
+    .list = etcd_list,
+    .wait = etcd_wait,
+    .keepalive = etcd_keepalive,
+    .release = etcd_release,
+};
+
+const char *mg_etcd_api_prefix(const struct mg_kv *kv)
+{
+    return ((const struct mg_etcd *)kv)->api;
+}
+
+int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
+{
+    const struct mg_etcd *e = (const struct mg_etcd *)kv;
+    char *ip = NULL;
+    if (e->c.easy_getinfo(e->h, CURLINFO_LOCAL_IP, &ip) != CURLE_OK || !ip || !*ip)
+        return -ENOTCONN;
+    snprintf(buf, len, "%s", ip);
+    return 0;
+}
+
+int64_t mg_etcd_lease_id(const struct mg_kv *kv)
+{
+    return ((const struct mg_etcd *)kv)->lease;
+}
+
+static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *err, size_t errlen)
+{
+    const char *p = list;
+    if (!list || !*list) {
+        snprintf(err, errlen, "etcd: no endpoint given (--rdzv_endpoint host:port)");
+        return -EINVAL;
+    }
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char item[URL_MAX];
+        const char *scheme = tls ? "https" : "http";
+        struct mg_hostport hp;
+
+        if (n == 0 || n >= sizeof(item)) {
+            snprintf(err, errlen, "etcd: bad endpoint list '%s'", list);
+            return -EINVAL;
+        }
+        if (e->nurl == MG_ETCD_MAX_ENDPOINTS) {
+            snprintf(err, errlen, "etcd: more than %d endpoints in '%s'", MG_ETCD_MAX_ENDPOINTS,
+                     list);
+            return -EINVAL;
+        }
+        memcpy(item, p, n);
+        item[n] = 0;
+        const char *hostport = item;
+        if (strncmp(item, "http://", 7) == 0) {
+            scheme = "http";
+            hostport = item + 7;
+        } else if (strncmp(item, "https://", 8) == 0) {
+            scheme = "https";
+            hostport = item + 8;
+        } else if (strstr(item, "://")) {
+            snprintf(err, errlen, "etcd: endpoint '%s': only http:// and https:// are supported",
+                     item);
+            return -EINVAL;
+        }
+        size_t hl = strlen(hostport);
+        if (hl && hostport[hl - 1] == '/')
+            item[(size_t)(hostport - item) + hl - 1] = 0;
+        if (mg_parse_hostport(hostport, MG_ETCD_DEFAULT_PORT, &hp) < 0) {
+            snprintf(err, errlen, "etcd: endpoint '%s' is not host:port", item);
+            return -EINVAL;
+        }
+        if (strchr(hp.host, ':'))
+            snprintf(e->url[e->nurl], URL_MAX, "%s://[%s]:%d", scheme, hp.host, hp.port);
+        else
+            snprintf(e->url[e->nurl], URL_MAX, "%s://%s:%d", scheme, hp.host, hp.port);
+        e->nurl++;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *o, char *err, size_t errlen)
+{
+    struct mg_etcd *e = calloc(1, sizeof(*e));
+    int tls, rc;
+
+    *out = NULL;
+    if (!e)
+        return -ENOMEM;
+    e->kv.ops = &etcd_ops;
+    e->resp.max = RESP_MAX;
+    e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
+    e->lease_ttl_s = o->lease_ttl_ms > 0 ? (o->lease_ttl_ms + 999) / 1000 : 5;
+    if (e->lease_ttl_s < 2)
+        e->lease_ttl_s = 2;
+    snprintf(e->cacert, sizeof(e->cacert), "%s", o->cacert ? o->cacert : "");
+    snprintf(e->cert, sizeof(e->cert), "%s", o->cert ? o->cert : "");
+    snprintf(e->key, sizeof(e->key), "%s", o->key ? o->key : "");
+    tls = e->cacert[0] || e->cert[0];
+    rc = parse_endpoints(e, o->endpoints, tls, err, errlen);
+    if (rc < 0)
+        goto fail;
+    rc = load_curl(&e->c, o->libcurl ? o->libcurl : "libcurl.so.4", err, errlen);
+    if (rc < 0)
+        goto fail;
+    e->h = e->c.easy_init();
+    e->wh = e->c.easy_init();
+    e->hdrs = e->c.slist_append(NULL, "Content-Type: application/json");
+    if (e->hdrs)
+        e->hdrs = e->c.slist_append(e->hdrs, "Expect:"); /* no 100-continue round trip */
+    e->ntoks = 1024;
+    e->toks = malloc((size_t)e->ntoks * sizeof(*e->toks));
+    if (!e->h || !e->wh || !e->hdrs || !e->toks) {
+        snprintf(err, errlen, "etcd: out of memory setting up libcurl");
+        rc = -ENOMEM;
+        goto fail;
+    }
+    common_opts(e, e->h);
+    common_opts(e, e->wh);
+    e->c.easy_setopt(e->h, CURLOPT_WRITEFUNCTION, on_body);
+    e->c.easy_setopt(e->h, CURLOPT_WRITEDATA, &e->resp);
+    *out = &e->kv;
+    return 0;
+fail:
+    etcd_release(&e->kv);
+    return rc;
+}

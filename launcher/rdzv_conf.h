@@ -1,0 +1,77 @@
+/* --rdzv_conf: the rendezvous settings (timeouts, liveness, store hosting,
+ * authentication, etcd TLS), parsed from "key=value,key=value" and checked
+ * against the backend. docs/rendezvous.md lists every key. */
+#ifndef MG_RDZV_CONF_H
+#define MG_RDZV_CONF_H
+
+#include <stddef.h>
+
+#define MG_RDZV_CONF_MAX   4096 /* longest --rdzv_conf text accepted */
+#define MG_RDZV_PATH_MAX   1024
+#define MG_RDZV_TOKEN_MAX  256
+#define MG_RDZV_PREFIX_MAX 256
+
+enum mg_rdzv_backend {
+    MG_RDZV_STATIC,
+    MG_RDZV_C10D,
+    MG_RDZV_ETCD,
+};
+
+struct mg_rdzv_conf {
+    int join_timeout_ms;         /* a round must form within this */
+    int last_call_timeout_ms;    /* extra wait for more nodes once MIN have joined */
+    int close_timeout_ms;        /* closing the rendezvous when the job ends */
+    int heartbeat_interval_ms;   /* lease renewal and membership check period */
+    int heartbeat_timeout_ms;    /* a node silent this long is dead */
+    int exit_barrier_timeout_ms; /* a finished node waits this long for the others */
+    int read_timeout_ms;         /* bound of one request to the store or etcd */
+    int is_host;                 /* -1: decide from the endpoint; 0/1: forced */
+    char token[MG_RDZV_TOKEN_MAX + 1];
+    char cacert[MG_RDZV_PATH_MAX];
+    char cert[MG_RDZV_PATH_MAX];
+    char key[MG_RDZV_PATH_MAX];
+    char prefix[MG_RDZV_PREFIX_MAX];
+    unsigned set; /* bit per key given explicitly (enum mg_rdzv_conf_key) */
+};
+
+enum mg_rdzv_conf_key {
+    MG_RDZV_K_JOIN_TIMEOUT,
+    MG_RDZV_K_LAST_CALL_TIMEOUT,
+    MG_RDZV_K_CLOSE_TIMEOUT,
+    MG_RDZV_K_HEARTBEAT_INTERVAL,
+    MG_RDZV_K_HEARTBEAT_TIMEOUT,
+    MG_RDZV_K_EXIT_BARRIER_TIMEOUT,
+    MG_RDZV_K_READ_TIMEOUT,
+    MG_RDZV_K_IS_HOST,
+    MG_RDZV_K_TOKEN,
+    MG_RDZV_K_CACERT,
+    MG_RDZV_K_CERT,
+    MG_RDZV_K_KEY,
+    MG_RDZV_K_PREFIX,
+    MG_RDZV_K_COUNT
+};
+
+/* Defaults (documented in docs/rendezvous.md). */
+void mg_rdzv_conf_init(struct mg_rdzv_conf *c);
+
+/* Parses "k=v,k=v" (also accepts torchrun's keep_alive_interval and
+ * keep_alive_max_attempt). Durations are seconds, with an optional "s" or
+ * "ms" suffix and decimals ("0.5", "500ms"). On error returns -EINVAL and
+ * writes a message naming the key and value into err. */
+int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size_t errlen);
+
+/* Takes the token from MG_RDZV_TOKEN when the conf has none (env may be NULL
+ * to use the process environment), then checks the settings together and
+ * against the backend (etcd-only keys, heartbeat_timeout >= 2 intervals, TLS
+ * files readable). -EINVAL with a message in err. */
+int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, char *const *env,
+                        char *err, size_t errlen);
+
+/* Parses a backend name ("static", "c10d", "etcd", "etcd-v2" is refused). */
+int mg_rdzv_backend_parse(const char *name, enum mg_rdzv_backend *out);
+const char *mg_rdzv_backend_name(enum mg_rdzv_backend b);
+
+/* Parses a duration as above into milliseconds. */
+int mg_rdzv_parse_duration_ms(const char *s, int *ms);
+
+#endif

@@ -1,0 +1,78 @@
+/* The key-value operations the rendezvous is built on, as a small backend
+ * interface that both the mg store (common/store.h) and etcd v3 provide:
+ * get with a modification revision, set (optionally ephemeral: tied to this
+ * client's lease or connection), compare-and-swap, atomic add, delete, list
+ * by prefix, wait for a key to change, and lease renewal.
+ *
+ * Every call is bounded by the backend's request timeout (and wait by its own
+ * timeout), returns 0 (or a count / a flag) on success and a negative code on
+ * failure. After a failure, mg_kv_error() says which endpoint and what failed,
+ * for the program's error message. */
+#ifndef MG_RDZV_KV_H
+#define MG_RDZV_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MG_KV_MAX_KEY   1024
+#define MG_KV_MAX_VALUE (1u << 20) /* the rendezvous' values are small; etcd's limit is 1.5 MiB */
+#define MG_KV_MAX_LIST  65536      /* entries one list may return */
+#define MG_KV_ERR_MAX   512
+
+enum mg_kv_flags {
+    MG_KV_EPHEMERAL = 1 << 0, /* deleted when this client's lease or connection ends */
+};
+
+struct mg_kv_entry {
+    char *key;
+    char *val; /* NUL-terminated; NULL when the backend lists keys only and none was asked */
+    size_t len;
+    int64_t rev; /* modification revision, 0 when unknown */
+};
+
+struct mg_kv;
+
+struct mg_kv_ops {
+    const char *name;
+    /* *val is malloc'd and NUL-terminated; *rev (optional) is the key's
+     * modification revision. -MG_ENOKEY when the key does not exist. */
+    int (*get)(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev);
+    int (*set)(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags);
+    /* Sets key to desired when its value equals expected (expected NULL: when
+     * the key does not exist). Returns 1 when swapped, 0 when not; *cur
+     * (optional, malloc'd) receives the value after the call, NULL when the
+     * key does not exist. The flags apply to the value written. */
+    int (*cas)(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
+               const void *desired, size_t dlen, int flags, char **cur, size_t *curlen);
+    /* Adds delta to the decimal integer at key (missing = 0); *result the sum. */
+    int (*add)(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result);
+    /* Returns 1 when the key existed, 0 when not. */
+    int (*del)(struct mg_kv *kv, const char *key);
+    /* Keys starting with prefix, sorted, at most max; with values when
+     * want_values. Free with mg_kv_free_list. */
+    int (*list)(struct mg_kv *kv, const char *prefix, int max, int want_values,
+                struct mg_kv_entry **out, int *n);
+    /* Waits until key is modified after revision since_rev (set, added to or
+     * deleted), at most timeout_ms. Returns 1 on a change, 0 on timeout.
+     * since_rev 0: waits for the key to exist. */
+    int (*wait)(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms);
+    /* Renews this client's lease (a heartbeat). -EKEYEXPIRED when the backend
+     * already dropped it (and with it this client's ephemeral keys). */
+    int (*keepalive)(struct mg_kv *kv);
+    /* Ends the lease (ephemeral keys go at once) and frees the client. */
+    void (*release)(struct mg_kv *kv);
+};
+
+struct mg_kv {
+    const struct mg_kv_ops *ops;
+    char err[MG_KV_ERR_MAX]; /* what the last failure was, for messages */
+};
+
+static inline const char *mg_kv_error(const struct mg_kv *kv)
+{
+    return kv->err;
+}
+
+void mg_kv_free_list(struct mg_kv_entry *e, int n);
+
+#endif

@@ -1,0 +1,510 @@
+/* The multi-node rendezvous plugged into the agent's loop (see rdzv_multi.h). */
+#include "rdzv_multi.h"
+#include "mg_err.h"
+#include "net.h"
+#include "rdzv_backend.h"
+#include "rdzv_conf.h"
+#include "rdzv_proto.h"
+#include "slurm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STEP_BLOCK_MS       100 /* longest a join or barrier step holds the loop */
+#define STATIC_DEFAULT_PORT 29500
+
+enum phase {
+    M_IDLE,
+    M_JOINING,
+    M_RUNNING,
+    M_BARRIER,
+};
+
+struct multi {
+    struct mg_rdzv_conf conf;
+    enum mg_rdzv_backend backend;
+    struct mg_rdzv_host *host;
+    struct mg_rdzv *r;
+    struct mg_agent *ag;
+    enum phase phase;
+    int timer; /* the one pending timer, or -1 */
+    struct mg_backoff backoff;
+    int64_t formed_ms;
+    char hostname[MG_HOST_MAX];
+    char run_id[MG_RDZV_RUN_ID_MAX + 1];
+    char notice[768];
+};
+
+/* ---- choosing the settings ------------------------------------------------------------ */
+
+static int is_loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
+}
+
+int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
+{
+    struct mg_slurm sl;
+    char err[256];
+
+    if (o->nnodes_max > 1 || strncmp(o->rdzv_backend, "etcd", 4) == 0)
+        return 1;
+    if (o->nnodes_given || o->standalone)
+        return 0;
+    /* Under srun on several nodes, without --nnodes: the allocation decides. */
+    return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
+}
+
+static void add_notice(struct multi *m, const char *text)
+{
+    size_t n = strlen(m->notice);
+    snprintf(m->notice + n, sizeof(m->notice) - n, "%s%s", n ? "\nmglaunch: " : "", text);
+}
+
+/* ---- driving the protocol from the agent's timers ----------------------------------------- */
+
+static void set_timer(struct multi *m, int64_t at, mg_agent_timer_fn fn)
+{
+    if (m->timer >= 0)
+        mg_agent_cancel_timer(m->ag, m->timer);
+    m->timer = mg_agent_add_timer(m->ag, at, fn, m);
+}
+
+static void cancel_timer(struct multi *m)
+{
+    if (m->timer >= 0 && m->ag)
+        mg_agent_cancel_timer(m->ag, m->timer);
+    m->timer = -1;
+}
+
+/* The exit code for a job that failed elsewhere: its root cause's. */
+static int remote_code(struct multi *m)
+{
+    struct mg_rdzv_failure f;
+    if (mg_rdzv_failure_info(m->r, &f) == 0 && f.rank >= 0 && f.exit_code > 0)
+        return f.exit_code;
+    return 1;
+}
+
+static void fail_run(struct multi *m, int rc)
+{
+    char msg[MG_RDZV_MSG_MAX + 64];
+    int code = rc == -MG_EPEER || rc == MG_RDZV_FAILED ? remote_code(m) : 1;
+    m->timer = -1;
+    m->phase = M_IDLE;
+    snprintf(msg, sizeof(msg), "rendezvous (%s): %s", mg_rdzv_backend_name(m->backend),
+             mg_rdzv_message(m->r));
+    mg_agent_fail(m->ag, code, msg);
+}
+
+/* Every restart is "membership" for the agent: the rendezvous counts the
+ * job's failure restarts and hands the count over with the group. */
+static void restart(struct multi *m)
+{
+    m->phase = M_IDLE;
+    mg_agent_request_restart(m->ag, MG_RESTART_MEMBERSHIP, mg_rdzv_message(m->r));
+}
+
+static void on_tick(struct mg_agent *ag, void *ctx);
+
+static void on_join_step(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    struct mg_rdzv_world w;
+    struct mg_group g;
+
+    m->timer = -1;
+    int rc = mg_rdzv_join_step(m->r, &w, STEP_BLOCK_MS);
+    if (rc == 0) {
+        set_timer(m, mg_now_ms(), on_join_step);
+        return;
+    }
+    if (rc < 0) {
+        fail_run(m, rc);
+        return;
+    }
+    memset(&g, 0, sizeof(g));
+    g.group_rank = w.node_rank;
+    g.group_world_size = w.nnodes;
+    g.world_size = w.world_size;
+    g.rank_offset = w.rank_base;
+    g.role_rank_offset = w.rank_base; /* one role */
+    g.role_world_size = w.world_size;
+    snprintf(g.master_addr, sizeof(g.master_addr), "%s", w.master_addr);
+    g.master_port = w.master_port;
+    g.master_fd = w.master_fd;
+    g.has_restart_count = 1;
+    g.restart_count = w.restart_count;
+    m->phase = M_RUNNING;
+    m->formed_ms = mg_now_ms();
+    if (mg_agent_group_formed(ag, &g) < 0) {
+        if (g.master_fd >= 0)
+            close(g.master_fd);
+        return;
+    }
+    int t = mg_rdzv_timeout_ms(m->r);
+    set_timer(m, mg_now_ms() + (t < 0 ? 1000 : t), on_tick);
+}
+
+static void on_tick(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    m->timer = -1;
+    if (m->phase != M_RUNNING)
+        return;
+    switch (mg_rdzv_tick(m->r)) {
+    case MG_RDZV_RESTART:
+        restart(m);
+        return;
+    case MG_RDZV_FAILED:
+        fail_run(m, MG_RDZV_FAILED);
+        return;
+    case MG_RDZV_NONE:
+    case MG_RDZV_DONE:
+        break;
+    }
+    int t = mg_rdzv_timeout_ms(m->r);
+    set_timer(m, mg_now_ms() + (t < 0 ? 1000 : t), on_tick);
+}
+
+static void on_barrier_step(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    m->timer = -1;
+    int rc = mg_rdzv_finish_step(m->r, STEP_BLOCK_MS);
+    switch (rc) {
+    case MG_RDZV_NONE:
+        set_timer(m, mg_now_ms(), on_barrier_step);
+        return;
+    case MG_RDZV_DONE:
+        m->phase = M_IDLE;
+        mg_agent_finish(ag, 0);
+        return;
+    case MG_RDZV_RESTART:
+        restart(m);
+        return;
+    case MG_RDZV_FAILED:
+        fail_run(m, MG_RDZV_FAILED);
+        return;
+    default:
+        /* Timed out, or the backend went away: this node's workers succeeded. */
+        m->phase = M_IDLE;
+        mg_agent_finish(ag, 0);
+        return;
+    }
+}
+
+static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_round_info *info)
+{
+    struct multi *m = impl;
+    m->ag = ag;
+    cancel_timer(m);
+    m->phase = M_JOINING;
+    int rc = mg_rdzv_join_begin(m->r);
+    if (rc < 0) {
+        fail_run(m, rc);
+        return 0;
+    }
+    /* After a failure, the agent's backoff (docs/cli.md), applied here since
+     * the agent leaves multi-node restarts to the rendezvous. */
+    int64_t delay = 0;
+    if (m->formed_ms && mg_rdzv_last_reason(m->r) == MG_RDZV_R_FAILURE)
+        delay = mg_backoff_next(&m->backoff, mg_now_ms() - m->formed_ms);
+    set_timer(m, mg_now_ms() + delay, on_join_step);
+    return m->timer < 0 ? -ENOSPC : 0;
+}
+
+static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_result result)
+{
+    struct multi *m = impl;
+    const struct mg_agent_result *res = mg_agent_result(ag);
+
+    cancel_timer(m);
+    if (m->phase != M_RUNNING) {
+        m->phase = M_IDLE;
+        return; /* stopped for a restart or a failure already handled */
+    }
+    m->phase = M_IDLE;
+    if (result == MG_ROUND_SUCCEEDED) {
+        if (mg_rdzv_finish_begin(m->r) < 0)
+            return; /* no barrier possible: exit as the workers did */
+        mg_agent_hold_exit(ag);
+        m->phase = M_BARRIER;
+        set_timer(m, mg_now_ms(), on_barrier_step);
+        return;
+    }
+    if (result == MG_ROUND_FAILED) {
+        struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
+        int idx =
+            res->rounds > 0 && res->attempts ? res->attempts[res->rounds - 1].first_failure : -1;
+        if (idx >= 0 && idx < res->nfailures) {
+            const struct mg_failure *x = &res->failures[idx];
+            f.rank = x->rank;
+            f.local_rank = x->local_rank;
+            f.exit_code = x->exit_code;
+            f.signal = x->signo;
+            f.pid = (long)x->pid;
+            f.time = x->wall_ms / 1000.0;
+            snprintf(f.message, sizeof(f.message), "%s", x->message);
+        }
+        snprintf(f.host, sizeof(f.host), "%s", m->hostname);
+        /* Re-form on every node; the next round decides whether it counts. */
+        if (mg_rdzv_worker_failed(m->r, &f) == MG_RDZV_RESTART)
+            mg_agent_excuse_failure(ag, mg_rdzv_message(m->r));
+    }
+}
+
+static void multi_shutdown(void *impl, struct mg_agent *ag, int exit_code)
+{
+    struct multi *m = impl;
+    cancel_timer(m);
+    m->phase = M_IDLE;
+    mg_rdzv_close(m->r, m->host != NULL, exit_code ? "it stopped with an error" : "");
+}
+
+static void multi_release(void *impl)
+{
+    struct multi *m = impl;
+    if (!m)
+        return;
+    mg_rdzv_release(m->r);
+    mg_rdzv_host_release(m->host);
+    free(m);
+}
+
+static const struct mg_rdzv_ops ops_static = {
+    .name = "static",
+    .next_round = multi_next_round,
+    .round_ended = multi_round_ended,
+    .shutdown = multi_shutdown,
+    .release = multi_release,
+};
+static const struct mg_rdzv_ops ops_c10d = {
+    .name = "c10d",
+    .next_round = multi_next_round,
+    .round_ended = multi_round_ended,
+    .shutdown = multi_shutdown,
+    .release = multi_release,
+};
+static const struct mg_rdzv_ops ops_etcd = {
+    .name = "etcd",
+    .next_round = multi_next_round,
+    .round_ended = multi_round_ended,
+    .shutdown = multi_shutdown,
+    .release = multi_release,
+};
+
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
+                             size_t errcap)
+{
+    struct mg_rdzv_conf c;
+    enum mg_rdzv_backend b;
+    int rc;
+
+    if (!o->rdzv_conf)
+        return 0;
+    if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
+        b = MG_RDZV_C10D;
+    mg_rdzv_conf_init(&c);
+    rc = mg_rdzv_conf_parse(&c, o->rdzv_conf, err, errcap);
+    return rc ? rc : mg_rdzv_conf_finish(&c, b, env, err, errcap);
+}
+
+const char *mg_rdzv_multi_run_id(void *impl)
+{
+    return ((struct multi *)impl)->run_id;
+}
+
+const char *mg_rdzv_multi_notice(void *impl)
+{
+    struct multi *m = impl;
+    return m && m->notice[0] ? m->notice : NULL;
+}
+
+/* ---- creating -------------------------------------------------------------------------------- */
+
+/* mglaunch's console while it connects (before the agent exists). */
+static void on_progress(void *ctx, const char *msg)
+{
+    fprintf(stderr, "mglaunch: %s\n", msg);
+}
+
+/* This node's address for MASTER_ADDR when it is rank 0. */
+static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, struct mg_kv *kv,
+                           const char *static_master, char *out, size_t cap)
+{
+    char num[MG_HOST_MAX];
+    if (o->local_addr) {
+        snprintf(out, cap, "%s", o->local_addr);
+        return;
+    }
+    /* The host name, as torchrun does, when it leads somewhere else than loopback. */
+    if (mg_resolve_numeric(m->hostname, num, sizeof(num)) == 0 && !is_loopback(num)) {
+        snprintf(out, cap, "%s", m->hostname);
+        return;
+    }
+    if (static_master) {
+        snprintf(out, cap, "%s", static_master); /* the static rank 0 is the master */
+        return;
+    }
+    /* Else the address this node reaches the rendezvous from. */
+    if (mg_rdzv_backend_local_addr(kv, out, cap) == 0)
+        return;
+    snprintf(out, cap, "%s", m->hostname);
+}
+
+int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
+                         const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap)
+{
+    struct multi *m = calloc(1, sizeof(*m));
+    struct mg_slurm sl;
+    int min = o->nnodes_min, max = o->nnodes_max, node_rank = o->node_rank, slurm, rc;
+    int node_rank_given = o->node_rank_given;
+    const char *master_addr = o->master_addr;
+    char endpoint[MG_HOST_MAX + 16], run_id[MG_RDZV_RUN_ID_MAX + 1], ns[MG_KV_MAX_KEY];
+    char advertise[MG_HOST_MAX], line[512];
+    struct mg_kv *kv = NULL;
+
+    if (!m)
+        return -ENOMEM;
+    m->timer = -1;
+    gethostname(m->hostname, sizeof(m->hostname) - 1);
+    if (!m->hostname[0])
+        snprintf(m->hostname, sizeof(m->hostname), "localhost");
+
+    rc = mg_rdzv_backend_parse(o->rdzv_backend, &m->backend);
+    if (rc < 0) {
+        snprintf(err, errcap, "--rdzv_backend %s: expected static, c10d or etcd", o->rdzv_backend);
+        goto fail;
+    }
+
+    slurm = mg_slurm_detect(env, &sl, err, errcap);
+    if (slurm < 0 && !o->nnodes_given) {
+        rc = slurm;
+        goto fail;
+    }
+    if (slurm == 1 && !o->nnodes_given) {
+        min = max = sl.nnodes;
+        if (!node_rank_given) {
+            node_rank = sl.node_rank;
+            node_rank_given = 1;
+        }
+        if (!master_addr)
+            master_addr = sl.master_addr;
+        snprintf(line, sizeof(line),
+                 "Slurm: --nnodes %d, --node_rank %d, --master_addr %s (from SLURM_*; give the "
+                 "flags to override)",
+                 max, node_rank, master_addr);
+        add_notice(m, line);
+    }
+
+    mg_rdzv_conf_init(&m->conf);
+    rc = mg_rdzv_conf_parse(&m->conf, o->rdzv_conf, err, errcap);
+    if (rc == 0)
+        rc = mg_rdzv_conf_finish(&m->conf, m->backend, env, err, errcap);
+    if (rc < 0)
+        goto fail;
+
+    /* Where the nodes meet. */
+    if (m->backend == MG_RDZV_STATIC) {
+        const char *a = master_addr ? master_addr : "127.0.0.1";
+        int port = o->master_port > 0 ? o->master_port : STATIC_DEFAULT_PORT;
+        snprintf(endpoint, sizeof(endpoint), strchr(a, ':') ? "[%s]:%d" : "%s:%d", a, port);
+        if (!node_rank_given && max > 1)
+            add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "
+                          "this node takes rank 0; give each node its own --node_rank");
+        if (node_rank >= max) {
+            snprintf(err, errcap, "--node_rank %d: must be less than --nnodes %d", node_rank, max);
+            rc = -EINVAL;
+            goto fail;
+        }
+        if (min != max) {
+            snprintf(err, errcap,
+                     "--nnodes %d:%d: the static backend needs a fixed node count; use c10d or "
+                     "etcd for an elastic range",
+                     min, max);
+            rc = -EINVAL;
+            goto fail;
+        }
+    } else {
+        if (!o->rdzv_endpoint || !*o->rdzv_endpoint) {
+            snprintf(err, errcap,
+                     "--rdzv_endpoint is required with --rdzv_backend %s (host:port of the %s)",
+                     mg_rdzv_backend_name(m->backend),
+                     m->backend == MG_RDZV_ETCD ? "etcd server" : "agent hosting the store");
+            rc = -EINVAL;
+            goto fail;
+        }
+        snprintf(endpoint, sizeof(endpoint), "%s", o->rdzv_endpoint);
+        node_rank = -1; /* assigned by the rendezvous */
+    }
+
+    /* The run id namespaces everything: nodes of one job must share it,
+     * different jobs must not. */
+    if (o->rdzv_id) {
+        snprintf(run_id, sizeof(run_id), "%s", o->rdzv_id);
+    } else if (slurm == 1 && sl.job_id[0]) {
+        snprintf(run_id, sizeof(run_id), "slurm-%s", sl.job_id);
+    } else if (m->backend == MG_RDZV_ETCD) {
+        snprintf(err, errcap,
+                 "--rdzv_id is required with --rdzv_backend etcd: every node of a job must pass "
+                 "the same id, and different jobs different ones; without it, jobs sharing this "
+                 "etcd would share their rendezvous (torchrun's default 'none' does that)");
+        rc = -EINVAL;
+        goto fail;
+    } else {
+        snprintf(run_id, sizeof(run_id), "none");
+        if (m->backend == MG_RDZV_C10D)
+            add_notice(m, "warning: no --rdzv_id: using 'none'; a second job given the same "
+                          "--rdzv_endpoint would join this one. Pass the same --rdzv_id to every "
+                          "node of a job (for example the scheduler's job id).");
+    }
+
+    struct mg_rdzv_setup s = {
+        .backend = m->backend,
+        .endpoint = endpoint,
+        .run_id = run_id,
+        .conf = &m->conf,
+        .deadline_ms = mg_now_ms() + m->conf.join_timeout_ms,
+        .abort_fd = -1,
+        .node_rank = m->backend == MG_RDZV_STATIC ? node_rank : -1,
+        .progress = on_progress,
+    };
+    rc = mg_rdzv_backend_open(&s, &kv, &m->host, ns, sizeof(ns), err, errcap);
+    if (rc < 0)
+        goto fail;
+
+    pick_advertise(o, m, kv, m->host && m->backend == MG_RDZV_STATIC ? master_addr : NULL,
+                   advertise, sizeof(advertise));
+    struct mg_rdzv_opts ro = {
+        .kv = kv,
+        .ns = ns,
+        .min_nodes = min,
+        .max_nodes = max,
+        .node_rank = m->backend == MG_RDZV_STATIC ? node_rank : -1,
+        .nproc = o->nproc,
+        .max_restarts = o->max_restarts,
+        .hostname = m->hostname,
+        .advertise = advertise,
+        .conf = &m->conf,
+        .abort_fd = -1,
+    };
+    rc = mg_rdzv_new(&m->r, &ro, err, errcap);
+    if (rc < 0) {
+        kv->ops->release(kv);
+        goto fail;
+    }
+    snprintf(m->run_id, sizeof(m->run_id), "%s", run_id);
+    *ops = m->backend == MG_RDZV_STATIC ? &ops_static
+           : m->backend == MG_RDZV_C10D ? &ops_c10d
+                                        : &ops_etcd;
+    *impl = m;
+    return 0;
+fail:
+    mg_rdzv_host_release(m->host);
+    free(m);
+    return rc;
+}

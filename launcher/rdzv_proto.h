@@ -1,0 +1,169 @@
+/* Multi-node rendezvous: forms the group of agents round by round over a
+ * key-value backend (rdzv_kv.h: the mg store or etcd), watches the members'
+ * liveness while the workers run, and coordinates restarts and the exit
+ * barrier across nodes. docs/rendezvous.md describes the protocol for users.
+ *
+ * Keys, under the namespace NS (one per run id):
+ *   NS/state            "ROUND RESTARTS STATUS CAUSE": the current round, the
+ *                       failure restarts so far, r(unning) / d(one) / f(ailed),
+ *                       and why the round last moved (f failure, x node died,
+ *                       j node waiting). Changed only by compare-and-swap.
+ *   NS/fail             the root cause, when STATUS is f.
+ *   NS/a/ID             one per live agent, ephemeral (lease or connection):
+ *                       its descriptor. Its disappearance is a node's death.
+ *   NS/r/ROUND/j/ID     agent ID joined the round (value: its descriptor).
+ *   NS/r/ROUND/n        count of joins (atomic add).
+ *   NS/r/ROUND/close    the formed round: ranks, world size, master address;
+ *                       written once, by compare-and-swap from absent.
+ *   NS/r/ROUND/done/ID  agent ID's workers all succeeded in the round.
+ *
+ * A round closes when MAX agents joined, or when at least MIN did and the
+ * last call passed (for a re-formation: as soon as every live agent joined).
+ * Any joined agent may close it; the compare-and-swap picks one. Node ranks:
+ * the fixed --node_rank (static); otherwise agents of the previous round keep
+ * their order, and newcomers follow sorted by host name, then agent id.
+ *
+ * Blocking calls (join, finish) wait in slices of at most MG_RDZV_SLICE_MS and
+ * return -EINTR as soon as abort_fd is readable (the launcher's signalfd). */
+#ifndef MG_RDZV_PROTO_H
+#define MG_RDZV_PROTO_H
+
+#include "net.h"
+#include "rdzv_conf.h"
+#include "rdzv_kv.h"
+
+#include <poll.h>
+#include <stdint.h>
+
+#define MG_RDZV_SLICE_MS   200
+#define MG_RDZV_ID_MAX     128   /* agent id: host-pid-random */
+#define MG_RDZV_RUN_ID_MAX 128   /* --rdzv_id */
+#define MG_RDZV_MAX_NODES  65536 /* --nnodes bound */
+#define MG_RDZV_MSG_MAX    1024
+
+struct mg_rdzv;
+
+struct mg_rdzv_opts {
+    struct mg_kv *kv; /* the backend client; the rendezvous takes ownership */
+    const char *ns;   /* key namespace (prefix + run id), without trailing '/' */
+    int min_nodes;    /* --nnodes MIN:MAX */
+    int max_nodes;
+    int node_rank;         /* >= 0: fixed rank (static backend); -1: assigned */
+    int nproc;             /* workers on this node */
+    int max_restarts;      /* failure restarts allowed for the whole job */
+    const char *hostname;  /* for agent ids, rank order and messages */
+    const char *advertise; /* address other nodes reach this one at (MASTER_ADDR) */
+    const struct mg_rdzv_conf *conf;
+    int abort_fd; /* -1, or an fd whose readability aborts blocking waits */
+};
+
+/* A formed round, from this node's point of view. */
+struct mg_rdzv_world {
+    int round;         /* attempt number: never repeats within a run */
+    int restart_count; /* failure restarts so far (TORCHELASTIC_RESTART_COUNT) */
+    int node_rank;     /* GROUP_RANK */
+    int nnodes;        /* GROUP_WORLD_SIZE */
+    int rank_base;     /* global rank of this node's local rank 0 */
+    int world_size;
+    char master_addr[MG_HOST_MAX];
+    int master_port;
+    /* On the rank-0 node: the listening socket that holds master_port, to be
+     * closed just before the workers are spawned (-1 elsewhere). Owned by the
+     * caller once returned. */
+    int master_fd;
+};
+
+/* What a failed worker was, to tell the other nodes. */
+struct mg_rdzv_failure {
+    int rank, local_rank;
+    int exit_code; /* shell-style: 128+signal for a signal */
+    int signal;    /* 0 when it exited */
+    long pid;
+    double time; /* seconds since the epoch */
+    char host[MG_HOST_MAX];
+    char message[512];
+};
+
+enum mg_rdzv_event {
+    MG_RDZV_NONE = 0, /* nothing to do */
+    MG_RDZV_RESTART,  /* stop the workers and join the next round */
+    MG_RDZV_FAILED,   /* the job failed (here or elsewhere): stop and exit */
+    MG_RDZV_DONE,     /* every node finished: exit 0 */
+};
+
+/* Why the last RESTART happened (for logs). */
+enum mg_rdzv_reason {
+    MG_RDZV_R_NONE,
+    MG_RDZV_R_FAILURE,     /* a worker failed somewhere: counts as a restart */
+    MG_RDZV_R_NODE_DIED,   /* a member disappeared: membership change */
+    MG_RDZV_R_NODE_JOINED, /* a node is waiting to join: membership change */
+    MG_RDZV_R_LEASE_LOST,  /* this agent was declared dead and rejoins */
+};
+
+int mg_rdzv_new(struct mg_rdzv **out, const struct mg_rdzv_opts *opts, char *err, size_t errlen);
+void mg_rdzv_release(struct mg_rdzv *r);
+
+/* Joins the next round and waits until it forms (bounded by join_timeout).
+ * 0 with *w filled; -ETIMEDOUT (too few nodes), -MG_ECLOSED (the run already
+ * finished), -MG_EPEER (the job failed elsewhere: see mg_rdzv_failure_info),
+ * -EINTR (abort_fd), or a backend error. mg_rdzv_message() explains. */
+int mg_rdzv_join(struct mg_rdzv *r, struct mg_rdzv_world *w);
+
+/* The same in steps, for a poll loop: begin, then call step until it returns
+ * 1 (formed) or an error; 0 means "not yet: call again", after the step
+ * blocked at most max_block_ms waiting for a change. */
+int mg_rdzv_join_begin(struct mg_rdzv *r);
+int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms);
+
+/* While the workers run: how long until mg_rdzv_tick is due (ms), and the
+ * tick itself (heartbeat, membership and job state check). */
+int mg_rdzv_timeout_ms(const struct mg_rdzv *r);
+enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r);
+
+/* A worker of this node failed. Returns RESTART when the job restarts on
+ * every node (a restart is counted), FAILED when no restarts are left. */
+enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f);
+
+/* Every worker of this node succeeded: the exit barrier. Waits, at most
+ * exit_barrier_timeout, until every live member finished. Returns DONE, or
+ * RESTART when a failure elsewhere restarts the job meanwhile, or FAILED.
+ * -ETIMEDOUT (as a negative int) when the barrier timed out, -EINTR. */
+int mg_rdzv_finish(struct mg_rdzv *r);
+
+/* The same in steps: begin (0 or < 0), then step until it returns something
+ * other than MG_RDZV_NONE (an event, or -ETIMEDOUT / another error). */
+int mg_rdzv_finish_begin(struct mg_rdzv *r);
+int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms);
+
+/* Graceful exit (a signal, an error): leaves the rendezvous so that the
+ * others notice at once rather than a heartbeat timeout later. */
+void mg_rdzv_leave(struct mg_rdzv *r);
+
+/* The last call before exiting. Leaves the rendezvous; and when this agent
+ * hosts the store (hosting), the job cannot go on without it: unless the job
+ * already finished or failed, marks it failed with why, then waits, at most
+ * close_timeout, until the other agents have seen the outcome and gone. */
+void mg_rdzv_close(struct mg_rdzv *r, int hosting, const char *why);
+
+enum mg_rdzv_reason mg_rdzv_last_reason(const struct mg_rdzv *r);
+/* A human-readable line about the last event or error. */
+const char *mg_rdzv_message(const struct mg_rdzv *r);
+/* The root cause recorded by the node whose failure ended the job; 0 when
+ * there is one, -MG_ENOKEY otherwise. */
+int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f);
+/* This agent's id. */
+const char *mg_rdzv_id(const struct mg_rdzv *r);
+
+/* The rank order as a pure function, exposed for the unit tests: sorts n
+ * descriptors (see rdzv.c) in place into rank order. */
+struct mg_rdzv_desc {
+    char id[MG_RDZV_ID_MAX];
+    char host[MG_HOST_MAX];
+    char addr[MG_HOST_MAX];
+    int port, nproc, prev, fixed;
+};
+int mg_rdzv_desc_parse(const char *text, struct mg_rdzv_desc *d);
+int mg_rdzv_desc_format(const struct mg_rdzv_desc *d, char *buf, size_t len);
+void mg_rdzv_rank_order(struct mg_rdzv_desc *d, int n);
+
+#endif

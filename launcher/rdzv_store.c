@@ -1,0 +1,261 @@
+/* The mg store (common/store.h) as a rendezvous key-value backend: the
+ * client side of --rdzv_backend c10d and static. Ephemeral keys belong to
+ * the connection, whose lease the keepalive op renews. */
+#include "rdzv_store.h"
+#include "mg_err.h"
+#include "net.h"
+#include "store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_store {
+    struct mg_kv kv; /* first */
+    struct mg_store *st;
+    struct mg_store_opts o;
+    char host[MG_HOST_MAX];
+    char token[MG_STORE_MAX_TOKEN + 1];
+    char where[MG_HOST_MAX + 32];
+};
+
+static int fail(struct kv_store *s, const char *op, int rc)
+{
+    const char *why = mg_strerror(rc);
+    if (rc == -MG_ECLOSED)
+        why = "the connection closed (did the agent hosting the store exit?)";
+    else if (rc == -MG_EAUTH)
+        why = "authentication failed (the rendezvous token differs)";
+    snprintf(s->kv.err, sizeof(s->kv.err), "store %s: %s: %s", s->where, op, why);
+    return rc;
+}
+
+static int kget(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    void *v = NULL;
+    size_t n = 0;
+    int64_t r = 0;
+    /* A watch from revision -1 answers at once, with the revision. */
+    int rc = mg_store_watch(s->st, key, -1, 0, &r, &v, &n);
+    if (rc < 0)
+        return fail(s, "get", rc);
+    if (!v) {
+        snprintf(kv->err, sizeof(kv->err), "store %s: no key %s", s->where, key);
+        return -MG_ENOKEY;
+    }
+    if (rev)
+        *rev = r;
+    if (val)
+        *val = v;
+    else
+        free(v);
+    if (len)
+        *len = n;
+    return 0;
+}
+
+static int kset(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_set(s->st, key, val, len, flags & MG_KV_EPHEMERAL ? MG_STORE_EPHEMERAL : 0);
+    return rc < 0 ? fail(s, "set", rc) : 0;
+}
+
+static int kcas(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
+                const void *desired, size_t dlen, int flags, char **cur, size_t *curlen)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    void *c = NULL;
+    size_t cl = 0;
+    int rc = mg_store_compare_set(s->st, key, expected, elen, desired, dlen, cur ? &c : NULL,
+                                  cur ? &cl : NULL);
+    if (rc < 0)
+        return fail(s, "compare_set", rc);
+    if (cur)
+        *cur = c;
+    if (curlen)
+        *curlen = cl;
+    return rc;
+}
+
+static int kadd(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_add(s->st, key, delta, result);
+    if (rc == -ERANGE)
+        rc = -EINVAL;
+    return rc < 0 ? fail(s, "add", rc) : 0;
+}
+
+static int kdel(struct mg_kv *kv, const char *key)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_delete(s->st, key);
+    return rc < 0 ? fail(s, "delete", rc) : rc;
+}
+
+static int klist(struct mg_kv *kv, const char *prefix, int max, int want_values,
+                 struct mg_kv_entry **out, int *count)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    char **keys = NULL;
+    int n = 0, rc;
+
+    *out = NULL;
+    *count = 0;
+    if (max > MG_STORE_MAX_LIST)
+        max = MG_STORE_MAX_LIST;
+    rc = mg_store_list(s->st, prefix, max, &keys, &n);
+    if (rc < 0)
+        return fail(s, "list", rc);
+    if (n == 0) {
+        mg_store_free_list(keys, n);
+        return 0;
+    }
+    struct mg_kv_entry *e = calloc((size_t)n, sizeof(*e));
+    if (!e) {
+        mg_store_free_list(keys, n);
+        return -ENOMEM;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        e[m].key = keys[i];
+        keys[i] = NULL;
+        if (want_values) {
+            rc = kget(kv, e[m].key, &e[m].val, &e[m].len, &e[m].rev);
+            if (rc == -MG_ENOKEY) {
+                free(e[m].key); /* deleted since the list */
+                continue;
+            }
+            if (rc < 0) {
+                mg_kv_free_list(e, m + 1);
+                mg_store_free_list(keys, n);
+                return rc;
+            }
+        }
+        m++;
+    }
+    mg_store_free_list(keys, n);
+    *out = e;
+    *count = m;
+    if (m == 0) {
+        free(e);
+        *out = NULL;
+    }
+    return 0;
+}
+
+static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int64_t deadline = mg_now_ms() + timeout_ms, rev = 0;
+
+    for (;;) {
+        void *v = NULL;
+        size_t n;
+        int left = mg_ms_until(deadline);
+        int rc = mg_store_watch(s->st, key, since_rev, left, &rev, &v, &n);
+        if (rc == -ETIMEDOUT)
+            return 0;
+        if (rc < 0)
+            return fail(s, "watch", rc);
+        free(v);
+        if (since_rev > 0 || v)
+            return 1;
+        /* Waiting for the key to exist, and it reported a past deletion. */
+        since_rev = rev;
+        if (left == 0)
+            return 0;
+    }
+}
+
+static int kkeepalive(struct mg_kv *kv)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_ping(s->st);
+    if (rc == -MG_ECLOSED) {
+        /* Dropped (a lease that ran out while this agent stalled) or the
+         * server is gone: reconnecting tells which. */
+        struct mg_store *n = NULL;
+        struct mg_store_opts o = s->o;
+        o.connect_timeout_ms = 1000;
+        if (mg_store_connect(&n, &o) == 0) {
+            mg_store_release(s->st);
+            s->st = n;
+            snprintf(kv->err, sizeof(kv->err),
+                     "store %s: the store dropped this agent's connection (its lease ran out)",
+                     s->where);
+            return -EKEYEXPIRED;
+        }
+    }
+    return rc < 0 ? fail(s, "heartbeat", rc) : 0;
+}
+
+static void krelease(struct mg_kv *kv)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    if (!s)
+        return;
+    mg_store_release(s->st);
+    free(s);
+}
+
+static const struct mg_kv_ops store_ops = {
+    .name = "store",
+    .get = kget,
+    .set = kset,
+    .cas = kcas,
+    .add = kadd,
+    .del = kdel,
+    .list = klist,
+    .wait = kwait,
+    .keepalive = kkeepalive,
+    .release = krelease,
+};
+
+int mg_kv_store_open(struct mg_kv **out, const struct mg_kv_store_opts *o, char *err, size_t errlen)
+{
+    struct kv_store *s = calloc(1, sizeof(*s));
+    int rc;
+
+    *out = NULL;
+    if (!s)
+        return -ENOMEM;
+    s->kv.ops = &store_ops;
+    snprintf(s->host, sizeof(s->host), "%s", o->host);
+    snprintf(s->token, sizeof(s->token), "%s", o->token ? o->token : "");
+    if (strchr(s->host, ':'))
+        snprintf(s->where, sizeof(s->where), "[%s]:%d", s->host, o->port);
+    else
+        snprintf(s->where, sizeof(s->where), "%s:%d", s->host, o->port);
+    s->o.host = s->host;
+    s->o.port = o->port;
+    s->o.token = s->token[0] ? s->token : NULL;
+    s->o.connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 1;
+    s->o.timeout_ms = o->timeout_ms;
+    s->o.lease_ms = o->lease_ms;
+    rc = mg_store_connect(&s->st, &s->o);
+    if (rc < 0) {
+        const char *why = mg_strerror(rc);
+        if (rc == -MG_EAUTH)
+            why = "authentication failed: the rendezvous token (--rdzv_conf token= or "
+                  "MG_RDZV_TOKEN) differs from the store's, or one side has none";
+        else if (rc == -ENOENT)
+            why = "the name does not resolve";
+        else if (rc == -ECONNREFUSED)
+            why = "connection refused (no agent hosts the store there yet)";
+        snprintf(err, errlen, "store %s: cannot connect: %s", s->where, why);
+        free(s);
+        return rc;
+    }
+    *out = &s->kv;
+    return 0;
+}
+
+int mg_kv_store_fd(const struct mg_kv *kv)
+{
+    return mg_store_fd(((const struct kv_store *)kv)->st);
+}

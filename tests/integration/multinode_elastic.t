@@ -1,0 +1,87 @@
+#!/bin/sh
+# Elastic membership with mglaunch across test hosts (c10d): a node's agent
+# SIGKILLed with --nnodes 2:3 (the survivors re-form and finish), the same
+# with 3:3 (they exit with a clear error), a node joining mid-run (scale-up),
+# and a worker failure on one node restarting every node.
+# timeout: 150
+. "$(dirname "$0")/../lib.sh"
+. "$TOP/tests/netns.sh"
+. "$TOP/tests/mn_lib.sh"
+
+hosts_up 3
+EP="$(host_addr 0):29400"
+HOST0= OTHER=
+if [ "$HOSTS_MODE" = loopback ]; then
+    EP="$(host_addr 0):$(free_port)"
+    HOST0=",is_host=1"
+    OTHER=",is_host=0"
+fi
+C="--nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint $EP"
+
+# --nnodes 2:3, the third node's agent SIGKILLed mid-run.
+W="$MN_WORKER --reach --sleep-at 3:60"
+node 0 a $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB$HOST0" $W
+node 1 b $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB$OTHER" $W
+node 2 c $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB$OTHER" $W
+ok wait_for 20 sh -c "[ \$(grep -c '^reach ok' $T/a.out $T/b.out $T/c.out | awk -F: '{s+=\$2} END {print s}') -ge 6 ]"
+kill -KILL "$PID_c"
+node_wait a
+rc_a=$RC
+node_wait b
+is "$rc_a $RC" "0 0" "2:3, a node SIGKILLed: the survivors re-form and finish"
+ok out_has a "re-forming the group.*stopped sending heartbeats"
+is "$(grep '^env' "$T/a.out" | tail -n 1 | sed 's/.* world=\([0-9]*\) .*/\1/')" 4 \
+    "the re-formed group has 2 nodes x 2 workers"
+is "$(grep '^env' "$T/a.out" | tail -n 1 | sed 's/.* restart=\([0-9]*\) .*/\1/')" 0 \
+    "a membership change does not count as a restart"
+
+# --nnodes 3:3: the survivors cannot go on.
+W="$MN_WORKER --sleep 60"
+node 0 a $C --nnodes 3 --rdzv_id min3 --rdzv_conf "$MN_HB$HOST0" $W
+node 1 b $C --nnodes 3 --rdzv_id min3 --rdzv_conf "$MN_HB$OTHER" $W
+node 2 c $C --nnodes 3 --rdzv_id min3 --rdzv_conf "$MN_HB$OTHER" $W
+ok wait_for 20 sh -c "[ \$(grep -c '^env' $T/a.out $T/b.out $T/c.out | awk -F: '{s+=\$2} END {print s}') -ge 6 ]"
+kill -KILL "$PID_c"
+node_wait b
+rc_b=$RC
+node_wait a
+is "$rc_a$RC" "$rc_a$rc_b" "3:3, a node SIGKILLed: both survivors exit"
+ok test "$RC" -ne 0 -a "$rc_b" -ne 0
+ok out_has b "stopped sending heartbeats; 2 node\(s\) left, fewer than the minimum 3"
+
+# Scale-up: 2 nodes of 2:3 run, a third arrives and the group grows.
+W="$MN_WORKER --reach --sleep-at 2:60"
+node 0 a $C --nnodes 2:3 --rdzv_id grow --rdzv_conf "$MN_HB$HOST0,last_call_timeout=0.5" $W
+node 1 b $C --nnodes 2:3 --rdzv_id grow --rdzv_conf "$MN_HB$OTHER,last_call_timeout=0.5" $W
+ok wait_for 20 sh -c "[ \$(grep -c '^reach ok' $T/a.out $T/b.out | awk -F: '{s+=\$2} END {print s}') -ge 4 ]"
+node 2 c $C --nnodes 2:3 --rdzv_id grow --rdzv_conf "$MN_HB$OTHER,last_call_timeout=0.5" $W
+node_wait a
+rc_a=$RC
+node_wait b
+rc_b=$RC
+node_wait c
+is "$rc_a $rc_b $RC" "0 0 0" "a node joining mid-run: all three finish"
+ok out_has a "re-forming the group.*waiting to join"
+is "$(grep '^env' "$T/c.out" | tail -n 1 | sed 's/.* group_rank=\([0-9]*\) .*/\1/')" 2 \
+    "the newcomer is node rank 2"
+check_world "the grown group: ranks 0..5" 6 a b c
+
+# A worker failure on one node restarts every node, with a new attempt.
+W="$MN_WORKER --reach --fail 3:7"
+node 0 a $C --nnodes 2 --max_restarts 1 --rdzv_id fail1 --rdzv_conf "$MN_HB$HOST0" $W
+node 1 b $C --nnodes 2 --max_restarts 1 --rdzv_id fail1 --rdzv_conf "$MN_HB$OTHER" $W
+node_wait a
+rc_a=$RC
+node_wait b
+is "$rc_a $RC" "0 0" "rank 3 fails once, --max_restarts 1: both nodes restart and succeed"
+is "$(grep -c '^env.* restart=1 ' "$T/a.out")" 2 "node 0's workers ran again with TORCHELASTIC_RESTART_COUNT=1"
+
+W="$MN_WORKER --fail 3:7 --sleep 30"
+node 0 a $C --nnodes 2 --max_restarts 0 --rdzv_id fail0 --rdzv_conf "$MN_HB$HOST0" $W
+node 1 b $C --nnodes 2 --max_restarts 0 --rdzv_id fail0 --rdzv_conf "$MN_HB$OTHER" $W
+node_wait b
+rc_b=$RC
+node_wait a
+is "$rc_b $RC" "7 7" "no restarts left: both nodes exit with the failed worker's code"
+ok out_has a "rank 3 .* exited with code 7"
+done_testing

@@ -1,0 +1,70 @@
+#!/bin/sh
+# mglaunch across test hosts with the etcd backend (etcd 3.4 on its own test
+# host): 2 and 3 nodes x 2 workers, a SIGKILLed node with 2:3, etcd stopped
+# mid-run (a clear error naming the endpoint, not a hang), and a missing
+# --rdzv_id refused with the reason.
+# timeout: 120
+. "$(dirname "$0")/../lib.sh"
+. "$TOP/tests/netns.sh"
+. "$TOP/tests/etcd.sh"
+. "$TOP/tests/mn_lib.sh"
+
+etcd_have || skip_all "etcd-server is not installed (apt-get install etcd-server)"
+hosts_up 3
+if [ "$HOSTS_MODE" = netns ]; then
+    etcd_start "$(host_addr sw)" "${NS_PREFIX}sw" || { echo "not ok 1 - etcd starts"; echo 1..1; exit 1; }
+else
+    etcd_start || { echo "not ok 1 - etcd starts"; echo 1..1; exit 1; }
+fi
+diag "etcd at $ETCD_EP"
+C="--nproc_per_node 2 --rdzv_backend etcd --rdzv_endpoint $ETCD_EP"
+
+node 0 a $C --nnodes 2 --rdzv_id two --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
+node 1 b $C --nnodes 2 --rdzv_id two --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
+node_wait a
+rc_a=$RC
+node_wait b
+is "$rc_a $RC" "0 0" "2 nodes x 2 workers on etcd: both agents succeed"
+check_world "2 nodes: ranks 0..3, world 4, one master, reachable from every host" 4 a b
+
+node 0 a $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
+node 1 b $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
+node 2 c $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
+node_wait a
+rc_a=$RC
+node_wait b
+rc_b=$RC
+node_wait c
+is "$rc_a $rc_b $RC" "0 0 0" "3 nodes x 2 workers on etcd: all succeed"
+check_world "3 nodes: ranks 0..5, world 6, one master, reachable from every host" 6 a b c
+
+# Any node may die with etcd (no agent holds the state): here node 0.
+W="$MN_WORKER --reach --sleep-at 3:60"
+node 0 a $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB" $W
+node 1 b $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB" $W
+node 2 c $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB" $W
+ok wait_for 20 sh -c "[ \$(grep -c '^reach ok' $T/a.out $T/b.out $T/c.out | awk -F: '{s+=\$2} END {print s}') -ge 6 ]"
+kill -KILL "$PID_a"
+node_wait b
+rc_b=$RC
+node_wait c
+is "$rc_b $RC" "0 0" "2:3 on etcd, node 0 SIGKILLed: the survivors re-form and finish"
+check_world "the survivors: ranks 0..3" 4 b c
+
+# etcd goes away mid-run.
+W="$MN_WORKER --sleep 60"
+node 0 a $C --nnodes 2 --rdzv_id gone --rdzv_conf "$MN_HB" $W
+node 1 b $C --nnodes 2 --rdzv_id gone --rdzv_conf "$MN_HB" $W
+ok wait_for 20 sh -c "[ \$(grep -c '^env' $T/a.out $T/b.out | awk -F: '{s+=\$2} END {print s}') -ge 4 ]"
+etcd_stop
+node_wait a
+rc_a=$RC
+node_wait b
+is "$rc_a $RC" "1 1" "etcd stopped mid-run: the agents stop the job and exit 1"
+ok out_has a "lost the rendezvous backend: .*etcd http://$ETCD_EP"
+
+node 0 a $C --nnodes 2 "$MN_WORKER"
+node_wait a
+is "$RC" 2 "etcd without --rdzv_id: refused"
+ok out_has a "rdzv_id is required with --rdzv_backend etcd.*share their rendezvous"
+done_testing

@@ -1,0 +1,109 @@
+/* Slurm hostlist expansion and SLURM_* detection (launcher/slurm.c).
+ * timeout: 30 */
+#include "slurm.h"
+#include "../tap.h"
+
+#include <errno.h>
+
+static void expands(const char *list, const char *want)
+{
+    char **h;
+    int n, rc = mg_hostlist_expand(list, 1000, &h, &n);
+    char got[4096] = "";
+    size_t off = 0;
+
+    for (int i = 0; rc == 0 && i < n; i++)
+        off += (size_t)snprintf(got + off, sizeof(got) - off, "%s%s", i ? " " : "", h[i]);
+    if (rc < 0)
+        snprintf(got, sizeof(got), "error %d", rc);
+    is_str(got, want, "expand '%s'", list);
+    if (rc == 0)
+        mg_hostlist_free(h, n);
+}
+
+static void rejects(const char *list, int max, int want)
+{
+    char **h;
+    int n, rc = mg_hostlist_expand(list, max, &h, &n);
+    is_int(rc, want, "reject '%.60s'", list);
+    ok(h == NULL && n == 0, "nothing returned for '%.40s'", list);
+}
+
+int main(void)
+{
+    expands("node1", "node1");
+    expands("node[01-04,07]", "node01 node02 node03 node04 node07");
+    expands("node[8-10]", "node8 node9 node10");
+    expands("n[008-010]", "n008 n009 n010");
+    expands("a,b,c", "a b c");
+    expands("gpu[1-2]-ib,login", "gpu1-ib gpu2-ib login");
+    expands("rack[1-2]-node[01-02]", "rack1-node01 rack1-node02 rack2-node01 rack2-node02");
+    expands("x[1-2],y[3,5-6],z", "x1 x2 y3 y5 y6 z");
+    expands("node[7]", "node7");
+    expands("10.0.0.[1-3]", "10.0.0.1 10.0.0.2 10.0.0.3");
+    expands("a, b", "a b");
+    expands("[1-2]", "1 2");
+
+    rejects("", 10, -EINVAL);
+    rejects("node[1-", 10, -EINVAL);
+    rejects("node[]", 10, -EINVAL);
+    rejects("node[3-1]", 10, -EINVAL);
+    rejects("node[a-b]", 10, -EINVAL);
+    rejects("node[1,]", 10, -EINVAL);
+    rejects("node[,1]", 10, -EINVAL);
+    rejects("node]1", 10, -EINVAL);
+    rejects("node[[1]]", 10, -EINVAL);
+    rejects("a,,b", 10, -EINVAL);
+    rejects("a,", 10, -EINVAL);
+    rejects("node[1-11]", 10, -E2BIG);
+    rejects("node[0-99999999999]", 1000, -E2BIG);
+    rejects("n[1-2]m[1-2]o[1-2]", 7, -E2BIG);
+    {
+        char big[400];
+        memset(big, 'a', sizeof(big) - 1);
+        big[sizeof(big) - 1] = 0;
+        rejects(big, 10, -E2BIG);
+    }
+
+    /* SLURM_* detection. */
+    {
+        struct mg_slurm s;
+        char err[256] = "";
+        char *none[] = {"PATH=/bin", NULL};
+        is_int(mg_slurm_detect(none, &s, err, sizeof(err)), 0, "no Slurm without SLURM_NODEID");
+
+        char *job[] = {"SLURM_NNODES=4", "SLURM_NODEID=2", "SLURM_JOB_NODELIST=gpu[07-09,11]",
+                       "SLURM_JOB_ID=4242", NULL};
+        is_int(mg_slurm_detect(job, &s, err, sizeof(err)), 1, "Slurm job detected");
+        is_int(s.nnodes, 4, "nnodes from SLURM_NNODES");
+        is_int(s.node_rank, 2, "node_rank from SLURM_NODEID");
+        is_str(s.master_addr, "gpu07", "master_addr is the first host");
+        is_str(s.job_id, "4242", "job id");
+
+        char *step[] = {"SLURM_NNODES=4",
+                        "SLURM_STEP_NUM_NODES=2",
+                        "SLURM_NODEID=1",
+                        "SLURM_JOB_NODELIST=gpu[07-09,11]",
+                        "SLURM_STEP_NODELIST=gpu[09,11]",
+                        NULL};
+        is_int(mg_slurm_detect(step, &s, err, sizeof(err)), 1, "Slurm step detected");
+        is_int(s.nnodes, 2, "the step's node count wins");
+        is_str(s.master_addr, "gpu09", "the step's first host");
+
+        char *bad_id[] = {"SLURM_NNODES=2", "SLURM_NODEID=2", "SLURM_JOB_NODELIST=a,b", NULL};
+        is_int(mg_slurm_detect(bad_id, &s, err, sizeof(err)), -EINVAL, "node id out of range");
+        ok(strstr(err, "SLURM_NODEID=2") != NULL, "error names SLURM_NODEID: %s", err);
+
+        char *mismatch[] = {"SLURM_NNODES=3", "SLURM_NODEID=0", "SLURM_JOB_NODELIST=a,b", NULL};
+        is_int(mg_slurm_detect(mismatch, &s, err, sizeof(err)), -EINVAL, "count mismatch");
+        ok(strstr(err, "lists 2 hosts") != NULL, "error explains the mismatch: %s", err);
+
+        char *badlist[] = {"SLURM_NNODES=2", "SLURM_NODEID=0", "SLURM_JOB_NODELIST=a[1-", NULL};
+        is_int(mg_slurm_detect(badlist, &s, err, sizeof(err)), -EINVAL, "bad hostlist");
+        ok(strstr(err, "SLURM_JOB_NODELIST=a[1-") != NULL, "error names the variable: %s", err);
+
+        char *nolist[] = {"SLURM_NNODES=2", "SLURM_NODEID=0", NULL};
+        is_int(mg_slurm_detect(nolist, &s, err, sizeof(err)), -EINVAL, "no node list");
+    }
+    return done_testing();
+}
