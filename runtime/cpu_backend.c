@@ -71,14 +71,64 @@ static void cpu_linear_forward(struct mg_backend *be, float *y, const float *x, 
     mg_k_bias_rows(y, b, n, out, relu);
 }
 
+/* unit lists (index, value) [out][n] | sample lists (index, value) [n][out] | lengths */
+static size_t cpu_linear_scratch(struct mg_backend *be, int n, int in, int out)
+{
+    return 4 * (size_t)n * out * 4 + ((size_t)n + out) * 4;
+}
+
+/* A gradient behind a ReLU is often mostly zeros (the mlp's hidden layer keeps under
+ * a tenth of its units active once trained): below this density the products skip
+ * the zeros, gathering only the rows they touch. Dense GEMM wins above it. */
+#define LINEAR_SPARSE_DENSITY 0.25
+
+static void linear_backward_sparse(float *dx, float *dw, const float *dy, const float *x,
+                                   const float *w, int n, int in, int out, int accumulate,
+                                   void *scratch)
+{
+    int32_t *u_idx = scratch; /* [out][n]: samples where unit o has a gradient */
+    float *u_val = (float *)(u_idx + (size_t)out * n);
+    int32_t *s_idx = (int32_t *)(u_val + (size_t)out * n); /* [n][out]: units of sample i */
+    float *s_val = (float *)(s_idx + (size_t)out * n);
+    int32_t *u_n = (int32_t *)(s_val + (size_t)out * n), *s_n = u_n + out;
+    memset(u_n, 0, sizeof(int32_t) * (size_t)out);
+    for (int i = 0; i < n; i++) {
+        int cnt = 0;
+        for (int o = 0; o < out; o++) {
+            float v = dy[(size_t)i * out + o];
+            int nz = v != 0.0f;
+            u_idx[(size_t)o * n + u_n[o]] = i;
+            u_val[(size_t)o * n + u_n[o]] = v;
+            u_n[o] += nz;
+            s_idx[(size_t)i * out + cnt] = o;
+            s_val[(size_t)i * out + cnt] = v;
+            cnt += nz;
+        }
+        s_n[i] = cnt;
+    }
+    for (int o = 0; o < out; o++)
+        mg_k_gather_axpy(dw + (size_t)o * in, x, (size_t)in, u_idx + (size_t)o * n,
+                         u_val + (size_t)o * n, u_n[o], in, accumulate);
+    if (dx)
+        for (int i = 0; i < n; i++)
+            mg_k_gather_axpy(dx + (size_t)i * in, w, (size_t)in, s_idx + (size_t)i * out,
+                             s_val + (size_t)i * out, s_n[i], in, 0);
+}
+
 static void cpu_linear_backward(struct mg_backend *be, float *dx, float *dw, float *db,
                                 const float *dy, const float *x, const float *w, int n, int in,
-                                int out, int accumulate)
+                                int out, int accumulate, void *scratch)
 {
     /* dw[out][in] (+)= dy^T x ; db (+)= column sums of dy ; dx = dy w */
-    gemm(be, 1, 0, out, in, n, dy, out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
     if (db)
         mg_k_colsum(db, dy, n, out, accumulate);
+    size_t total = (size_t)n * out;
+    if (scratch && in >= 32 &&
+        (double)mg_k_count_nonzero(dy, total) < LINEAR_SPARSE_DENSITY * (double)total) {
+        linear_backward_sparse(dx, dw, dy, x, w, n, in, out, accumulate, scratch);
+        return;
+    }
+    gemm(be, 1, 0, out, in, n, dy, out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
     if (dx)
         gemm(be, 0, 0, n, in, out, dy, out, w, in, 0.0f, dx, in);
 }
@@ -356,6 +406,7 @@ int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend 
         .zero = cpu_zero,
         .sync = cpu_sync,
         .linear_forward = cpu_linear_forward,
+        .linear_scratch = cpu_linear_scratch,
         .linear_backward = cpu_linear_backward,
         .conv2d_scratch = cpu_conv2d_scratch,
         .conv2d_forward = cpu_conv2d_forward,

@@ -31,6 +31,14 @@ MG_CLONES void mg_k_colsum(float *db, const float *dy, int rows, int cols, int a
     }
 }
 
+MG_CLONES size_t mg_k_count_nonzero(const float *x, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += x[i] != 0.0f;
+    return c;
+}
+
 MG_CLONES float mg_k_sum(const float *x, size_t n)
 {
     float acc[16] = {0};

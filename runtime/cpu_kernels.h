@@ -21,6 +21,8 @@
 void mg_k_bias_rows(float *y, const float *b, int rows, int cols, int relu);
 /* db[c] (+)= sum over r of dy[r][c], rows in order */
 void mg_k_colsum(float *db, const float *dy, int rows, int cols, int accumulate);
+/* number of nonzero elements of x[0..n) */
+size_t mg_k_count_nonzero(const float *x, size_t n);
 /* returns sum of x[0..n) in a fixed 16-lane order */
 float mg_k_sum(const float *x, size_t n);
 
