@@ -72,8 +72,13 @@ struct mg_backend {
     /* y[n][out] = x[n][in] . w[out][in]^T + b, then max(0, .) when relu */
     void (*linear_forward)(struct mg_backend *be, float *y, const float *x, const float *w,
                            const float *b, int n, int in, int out, int relu);
+    /* scratch: linear_scratch() bytes. A backend may skip the zeros of dy (a ReLU before
+     * it leaves many): same result up to rounding order, chosen from dy alone, so the
+     * same data always gives the same bits. */
+    size_t (*linear_scratch)(struct mg_backend *be, int n, int in, int out);
     void (*linear_backward)(struct mg_backend *be, float *dx, float *dw, float *db, const float *dy,
-                            const float *x, const float *w, int n, int in, int out, int accumulate);
+                            const float *x, const float *w, int n, int in, int out, int accumulate,
+                            void *scratch);
     /* bytes of scratch memory conv2d needs for these dimensions (forward and backward) */
     size_t (*conv2d_scratch)(struct mg_backend *be, const struct mg_conv2d_dims *d);
     void (*conv2d_forward)(struct mg_backend *be, const struct mg_conv2d_dims *d, float *y,

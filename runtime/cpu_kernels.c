@@ -31,6 +31,14 @@ MG_CLONES void mg_k_colsum(float *db, const float *dy, int rows, int cols, int a
     }
 }
 
+MG_CLONES size_t mg_k_count_nonzero(const float *x, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += x[i] != 0.0f;
+    return c;
+}
+
 MG_CLONES float mg_k_sum(const float *x, size_t n)
 {
     float acc[16] = {0};
@@ -198,76 +206,88 @@ MG_CLONES void mg_k_col2im(float *dx, const float *dcol, int g, int c, int h, in
             }
 }
 
-/* Four-float vectors for the short kernel rows of im2row / row2im. */
-typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
-
-static inline void copy_kw(float *restrict d, const float *restrict s, int kw)
+MG_CLONES void mg_k_transpose(float *restrict dst, const float *restrict src, int rows, int cols,
+                              int accumulate)
 {
-    int j = 0;
-    for (; j + 4 <= kw; j += 4)
-        *(v4f *)(d + j) = *(const v4f *)(s + j);
-    for (; j < kw; j++)
-        d[j] = s[j];
+    /* 8x8 tiles: eight source rows are read together while a destination row of
+     * eight is written, so both sides stay within a few cache lines */
+    int r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        const float *s = src + (size_t)r0 * cols;
+        for (int c = 0; c < cols; c++) {
+            float *d = dst + (size_t)c * rows + r0;
+            float v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = s[(size_t)k * cols + c];
+            if (accumulate)
+                for (int k = 0; k < 8; k++)
+                    d[k] += v[k];
+            else
+                for (int k = 0; k < 8; k++)
+                    d[k] = v[k];
+        }
+    }
+    for (; r0 < rows; r0++)
+        for (int c = 0; c < cols; c++) {
+            float v = src[(size_t)r0 * cols + c];
+            float *d = dst + (size_t)c * rows + r0;
+            *d = accumulate ? *d + v : v;
+        }
 }
 
-static inline void add_kw(float *restrict d, const float *restrict s, int kw)
+MG_CLONES void mg_k_im2row_hwc(float *restrict rows, const float *restrict x, int c, int h, int w,
+                               int kh, int kw, int stride, int pad, int oh, int ow)
 {
-    int j = 0;
-    for (; j + 4 <= kw; j += 4)
-        *(v4f *)(d + j) += *(const v4f *)(s + j);
-    for (; j < kw; j++)
-        d[j] += s[j];
-}
-
-MG_CLONES void mg_k_im2row(float *rows, const float *x, int c, int h, int w, int kh, int kw,
-                           int stride, int pad, int oh, int ow)
-{
-    size_t K = (size_t)c * kh * kw;
+    size_t K = (size_t)c * kh * kw, seg = (size_t)kw * c;
     for (int o = 0; o < oh; o++)
         for (int q = 0; q < ow; q++) {
             float *dst = rows + ((size_t)o * ow + q) * K;
             int i0 = o * stride - pad, j0 = q * stride - pad;
-            int inside = i0 >= 0 && j0 >= 0 && i0 + kh <= h && j0 + kw <= w;
-            for (int ci = 0; ci < c; ci++)
-                for (int i = 0; i < kh; i++) {
-                    int ih = i0 + i;
-                    float *d = dst + ((size_t)ci * kh + i) * kw;
-                    const float *src = x + ((size_t)ci * h + ih) * w + j0;
-                    if (inside) {
-                        copy_kw(d, src, kw);
-                        continue;
-                    }
-                    for (int j = 0; j < kw; j++)
-                        d[j] = ih >= 0 && ih < h && j0 + j >= 0 && j0 + j < w ? src[j] : 0.0f;
+            int jlo = j0 < 0 ? -j0 : 0, jhi = j0 + kw > w ? w - j0 : kw;
+            for (int i = 0; i < kh; i++, dst += seg) {
+                int ih = i0 + i;
+                if (ih < 0 || ih >= h || jlo >= jhi) {
+                    memset(dst, 0, seg * sizeof(float));
+                    continue;
                 }
+                /* kernel columns jlo..jhi of input row ih: jhi-jlo pixels of c channels,
+                 * contiguous in channel-last order */
+                const float *src = x + ((size_t)ih * w + j0 + jlo) * c;
+                size_t n = (size_t)(jhi - jlo) * c;
+                for (size_t z = 0; z < (size_t)jlo * c; z++)
+                    dst[z] = 0.0f;
+                float *d = dst + (size_t)jlo * c;
+                size_t t = 0;
+                for (; t + 8 <= n; t += 8)
+                    memcpy(d + t, src + t, 8 * sizeof(float));
+                for (; t < n; t++)
+                    d[t] = src[t];
+                for (size_t z = (size_t)jhi * c; z < seg; z++)
+                    dst[z] = 0.0f;
+            }
         }
 }
 
-MG_CLONES void mg_k_row2im(float *dx, const float *drows, int c, int h, int w, int kh, int kw,
-                           int stride, int pad, int oh, int ow)
+MG_CLONES void mg_k_row2im_hwc(float *restrict dx, const float *restrict drows, int c, int h, int w,
+                               int kh, int kw, int stride, int pad, int oh, int ow)
 {
-    size_t K = (size_t)c * kh * kw;
+    size_t K = (size_t)c * kh * kw, seg = (size_t)kw * c;
     memset(dx, 0, sizeof(float) * (size_t)c * h * w);
     for (int o = 0; o < oh; o++)
         for (int q = 0; q < ow; q++) {
             const float *src = drows + ((size_t)o * ow + q) * K;
             int i0 = o * stride - pad, j0 = q * stride - pad;
-            int inside = i0 >= 0 && j0 >= 0 && i0 + kh <= h && j0 + kw <= w;
-            for (int ci = 0; ci < c; ci++)
-                for (int i = 0; i < kh; i++) {
-                    int ih = i0 + i;
-                    const float *sr = src + ((size_t)ci * kh + i) * kw;
-                    float *d = dx + ((size_t)ci * h + ih) * w + j0;
-                    if (inside) {
-                        add_kw(d, sr, kw);
-                        continue;
-                    }
-                    if (ih < 0 || ih >= h)
-                        continue;
-                    for (int j = 0; j < kw; j++)
-                        if (j0 + j >= 0 && j0 + j < w)
-                            d[j] += sr[j];
-                }
+            int jlo = j0 < 0 ? -j0 : 0, jhi = j0 + kw > w ? w - j0 : kw;
+            for (int i = 0; i < kh; i++, src += seg) {
+                int ih = i0 + i;
+                if (ih < 0 || ih >= h || jlo >= jhi)
+                    continue;
+                float *d = dx + ((size_t)ih * w + j0 + jlo) * c;
+                const float *s = src + (size_t)jlo * c;
+                size_t n = (size_t)(jhi - jlo) * c;
+                for (size_t t = 0; t < n; t++)
+                    d[t] += s[t];
+            }
         }
 }
 

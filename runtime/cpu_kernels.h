@@ -21,6 +21,8 @@
 void mg_k_bias_rows(float *y, const float *b, int rows, int cols, int relu);
 /* db[c] (+)= sum over r of dy[r][c], rows in order */
 void mg_k_colsum(float *db, const float *dy, int rows, int cols, int accumulate);
+/* number of nonzero elements of x[0..n) */
+size_t mg_k_count_nonzero(const float *x, size_t n);
 /* returns sum of x[0..n) in a fixed 16-lane order */
 float mg_k_sum(const float *x, size_t n);
 
@@ -37,12 +39,16 @@ void mg_k_im2col(float *col, const float *x, int g, int c, int h, int w, int kh,
 /* the adjoint: dx (g samples, zeroed here) = sum of dcol scattered back */
 void mg_k_col2im(float *dx, const float *dcol, int g, int c, int h, int w, int kh, int kw,
                  int stride, int pad, int oh, int ow);
-/* im2row for one sample: rows[p][k], the transpose of im2col (k = (c*kh + i)*kw + j) */
-void mg_k_im2row(float *rows, const float *x, int c, int h, int w, int kh, int kw, int stride,
-                 int pad, int oh, int ow);
-/* its adjoint for one sample: dx (zeroed here) = drows scattered back */
-void mg_k_row2im(float *dx, const float *drows, int c, int h, int w, int kh, int kw, int stride,
-                 int pad, int oh, int ow);
+/* dst[c][r] (+)= src[r][c] for an rows x cols matrix */
+void mg_k_transpose(float *dst, const float *src, int rows, int cols, int accumulate);
+/* Patch rows of one sample in channel-last order: x is [h][w][c] and
+ * rows[p][(i*kw + j)*c + ci] = x[o*stride - pad + i][q*stride - pad + j][ci] (0 outside),
+ * p = o*ow + q. A kernel row of a patch is then kw*c contiguous values. */
+void mg_k_im2row_hwc(float *rows, const float *x, int c, int h, int w, int kh, int kw, int stride,
+                     int pad, int oh, int ow);
+/* its adjoint: dx [h][w][c] (zeroed here) = drows scattered back */
+void mg_k_row2im_hwc(float *dx, const float *drows, int c, int h, int w, int kh, int kw, int stride,
+                     int pad, int oh, int ow);
 /* out[k] (+)= sum over j < n of g[j] * base[idx[j] * stride + k], for k < len; j in order.
  * With accumulate == 0, out is overwritten (an empty list gives zeros). out must not
  * overlap base. */

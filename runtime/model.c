@@ -221,6 +221,11 @@ static size_t layout_arena(struct mg_model *m, char *base)
         switch (l->spec.kind) {
         case MG_LAYER_LINEAR:
         case MG_LAYER_DROPOUT:
+            if (l->spec.kind == MG_LAYER_LINEAR) {
+                size_t s = m->be->linear_scratch(m->be, m->max_batch, (int)l->in_size, l->spec.out);
+                if (s > scratch)
+                    scratch = s;
+            }
             PLACE(l->out, float *, n * sizeof(float));
             if (l->spec.kind == MG_LAYER_DROPOUT)
                 PLACE(l->mask, uint8_t *, n);
@@ -472,7 +477,7 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
                 be->relu_backward(be, d, d, l->y, cnt);
             be->linear_backward(be, dx, m->grads[l->weight].data, m->grads[l->bias].data, d, l->x,
                                 m->params[l->weight].data, n, (int)l->in_size, l->spec.out,
-                                accumulate);
+                                accumulate, m->scratch);
             break;
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims cd;

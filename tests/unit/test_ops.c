@@ -41,7 +41,7 @@ static double maxdiff(const float *got, const double *want, size_t n)
     return w;
 }
 
-static void test_linear(int n, int in, int out, int relu)
+static void test_linear(int n, int in, int out, int relu, int sparse)
 {
     float *x = randv((size_t)n * in, 1), *w = randv((size_t)out * in, 0.5f), *b = randv(out, 0.5f);
     float *y = randv((size_t)n * out, 1), *dy = randv((size_t)n * out, 1);
@@ -60,7 +60,12 @@ static void test_linear(int n, int in, int out, int relu)
     ok(maxdiff(y, ry, (size_t)n * out) < 1e-5, "linear %dx%d->%d%s forward: %.2g", n, in, out,
        relu ? " +relu" : "", maxdiff(y, ry, (size_t)n * out));
     /* accumulate: dw = dw0 + dy^T x */
-    be->linear_backward(be, dx, dw, db, dy, x, w, n, in, out, 1);
+    void *scratch = be->alloc(be, be->linear_scratch(be, n, in, out));
+    if (sparse) /* nine tenths zeros, as behind a trained ReLU layer: the sparse path */
+        for (size_t i = 0; i < (size_t)n * out; i++)
+            if (i % 10)
+                dy[i] = 0.0f;
+    be->linear_backward(be, dx, dw, db, dy, x, w, n, in, out, 1, scratch);
     for (int o = 0; o < out; o++) {
         rdb[o] = db0[o];
         for (int k = 0; k < in; k++)
@@ -78,19 +83,21 @@ static void test_linear(int n, int in, int out, int relu)
                 s += (double)dy[i * out + o] * w[o * in + k];
             rdx[i * in + k] = s;
         }
-    ok(maxdiff(dw, rdw, (size_t)out * in) < 1e-5, "linear backward dw (accumulate)");
-    ok(maxdiff(db, rdb, out) < 1e-5, "linear backward db (accumulate)");
-    ok(maxdiff(dx, rdx, (size_t)n * in) < 1e-5, "linear backward dx");
+    const char *how = sparse ? " (sparse dy)" : "";
+    ok(maxdiff(dw, rdw, (size_t)out * in) < 1e-5, "linear backward dw (accumulate)%s", how);
+    ok(maxdiff(db, rdb, out) < 1e-5, "linear backward db (accumulate)%s", how);
+    ok(maxdiff(dx, rdx, (size_t)n * in) < 1e-5, "linear backward dx%s", how);
     /* overwrite, without dx */
     float *dx_before = copyv(dx, (size_t)n * in);
-    be->linear_backward(be, NULL, dw, db, dy, x, w, n, in, out, 0);
+    be->linear_backward(be, NULL, dw, db, dy, x, w, n, in, out, 0, scratch);
+    be->free(be, scratch);
     for (size_t i = 0; i < (size_t)out * in; i++)
         rdw[i] -= dw0[i];
     for (int o = 0; o < out; o++)
         rdb[o] -= db0[o];
     ok(maxdiff(dw, rdw, (size_t)out * in) < 1e-5 && maxdiff(db, rdb, out) < 1e-5,
-       "linear backward overwrites with accumulate=0");
-    ok(!memcmp(dx, dx_before, (size_t)n * in * sizeof(float)), "dx == NULL skips dx");
+       "linear backward overwrites with accumulate=0%s", how);
+    ok(!memcmp(dx, dx_before, (size_t)n * in * sizeof(float)), "dx == NULL skips dx%s", how);
     free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw0), free(db0), free(dw);
     free(db), free(ry), free(rdx), free(rdw), free(rdb), free(dx_before);
 }
@@ -364,8 +371,10 @@ int main(void)
     if (!mg_device_available(MG_DEVICE_CUDA))
         is_int(mg_backend_create(MG_DEVICE_CUDA, NULL, &cuda), -MG_EUNSUPPORTED,
                "no CUDA backend in this build: -MG_EUNSUPPORTED");
-    test_linear(5, 7, 3, 0);
-    test_linear(64, 100, 33, 1);
+    test_linear(5, 7, 3, 0, 0);
+    test_linear(64, 100, 33, 1, 0);
+    test_linear(64, 100, 33, 1, 1);
+    test_linear(16, 784, 256, 0, 1);
     for (int sparse = 0; sparse < 2; sparse++) {
         test_conv(3, 2, 9, 8, 4, 3, 1, 0, 0, sparse);
         test_conv(2, 3, 9, 9, 5, 3, 2, 1, 1, sparse);
