@@ -126,7 +126,10 @@ static void usage(FILE *f)
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
             "  --keep-checkpoints N    keep the N newest checkpoints (default 3, 0 = all)\n"
             "  --resume auto|PATH      auto: newest intact checkpoint in --checkpoint-dir, if\n"
-            "                          any; PATH: a checkpoint file or a directory of them\n"
+            "                          any; PATH: a checkpoint file or a directory of them.\n"
+            "                          Under a launcher, a restart or a checkpoint of the same\n"
+            "                          job (TORCHELASTIC_RUN_ID) resumes without it; another\n"
+            "                          world size reshards (docs/train.md)\n"
             "distributed (under mglaunch or torchrun; see docs/distributed.md):\n"
             "  --global-batch-size G   total batch per optimizer micro-step: each of the W\n"
             "                          processes takes ceil(G / W) (instead of --batch-size)\n"
@@ -718,6 +721,8 @@ static int setup(struct run *r)
         .rank = r->dist.rank,
         .world = r->dist.world,
         .drop_last = o->drop_last,
+        .global_batch = o->global_batch,
+        .run_id_hash = r->dist.d->env.launched ? mg_run_id_hash(r->dist.d->env.run_id) : 0,
     };
     if (r->train.n < r->dist.world) {
         fail("%d training samples cannot be shared by %d processes", r->train.n, r->dist.world);
@@ -762,34 +767,92 @@ static int is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* After a resume with another world size: what changed, as elastic torchrun
+ * users would want to be told (docs/train.md, "Elastic resume"). */
+static void warn_reshard(struct run *r)
+{
+    const struct options *o = r->o;
+    const struct mg_resume_info *ri = &r->trainer.resumed;
+    long was = (long)ri->batch_size * ri->world * ri->accum_steps;
+    long now = (long)o->batch_size * r->dist.world * o->accum_steps;
+    char where[256];
+    if (ri->per_rank > 0)
+        snprintf(where, sizeof(where),
+                 "epoch %ld goes on from sample %ld of %d in its order: the %ld not yet taken "
+                 "are shared by %d process%s, %ld each",
+                 ri->epoch + 1, ri->position, r->train.n, ri->left, r->dist.world,
+                 r->dist.world == 1 ? "" : "es", ri->per_rank);
+    else if (ri->left > 0)
+        snprintf(where, sizeof(where),
+                 "the %ld samples left of epoch %ld are fewer than %d processes and dropped "
+                 "(--drop-last); epoch %ld begins",
+                 ri->left, ri->epoch, r->dist.world, ri->epoch + 1);
+    else
+        snprintf(where, sizeof(where), "epoch %ld begins", ri->epoch + 1);
+    fprintf(stderr,
+            PROG ": warning: resharding a checkpoint of %d process%s: world size %d -> %d, "
+                 "effective batch %ld -> %ld (%d per process x %d x %d accum), lr %g -> %g; %s\n",
+            ri->world, ri->world == 1 ? "" : "es", ri->world, r->dist.world, was, now,
+            o->batch_size, r->dist.world, o->accum_steps, ri->lr, o->lr, where);
+    long g = ri->global_batch ? ri->global_batch : (long)ri->batch_size * ri->world;
+    if (was != now && !o->global_batch)
+        fprintf(stderr,
+                PROG ": warning: --batch-size is per process, so the effective batch follows the "
+                     "world size; --global-batch-size %ld keeps it (each process takes ceil(%ld / "
+                     "%d))%s\n",
+                g, g, r->dist.world,
+                o->scale_lr ? "" : "; --scale-lr linear scales the lr with the world size");
+}
+
+/* When to resume (docs/train.md, "Resume"): --resume; a restart by the
+ * launcher (TORCHELASTIC_RESTART_COUNT > 0); or, under a launcher, a
+ * checkpoint this job wrote (same TORCHELASTIC_RUN_ID): a group re-formed
+ * after a membership change restarts its workers with a restart count of 0. */
 static int resume(struct run *r)
 {
     struct options *o = r->o;
     char err[MG_ERRMSG_LEN];
-    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    const struct mg_dist_env *env = &r->dist.d->env;
     const char *what = o->resume;
-    /* a worker restarted by the launcher resumes from its checkpoints */
-    if (!what && o->checkpoint_dir && restart && strcmp(restart, "0") != 0 && *restart)
+    uint64_t only_run = 0;
+    int quiet = 0;
+    if (!what && o->checkpoint_dir) {
         what = "auto";
+        if (env->restart_count == 0) {
+            /* only this job's checkpoints; another run's get a warning, none nothing */
+            only_run = r->trainer.cfg.run_id_hash ? r->trainer.cfg.run_id_hash : UINT64_MAX;
+            quiet = 1;
+        }
+    }
     if (!what)
         return 0;
     int rc;
     static struct mg_resume_report rep;
     if (strcmp(what, "auto") == 0 || is_dir(what)) {
         const char *dir = strcmp(what, "auto") == 0 ? o->checkpoint_dir : what;
-        rc = mg_trainer_resume_latest(&r->trainer, dir, &rep, err);
-        for (int i = 0; i < rep.nskipped; i++)
+        rc = mg_trainer_resume_latest(&r->trainer, dir, only_run, &rep, err);
+        for (int i = 0; i < rep.nskipped && r->dist.rank == 0; i++)
             fprintf(stderr, PROG ": warning: skipping a corrupt checkpoint: %s\n", rep.skipped[i]);
         if (rc < 0) {
             fail("cannot resume: %s", err);
             return rc;
+        }
+        if (rep.other_run) {
+            if (r->dist.rank == 0)
+                fprintf(stderr,
+                        PROG ": warning: '%s' holds another run's checkpoints (newest: step "
+                             "%" PRIu64 "); starting from step 0 (pass --resume auto to "
+                             "continue from them, or use an empty directory)\n",
+                        dir, rep.step);
+            return 0;
         }
         if (!rep.found) {
             if (strcmp(what, "auto") != 0) {
                 fail("cannot resume: no complete checkpoint in '%s'", dir);
                 return -ENOENT;
             }
-            say(&r->prog, PROG ": no checkpoint in '%s' yet: starting from step 0", dir);
+            if (!quiet && r->dist.rank == 0)
+                say(&r->prog, PROG ": no checkpoint in '%s' yet: starting from step 0", dir);
             return 0;
         }
         what = rep.path;
@@ -800,9 +863,24 @@ static int resume(struct run *r)
             return rc;
         }
     }
-    if (r->dist.rank == 0)
-        say(&r->prog, PROG ": resumed from %s (step %ld, epoch %ld)", what, r->trainer.step,
-            r->trainer.epoch + (r->trainer.batch_in_epoch >= r->trainer.batches_per_epoch) + 1);
+    struct mg_trainer *t = &r->trainer;
+    /* --epochs counts from where the checkpoint left off, at this world size */
+    long total = o->steps ? r->total_steps : mg_trainer_steps_for_epochs(t, o->epochs);
+    int moved = total != r->total_steps;
+    if (moved) {
+        r->total_steps = total;
+        t->cfg.total_steps = total;
+        t->cfg.sched.total = total;
+    }
+    if (r->dist.rank == 0) {
+        if (t->resumed.resharded)
+            warn_reshard(r);
+        say(&r->prog, PROG ": resumed from %s (step %ld, epoch %ld), param hash %016" PRIx64, what,
+            t->step, t->resumed.epoch + 1, mg_model_param_hash(&r->model));
+        if (moved)
+            say(&r->prog, PROG ": %ld epoch%s now end at step %ld", o->epochs,
+                o->epochs == 1 ? "" : "s", total);
+    }
     return 0;
 }
 
@@ -949,7 +1027,7 @@ static int run(struct run *r)
         log_samples += (double)st.samples;
         log_steps++;
         evaluated_now = 0;
-        int epoch_done = t->batch_in_epoch >= t->batches_per_epoch;
+        int epoch_done = t->batch_in_epoch >= t->pass_batches;
         int last = t->step == r->total_steps;
 
         if (t->step % o->log_every == 0 || last) {

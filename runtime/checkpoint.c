@@ -139,7 +139,7 @@ static void pack_header(unsigned char *h, const struct mg_ckpt_info *info, uint3
 {
     memset(h, 0, MG_CKPT_HEADER_SIZE);
     memcpy(h, mg_ckpt_magic, 8);
-    mg_put_u32(h + 8, MG_CKPT_VERSION);
+    mg_put_u32(h + 8, info->version);
     mg_put_u32(h + 12, MG_CKPT_HEADER_SIZE);
     mg_put_u64(h + 16, info->payload_bytes);
     mg_put_u64(h + 24, info->raw_bytes);
@@ -186,6 +186,11 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
 
     if (nsections < 0 || nsections > MG_CKPT_MAX_SECTIONS)
         return mg_errf(err, -MG_ETOOBIG, "too many checkpoint sections (%d)", nsections);
+    if (info.version == 0)
+        info.version = MG_CKPT_VERSION;
+    if (info.version < MG_CKPT_VERSION_MIN || info.version > MG_CKPT_VERSION)
+        return mg_errf(err, -MG_EVERSION, "cannot write checkpoint format version %u",
+                       info.version);
     rc = mkdir_p(dir);
     if (rc < 0)
         return mg_errf(err, rc, "cannot create checkpoint directory '%s': %s", dir,
@@ -214,7 +219,6 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
     }
     if (rc < 0)
         goto deflate_end;
-    info.version = MG_CKPT_VERSION;
     info.payload_bytes = w->written;
     info.raw_bytes = w->raw;
     pack_header(hdr, &info, w->crc);
@@ -348,10 +352,10 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
         goto close;
     }
     out->info.version = mg_get_u32(hdr + 8);
-    if (out->info.version != MG_CKPT_VERSION) {
+    if (out->info.version < MG_CKPT_VERSION_MIN || out->info.version > MG_CKPT_VERSION) {
         rc = mg_errf(err, -MG_EVERSION,
-                     "'%s': checkpoint format version %u, this build reads version %d", path,
-                     out->info.version, MG_CKPT_VERSION);
+                     "'%s': checkpoint format version %u, this build reads versions %d to %d", path,
+                     out->info.version, MG_CKPT_VERSION_MIN, MG_CKPT_VERSION);
         goto close;
     }
     if (mg_get_u32(hdr + 60) != (uint32_t)crc32(0, hdr, 60)) {

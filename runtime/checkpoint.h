@@ -17,7 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MG_CKPT_VERSION      1
+/* Versions this build reads; it writes the lowest one that can hold what a
+ * checkpoint says (the caller's info.version), so older readers keep reading
+ * most files. The container is the same in both: version 2 only changes the
+ * meaning of the trainer's META (docs/checkpoint-format.md). */
+#define MG_CKPT_VERSION      2
+#define MG_CKPT_VERSION_MIN  1
 #define MG_CKPT_HEADER_SIZE  64
 #define MG_CKPT_MAX_RAW      ((uint64_t)64 << 30) /* uncompressed payload cap */
 #define MG_CKPT_MAX_SECTIONS 65536
@@ -44,7 +49,7 @@ struct mg_ckpt_section {
 
 /* Header fields that can be read without decompressing. */
 struct mg_ckpt_info {
-    uint32_t version;
+    uint32_t version; /* mg_ckpt_write: MG_CKPT_VERSION_MIN..MG_CKPT_VERSION; 0 = the newest */
     uint64_t step;
     uint64_t nparams;
     uint32_t world_size;

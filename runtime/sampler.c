@@ -18,19 +18,9 @@ int mg_sampler_init(struct mg_sampler *s, int n, int rank, int world, int shuffl
     s->mode = mode;
     s->seed = seed;
     s->epoch = -1;
-    switch (mode) {
-    case MG_SAMPLER_PAD:
-        s->num_samples = (int)(((long)n + world - 1) / world);
-        break;
-    case MG_SAMPLER_DROP_LAST:
-        s->num_samples = n / world;
-        break;
-    case MG_SAMPLER_UNEVEN:
-        s->num_samples = n / world + (rank < n % world);
-        break;
-    default:
+    if (mode != MG_SAMPLER_PAD && mode != MG_SAMPLER_DROP_LAST && mode != MG_SAMPLER_UNEVEN)
         return -EINVAL;
-    }
+    s->num_samples = (int)mg_sampler_pass_len(n, rank, world, mode, 0);
     if (s->num_samples == 0)
         return -EINVAL; /* fewer samples than ranks with drop_last */
     s->perm = malloc(sizeof(int32_t) * (size_t)n);
@@ -49,22 +39,54 @@ void mg_sampler_release(struct mg_sampler *s)
     s->perm = s->indices = NULL;
 }
 
-void mg_sampler_set_epoch(struct mg_sampler *s, long epoch)
+static void permute(struct mg_sampler *s)
 {
-    if (s->epoch == epoch)
-        return;
-    s->epoch = epoch;
     if (s->shuffle) {
         /* g = torch.Generator(); g.manual_seed(seed + epoch); torch.randperm(n, generator=g) */
-        mg_mt19937_seed(&s->gen, s->seed + (uint64_t)epoch);
+        mg_mt19937_seed(&s->gen, s->seed + (uint64_t)s->epoch);
         mg_rng_randperm(&s->gen, s->perm, s->n);
     } else {
         for (int i = 0; i < s->n; i++)
             s->perm[i] = i;
     }
-    /* element k of the padded list is perm[k mod n]: the wrap-around padding */
-    for (int i = 0; i < s->num_samples; i++) {
-        long k = (long)s->rank + (long)i * s->world;
+}
+
+long mg_sampler_pass_len(long n, int rank, int world, enum mg_sampler_mode mode, long start)
+{
+    long left = n - start;
+    if (left <= 0 || world <= 0)
+        return 0;
+    switch (mode) {
+    case MG_SAMPLER_PAD:
+        return (left + world - 1) / world;
+    case MG_SAMPLER_DROP_LAST:
+        return left / world;
+    case MG_SAMPLER_UNEVEN:
+        return left / world + (rank < left % world);
+    }
+    return 0;
+}
+
+void mg_sampler_set_epoch(struct mg_sampler *s, long epoch)
+{
+    mg_sampler_set_pass(s, epoch, 0);
+}
+
+void mg_sampler_set_pass(struct mg_sampler *s, long epoch, long start)
+{
+    if (start < 0 || start > s->n)
+        start = start < 0 ? 0 : s->n;
+    if (s->epoch == epoch && s->start == start)
+        return;
+    int new_epoch = s->epoch != epoch;
+    s->epoch = epoch;
+    s->start = start;
+    s->pass_samples = (int)mg_sampler_pass_len(s->n, s->rank, s->world, s->mode, start);
+    if (new_epoch)
+        permute(s);
+    /* position k of the epoch's order is perm[k mod n]: the wrap-around padding */
+    for (int i = 0; i < s->pass_samples; i++) {
+        long k = start + (long)s->rank + (long)i * s->world;
         s->indices[i] = s->perm[k % s->n];
     }
 }

@@ -11,7 +11,21 @@
  *   MG_SAMPLER_UNEVEN    no padding and nothing dropped: ranks get n / world or
  *                        one more. For evaluation, where every sample must be
  *                        counted exactly once when sums are reduced.
- * Rank r takes elements r, r + world, r + 2*world, ... of that list. */
+ * Rank r takes elements r, r + world, r + 2*world, ... of that list.
+ *
+ * Positions. Call the permutation, repeated end to end, the epoch's order:
+ * position k holds perm[k mod n]. A pass over the epoch with W ranks takes
+ * positions 0 .. W * num_samples - 1, rank r those congruent to r mod W, so
+ * the padding above is positions n and up. After every rank has taken its
+ * first c samples, exactly positions [0, c * W) are taken: the epoch's
+ * progress is one number, the same for any world size. A pass can therefore
+ * begin at a position p > 0 (a run resumed mid-epoch with another world size,
+ * see trainer.h): rank r takes positions p + r, p + r + W, ..., and the pass
+ * ends where a pass from 0 would, counted over the n - p positions left:
+ * ceil((n - p) / W) each (padding), floor((n - p) / W) (drop_last), or
+ * (n - p) / W and one more for the first (n - p) mod W ranks (uneven). Every
+ * sample of the epoch is then still taken at least once (padding) or at most
+ * once (drop_last), as in a pass that never changed world size. */
 #ifndef MG_SAMPLER_H
 #define MG_SAMPLER_H
 
@@ -31,10 +45,12 @@ struct mg_sampler {
     int shuffle;
     enum mg_sampler_mode mode;
     uint64_t seed;
-    int num_samples;  /* this rank's samples per epoch */
+    int num_samples;  /* this rank's samples in a whole epoch */
     int32_t *perm;    /* [n] scratch for the permutation */
-    int32_t *indices; /* [num_samples] this rank's samples for `epoch` */
+    int32_t *indices; /* [pass_samples] this rank's samples of the current pass */
     long epoch;       /* -1 before the first mg_sampler_set_epoch() */
+    long start;       /* position the current pass began at (0: a whole epoch) */
+    int pass_samples; /* this rank's samples in the current pass (<= num_samples) */
     struct mg_mt19937 gen;
 };
 
@@ -42,8 +58,15 @@ struct mg_sampler {
 int mg_sampler_init(struct mg_sampler *s, int n, int rank, int world, int shuffle,
                     enum mg_sampler_mode mode, uint64_t seed);
 void mg_sampler_release(struct mg_sampler *s);
-/* Computes indices for the epoch (no-op when it is already current). */
+/* Computes indices for a whole epoch (no-op when it is already current). */
 void mg_sampler_set_epoch(struct mg_sampler *s, long epoch);
+/* Computes indices for a pass over the epoch that begins at position start
+ * (0 <= start <= n; no-op when it is already current). */
+void mg_sampler_set_pass(struct mg_sampler *s, long epoch, long start);
+
+/* A rank's samples in a pass over an n-sample epoch from position start with
+ * world ranks (the rules above); 0 when start >= n. */
+long mg_sampler_pass_len(long n, int rank, int world, enum mg_sampler_mode mode, long start);
 
 /* Batches of `batch` per epoch for this rank (the last one may be short). */
 static inline long mg_sampler_batches(const struct mg_sampler *s, int batch)

@@ -20,6 +20,39 @@ long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_l
     return (epochs * batches + accum - 1) / accum;
 }
 
+uint64_t mg_run_id_hash(const char *run_id)
+{
+    if (!run_id || !*run_id || strcmp(run_id, "none") == 0)
+        return 0;
+    uint64_t h = mg_hash64(run_id, strlen(run_id));
+    return h == 0 || h == UINT64_MAX ? 1 : h;
+}
+
+static enum mg_sampler_mode train_mode(const struct mg_train_config *cfg)
+{
+    return cfg->drop_last ? MG_SAMPLER_DROP_LAST : MG_SAMPLER_PAD;
+}
+
+/* Micro-batches of a pass from position start (the same on every rank: the
+ * training sampler pads or drops, it is never uneven). */
+static long pass_batches(long n, int world, enum mg_sampler_mode mode, int batch, long start)
+{
+    long len = mg_sampler_pass_len(n, 0, world, mode, start);
+    return (len + batch - 1) / batch;
+}
+
+long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs)
+{
+    long micro = 0;
+    if (t->epoch < epochs) {
+        micro = t->pass_batches - t->batch_in_epoch;
+        if (micro < 0)
+            micro = 0;
+        micro += (epochs - t->epoch - 1) * t->batches_per_epoch;
+    }
+    return t->step + (micro + t->cfg.accum_steps - 1) / t->cfg.accum_steps;
+}
+
 static uint64_t dropout_seed(uint64_t seed, int rank)
 {
     /* distinct streams per rank; independent of the shuffle's mt19937 */
@@ -53,8 +86,8 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     rc = mg_optim_check(&cfg->optim, err);
     if (rc < 0)
         return rc;
-    rc = mg_sampler_init(&t->sampler, train->n, cfg->rank, cfg->world, 1,
-                         cfg->drop_last ? MG_SAMPLER_DROP_LAST : MG_SAMPLER_PAD, cfg->seed);
+    rc = mg_sampler_init(&t->sampler, train->n, cfg->rank, cfg->world, 1, train_mode(cfg),
+                         cfg->seed);
     if (rc < 0) {
         mg_errf(err, rc, "cannot shard %d training samples over %d ranks", train->n, cfg->world);
         goto fail;
@@ -69,6 +102,7 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
         mg_sampler_set_epoch(&t->eval_sampler, 0);
     }
     t->batches_per_epoch = mg_sampler_batches(&t->sampler, cfg->batch_size);
+    t->pass_batches = t->batches_per_epoch;
     rc = mg_optim_init(&t->opt, m->be, &cfg->optim, m->nparams);
     if (rc < 0) {
         mg_errf(err, rc, "out of memory for the optimizer state");
@@ -123,13 +157,15 @@ static void upload_batch(struct mg_trainer *t, const struct mg_dataset *ds, cons
 /* Uploads the next micro-batch; returns its size. */
 static int next_batch(struct mg_trainer *t)
 {
-    if (t->batch_in_epoch >= t->batches_per_epoch) {
+    if (t->batch_in_epoch >= t->pass_batches) {
         t->epoch++;
+        t->epoch_start = 0;
         t->batch_in_epoch = 0;
+        t->pass_batches = t->batches_per_epoch;
     }
-    mg_sampler_set_epoch(&t->sampler, t->epoch);
+    mg_sampler_set_pass(&t->sampler, t->epoch, t->epoch_start);
     long start = t->batch_in_epoch * t->cfg.batch_size;
-    long left = t->sampler.num_samples - start;
+    long left = t->sampler.pass_samples - start;
     int n = left < t->cfg.batch_size ? (int)left : t->cfg.batch_size;
     upload_batch(t, t->train, t->sampler.indices + start, n);
     t->batch_in_epoch++;
@@ -258,6 +294,15 @@ int mg_rank_state_unpack(const unsigned char *in, size_t len, struct mg_rank_sta
     return 0;
 }
 
+/* Positions of the current epoch's order taken by every rank so far. */
+static long epoch_position(const struct mg_trainer *t)
+{
+    long len =
+        mg_sampler_pass_len(t->train->n, 0, t->cfg.world, train_mode(&t->cfg), t->epoch_start);
+    long taken = t->batch_in_epoch * (long)t->cfg.batch_size;
+    return t->epoch_start + (taken < len ? taken : len) * t->cfg.world;
+}
+
 static void pack_meta(const struct mg_trainer *t, unsigned char *p)
 {
     const struct mg_model *m = t->model;
@@ -282,6 +327,10 @@ static void pack_meta(const struct mg_trainer *t, unsigned char *p)
     mg_put_u64(p + 112, lr_bits);
     mg_put_u32(p + 120, (uint32_t)t->cfg.sched.kind);
     mg_put_u64(p + 128, (uint64_t)t->cfg.total_steps);
+    mg_put_u64(p + 136, (uint64_t)t->epoch_start); /* version 2 */
+    mg_put_u64(p + 144, (uint64_t)t->cfg.global_batch);
+    mg_put_u64(p + 152, t->cfg.run_id_hash);
+    mg_put_u64(p + 160, (uint64_t)epoch_position(t));
 }
 
 int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
@@ -345,6 +394,8 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
             (struct mg_ckpt_section){MG_CKPT_TAG_RANK, ranks[r].rank, MG_RANK_STATE_BYTES, b};
     }
     struct mg_ckpt_info info = {
+        /* version 1 readers read everything but a pass that began mid-epoch */
+        .version = t->epoch_start ? 2 : 1,
         .step = (uint64_t)t->step,
         .nparams = m->nparams,
         .world_size = (uint32_t)t->cfg.world,
@@ -389,14 +440,38 @@ static int check_meta(const struct mg_trainer *t, const unsigned char *p, const 
     return 0;
 }
 
-/* Everything but the model's shape (checked tensor by tensor in between). */
+/* Everything but the model's shape (checked tensor by tensor in between). A
+ * world size of its own is no mismatch: the load reshards. The batch per rank
+ * may then differ only as this run's --global-batch-size makes it, when that
+ * is the checkpoint's global batch too. */
 static int check_config(const struct mg_trainer *t, const unsigned char *p, const char *path,
                         char *err)
 {
-    if (mg_get_u32(p + 72) != (uint32_t)t->cfg.world)
-        return MISMATCH("world size", "%u", mg_get_u32(p + 72), (unsigned)t->cfg.world);
-    if (mg_get_u32(p + 76) != (uint32_t)t->cfg.batch_size)
-        return MISMATCH("batch size", "%u", mg_get_u32(p + 76), (unsigned)t->cfg.batch_size);
+    unsigned world = mg_get_u32(p + 72), batch = mg_get_u32(p + 76);
+    if (world == 0 || batch == 0)
+        return mg_errf(err, -MG_EFORMAT, "'%s': world size %u, batch size %u", path, world, batch);
+    if (batch != (uint32_t)t->cfg.batch_size && world == (uint32_t)t->cfg.world)
+        return MISMATCH("batch size", "%u", batch, (unsigned)t->cfg.batch_size);
+    if (world != (uint32_t)t->cfg.world) {
+        uint64_t had = mg_get_u64(p + 144);
+        uint64_t global = had ? had : (uint64_t)batch * world;
+        char was[96];
+        if (had)
+            snprintf(was, sizeof(was), "--global-batch-size %" PRIu64, had);
+        else
+            snprintf(was, sizeof(was), "batch size %u per process x %u processes", batch, world);
+        if (t->cfg.global_batch && (uint64_t)t->cfg.global_batch != global)
+            return mg_errf(err, -MG_ECONFIG,
+                           "'%s': written with %s, a global batch of %" PRIu64
+                           "; this run has --global-batch-size %ld",
+                           path, was, global, t->cfg.global_batch);
+        if (!t->cfg.global_batch && batch != (uint32_t)t->cfg.batch_size)
+            return mg_errf(err, -MG_ECONFIG,
+                           "'%s': written with %s, this run has batch size %d per process: "
+                           "pass --batch-size %u (the effective batch then follows the world "
+                           "size) or --global-batch-size %" PRIu64 " (it stays)",
+                           path, was, t->cfg.batch_size, batch, global);
+    }
     if (mg_get_u32(p + 80) != (uint32_t)t->cfg.accum_steps)
         return MISMATCH("accumulation steps", "%u", mg_get_u32(p + 80),
                         (unsigned)t->cfg.accum_steps);
@@ -413,26 +488,105 @@ static int check_config(const struct mg_trainer *t, const unsigned char *p, cons
     return 0;
 }
 
-int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
+/* The data position a checkpoint continues from (trainer.h, "Resharding"):
+ * with the same world size its own pass, batch for batch; with another, a
+ * pass from the position the old ranks had reached together. */
+static int restore_position(struct mg_trainer *t, const struct mg_ckpt_file *f,
+                            const unsigned char *meta, const char *path, char *err)
+{
+    struct mg_resume_info *ri = &t->resumed;
+    long n = t->train->n;
+    enum mg_sampler_mode mode = train_mode(&t->cfg);
+    long epoch = (long)mg_get_u64(meta + 40), b = (long)mg_get_u64(meta + 48);
+    uint64_t start = f->info.version >= 2 ? mg_get_u64(meta + 136) : 0;
+    if (start >= (uint64_t)n || epoch < 0 || b < 0)
+        return mg_errf(err, -MG_EFORMAT,
+                       "'%s': data position past the end (epoch %ld, batch %ld from position "
+                       "%" PRIu64 " of %ld)",
+                       path, epoch, b, start, n);
+    long old_len = mg_sampler_pass_len(n, 0, ri->world, mode, (long)start);
+    long old_batches = (old_len + ri->batch_size - 1) / ri->batch_size;
+    long taken = b < old_batches ? b * ri->batch_size : old_len;
+    ri->position = (long)start + taken * ri->world;
+    ri->left = ri->position < n ? n - ri->position : 0;
+    if (!ri->resharded) {
+        t->epoch = epoch;
+        t->epoch_start = (long)start;
+        t->batch_in_epoch = b;
+        t->pass_batches = pass_batches(n, t->cfg.world, mode, t->cfg.batch_size, (long)start);
+        ri->epoch = epoch + (b >= t->pass_batches);
+        ri->per_rank = old_len - taken;
+        return 0;
+    }
+    long per_rank =
+        b < old_batches ? mg_sampler_pass_len(n, 0, t->cfg.world, mode, ri->position) : 0;
+    if (per_rank > 0) {
+        t->epoch = epoch;
+        t->epoch_start = ri->position;
+    } else {
+        /* the epoch is done (or what is left is dropped): the next one, from its start */
+        t->epoch = epoch + 1;
+        t->epoch_start = 0;
+        ri->left = 0;
+    }
+    t->batch_in_epoch = 0;
+    t->pass_batches = pass_batches(n, t->cfg.world, mode, t->cfg.batch_size, t->epoch_start);
+    ri->epoch = t->epoch;
+    ri->per_rank = per_rank;
+    return 0;
+}
+
+/* This rank's dropout stream: its own from the checkpoint; after a reshard,
+ * the stream of (seed, rank) from the furthest offset any old rank reached. */
+static int restore_rank_state(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
+                              char *err)
 {
     struct mg_model *m = t->model;
-    struct mg_ckpt_file f;
+    struct mg_rank_state rs;
+    int rc = 0;
+    if (!t->resumed.resharded) {
+        const struct mg_ckpt_section *s =
+            need(f, MG_CKPT_TAG_RANK, (uint32_t)t->cfg.rank, 24, path, "RANK", err, &rc);
+        if (!s)
+            return rc;
+        mg_rank_state_unpack(s->data, s->len, &rs);
+        m->dropout_rng = rs.dropout;
+        return 0;
+    }
+    uint64_t furthest = 0;
+    int found = 0;
+    for (int i = 0; i < f->nsections; i++) {
+        const struct mg_ckpt_section *s = &f->sections[i];
+        if (s->tag != MG_CKPT_TAG_RANK || mg_rank_state_unpack(s->data, s->len, &rs) < 0)
+            continue;
+        found = 1;
+        if (rs.dropout.offset > furthest)
+            furthest = rs.dropout.offset;
+    }
+    if (!found)
+        return mg_errf(err, -MG_EFORMAT, "'%s': RANK section missing", path);
+    m->dropout_rng.seed = dropout_seed(t->cfg.seed, t->cfg.rank);
+    m->dropout_rng.offset = furthest;
+    return 0;
+}
+
+static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
+                     char *err)
+{
+    struct mg_model *m = t->model;
     const struct mg_ckpt_section *s;
-    int rc = mg_ckpt_read(path, &f, err);
-    if (rc < 0)
-        return rc;
-    rc = 0;
-    s = need(&f, MG_CKPT_TAG_META, 0, META_BYTES, path, "META", err, &rc);
+    int rc = 0;
+    s = need(f, MG_CKPT_TAG_META, 0, META_BYTES, path, "META", err, &rc);
     if (!s)
-        goto out;
+        return rc;
     const unsigned char *meta = s->data;
     rc = check_meta(t, meta, path, err);
     if (rc < 0)
-        goto out;
-    s = need(&f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * TENSOR_REC_BYTES, path, "TENSORS",
+        return rc;
+    s = need(f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * TENSOR_REC_BYTES, path, "TENSORS",
              err, &rc);
     if (!s)
-        goto out;
+        return rc;
     for (int i = 0; i < m->ntensors; i++) {
         const unsigned char *r = (const unsigned char *)s->data + (size_t)i * TENSOR_REC_BYTES;
         struct mg_tensor c = {0};
@@ -449,54 +603,72 @@ int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
             c.ndim = c.ndim > MG_MAX_DIMS ? MG_MAX_DIMS : c.ndim;
             mg_tensor_shape_str(&c, a, sizeof(a));
             mg_tensor_shape_str(x, b, sizeof(b));
-            rc = mg_errf(err, -MG_ESHAPE,
-                         "'%s': model shape mismatch: tensor %d is %s %s in the checkpoint, %s %s "
-                         "in the model",
-                         path, i, c.name, a, x->name, b);
-            goto out;
+            return mg_errf(err, -MG_ESHAPE,
+                           "'%s': model shape mismatch: tensor %d is %s %s in the checkpoint, %s "
+                           "%s in the model",
+                           path, i, c.name, a, x->name, b);
         }
     }
     rc = check_config(t, meta, path, err);
     if (rc < 0)
-        goto out;
+        return rc;
     const struct mg_ckpt_section *params =
-        need(&f, MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), path, "PARAMS", err, &rc);
+        need(f, MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), path, "PARAMS", err, &rc);
     if (!params)
-        goto out;
-    s = need(&f, MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, path, "OPTIM", err, &rc);
+        return rc;
+    s = need(f, MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, path, "OPTIM", err, &rc);
     if (!s)
-        goto out;
+        return rc;
     const unsigned char *oh = s->data;
-    if (mg_get_u64(oh + 16) != t->opt.state_count) {
-        rc = mg_errf(err, -MG_ECONFIG,
-                     "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
-                     "(different momentum setting?)",
-                     path, mg_get_u64(oh + 16), t->opt.state_count);
-        goto out;
-    }
+    if (mg_get_u64(oh + 16) != t->opt.state_count)
+        return mg_errf(err, -MG_ECONFIG,
+                       "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
+                       "(different momentum setting?)",
+                       path, mg_get_u64(oh + 16), t->opt.state_count);
     const struct mg_ckpt_section *ostate =
-        need(&f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
+        need(f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
              err, &rc);
     if (!ostate)
-        goto out;
-    struct mg_rank_state rs;
-    s = need(&f, MG_CKPT_TAG_RANK, (uint32_t)t->cfg.rank, 24, path, "RANK", err, &rc);
-    if (!s)
-        goto out;
-    mg_rank_state_unpack(s->data, s->len, &rs);
+        return rc;
 
+    struct mg_resume_info *ri = &t->resumed;
+    uint64_t lr_bits = mg_get_u64(meta + 112);
+    memset(ri, 0, sizeof(*ri));
+    ri->world = (int)mg_get_u32(meta + 72);
+    ri->batch_size = (int)mg_get_u32(meta + 76);
+    ri->accum_steps = (int)mg_get_u32(meta + 80);
+    ri->global_batch = (long)mg_get_u64(meta + 144);
+    memcpy(&ri->lr, &lr_bits, 8);
+    ri->run_id_hash = mg_get_u64(meta + 152);
+    ri->resharded = ri->world != t->cfg.world;
+    /* everything is checked before anything changes: a refused file leaves the trainer as it was */
+    struct mg_trainer before = *t;
+    rc = restore_position(t, f, meta, path, err);
+    if (rc == 0)
+        rc = restore_rank_state(t, f, path, err);
+    if (rc < 0) {
+        *t = before;
+        t->resumed.loaded = 0;
+        return rc;
+    }
     mg_model_set_params(m, params->data);
     if (t->opt.state_count)
         m->be->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
-    t->epoch = (long)mg_get_u64(meta + 40);
-    t->batch_in_epoch = (long)mg_get_u64(meta + 48);
     t->samples_seen = mg_get_u64(meta + 56);
-    m->dropout_rng = rs.dropout;
+    ri->loaded = 1;
     mg_model_zero_grad(m);
-    rc = m->be->sync(m->be);
-out:
+    return m->be->sync(m->be);
+}
+
+int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
+{
+    struct mg_ckpt_file f;
+    int rc = mg_ckpt_read(path, &f, err);
+    if (rc < 0)
+        return rc;
+    rc = load_file(t, &f, path, err);
     mg_ckpt_file_release(&f);
     return rc;
 }
@@ -507,8 +679,8 @@ static int is_corruption(int rc)
            rc == -MG_ETOOBIG || rc == -ENOENT || rc == -EIO;
 }
 
-int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, struct mg_resume_report *rep,
-                             char *err)
+int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t only_run,
+                             struct mg_resume_report *rep, char *err)
 {
     uint64_t *steps = calloc(MG_CKPT_MAX_LIST, sizeof(*steps));
     int rc, last = 0;
@@ -522,8 +694,22 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, struct mg_re
     }
     for (int i = 0; i < n; i++) {
         char path[MG_CKPT_PATH_MAX], msg[MG_ERRMSG_LEN];
+        struct mg_ckpt_file f;
         mg_ckpt_path(dir, steps[i], path, sizeof(path));
-        rc = mg_trainer_load(t, path, msg);
+        rc = mg_ckpt_read(path, &f, msg);
+        if (rc == 0) {
+            const struct mg_ckpt_section *meta = mg_ckpt_find(&f, MG_CKPT_TAG_META, 0);
+            if (only_run && meta && meta->len >= META_BYTES &&
+                mg_get_u64((const unsigned char *)meta->data + 152) != only_run) {
+                mg_ckpt_file_release(&f);
+                rep->other_run = 1;
+                rep->step = steps[i];
+                snprintf(rep->path, sizeof(rep->path), "%s", path);
+                goto out;
+            }
+            rc = load_file(t, &f, path, msg);
+            mg_ckpt_file_release(&f);
+        }
         if (rc == 0) {
             rep->found = 1;
             rep->step = steps[i];

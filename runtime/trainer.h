@@ -16,8 +16,18 @@
  * Data position: micro-batches flow through epochs in order; epoch e uses the
  * sampler's permutation for seed + e, batch b of it covers indices
  * [b * batch, (b + 1) * batch) of this rank's shard (the last one may be
- * short). (epoch, batch_in_epoch) is saved in checkpoints, so a resumed run
- * continues with exactly the next batch.
+ * short). (epoch, epoch_start, batch_in_epoch) is saved in checkpoints, so a
+ * resumed run continues with exactly the next batch.
+ *
+ * Resharding: a checkpoint written with another world size is resumed from
+ * the same parameters, optimizer state, step and epoch, and from the same
+ * position in the epoch's order (sampler.h): the checkpoint's ranks had taken
+ * positions [0, p) of the epoch, p = epoch_start + taken * old world, so the
+ * new ranks share the positions from p on in a pass that begins at p (none
+ * left: the next epoch). Each rank's dropout stream is then its own seed's
+ * (seed, rank), continued from the furthest offset any old rank had reached,
+ * so no number is used twice. Bit-identity holds only for the same world
+ * size; a resharded run is a different (valid) run.
  *
  * Checkpoint content (sections of checkpoint.h, layouts in
  * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM and one RANK
@@ -53,7 +63,9 @@ struct mg_train_config {
     long total_steps;
     uint64_t seed; /* sampler shuffle (seed + epoch) and dropout */
     int rank, world;
-    int drop_last; /* training sampler: DistributedSampler's drop_last */
+    int drop_last;        /* training sampler: DistributedSampler's drop_last */
+    long global_batch;    /* --global-batch-size (batch_size = ceil(G / world)), 0: none */
+    uint64_t run_id_hash; /* mg_run_id_hash of the launcher's run id, 0: none */
     struct mg_optim_config optim;
     struct mg_schedule sched;
 };
@@ -72,6 +84,23 @@ struct mg_step_stats {
     double lr;
 };
 
+/* What a checkpoint held and what mg_trainer_load made of it: for the
+ * program's messages (a resharded resume warns about what changed). */
+struct mg_resume_info {
+    int loaded;
+    int resharded;   /* written with another world size */
+    int world;       /* the checkpoint's run: world size, batch per rank, */
+    int batch_size;  /* accumulation, --global-batch-size (0: none), */
+    int accum_steps; /* base learning rate (after --scale-lr) */
+    long global_batch;
+    double lr;
+    uint64_t run_id_hash;
+    long epoch;    /* 0-based epoch the run goes on with */
+    long position; /* positions of that epoch's order already taken */
+    long left;     /* samples of that epoch not taken yet (n - position, or 0) */
+    long per_rank; /* samples each rank takes in the rest of the pass */
+};
+
 struct mg_eval_sums {
     double loss_sum;
     long correct;
@@ -87,12 +116,15 @@ struct mg_trainer {
     struct mg_sampler sampler;
     struct mg_sampler eval_sampler;
     struct mg_train_hooks hooks;
-    long step;           /* optimizer steps done */
-    long epoch;          /* epoch of the last micro-batch taken */
-    long batch_in_epoch; /* micro-batches of `epoch` taken */
-    long batches_per_epoch;
-    uint64_t samples_seen; /* by this rank */
-    float *x_host;         /* [max_batch * sample] */
+    long step;              /* optimizer steps done */
+    long epoch;             /* epoch of the last micro-batch taken */
+    long epoch_start;       /* position in its order where this pass over `epoch` began */
+    long batch_in_epoch;    /* micro-batches of this pass taken */
+    long pass_batches;      /* micro-batches in this pass (batches_per_epoch from position 0) */
+    long batches_per_epoch; /* micro-batches in a whole epoch */
+    uint64_t samples_seen;  /* by this rank (informational after a reshard) */
+    struct mg_resume_info resumed; /* what the last mg_trainer_load found */
+    float *x_host;                 /* [max_batch * sample] */
     int32_t *y_host;
     float *host_state; /* [nparams + optimizer state] for checkpoints */
 };
@@ -100,6 +132,14 @@ struct mg_trainer {
 /* Optimizer steps that E epochs take for this configuration. */
 long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
                                int accum);
+/* The same from the trainer's current position (after a resume): the step at
+ * which `epochs` epochs are complete. Equals mg_train_steps_for_epochs for a
+ * run that never changed world size; never less than the current step. */
+long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs);
+
+/* The hash checkpoints record for a launcher's run id (TORCHELASTIC_RUN_ID):
+ * 0 for NULL, "" and "none" (no job identity). */
+uint64_t mg_run_id_hash(const char *run_id);
 
 /* Sets up the optimizer and samplers for a model whose parameters are already
  * initialized (mg_model_init_params). test may be NULL. hooks may be NULL. */
@@ -127,14 +167,19 @@ int mg_rank_state_unpack(const unsigned char *in, size_t len, struct mg_rank_sta
  * nranks are the RANK sections to store; NULL stores this rank's own. */
 int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
                     int nranks, char *err);
-/* Restores everything from one checkpoint file. -MG_ESHAPE when the model's
- * tensors differ, -MG_ECONFIG when world size, batch, accumulation, seed,
- * dataset size or optimizer differ, or the file's errors (checkpoint.h). */
+/* Restores everything from one checkpoint file, resharding it when it was
+ * written with another world size (above; t->resumed says what changed).
+ * -MG_ESHAPE when the model's tensors differ; -MG_ECONFIG when accumulation,
+ * drop_last, seed, dataset size or optimizer differ, or the batch per rank
+ * differs where that is not a reshard's doing (same world size, or neither
+ * run's --global-batch-size explains it); or the file's errors
+ * (checkpoint.h). */
 int mg_trainer_load(struct mg_trainer *t, const char *path, char *err);
 
 #define MG_RESUME_MAX_SKIPPED 8
 struct mg_resume_report {
     int found;
+    int other_run; /* only_run given and the newest intact checkpoint is another run's */
     uint64_t step;
     char path[MG_CKPT_PATH_MAX];
     int nskipped; /* corrupt newer checkpoints passed over */
@@ -145,8 +190,10 @@ struct mg_resume_report {
  * corrupt one (format, truncation, CRC, version) is recorded in rep and the
  * next older is tried. No checkpoint at all: returns 0 with rep->found = 0.
  * Only corrupt ones: -MG_ECRC (or the last error). A configuration or shape
- * mismatch stops at once (it would not be better in an older file). */
-int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, struct mg_resume_report *rep,
-                             char *err);
+ * mismatch stops at once (it would not be better in an older file).
+ * only_run != 0: load it only when it records that run id hash; otherwise
+ * return 0 with found = 0, other_run = 1 and its step, loading nothing. */
+int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t only_run,
+                             struct mg_resume_report *rep, char *err);
 
 #endif

@@ -51,6 +51,7 @@ node_wait d
 is "$rc_a $rc_b $RC" "0 0 0" "a node SIGKILLed mid-run: the job re-forms and completes"
 ok out_has a "re-forming the group"
 ok out_has a "train: resumed from .*step [1-9][0-9]*"
+unlike "$(cat "$T/a.out" "$T/a.err")" "resharding" "the spare keeps the world size: no resharding"
 ok out_has a "train: done: test accuracy"
 unlike "$(cat "$T/a.out" "$T/a.err")" "restart [1-9]" "no restart was counted for the lost node"
 done_testing

@@ -11,7 +11,7 @@
 args="--data synthetic --train-samples 1000 --test-samples 200 --batch-size 32 --model mlp
       --hidden 64 --dropout 0.1 --steps 60 --schedule cosine --warmup 5 --nesterov
       --weight-decay 1e-4 --log-every 1000"
-hash_of() { sed -n 's/.*param hash \([0-9a-f]*\).*/\1/p' "$1"; }
+hash_of() { sed -n 's/.*done:.*param hash \([0-9a-f]*\).*/\1/p' "$1"; }
 
 "$TRAIN" $args >"$T/straight" 2>&1
 is $? 0 "uninterrupted run"

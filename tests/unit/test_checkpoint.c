@@ -3,7 +3,9 @@
  * their own error; markers, listing, pruning and fallback to an older
  * checkpoint; a trainer saved and restored continues with the same bits as
  * one that never stopped (SGD and AdamW, dropout, gradient accumulation, an
- * epoch boundary); shape and configuration mismatches are refused.
+ * epoch boundary); shape and configuration mismatches are refused; a
+ * checkpoint resumed with another world size (resharding) continues from the
+ * same parameters, step and place in the epoch, every sample once.
  * timeout: 120 */
 #include "checkpoint.h"
 #include "mg_err.h"
@@ -288,8 +290,9 @@ static void mismatch_cases(void)
     ok(strstr(err, "seed 5, this run has seed 6"), "message: %s", err);
     drop(&b);
     make(&b, "mlp", &wide, MG_OPTIM_SGD, 1, 5, 2, err);
-    is_int(mg_trainer_load(&b.t, path, err), -MG_ECONFIG, "other world size refused");
-    ok(strstr(err, "world size 1, this run has world size 2"), "message: %s", err);
+    is_int(mg_trainer_load(&b.t, path, err), 0, "other world size: resharded");
+    ok(b.t.resumed.resharded && b.t.resumed.world == 1 && b.t.step == 2, "from world size %d",
+       b.t.resumed.world);
     drop(&b);
     make(&b, "mlp", &wide, MG_OPTIM_ADAMW, 1, 5, 1, err);
     is_int(mg_trainer_load(&b.t, path, err), -MG_ECONFIG, "other optimizer refused");
@@ -304,20 +307,273 @@ static void mismatch_cases(void)
     flip(path, file_size(path) / 2);
     make(&b, "mlp", &wide, MG_OPTIM_SGD, 1, 5, 1, err);
     struct mg_resume_report rep;
-    is_int(mg_trainer_resume_latest(&b.t, sub, &rep, err), 0, "resume with a corrupt newest");
+    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), 0, "resume with a corrupt newest");
     ok(rep.found && rep.step == 2 && b.t.step == 2, "fell back to step 2");
     ok(rep.nskipped == 1 && strstr(rep.skipped[0], "checksum"), "reported: %s", rep.skipped[0]);
     mg_ckpt_path(sub, 2, path, sizeof(path));
     flip(path, file_size(path) / 2);
-    is_int(mg_trainer_resume_latest(&b.t, sub, &rep, err), -MG_ECRC, "all corrupt: an error");
+    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), -MG_ECRC, "all corrupt: an error");
     ok(strstr(err, "no intact checkpoint"), "message: %s", err);
     drop(&b);
     make(&b, "mlp", &narrow, MG_OPTIM_SGD, 1, 5, 1, err);
     snprintf(sub, sizeof(sub), "%s/empty", dir);
-    is_int(mg_trainer_resume_latest(&b.t, sub, &rep, err), 0, "no checkpoint directory: no error");
+    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), 0,
+           "no checkpoint directory: no error");
     ok(!rep.found && b.t.step == 0, "nothing found, training starts at step 0");
     drop(&b);
     drop(&a);
+}
+
+/* ---- resharding: a checkpoint of W ranks resumed by W' ranks ------------------------- */
+
+#define MAXW 4
+
+struct group {
+    int world, batch;
+    struct setup r[MAXW];
+};
+
+/* W ranks of an mlp with dropout (no communication: each trains its own shard,
+ * which is all the data position needs). global: --global-batch-size or 0. */
+static void group_make(struct group *g, int world, int batch, long global, int drop_last)
+{
+    char err[MG_ERRMSG_LEN];
+    struct mg_model_options mo = {.hidden = {32}, .nhidden = 1, .dropout = 0.2f};
+    g->world = world;
+    g->batch = batch;
+    for (int r = 0; r < world; r++) {
+        struct setup *s = &g->r[r];
+        memset(s, 0, sizeof(*s));
+        if (mg_model_create(&s->m, be, "mlp", &mo, 16, err) < 0)
+            BAIL_OUT("%s", err);
+        mg_model_init_params(&s->m, 100 + (uint64_t)r); /* replaced by the checkpoint */
+        struct mg_train_config cfg = {.batch_size = batch,
+                                      .accum_steps = 1,
+                                      .total_steps = 1000,
+                                      .seed = 9,
+                                      .rank = r,
+                                      .world = world,
+                                      .drop_last = drop_last,
+                                      .global_batch = global};
+        mg_optim_defaults(&cfg.optim, MG_OPTIM_SGD);
+        cfg.optim.momentum = 0.9;
+        cfg.sched = (struct mg_schedule){.kind = MG_SCHED_CONSTANT, .base_lr = 0.05, .total = 1000};
+        if (mg_trainer_init(&s->t, &s->m, &train_ds, &test_ds, &cfg, NULL, err) < 0)
+            BAIL_OUT("%s", err);
+    }
+}
+
+static void group_drop(struct group *g)
+{
+    for (int r = 0; r < g->world; r++)
+        drop(&g->r[r]);
+}
+
+static void group_steps(struct group *g, int k)
+{
+    for (int r = 0; r < g->world; r++)
+        steps(&g->r[r], k);
+}
+
+/* Rank 0 writes the checkpoint with every rank's state (what train does). */
+static void group_save(struct group *g, const char *sub, char *path)
+{
+    char err[MG_ERRMSG_LEN];
+    struct mg_rank_state states[MAXW];
+    for (int r = 0; r < g->world; r++)
+        mg_trainer_rank_state(&g->r[r].t, &states[r]);
+    if (mg_trainer_save(&g->r[0].t, sub, states, g->world, err) < 0 ||
+        mg_ckpt_mark_complete(sub, (uint64_t)g->r[0].t.step, err) < 0)
+        BAIL_OUT("%s", err);
+    mg_ckpt_path(sub, (uint64_t)g->r[0].t.step, path, MG_CKPT_PATH_MAX);
+}
+
+/* Adds to count[] the samples every rank of g took in its current pass over
+ * the epoch from batch `from` on: up to now, or to the pass's end (whole). */
+static void group_taken(struct group *g, long from, int whole, int *count)
+{
+    for (int r = 0; r < g->world; r++) {
+        const struct mg_trainer *t = &g->r[r].t;
+        long k = whole ? t->sampler.pass_samples : t->batch_in_epoch * (long)g->batch;
+        if (k > t->sampler.pass_samples)
+            k = t->sampler.pass_samples;
+        for (long i = from * g->batch; i < k; i++)
+            count[t->sampler.indices[i]]++;
+    }
+}
+
+/* W ranks train K steps into the first epoch and checkpoint; W' ranks resume:
+ * the same parameters, optimizer state and step; the rest of the epoch shared
+ * among the W' ranks so that, with what the W ranks took, every sample comes
+ * once (padding: at least once, fewer than W' extra; drop_last: at most once,
+ * fewer than W' missing); dropout streams of their own; --epochs recounted. */
+static void reshard_case(int w_old, int b_old, int w_new, int b_new, int drop_last, int k)
+{
+    char err[MG_ERRMSG_LEN], sub[300], path[MG_CKPT_PATH_MAX], what[64];
+    struct group a, b;
+    int count[100] = {0};
+    snprintf(what, sizeof(what), "%dx%d -> %dx%d%s after %d", w_old, b_old, w_new, b_new,
+             drop_last ? " drop_last" : "", k);
+    snprintf(sub, sizeof(sub), "%s/reshard-%d-%d-%d-%d-%d-%d", dir, w_old, b_old, w_new, b_new,
+             drop_last, k);
+    group_make(&a, w_old, b_old, 0, drop_last);
+    group_steps(&a, k);
+    ok(a.r[0].t.epoch == 0, "%s: still in the first epoch", what);
+    group_save(&a, sub, path);
+    group_taken(&a, 0, 0, count);
+    long taken = 0;
+    for (int i = 0; i < 100; i++)
+        taken += count[i];
+
+    long global = b_new != b_old ? (long)b_old * w_old : 0; /* a changed batch needs it */
+    group_make(&b, w_new, b_new, global, drop_last);
+    int same = 1, loaded = 1;
+    uint64_t furthest = 0;
+    for (int r = 0; r < w_old; r++)
+        if (a.r[r].m.dropout_rng.offset > furthest)
+            furthest = a.r[r].m.dropout_rng.offset;
+    for (int r = 0; r < w_new; r++) {
+        struct setup *s = &b.r[r];
+        if (mg_trainer_load(&s->t, path, err) < 0) {
+            loaded = 0;
+            diag("rank %d: %s", r, err);
+            continue;
+        }
+        same &= !memcmp(s->m.param_buf, a.r[0].m.param_buf, s->m.nparams * 4) &&
+                !memcmp(s->t.opt.state, a.r[0].t.opt.state, s->t.opt.state_count * 4) &&
+                s->t.step == k && s->t.opt.steps == a.r[0].t.opt.steps &&
+                s->t.resumed.resharded == (w_old != w_new) && s->t.resumed.world == w_old;
+        /* a rank of the old world keeps its stream, past every old rank's numbers */
+        same &=
+            s->m.dropout_rng.offset == (w_old == w_new ? a.r[r].m.dropout_rng.offset : furthest);
+        if (r < w_old)
+            same &= s->m.dropout_rng.seed == a.r[r].m.dropout_rng.seed;
+        for (int q = 0; q < r; q++)
+            same &= s->m.dropout_rng.seed != b.r[q].m.dropout_rng.seed;
+    }
+    ok(loaded, "%s: every new rank loads the checkpoint", what);
+    ok(same, "%s: rank 0's parameters, optimizer state and step %d; dropout streams of their own",
+       what, k);
+    const struct mg_resume_info *ri = &b.r[0].t.resumed;
+    is_int(ri->position, taken, "%s: position %ld = the samples the old ranks took", what,
+           ri->position);
+
+    /* the step at which the first epoch ends, counted after the reshard */
+    long end = mg_trainer_steps_for_epochs(&b.r[0].t, 1), from = b.r[0].t.batch_in_epoch;
+    group_steps(&b, (int)(end - k));
+    ok(b.r[0].t.epoch == 0 && b.r[0].t.batch_in_epoch == b.r[0].t.pass_batches,
+       "%s: --epochs 1 recounted: the epoch ends at step %ld", what, end);
+    group_taken(&b, from, 1, count);
+    int once = 1, extra = 0, missing = 0;
+    for (int i = 0; i < 100; i++) {
+        once &= count[i] <= (drop_last ? 1 : 2);
+        extra += count[i] > 1 ? count[i] - 1 : 0;
+        missing += count[i] == 0;
+    }
+    if (drop_last)
+        ok(once && missing < w_new, "%s: no sample twice, %d dropped (< %d)", what, missing, w_new);
+    else
+        ok(once && missing == 0 && extra < w_new,
+           "%s: every sample taken, %d padding repeats (< %d)", what, extra, w_new);
+    group_drop(&a);
+    group_drop(&b);
+}
+
+/* A pass that began mid-epoch is itself checkpointed and resumed: by the same
+ * world size (version 2 file, bit for bit) and by yet another one. */
+static void reshard_twice(void)
+{
+    char err[MG_ERRMSG_LEN], sub[300], path[MG_CKPT_PATH_MAX], path2[MG_CKPT_PATH_MAX];
+    struct group a, b, c, d;
+    int count[100] = {0};
+    snprintf(sub, sizeof(sub), "%s/reshard-twice", dir);
+    group_make(&a, 3, 8, 0, 0); /* 34 per rank, 5 batches */
+    group_steps(&a, 2);         /* positions 0..47 */
+    group_save(&a, sub, path);
+    group_taken(&a, 0, 0, count);
+    group_make(&b, 2, 8, 0, 0);
+    for (int r = 0; r < 2; r++)
+        if (mg_trainer_load(&b.r[r].t, path, err) < 0)
+            BAIL_OUT("%s", err);
+    ok(b.r[0].t.epoch_start == 48, "3 -> 2: the pass begins at position 48 (%ld)",
+       b.r[0].t.epoch_start);
+    group_steps(&b, 1); /* positions 48..63 */
+    group_save(&b, sub, path2);
+    group_taken(&b, 0, 0, count);
+    struct mg_ckpt_file f;
+    is_int(mg_ckpt_read(path2, &f, err), 0, "read the resharded run's checkpoint");
+    is_int((int)f.info.version, 2, "a pass that began mid-epoch is written as version 2");
+    mg_ckpt_file_release(&f);
+    is_int(mg_ckpt_read(path, &f, err), 0, "read the first checkpoint");
+    is_int((int)f.info.version, 1, "one from the epoch's start stays version 1");
+    mg_ckpt_file_release(&f);
+
+    /* same world size: the same batches and bits as the run that goes on */
+    group_make(&c, 2, 8, 0, 0);
+    for (int r = 0; r < 2; r++)
+        if (mg_trainer_load(&c.r[r].t, path2, err) < 0)
+            BAIL_OUT("%s", err);
+    ok(!c.r[0].t.resumed.resharded && c.r[0].t.epoch_start == 48 && c.r[0].t.batch_in_epoch == 1,
+       "2 -> 2: the same pass, batch 1 of it");
+    group_steps(&b, 3);
+    group_steps(&c, 3);
+    /* (rank 1's parameters are its own here: no averaging in this test) */
+    ok(!memcmp(b.r[0].m.param_buf, c.r[0].m.param_buf, b.r[0].m.nparams * 4) &&
+           b.r[1].m.dropout_rng.offset == c.r[1].m.dropout_rng.offset &&
+           b.r[0].t.epoch == c.r[0].t.epoch && b.r[0].t.batch_in_epoch == c.r[0].t.batch_in_epoch,
+       "2 -> 2 from a version 2 file: bit-identical to the run that never stopped");
+
+    /* and on to 4 ranks: what 3 took, then 2, then 4 is the epoch once */
+    group_make(&d, 4, 8, 0, 0);
+    for (int r = 0; r < 4; r++)
+        if (mg_trainer_load(&d.r[r].t, path2, err) < 0)
+            BAIL_OUT("%s", err);
+    is_int(d.r[0].t.epoch_start, 64, "3 -> 2 -> 4: the pass begins at position 64");
+    group_steps(&d, 1);
+    group_taken(&d, 0, 1, count);
+    int good = 1, extra = 0;
+    for (int i = 0; i < 100; i++) {
+        good &= count[i] >= 1 && count[i] <= 2;
+        extra += count[i] - 1;
+    }
+    ok(good && extra < 4, "3 -> 2 -> 4: every sample of the epoch, %d padding repeats", extra);
+    group_drop(&a);
+    group_drop(&b);
+    group_drop(&c);
+    group_drop(&d);
+}
+
+static void reshard_refusals(void)
+{
+    char err[MG_ERRMSG_LEN], sub[300], path[MG_CKPT_PATH_MAX];
+    struct group a, b;
+    snprintf(sub, sizeof(sub), "%s/reshard-refused", dir);
+    group_make(&a, 2, 16, 0, 0);
+    group_steps(&a, 1);
+    group_save(&a, sub, path);
+    group_make(&b, 3, 8, 0, 0);
+    is_int(mg_trainer_load(&b.r[0].t, path, err), -MG_ECONFIG,
+           "another world size and another batch per process: refused");
+    ok(strstr(err, "written with batch size 16 per process x 2 processes, this run has batch "
+                   "size 8 per process: pass --batch-size 16") &&
+           strstr(err, "--global-batch-size 32"),
+       "message: %s", err);
+    ok(b.r[0].t.step == 0 && !b.r[0].t.resumed.loaded, "the trainer is left as it was");
+    group_drop(&b);
+    group_make(&b, 3, 8, 24, 0);
+    is_int(mg_trainer_load(&b.r[0].t, path, err), -MG_ECONFIG, "another global batch: refused");
+    ok(strstr(err, "a global batch of 32; this run has --global-batch-size 24"), "message: %s",
+       err);
+    group_drop(&b);
+    group_make(&b, 3, 16, 0, 1);
+    is_int(mg_trainer_load(&b.r[0].t, path, err), -MG_ECONFIG, "another drop_last: refused");
+    group_drop(&b);
+    group_make(&b, 2, 8, 16, 0);
+    is_int(mg_trainer_load(&b.r[0].t, path, err), -MG_ECONFIG,
+           "the same world size with another batch per process: refused");
+    ok(strstr(err, "written with batch size 16, this run has batch size 8"), "message: %s", err);
+    group_drop(&b);
+    group_drop(&a);
 }
 
 int main(void)
@@ -338,6 +594,16 @@ int main(void)
     resume_case("mlp-adamw-accum", "mlp", &drop_opt, MG_OPTIM_ADAMW, 2, 4);
     resume_case("cnn-sgd", "cnn", NULL, MG_OPTIM_SGD, 1, 5);
     mismatch_cases();
+    reshard_case(3, 8, 2, 8, 0, 2);   /* shrink: 34 per rank, 48 taken, 26 each after */
+    reshard_case(2, 8, 3, 8, 0, 3);   /* grow */
+    reshard_case(3, 8, 2, 8, 1, 2);   /* drop_last */
+    reshard_case(4, 8, 3, 8, 1, 3);   /* drop_last, 4 of 100 left to 3 ranks: 1 dropped */
+    reshard_case(3, 8, 1, 8, 0, 1);   /* to a single process */
+    reshard_case(1, 16, 3, 16, 0, 2); /* from a single process */
+    reshard_case(2, 16, 4, 8, 0, 1);  /* --global-batch-size 32 on both sides */
+    reshard_case(3, 8, 3, 8, 0, 2);   /* the same world: no reshard, same rules hold */
+    reshard_twice();
+    reshard_refusals();
     mg_dataset_release(&train_ds);
     mg_dataset_release(&test_ds);
     mg_backend_release(be);

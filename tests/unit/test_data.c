@@ -260,6 +260,109 @@ static void test_sampler(const struct gold *g)
     is_int(mg_sampler_init(&s, 3, 4, 4, 1, MG_SAMPLER_PAD, 0), -EINVAL, "rank >= world refused");
 }
 
+/* rank's indices of a pass over an n-sample epoch from position start */
+static int pass_is(int n, int world, int rank, enum mg_sampler_mode mode, long start, int shuffle,
+                   const int32_t *want, int nwant)
+{
+    struct mg_sampler s;
+    if (mg_sampler_init(&s, n, rank, world, shuffle, mode, 42) < 0)
+        return 0;
+    mg_sampler_set_pass(&s, 3, start);
+    int good = s.pass_samples == nwant &&
+               (nwant == 0 || !memcmp(s.indices, want, sizeof(int32_t) * (size_t)nwant));
+    if (!good) {
+        char got[256] = "";
+        for (int i = 0; i < s.pass_samples && strlen(got) < 200; i++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), " %d", s.indices[i]);
+        diag("n %d world %d rank %d from %ld: got%s", n, world, rank, start, got);
+    }
+    mg_sampler_release(&s);
+    return good;
+}
+
+/* Passes that begin mid-epoch (a resumed run with another world size). Without
+ * shuffling, position k is sample k mod n, so the sets can be written down. */
+static void test_sampler_pass(void)
+{
+    /* n 11: 3 ranks took 2 samples each (positions 0..5); 2 ranks share the rest */
+    ok(pass_is(11, 2, 0, MG_SAMPLER_PAD, 6, 0, (int32_t[]){6, 8, 10}, 3) &&
+           pass_is(11, 2, 1, MG_SAMPLER_PAD, 6, 0, (int32_t[]){7, 9, 0}, 3),
+       "padding: from 6 of 11 over 2 ranks: {6, 8, 10} and {7, 9, 0} (0 repeats as padding)");
+    ok(pass_is(11, 2, 0, MG_SAMPLER_DROP_LAST, 6, 0, (int32_t[]){6, 8}, 2) &&
+           pass_is(11, 2, 1, MG_SAMPLER_DROP_LAST, 6, 0, (int32_t[]){7, 9}, 2),
+       "drop_last: {6, 8} and {7, 9}; 10 is dropped");
+    ok(pass_is(11, 2, 0, MG_SAMPLER_UNEVEN, 6, 0, (int32_t[]){6, 8, 10}, 3) &&
+           pass_is(11, 2, 1, MG_SAMPLER_UNEVEN, 6, 0, (int32_t[]){7, 9}, 2),
+       "uneven: {6, 8, 10} and {7, 9}");
+    ok(pass_is(11, 3, 2, MG_SAMPLER_PAD, 9, 0, (int32_t[]){0}, 1) &&
+           pass_is(11, 3, 0, MG_SAMPLER_PAD, 9, 0, (int32_t[]){9}, 1),
+       "2 left for 3 ranks: 9, 10 and one repeat of 0");
+    ok(pass_is(11, 3, 0, MG_SAMPLER_DROP_LAST, 9, 0, NULL, 0), "the same with drop_last: nothing");
+    is_int((int)mg_sampler_pass_len(11, 0, 2, MG_SAMPLER_PAD, 11), 0, "no pass from the end");
+
+    /* any n, world and start: the positions from start are covered as a pass from 0 would be */
+    int good = 1;
+    for (int n = 1; n <= 23; n++)
+        for (int world = 1; world <= 5 && world <= n; world++)
+            for (long start = 0; start < n; start++)
+                for (int mode = 0; mode < 3; mode++) {
+                    int count[23] = {0}, total = 0;
+                    for (int rank = 0; rank < world; rank++) {
+                        struct mg_sampler s;
+                        if (mg_sampler_init(&s, n, rank, world, 1, (enum mg_sampler_mode)mode, 7) <
+                            0) {
+                            good &= mode == MG_SAMPLER_DROP_LAST && n < world;
+                            continue;
+                        }
+                        mg_sampler_set_pass(&s, 1, start);
+                        good &= s.pass_samples <= s.num_samples;
+                        for (int i = 0; i < s.pass_samples; i++)
+                            count[s.indices[i]]++;
+                        total += s.pass_samples;
+                        mg_sampler_release(&s);
+                    }
+                    /* which samples the positions [0, start) were: the permutation for seed + 1 */
+                    struct mg_sampler all;
+                    mg_sampler_init(&all, n, 0, 1, 1, MG_SAMPLER_PAD, 7);
+                    mg_sampler_set_epoch(&all, 1);
+                    for (long k = 0; k < start; k++)
+                        count[all.indices[k]]++;
+                    mg_sampler_release(&all);
+                    long left = n - start;
+                    for (int i = 0; i < n; i++) {
+                        if (mode == MG_SAMPLER_PAD)
+                            good &= count[i] >= 1 && count[i] <= 2;
+                        else
+                            good &= count[i] <= 1;
+                    }
+                    if (mode == MG_SAMPLER_PAD)
+                        good &= total == (left + world - 1) / world * world;
+                    else if (mode == MG_SAMPLER_DROP_LAST)
+                        good &= total == left / world * world;
+                    else
+                        good &= total == left;
+                }
+    ok(good, "any pass from any position: padding covers the rest (< world repeats), drop_last "
+             "never repeats, uneven covers it exactly once");
+
+    /* the same world size: a pass from c * world is the epoch's shard from its c-th sample */
+    good = 1;
+    for (int world = 1; world <= 4; world++)
+        for (int rank = 0; rank < world; rank++)
+            for (int c = 0; c < 25; c++) {
+                struct mg_sampler a, b;
+                mg_sampler_init(&a, 97, rank, world, 1, MG_SAMPLER_PAD, 5);
+                mg_sampler_init(&b, 97, rank, world, 1, MG_SAMPLER_PAD, 5);
+                mg_sampler_set_epoch(&a, 2);
+                mg_sampler_set_pass(&b, 2, (long)c * world);
+                good &= b.pass_samples == a.num_samples - c &&
+                        !memcmp(b.indices, a.indices + c, sizeof(int32_t) * (size_t)b.pass_samples);
+                mg_sampler_release(&a);
+                mg_sampler_release(&b);
+            }
+    ok(good, "the same world size: a pass from position c x world = the shard from sample c");
+}
+
 int main(void)
 {
     struct gold g;
@@ -273,6 +376,7 @@ int main(void)
     test_fashion(&g);
     test_synthetic();
     test_sampler(&g);
+    test_sampler_pass();
     gold_free(&g);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
