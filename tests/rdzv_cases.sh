@@ -190,11 +190,15 @@ case_peer_death_failure() {
     new_case
     SHOW="a b c"
     HB2="heartbeat_interval=1,heartbeat_timeout=4"
-    agent a join,sleep:800,fail:9,run:1500,finish --nnodes 2:3 --max_restarts 0 --conf "$HB2"
+    # a's worker fails only once c is dead (as a collective would), however
+    # slowly the test machine schedules the kill.
+    rm -f "$T/c_dead"
+    agent a join,await:$T/c_dead,fail:9,run:1500,finish --nnodes 2:3 --max_restarts 0 --conf "$HB2"
     agent b join,run:5000,finish --nnodes 2:3 --max_restarts 0 --conf "$HB2"
     agent c join,run:60000 --nnodes 2:3 --max_restarts 0 --conf "$HB2"
     check_ok "$BACKEND: formed" wait_line c '^formed' 15
     kill -KILL "$PID_c"
+    touch "$T/c_dead"
     finish a
     rc_a=$RC
     finish b

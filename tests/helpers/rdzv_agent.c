@@ -7,7 +7,7 @@
  *              [--host NAME] [--addr ADDR] [--is_host 0|1] --script STEP,STEP,...
  *
  * Steps: join | run:MS (tick; on RESTART print it and rejoin) | fail:CODE |
- *        finish | sleep:MS | leave | exit:CODE
+ *        finish | sleep:MS | await:FILE (until FILE exists) | leave | exit:CODE
  * Lines: "formed round=R node_rank=N rank_base=B world=W nnodes=K master=A:P restarts=C",
  *        "event restart|failed|done reason=... ms=T msg=...", "error rc=... msg=..." */
 #include "mg_err.h"
@@ -228,6 +228,9 @@ int main(int argc, char **argv)
             run(val);
         } else if (!strcmp(st, "sleep")) {
             usleep((useconds_t)val * 1000);
+        } else if (!strcmp(st, "await")) {
+            while (access(arg + 1, F_OK) != 0)
+                usleep(10000);
         } else if (!strcmp(st, "leave")) {
             mg_rdzv_leave(rdzv);
         } else if (!strcmp(st, "exit")) {
