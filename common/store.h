@@ -50,8 +50,9 @@ int mg_store_server_port(const struct mg_store_server *srv);
  * pollfd array, and after poll() let it handle the ones that are ready.
  * The server runs only inside mg_store_server_process: a thread that drives
  * it this way must not make blocking client calls (mg_store_*) to it, or both
- * wait for each other until the call times out. A process that needs its own
- * client uses mg_store_server_start_thread instead (or the local calls).
+ * wait for each other until the call times out. That thread uses the local
+ * calls below instead (the launcher hosting the rendezvous does); a process
+ * that needs a socket client of its own store uses mg_store_server_start_thread.
  * mg_store_server_pollfds returns how many it filled in (at most max; -ENOSPC
  * when more are needed). mg_store_server_timeout_ms says how long poll may
  * sleep before the server has work (blocked waits, lease expiry); -1 = none. */
@@ -75,6 +76,34 @@ int mg_store_server_start_thread(struct mg_store_server *srv);
 int mg_store_server_set(struct mg_store_server *srv, const char *key, const void *val, size_t len);
 int mg_store_server_get(struct mg_store_server *srv, const char *key, void *buf, size_t cap,
                         size_t *len);
+
+/* The client operations as local calls of the hosting process: the same
+ * rules, bounds and return values as mg_store_set / _get / _add /
+ * _compare_set / _delete / _list (one implementation serves both), answered
+ * at once, never parked, no socket. A change wakes the remote clients waiting
+ * on the key, as theirs would. MG_STORE_EPHEMERAL makes the hosting process
+ * the key's owner: it goes with mg_store_server_local_drop (or the server).
+ * local_get also reports a missing key's revision (that of its deletion, as a
+ * watch would) in *rev; values read are malloc'd and NUL-terminated. */
+int mg_store_server_local_set(struct mg_store_server *srv, const char *key, const void *val,
+                              size_t len, int flags);
+int mg_store_server_local_get(struct mg_store_server *srv, const char *key, void **val, size_t *len,
+                              int64_t *rev);
+int mg_store_server_local_add(struct mg_store_server *srv, const char *key, int64_t delta,
+                              int64_t *result);
+int mg_store_server_local_compare_set(struct mg_store_server *srv, const char *key,
+                                      const void *expected, size_t expected_len,
+                                      const void *desired, size_t desired_len, void **current,
+                                      size_t *current_len);
+int mg_store_server_local_delete(struct mg_store_server *srv, const char *key);
+int mg_store_server_local_list(struct mg_store_server *srv, const char *prefix, int max,
+                               char ***keys, int *nkeys);
+/* Deletes the hosting process's ephemeral keys (waking their watchers). */
+void mg_store_server_local_drop(struct mg_store_server *srv);
+/* The store-wide revision: every change (by a client, a local call, a closed
+ * connection or an expired lease) raises it, so a loop that drives the server
+ * can tell whether a turn changed anything. */
+int64_t mg_store_server_revision(const struct mg_store_server *srv);
 
 struct mg_store_server_stats {
     int clients;         /* connections, handshaking ones included */
