@@ -98,6 +98,13 @@ int mg_store_server_local_compare_set(struct mg_store_server *srv, const char *k
 int mg_store_server_local_delete(struct mg_store_server *srv, const char *key);
 int mg_store_server_local_list(struct mg_store_server *srv, const char *prefix, int max,
                                char ***keys, int *nkeys);
+/* Whether fd, a connection this process just opened to some address (an
+ * endpoint name, a service or NAT address), arrived at this server: accepts
+ * the pending connections, waiting at most timeout_ms for it, and compares
+ * the peer addresses with fd's own. 1 or 0 (or a negative code). For a
+ * process that must know whether the endpoint it was given leads to itself
+ * before it serves. */
+int mg_store_server_is_own_peer(struct mg_store_server *srv, int fd, int timeout_ms);
 /* Deletes the hosting process's ephemeral keys (waking their watchers). */
 void mg_store_server_local_drop(struct mg_store_server *srv);
 /* The store-wide revision: every change (by a client, a local call, a closed

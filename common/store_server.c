@@ -1971,6 +1971,59 @@ out:
     return rc;
 }
 
+/* An address and port, with IPv4-mapped IPv6 addresses (a dual-stack
+ * listener's view of an IPv4 peer) as IPv4, for comparisons. */
+static int endpoint_of(const struct sockaddr_storage *ss, uint8_t addr[16], int *port)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memset(addr, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        memcpy(addr + 12, &a->sin_addr, 4);
+        *port = ntohs(a->sin_port);
+        return 4;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        memcpy(addr, &a->sin6_addr, 16);
+        *port = ntohs(a->sin6_port);
+        if (memcmp(addr, mapped, 12) == 0) {
+            memset(addr, 0, 12);
+            return 4;
+        }
+        return 6;
+    }
+    return -1;
+}
+
+int mg_store_server_is_own_peer(struct mg_store_server *s, int fd, int timeout_ms)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t len = sizeof(me);
+    uint8_t a[16], b[16];
+    int pa, pb, fa, found = 0;
+    int64_t deadline = mg_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+
+    if (getsockname(fd, (struct sockaddr *)&me, &len) < 0)
+        return -errno;
+    fa = endpoint_of(&me, a, &pa);
+    for (;;) {
+        lock(s);
+        accept_some(s);
+        for (struct conn *c = s->conns; c && !found; c = c->next) {
+            len = sizeof(peer);
+            if (c->closing == CL_DEAD || getpeername(c->fd, (struct sockaddr *)&peer, &len) < 0)
+                continue;
+            found = endpoint_of(&peer, b, &pb) == fa && pa == pb && memcmp(a, b, 16) == 0;
+        }
+        unlock(s);
+        if (found || mg_now_ms() >= deadline)
+            return found;
+        struct pollfd p = {.fd = s->lfd, .events = POLLIN};
+        poll(&p, 1, mg_ms_until(deadline));
+    }
+}
+
 void mg_store_server_local_drop(struct mg_store_server *s)
 {
     lock(s);

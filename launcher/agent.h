@@ -188,6 +188,14 @@ void mg_agent_finish(struct mg_agent *ag, int exit_code);
  * a restart or exiting. Ignored when the program could not be started. */
 void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason);
 
+/* From shutdown(): keep the loop running (signals, pollers, timers) after
+ * the run ended, until mg_agent_linger_end() or deadline_ms (mg_now_ms()
+ * clock); a terminating signal ends it at once. mg_agent_run returns then,
+ * with the run's exit code. The agent hosting the rendezvous store uses it
+ * to keep serving the store until the other agents have read the outcome. */
+void mg_agent_linger(struct mg_agent *ag, int64_t deadline_ms);
+void mg_agent_linger_end(struct mg_agent *ag);
+
 /* A source of descriptors for the loop, e.g. the store server
  * (mg_store_server_pollfds / _process / _timeout_ms have these shapes). */
 struct mg_agent_poller {

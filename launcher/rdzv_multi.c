@@ -13,7 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STEP_BLOCK_MS       100 /* longest a join or barrier step holds the loop */
+/* Longest a join or barrier step holds the loop waiting for a remote
+ * backend to change (docs/rendezvous.md, "The agent's loop"). The agent
+ * hosting the store never waits: it steps again when the store changed. */
+#define STEP_BLOCK_MS       100
 #define STATIC_DEFAULT_PORT 29500
 
 enum phase {
@@ -21,6 +24,7 @@ enum phase {
     M_JOINING,
     M_RUNNING,
     M_BARRIER,
+    M_CLOSING, /* the host keeps its store up for the others (mg_rdzv_close_begin) */
 };
 
 struct multi {
@@ -30,7 +34,9 @@ struct multi {
     struct mg_rdzv *r;
     struct mg_agent *ag;
     enum phase phase;
-    int timer; /* the one pending timer, or -1 */
+    int timer;                 /* the one pending timer, or -1 */
+    int poller;                /* the hosted store's, or -1 */
+    mg_agent_timer_fn waiting; /* host: the step to run again when the store changes */
     struct mg_backoff backoff;
     int64_t formed_ms;
     char hostname[MG_HOST_MAX];
@@ -78,6 +84,47 @@ static void cancel_timer(struct multi *m)
     if (m->timer >= 0 && m->ag)
         mg_agent_cancel_timer(m->ag, m->timer);
     m->timer = -1;
+    m->waiting = NULL;
+}
+
+/* How long a step may wait for a change: a remote backend's wait blocks (a
+ * bounded slice); the hosted store's is answered at once. */
+static int step_block(const struct multi *m)
+{
+    return m->host ? 0 : STEP_BLOCK_MS;
+}
+
+/* After a step that found nothing to do. Remote backends: step again at
+ * once (the step already waited). The host: when its store changes (the
+ * poller below), or when the rendezvous has a deadline. */
+static void step_later(struct multi *m, mg_agent_timer_fn fn)
+{
+    if (!m->host) {
+        set_timer(m, mg_now_ms(), fn);
+        return;
+    }
+    set_timer(m, mg_now_ms() + mg_rdzv_wait_ms(m->r), fn);
+    m->waiting = fn;
+}
+
+/* The hosted store as one of the loop's pollers. */
+static int host_fill(void *ctx, struct pollfd *fds, int max)
+{
+    return mg_rdzv_host_pollfds(((struct multi *)ctx)->host, fds, max);
+}
+
+static int host_process(void *ctx, const struct pollfd *fds, int n)
+{
+    struct multi *m = ctx;
+    int rc = mg_rdzv_host_process(m->host, fds, n);
+    if (rc == 1 && m->waiting)
+        set_timer(m, mg_now_ms(), m->waiting); /* keeps waiting set: set_timer does */
+    return rc < 0 ? rc : 0;
+}
+
+static int host_timeout(void *ctx)
+{
+    return mg_rdzv_host_timeout_ms(((struct multi *)ctx)->host);
 }
 
 /* The exit code for a job that failed elsewhere: its root cause's. */
@@ -93,7 +140,7 @@ static void fail_run(struct multi *m, int rc)
 {
     char msg[MG_RDZV_MSG_MAX + 64];
     int code = rc == -MG_EPEER || rc == MG_RDZV_FAILED ? remote_code(m) : 1;
-    m->timer = -1;
+    cancel_timer(m);
     m->phase = M_IDLE;
     snprintf(msg, sizeof(msg), "rendezvous (%s): %s", mg_rdzv_backend_name(m->backend),
              mg_rdzv_message(m->r));
@@ -104,6 +151,7 @@ static void fail_run(struct multi *m, int rc)
  * job's failure restarts and hands the count over with the group. */
 static void restart(struct multi *m)
 {
+    cancel_timer(m);
     m->phase = M_IDLE;
     mg_agent_request_restart(m->ag, MG_RESTART_MEMBERSHIP, mg_rdzv_message(m->r));
 }
@@ -117,9 +165,10 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     struct mg_group g;
 
     m->timer = -1;
-    int rc = mg_rdzv_join_step(m->r, &w, STEP_BLOCK_MS);
+    m->waiting = NULL;
+    int rc = mg_rdzv_join_step(m->r, &w, step_block(m));
     if (rc == 0) {
-        set_timer(m, mg_now_ms(), on_join_step);
+        step_later(m, on_join_step);
         return;
     }
     if (rc < 0) {
@@ -174,10 +223,11 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
 {
     struct multi *m = ctx;
     m->timer = -1;
-    int rc = mg_rdzv_finish_step(m->r, STEP_BLOCK_MS);
+    m->waiting = NULL;
+    int rc = mg_rdzv_finish_step(m->r, step_block(m));
     switch (rc) {
     case MG_RDZV_NONE:
-        set_timer(m, mg_now_ms(), on_barrier_step);
+        step_later(m, on_barrier_step);
         return;
     case MG_RDZV_DONE:
         m->phase = M_IDLE;
@@ -202,6 +252,14 @@ static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_rou
     struct multi *m = impl;
     m->ag = ag;
     cancel_timer(m);
+    if (m->host && m->poller < 0) {
+        /* Served by this loop for the agent's whole life. */
+        struct mg_agent_poller p = {
+            .fill = host_fill, .process = host_process, .timeout_ms = host_timeout, .ctx = m};
+        m->poller = mg_agent_add_poller(ag, &p);
+        if (m->poller < 0)
+            return m->poller;
+    }
     m->phase = M_JOINING;
     int rc = mg_rdzv_join_begin(m->r);
     if (rc < 0) {
@@ -257,12 +315,32 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
     }
 }
 
+static void on_close_step(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    m->timer = -1;
+    m->waiting = NULL;
+    if (mg_rdzv_close_step(m->r)) {
+        m->phase = M_IDLE;
+        mg_agent_linger_end(ag);
+        return;
+    }
+    step_later(m, on_close_step);
+}
+
 static void multi_shutdown(void *impl, struct mg_agent *ag, int exit_code)
 {
     struct multi *m = impl;
     cancel_timer(m);
+    m->ag = ag;
     m->phase = M_IDLE;
-    mg_rdzv_close(m->r, m->host != NULL, exit_code ? "it stopped with an error" : "");
+    if (mg_rdzv_close_begin(m->r, m->host != NULL, exit_code ? "it stopped with an error" : ""))
+        return;
+    /* This agent's store holds the outcome: serve it (a signal ends that)
+     * until the others have read it and gone, at most close_timeout. */
+    m->phase = M_CLOSING;
+    mg_agent_linger(ag, mg_now_ms() + m->conf.close_timeout_ms);
+    step_later(m, on_close_step);
 }
 
 static void multi_release(void *impl)
@@ -351,7 +429,7 @@ static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, stru
         return;
     }
     /* Else the address this node reaches the rendezvous from. */
-    if (mg_rdzv_backend_local_addr(kv, out, cap) == 0)
+    if (mg_rdzv_backend_local_addr(kv, m->host, out, cap) == 0)
         return;
     snprintf(out, cap, "%s", m->hostname);
 }
@@ -371,6 +449,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     if (!m)
         return -ENOMEM;
     m->timer = -1;
+    m->poller = -1;
     gethostname(m->hostname, sizeof(m->hostname) - 1);
     if (!m->hostname[0])
         snprintf(m->hostname, sizeof(m->hostname), "localhost");
@@ -490,7 +569,6 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
         .hostname = m->hostname,
         .advertise = advertise,
         .conf = &m->conf,
-        .abort_fd = -1,
     };
     rc = mg_rdzv_new(&m->r, &ro, err, errcap);
     if (rc < 0) {
