@@ -155,6 +155,14 @@ void mg_store_release(struct mg_store *st);
  * closed it, or a late reply arrived; the next call tells which. */
 int mg_store_fd(const struct mg_store *st);
 
+/* Makes every blocking call give up with -EINTR as soon as fd is readable
+ * (-1: never, the default). The launcher passes a signalfd of its
+ * terminating signals, so that a server that stopped answering does not
+ * hold up its exit. A call given up while waiting for its reply leaves the
+ * connection usable (the reply is skipped when it comes); one given up
+ * while its request was still being sent loses it (-MG_ECLOSED from then on). */
+void mg_store_set_abort_fd(struct mg_store *st, int fd);
+
 enum mg_store_set_flags {
     MG_STORE_EPHEMERAL = 1 << 0, /* deleted when this connection goes away */
 };

@@ -175,6 +175,7 @@ int mg_kv_local_open(struct mg_kv **out, struct mg_store_server *srv, const char
     if (!l)
         return -ENOMEM;
     l->kv.ops = &local_ops;
+    l->kv.abort_fd = -1; /* nothing here blocks */
     l->srv = srv;
     snprintf(l->where, sizeof(l->where), "%s", where ? where : "local");
     *out = &l->kv;

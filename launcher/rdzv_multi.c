@@ -8,15 +8,21 @@
 #include "slurm.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 /* Longest a join or barrier step holds the loop waiting for a remote
  * backend to change (docs/rendezvous.md, "The agent's loop"). The agent
  * hosting the store never waits: it steps again when the store changed. */
-#define STEP_BLOCK_MS       100
+#define STEP_BLOCK_MS 100
+/* At exit, the longest the last requests (leaving the rendezvous, etcd's
+ * lease revocation) may take when the backend does not answer. */
+#define EXIT_BLOCK_MS       1000
 #define STATIC_DEFAULT_PORT 29500
 
 enum phase {
@@ -36,6 +42,9 @@ struct multi {
     enum phase phase;
     int timer;                 /* the one pending timer, or -1 */
     int poller;                /* the hosted store's, or -1 */
+    int abort_fd;              /* a signalfd of the terminating signals (rdzv_kv.h), or -1 */
+    int exit_fd;               /* at exit: a timer bounding the last requests, or -1 */
+    struct mg_kv *kv;          /* the backend (owned by r) */
     mg_agent_timer_fn waiting; /* host: the step to run again when the store changes */
     struct mg_backoff backoff;
     int64_t formed_ms;
@@ -167,7 +176,8 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     m->timer = -1;
     m->waiting = NULL;
     int rc = mg_rdzv_join_step(m->r, &w, step_block(m));
-    if (rc == 0) {
+    if (rc == 0 || rc == -EINTR) {
+        /* -EINTR: a terminating signal is pending; the loop acts on it next. */
         step_later(m, on_join_step);
         return;
     }
@@ -227,6 +237,7 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
     int rc = mg_rdzv_finish_step(m->r, step_block(m));
     switch (rc) {
     case MG_RDZV_NONE:
+    case -EINTR: /* a terminating signal is pending; the loop acts on it next */
         step_later(m, on_barrier_step);
         return;
     case MG_RDZV_DONE:
@@ -262,6 +273,8 @@ static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_rou
     }
     m->phase = M_JOINING;
     int rc = mg_rdzv_join_begin(m->r);
+    if (rc == -EINTR)
+        return 0; /* a terminating signal is pending: the loop ends the run next */
     if (rc < 0) {
         fail_run(m, rc);
         return 0;
@@ -287,7 +300,8 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
     }
     m->phase = M_IDLE;
     if (result == MG_ROUND_SUCCEEDED) {
-        if (mg_rdzv_finish_begin(m->r) < 0)
+        int rc = mg_rdzv_finish_begin(m->r);
+        if (rc < 0 && rc != -EINTR)
             return; /* no barrier possible: exit as the workers did */
         mg_agent_hold_exit(ag);
         m->phase = M_BARRIER;
@@ -334,6 +348,15 @@ static void multi_shutdown(void *impl, struct mg_agent *ag, int exit_code)
     cancel_timer(m);
     m->ag = ag;
     m->phase = M_IDLE;
+    /* The run is over (a terminating signal already read): what is left to
+     * send is a courtesy, bounded by a timer instead. */
+    m->exit_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (m->exit_fd >= 0) {
+        struct itimerspec its = {.it_value = {.tv_sec = EXIT_BLOCK_MS / 1000,
+                                              .tv_nsec = EXIT_BLOCK_MS % 1000 * 1000000L}};
+        timerfd_settime(m->exit_fd, 0, &its, NULL);
+        m->kv->abort_fd = m->exit_fd;
+    }
     if (mg_rdzv_close_begin(m->r, m->host != NULL, exit_code ? "it stopped with an error" : ""))
         return;
     /* This agent's store holds the outcome: serve it (a signal ends that)
@@ -350,6 +373,10 @@ static void multi_release(void *impl)
         return;
     mg_rdzv_release(m->r);
     mg_rdzv_host_release(m->host);
+    if (m->abort_fd >= 0)
+        close(m->abort_fd);
+    if (m->exit_fd >= 0)
+        close(m->exit_fd);
     free(m);
 }
 
@@ -450,6 +477,8 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
         return -ENOMEM;
     m->timer = -1;
     m->poller = -1;
+    m->abort_fd = -1;
+    m->exit_fd = -1;
     gethostname(m->hostname, sizeof(m->hostname) - 1);
     if (!m->hostname[0])
         snprintf(m->hostname, sizeof(m->hostname), "localhost");
@@ -556,6 +585,18 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     if (rc < 0)
         goto fail;
 
+    /* A remote backend that stops answering holds a request up to its
+     * timeout: a terminating signal cuts that short (the agent blocks these
+     * signals and reads them from its own signalfd; this one is only polled). */
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGINT);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGHUP);
+    sigaddset(&term, SIGQUIT);
+    m->abort_fd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
+    kv->abort_fd = m->abort_fd;
+    m->kv = kv;
     pick_advertise(o, m, kv, m->host && m->backend == MG_RDZV_STATIC ? master_addr : NULL,
                    advertise, sizeof(advertise));
     struct mg_rdzv_opts ro = {
@@ -583,6 +624,8 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     return 0;
 fail:
     mg_rdzv_host_release(m->host);
+    if (m->abort_fd >= 0)
+        close(m->abort_fd);
     free(m);
     return rc;
 }

@@ -4,7 +4,8 @@
 # supervises workers, /proc/PID/task has one entry and the store answers.
 # SIGTERM while it waits for missing nodes: exit 143 at once, and nothing
 # left behind (no process, no listening port). Its workers' output and exits
-# are handled while clients keep its store busy.
+# are handled while clients keep its store busy. And an agent whose store
+# stops answering still handles SIGTERM at once.
 # timeout: 60
 . "$(dirname "$0")/../lib.sh"
 FW=$HELPERS/fakeworker
@@ -79,4 +80,28 @@ wait "$pa"
 rc_a=$?
 wait "$pb"
 is "$rc_a $?" "0 0" "the job ends normally: both agents exit 0"
+# ---- an agent whose store stops answering (the hosting agent stopped, not
+# gone) with long request timeouts: SIGTERM still ends it at once, with the
+# last courtesy requests bounded.
+P=$(free_port)
+SLOW="heartbeat_interval=1,heartbeat_timeout=60,read_timeout=60"
+bg "$MGLAUNCH" $C --nnodes 3 --rdzv_endpoint "127.0.0.1:$P" --rdzv_id stall \
+    --rdzv_conf "is_host=1,$SLOW" "$FW" sleep 30 >/dev/null 2>&1
+ph=$!
+ok wait_for 10 answers "$P"
+bg "$MGLAUNCH" $C --nnodes 3 --rdzv_endpoint "127.0.0.1:$P" --rdzv_id stall \
+    --rdzv_conf "is_host=0,$SLOW" "$FW" sleep 30 >"$T/s.out" 2>"$T/s.err"
+ps_=$!
+ok wait_for 10 sh -c "'$CTL' 127.0.0.1:$P list /mg/rdzv/stall/r/0/j/ 10 | grep -q j/"
+kill -STOP "$ph"
+at_cleanup "kill -CONT $ph 2>/dev/null"
+sleep 0.5
+kill -TERM "$ps_"
+DESC="its store stopped answering: SIGTERM still ends the other agent at once" \
+    ok wait_for 5 gone "$ps_"
+wait "$ps_"
+is "$?" 143 "exit code 143"
+kill -CONT "$ph"
+kill -TERM "$ph"
+wait "$ph"
 done_testing

@@ -14,6 +14,7 @@
 #include <ftw.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -225,6 +226,27 @@ int main(void)
         kv2 = open_kv(two, 2000);
         ok(kv2->ops->set(kv2, "/t/fo", "1", 1, 0) == 0, "falls over to the next endpoint");
         kv2->ops->release(kv2);
+    }
+
+    /* etcd that stops answering (stopped, not gone): a request gives up as
+     * soon as abort_fd is readable (libcurl looks about once a second). */
+    {
+        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+        struct itimerspec its = {.it_value = {.tv_nsec = 300000000L}};
+        kv->ops->set(kv, "/t/stall", "1", 1, 0);
+        kill(etcd_pid, SIGSTOP);
+        timerfd_settime(tfd, 0, &its, NULL);
+        kv->abort_fd = tfd;
+        rc = kv->ops->get(kv, "/t/stall", &val, &len, NULL);
+        is_int(rc, -EINTR, "etcd stopped answering: the request gives up on abort_fd");
+        ok(strstr(mg_kv_error(kv), "interrupted") != NULL, "  saying so: %s", mg_kv_error(kv));
+        is_int(kv->ops->wait(kv, "/t/stall", 1, 60000), -EINTR, "  a watch too");
+        kv->abort_fd = -1;
+        close(tfd);
+        kill(etcd_pid, SIGCONT);
+        rc = kv->ops->get(kv, "/t/stall", &val, &len, NULL);
+        ok(rc == 0, "answering again: requests work (%d)", rc);
+        free(rc == 0 ? val : NULL);
     }
 
     /* etcd stopped: a clear error, fast, not a hang. */

@@ -5,6 +5,8 @@
  * thread. Then what is the host's alone: its loop learns of remote changes
  * from mg_rdzv_host_process, with the server driven by one thread as in
  * mglaunch; and how it tells whether its endpoint leads to its own store.
+ * And the client gives up a call to a store that stopped answering as soon
+ * as its abort_fd is readable (the launcher's terminating signals).
  * timeout: 60 */
 #include "mg_err.h"
 #include "net.h"
@@ -16,6 +18,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/timerfd.h>
 
 static struct mg_store_server *srv;
 static int port;
@@ -129,6 +132,52 @@ static void own_peer(void)
     mg_store_server_release(b);
 }
 
+/* A store that stops answering (its process stopped): a call blocked on it
+ * gives up as soon as abort_fd is readable, and the connection stays usable. */
+static void stalled(void)
+{
+    int pfd[2], sport = 0;
+    if (pipe(pfd) < 0)
+        BAIL_OUT("pipe");
+    pid_t kid = fork();
+    if (kid == 0) {
+        struct mg_store_server *x;
+        struct mg_store_server_opts so = {.host = "127.0.0.1"};
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (mg_store_server_start(&x, &so) < 0 || mg_store_server_start_thread(x) < 0)
+            _exit(1);
+        int p = mg_store_server_port(x);
+        if (write(pfd[1], &p, sizeof(p)) != (ssize_t)sizeof(p))
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(pfd[1]);
+    if (read(pfd[0], &sport, sizeof(sport)) != (ssize_t)sizeof(sport))
+        BAIL_OUT("stalled store did not start");
+    close(pfd[0]);
+    port = sport;
+    struct mg_kv *kv = open_client(NULL);
+    is_int(kv->ops->set(kv, "/s/k", "1", 1, 0), 0, "stalled: a store that answers");
+    kill(kid, SIGSTOP);
+    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    struct itimerspec its = {.it_value = {.tv_nsec = 300000000L}};
+    timerfd_settime(tfd, 0, &its, NULL);
+    kv->abort_fd = tfd;
+    int rc = kv->ops->get(kv, "/s/k", NULL, NULL, NULL);
+    is_int(rc, -EINTR, "stopped: a request gives up when abort_fd becomes readable");
+    ok(strstr(mg_kv_error(kv), "interrupted") != NULL, "saying so: %s", mg_kv_error(kv));
+    is_int(kv->ops->wait(kv, "/s/k", 1, 60000), -EINTR, "a wait too");
+    kv->abort_fd = -1;
+    close(tfd);
+    kill(kid, SIGCONT);
+    is_int(kv->ops->get(kv, "/s/k", NULL, NULL, NULL), 0,
+           "answering again: the same connection still works");
+    kv->ops->release(kv);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+}
+
 int main(void)
 {
     struct mg_store_server_opts so = {.host = "127.0.0.1"};
@@ -157,5 +206,6 @@ int main(void)
 
     host_loop();
     own_peer();
+    stalled();
     return done_testing();
 }
