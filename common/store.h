@@ -42,6 +42,10 @@ struct mg_store_server_opts {
     int max_waiters;          /* parked blocking requests, all connections (65536) */
     int handshake_timeout_ms; /* to finish the handshake after connecting (10000) */
     int frame_timeout_ms;     /* to finish sending a frame once begun (60000) */
+    /* Bytes read from one connection per turn (4 MiB), which bounds the work
+     * one client's pipelined requests make per mg_store_server_process: a
+     * caller whose loop must stay responsive (the launcher) passes less. */
+    size_t read_bytes_per_turn;
 };
 int mg_store_server_start(struct mg_store_server **out, const struct mg_store_server_opts *opts);
 int mg_store_server_port(const struct mg_store_server *srv);

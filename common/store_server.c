@@ -35,7 +35,7 @@
 #define MAX_TOMBSTONES   16384      /* deleted keys whose revision is remembered */
 #define IBUF_MIN         4096       /* input buffer kept between frames */
 #define OUT_HIGH         (1u << 20) /* queued reply bytes above which input is not read */
-#define READ_BUDGET      (4u << 20) /* bytes read from one connection per loop turn */
+#define READ_BUDGET      (4u << 20) /* bytes read from one connection per loop turn (default) */
 #define ACCEPT_BURST     64         /* connections accepted per loop turn */
 #define CLOSE_LINGER_MS  1000       /* to flush a final error before closing */
 #define ENTRY_OVERHEAD   64         /* charged per key besides its bytes */
@@ -137,7 +137,7 @@ struct mg_store_server {
     int lfd, own_lfd, wakefd, port;
     char *token;
     int max_clients, max_waiters, handshake_ms, frame_ms;
-    size_t max_store, max_buffer;
+    size_t max_store, max_buffer, read_budget;
     uint64_t sipkey[2];
 
     struct entry **table;
@@ -1302,7 +1302,7 @@ static int ibuf_resize(struct mg_store_server *s, struct conn *c, size_t cap)
 
 static void conn_read(struct mg_store_server *s, struct conn *c)
 {
-    size_t budget = READ_BUDGET, need = 0;
+    size_t budget = s->read_budget, need = 0;
     while (c->closing == CL_OPEN && !backpressured(c) && budget) {
         if (c->ilen == c->icap) {
             /* Grow only towards what the message in progress needs, and in
@@ -1527,6 +1527,7 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s->max_buffer = o->max_buffer_bytes ? o->max_buffer_bytes : DEF_MAX_BUFFER;
     s->handshake_ms = o->handshake_timeout_ms > 0 ? o->handshake_timeout_ms : DEF_HANDSHAKE_MS;
     s->frame_ms = o->frame_timeout_ms > 0 ? o->frame_timeout_ms : DEF_FRAME_MS;
+    s->read_budget = o->read_bytes_per_turn ? o->read_bytes_per_turn : READ_BUDGET;
     if (o->token && *o->token && !(s->token = strdup(o->token))) {
         rc = -ENOMEM;
         goto fail_free;

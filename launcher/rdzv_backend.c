@@ -134,6 +134,11 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
     return rc;
 }
 
+/* What the hosted store reads from one connection per turn of the agent's
+ * loop: a client's burst of pipelined requests is taken in slices of a few
+ * milliseconds each, between the agent's other work. */
+#define HOST_READ_BYTES (64u << 10)
+
 struct mg_rdzv_host {
     struct mg_store_server *srv;
     int port;
@@ -170,7 +175,8 @@ static void route_addr(const struct mg_hostport *hp, char *out, size_t cap)
 static int host_store(const struct mg_rdzv_setup *s, const struct mg_hostport *hp,
                       struct mg_rdzv_host **out, char *err, size_t errlen)
 {
-    struct mg_store_server_opts so = {.port = hp->port, .token = s->conf->token};
+    struct mg_store_server_opts so = {
+        .port = hp->port, .token = s->conf->token, .read_bytes_per_turn = HOST_READ_BYTES};
     struct mg_rdzv_host *h = calloc(1, sizeof(*h));
     int rc;
 

@@ -127,7 +127,7 @@ static int host_process(void *ctx, const struct pollfd *fds, int n)
     struct multi *m = ctx;
     int rc = mg_rdzv_host_process(m->host, fds, n);
     if (rc == 1 && m->waiting)
-        set_timer(m, mg_now_ms(), m->waiting); /* keeps waiting set: set_timer does */
+        set_timer(m, mg_now_ms(), m->waiting); /* waiting stays set until the step runs */
     return rc < 0 ? rc : 0;
 }
 
@@ -348,8 +348,8 @@ static void multi_shutdown(void *impl, struct mg_agent *ag, int exit_code)
     cancel_timer(m);
     m->ag = ag;
     m->phase = M_IDLE;
-    /* The run is over (a terminating signal already read): what is left to
-     * send is a courtesy, bounded by a timer instead. */
+    /* The run is over: what is left to send (leaving, etcd's lease
+     * revocation at release) is a courtesy, bounded by a timer. */
     m->exit_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (m->exit_fd >= 0) {
         struct itimerspec its = {.it_value = {.tv_sec = EXIT_BLOCK_MS / 1000,

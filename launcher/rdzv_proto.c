@@ -267,7 +267,8 @@ static int state_cas(struct mg_rdzv *r, struct state *from, struct state *to)
     if (rc == 0) {
         if (!cur || state_parse(from, cur) < 0) {
             free(cur);
-            return state_read(r, from) < 0 ? -EIO : 0;
+            rc = state_read(r, from);
+            return rc < 0 ? rc : 0;
         }
     }
     free(cur);

@@ -29,6 +29,12 @@ pid=$!
 ok wait_for 10 answers "$P"
 is "$(threads "$pid")" 1 "waiting for the missing node, the hosting agent is one thread"
 ok answers "$P"
+# The host reads a slice of each connection per turn: a larger value still
+# goes through, over several turns.
+V=$(head -c 120000 /dev/zero | tr '\0' 'v')
+got=$("$CTL" "127.0.0.1:$P" set big "$V" get big 0 2>&1 | tail -n 1)
+got=${got#get big = }
+is "${#got}" 120000 "a 120 kB value (an argument can hold no more) round-trips through the store"
 kids=$(pgrep -P "$pid" | tr '\n' ' ')
 ok test -n "$kids"
 kill -TERM "$pid"

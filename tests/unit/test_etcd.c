@@ -235,6 +235,7 @@ int main(void)
         struct itimerspec its = {.it_value = {.tv_nsec = 300000000L}};
         kv->ops->set(kv, "/t/stall", "1", 1, 0);
         kill(etcd_pid, SIGSTOP);
+        waitpid(etcd_pid, NULL, WUNTRACED); /* stopped for sure */
         timerfd_settime(tfd, 0, &its, NULL);
         kv->abort_fd = tfd;
         rc = kv->ops->get(kv, "/t/stall", &val, &len, NULL);

@@ -160,6 +160,8 @@ static void stalled(void)
     struct mg_kv *kv = open_client(NULL);
     is_int(kv->ops->set(kv, "/s/k", "1", 1, 0), 0, "stalled: a store that answers");
     kill(kid, SIGSTOP);
+    int st;
+    waitpid(kid, &st, WUNTRACED); /* stopped for sure */
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     struct itimerspec its = {.it_value = {.tv_nsec = 300000000L}};
     timerfd_settime(tfd, 0, &its, NULL);
