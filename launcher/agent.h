@@ -13,7 +13,9 @@
  * group restarts while restarts are left, after the documented backoff.
  *
  * Multi-node backends plug in through struct mg_rdzv_ops plus the calls in the
- * "for rendezvous backends" section; they never block the loop. */
+ * "for rendezvous backends" section; they never block the loop for long
+ * (docs/rendezvous.md, "The agent's loop"). The rendezvous store the agent
+ * may host is one of the loop's pollers: there is no other thread. */
 #ifndef MG_AGENT_H
 #define MG_AGENT_H
 

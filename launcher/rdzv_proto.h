@@ -109,7 +109,8 @@ void mg_rdzv_release(struct mg_rdzv *r);
  * waited at most max_block_ms for a change (see mg_rdzv_wait_ms). Errors:
  * -ETIMEDOUT (too few nodes within join_timeout), -MG_ECLOSED (the run
  * already finished), -MG_EPEER (the job failed elsewhere: see
- * mg_rdzv_failure_info), or a backend error. mg_rdzv_message() explains. */
+ * mg_rdzv_failure_info), or a backend error (-EINTR: the backend gave up
+ * because its abort_fd fired). mg_rdzv_message() explains. */
 int mg_rdzv_join_begin(struct mg_rdzv *r);
 int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms);
 
