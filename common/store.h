@@ -42,6 +42,10 @@ struct mg_store_server_opts {
     int max_waiters;          /* parked blocking requests, all connections (65536) */
     int handshake_timeout_ms; /* to finish the handshake after connecting (10000) */
     int frame_timeout_ms;     /* to finish sending a frame once begun (60000) */
+    /* Bytes read from one connection per turn (4 MiB), which bounds the work
+     * one client's pipelined requests make per mg_store_server_process: a
+     * caller whose loop must stay responsive (the launcher) passes less. */
+    size_t read_bytes_per_turn;
 };
 int mg_store_server_start(struct mg_store_server **out, const struct mg_store_server_opts *opts);
 int mg_store_server_port(const struct mg_store_server *srv);
@@ -50,8 +54,9 @@ int mg_store_server_port(const struct mg_store_server *srv);
  * pollfd array, and after poll() let it handle the ones that are ready.
  * The server runs only inside mg_store_server_process: a thread that drives
  * it this way must not make blocking client calls (mg_store_*) to it, or both
- * wait for each other until the call times out. A process that needs its own
- * client uses mg_store_server_start_thread instead (or the local calls).
+ * wait for each other until the call times out. That thread uses the local
+ * calls below instead (the launcher hosting the rendezvous does); a process
+ * that needs a socket client of its own store uses mg_store_server_start_thread.
  * mg_store_server_pollfds returns how many it filled in (at most max; -ENOSPC
  * when more are needed). mg_store_server_timeout_ms says how long poll may
  * sleep before the server has work (blocked waits, lease expiry); -1 = none. */
@@ -75,6 +80,41 @@ int mg_store_server_start_thread(struct mg_store_server *srv);
 int mg_store_server_set(struct mg_store_server *srv, const char *key, const void *val, size_t len);
 int mg_store_server_get(struct mg_store_server *srv, const char *key, void *buf, size_t cap,
                         size_t *len);
+
+/* The client operations as local calls of the hosting process: the same
+ * rules, bounds and return values as mg_store_set / _get / _add /
+ * _compare_set / _delete / _list (one implementation serves both), answered
+ * at once, never parked, no socket. A change wakes the remote clients waiting
+ * on the key, as theirs would. MG_STORE_EPHEMERAL makes the hosting process
+ * the key's owner: it goes with mg_store_server_local_drop (or the server).
+ * local_get also reports a missing key's revision (that of its deletion, as a
+ * watch would) in *rev; values read are malloc'd and NUL-terminated. */
+int mg_store_server_local_set(struct mg_store_server *srv, const char *key, const void *val,
+                              size_t len, int flags);
+int mg_store_server_local_get(struct mg_store_server *srv, const char *key, void **val, size_t *len,
+                              int64_t *rev);
+int mg_store_server_local_add(struct mg_store_server *srv, const char *key, int64_t delta,
+                              int64_t *result);
+int mg_store_server_local_compare_set(struct mg_store_server *srv, const char *key,
+                                      const void *expected, size_t expected_len,
+                                      const void *desired, size_t desired_len, void **current,
+                                      size_t *current_len);
+int mg_store_server_local_delete(struct mg_store_server *srv, const char *key);
+int mg_store_server_local_list(struct mg_store_server *srv, const char *prefix, int max,
+                               char ***keys, int *nkeys);
+/* Whether fd, a connection this process just opened to some address (an
+ * endpoint name, a service or NAT address), arrived at this server: accepts
+ * the pending connections, waiting at most timeout_ms for it, and compares
+ * the peer addresses with fd's own. 1 or 0 (or a negative code). For a
+ * process that must know whether the endpoint it was given leads to itself
+ * before it serves. */
+int mg_store_server_is_own_peer(struct mg_store_server *srv, int fd, int timeout_ms);
+/* Deletes the hosting process's ephemeral keys (waking their watchers). */
+void mg_store_server_local_drop(struct mg_store_server *srv);
+/* The store-wide revision: every change (by a client, a local call, a closed
+ * connection or an expired lease) raises it, so a loop that drives the server
+ * can tell whether a turn changed anything. */
+int64_t mg_store_server_revision(const struct mg_store_server *srv);
 
 struct mg_store_server_stats {
     int clients;         /* connections, handshaking ones included */
@@ -118,6 +158,14 @@ void mg_store_release(struct mg_store *st);
 /* The connected socket, for callers that poll it: readable means the server
  * closed it, or a late reply arrived; the next call tells which. */
 int mg_store_fd(const struct mg_store *st);
+
+/* Makes every blocking call give up with -EINTR as soon as fd is readable
+ * (-1: never, the default). The launcher passes a signalfd of its
+ * terminating signals, so that a server that stopped answering does not
+ * hold up its exit. A call given up while waiting for its reply leaves the
+ * connection usable (the reply is skipped when it comes); one given up
+ * while its request was still being sent loses it (-MG_ECLOSED from then on). */
+void mg_store_set_abort_fd(struct mg_store *st, int fd);
 
 enum mg_store_set_flags {
     MG_STORE_EPHEMERAL = 1 << 0, /* deleted when this connection goes away */

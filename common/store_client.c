@@ -30,6 +30,7 @@
 
 struct mg_store {
     int fd;
+    int abort_fd; /* readable = give up the call (mg_store_set_abort_fd), or -1 */
     int timeout_ms;
     uint32_t lease_ms;
     uint32_t next_id;
@@ -122,6 +123,7 @@ int mg_store_connect(struct mg_store **out, const struct mg_store_opts *o)
     if (!st)
         return -ENOMEM;
     st->fd = -1;
+    st->abort_fd = -1;
     st->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEF_TIMEOUT_MS;
     st->lease_ms = (uint32_t)o->lease_ms;
     st->rcap = RBUF_MIN;
@@ -185,6 +187,24 @@ int mg_store_fd(const struct mg_store *st)
     return st->fd;
 }
 
+void mg_store_set_abort_fd(struct mg_store *st, int fd)
+{
+    st->abort_fd = fd;
+}
+
+/* Waits for events on the connection, at most timeout_ms: 1 when they came,
+ * 0 at the timeout, -EINTR when abort_fd became readable first. */
+static int wait_conn(struct mg_store *st, short events, int timeout_ms)
+{
+    struct pollfd p[2] = {{.fd = st->fd, .events = events}, {.fd = st->abort_fd, .events = POLLIN}};
+    int n = poll(p, st->abort_fd >= 0 ? 2 : 1, timeout_ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : -errno;
+    if (n > 0 && st->abort_fd >= 0 && (p[1].revents & POLLIN))
+        return -EINTR;
+    return n > 0;
+}
+
 /* ---- one request --------------------------------------------------------------------- */
 
 static int broken(struct mg_store *st, int rc)
@@ -207,12 +227,11 @@ static int send_iov(struct mg_store *st, struct iovec *iov, int n, int64_t deadl
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return errno == EPIPE || errno == ECONNRESET ? -MG_ECLOSED : -errno;
-            struct pollfd p = {.fd = st->fd, .events = POLLOUT};
-            int prc = poll(&p, 1, mg_ms_until(deadline));
-            if (prc == 0)
+            int prc = wait_conn(st, POLLOUT, mg_ms_until(deadline));
+            if (prc == 0 && mg_now_ms() >= deadline)
                 return -ETIMEDOUT;
-            if (prc < 0 && errno != EINTR)
-                return -errno;
+            if (prc < 0)
+                return prc;
             continue;
         }
         st->last_tx_ms = mg_now_ms();
@@ -307,11 +326,12 @@ static int read_reply(struct mg_store *st, uint32_t id, int64_t deadline, struct
             if (ping_at < wake)
                 wake = ping_at;
         }
-        struct pollfd p = {.fd = st->fd, .events = POLLIN};
-        int prc = poll(&p, 1, mg_ms_until(wake));
-        if (prc < 0 && errno != EINTR)
-            return broken(st, -errno);
-        if (prc <= 0) {
+        int prc = wait_conn(st, POLLIN, mg_ms_until(wake));
+        if (prc == -EINTR)
+            return prc; /* the reply may still come: its id will skip it */
+        if (prc < 0)
+            return broken(st, prc);
+        if (prc == 0) {
             if (mg_now_ms() >= deadline)
                 return -ETIMEDOUT; /* the reply may still come: its id will skip it */
             continue;

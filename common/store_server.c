@@ -35,7 +35,7 @@
 #define MAX_TOMBSTONES   16384      /* deleted keys whose revision is remembered */
 #define IBUF_MIN         4096       /* input buffer kept between frames */
 #define OUT_HIGH         (1u << 20) /* queued reply bytes above which input is not read */
-#define READ_BUDGET      (4u << 20) /* bytes read from one connection per loop turn */
+#define READ_BUDGET      (4u << 20) /* bytes read from one connection per loop turn (default) */
 #define ACCEPT_BURST     64         /* connections accepted per loop turn */
 #define CLOSE_LINGER_MS  1000       /* to flush a final error before closing */
 #define ENTRY_OVERHEAD   64         /* charged per key besides its bytes */
@@ -137,7 +137,7 @@ struct mg_store_server {
     int lfd, own_lfd, wakefd, port;
     char *token;
     int max_clients, max_waiters, handshake_ms, frame_ms;
-    size_t max_store, max_buffer;
+    size_t max_store, max_buffer, read_budget;
     uint64_t sipkey[2];
 
     struct entry **table;
@@ -159,6 +159,8 @@ struct mg_store_server {
     size_t stored, buffered;
     uint64_t dropped, leases_expired;
     int64_t accept_pause_until;
+
+    struct conn *local; /* owns the hosting process's ephemeral keys (never polled) */
 
     pthread_t thread;
     int has_thread, stop;
@@ -750,26 +752,137 @@ static int key_cmp(const void *a, const void *b)
     return c ? c : (x->klen > y->klen) - (x->klen < y->klen);
 }
 
-static void do_list(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)
+/* The operations themselves, shared by the protocol's requests and the
+ * hosting process's local calls, so that both see one set of rules. Each
+ * returns a protocol status (MG_SP_OK or an error). */
+
+/* The live keys starting with prefix, sorted: *out (malloc'd, NULL when
+ * none) holds all *total of them. */
+static uint16_t op_list(struct mg_store_server *s, const uint8_t *prefix, size_t plen,
+                        struct entry ***out, size_t *total)
 {
-    struct mg_sp_reply y = {.op = MG_SP_LIST, .id = q->id};
     struct entry **all = NULL;
-    uint8_t *keys = NULL;
     size_t n = 0;
+    *out = NULL;
+    *total = 0;
     if (s->nlive) {
         all = malloc(s->nlive * sizeof(*all));
-        if (!all) {
-            reply_status(c, MG_SP_LIST, q->id, MG_SP_NOSPACE);
-            return;
-        }
+        if (!all)
+            return MG_SP_NOSPACE;
     }
     for (size_t i = 0; i < s->nbuckets; i++)
         for (struct entry *e = s->table[i]; e; e = e->hnext)
-            if (e->val && e->klen >= q->klen && memcmp(e->key, q->key, q->klen) == 0)
+            if (e->val && e->klen >= plen && memcmp(e->key, prefix, plen) == 0)
                 all[n++] = e;
-    size_t take = n < q->max ? n : q->max, bytes = 0;
     if (n > 1)
         qsort(all, n, sizeof(*all), key_cmp);
+    if (n == 0) {
+        free(all);
+        all = NULL;
+    }
+    *out = all;
+    *total = n;
+    return MG_SP_OK;
+}
+
+/* owner: the connection for an ephemeral set, NULL for a persistent one.
+ * *ep: the key's entry, which survives (it holds a value). */
+static uint16_t op_set(struct mg_store_server *s, const uint8_t *key, size_t klen, const void *val,
+                       size_t vlen, struct conn *owner, struct entry **ep)
+{
+    struct entry *e = entry_get(s, key, klen);
+    struct blob *b = NULL;
+    if (e) {
+        size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
+        b = blob_new(s, val, vlen, credit);
+    }
+    if (!b) {
+        if (e)
+            entry_maybe_free(s, e);
+        return MG_SP_NOSPACE;
+    }
+    entry_store(s, e, b, owner, 0);
+    *ep = e;
+    return MG_SP_OK;
+}
+
+static uint16_t op_add(struct mg_store_server *s, const uint8_t *key, size_t klen, int64_t delta,
+                       int64_t *sum, struct entry **ep)
+{
+    struct entry *e = entry_get(s, key, klen);
+    int64_t cur;
+    char text[24];
+    if (!e)
+        return MG_SP_NOSPACE;
+    if (parse_int(e->val, &cur) || __builtin_add_overflow(cur, delta, sum)) {
+        entry_maybe_free(s, e);
+        return MG_SP_RANGE;
+    }
+    int n = snprintf(text, sizeof(text), "%lld", (long long)*sum);
+    size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
+    struct blob *b = blob_new(s, text, (size_t)n, credit);
+    if (!b) {
+        entry_maybe_free(s, e);
+        return MG_SP_NOSPACE;
+    }
+    entry_store(s, e, b, NULL, 1);
+    *ep = e;
+    return MG_SP_OK;
+}
+
+/* absent: the key must not exist (else its value must equal expected).
+ * *ep: the key's entry afterwards (NULL when the key never existed),
+ * *swapped whether it was set. */
+static uint16_t op_cas(struct mg_store_server *s, const uint8_t *key, size_t klen, int absent,
+                       const void *expected, size_t elen, const void *desired, size_t dlen,
+                       struct entry **ep, int *swapped)
+{
+    struct entry *e = lookup(s, key, klen);
+    int match;
+    *swapped = 0;
+    if (absent)
+        match = !e || !e->val;
+    else
+        match = e && e->val && e->val->len == elen && memcmp(e->val->data, expected, elen) == 0;
+    if (match) {
+        if (!e)
+            e = entry_get(s, key, klen);
+        size_t credit = e && e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
+        struct blob *b = e ? blob_new(s, desired, dlen, credit) : NULL;
+        if (!b) {
+            if (e)
+                entry_maybe_free(s, e);
+            return MG_SP_NOSPACE;
+        }
+        entry_store(s, e, b, NULL, 1);
+        *swapped = 1;
+    }
+    *ep = e;
+    return MG_SP_OK;
+}
+
+/* 1 when the key existed (and is now deleted). */
+static int op_delete(struct mg_store_server *s, const uint8_t *key, size_t klen)
+{
+    struct entry *e = lookup(s, key, klen);
+    if (!e || !e->val)
+        return 0;
+    entry_delete(s, e);
+    return 1;
+}
+
+static void do_list(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)
+{
+    struct mg_sp_reply y = {.op = MG_SP_LIST, .id = q->id};
+    struct entry **all;
+    uint8_t *keys = NULL;
+    size_t n, bytes = 0;
+    uint16_t st = op_list(s, q->key, q->klen, &all, &n);
+    if (st) {
+        reply_status(c, MG_SP_LIST, q->id, st);
+        return;
+    }
+    size_t take = n < q->max ? n : q->max;
     for (size_t i = 0; i < take; i++)
         bytes += 2 + all[i]->klen;
     if (bytes) {
@@ -795,20 +908,13 @@ static void do_list(struct mg_store_server *s, struct conn *c, const struct mg_s
 static void do_set(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)
 {
     struct mg_sp_reply y = {.op = MG_SP_SET, .id = q->id};
-    struct entry *e = entry_get(s, q->key, q->klen);
-    struct blob *b = NULL;
-    if (e) {
-        size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-        b = blob_new(s, q->val, q->vlen, credit);
-    }
-    if (!b) {
-        if (e)
-            entry_maybe_free(s, e);
-        reply_status(c, MG_SP_SET, q->id, MG_SP_NOSPACE);
+    struct entry *e;
+    uint16_t st =
+        op_set(s, q->key, q->klen, q->val, q->vlen, (q->flags & MG_SP_F_EPHEMERAL) ? c : NULL, &e);
+    if (st) {
+        reply_status(c, MG_SP_SET, q->id, st);
         return;
     }
-    entry_store(s, e, b, (q->flags & MG_SP_F_EPHEMERAL) ? c : NULL, 0);
-    /* e survives entry_store: it holds a value. */
     y.rev = e->rev;
     reply(c, &y, NULL);
 }
@@ -816,27 +922,13 @@ static void do_set(struct mg_store_server *s, struct conn *c, const struct mg_sp
 static void do_add(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)
 {
     struct mg_sp_reply y = {.op = MG_SP_ADD, .id = q->id};
-    struct entry *e = entry_get(s, q->key, q->klen);
-    int64_t cur, sum;
-    char text[24];
-    if (!e) {
-        reply_status(c, MG_SP_ADD, q->id, MG_SP_NOSPACE);
+    struct entry *e;
+    int64_t sum;
+    uint16_t st = op_add(s, q->key, q->klen, q->num, &sum, &e);
+    if (st) {
+        reply_status(c, MG_SP_ADD, q->id, st);
         return;
     }
-    if (parse_int(e->val, &cur) || __builtin_add_overflow(cur, q->num, &sum)) {
-        entry_maybe_free(s, e);
-        reply_status(c, MG_SP_ADD, q->id, MG_SP_RANGE);
-        return;
-    }
-    int n = snprintf(text, sizeof(text), "%lld", (long long)sum);
-    size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-    struct blob *b = blob_new(s, text, (size_t)n, credit);
-    if (!b) {
-        entry_maybe_free(s, e);
-        reply_status(c, MG_SP_ADD, q->id, MG_SP_NOSPACE);
-        return;
-    }
-    entry_store(s, e, b, NULL, 1);
     y.rev = e->rev;
     y.num = sum;
     reply(c, &y, NULL);
@@ -845,26 +937,16 @@ static void do_add(struct mg_store_server *s, struct conn *c, const struct mg_sp
 static void do_cas(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)
 {
     struct mg_sp_reply y = {.op = MG_SP_CAS, .id = q->id};
-    struct entry *e = lookup(s, q->key, q->klen);
-    int match;
-    if (q->flags & MG_SP_F_EXPECT_ABSENT)
-        match = !e || !e->val;
-    else
-        match = e && e->val && e->val->len == q->vlen && memcmp(e->val->data, q->val, q->vlen) == 0;
-    if (match) {
-        if (!e)
-            e = entry_get(s, q->key, q->klen);
-        size_t credit = e && e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-        struct blob *b = e ? blob_new(s, q->val2, q->vlen2, credit) : NULL;
-        if (!b) {
-            if (e)
-                entry_maybe_free(s, e);
-            reply_status(c, MG_SP_CAS, q->id, MG_SP_NOSPACE);
-            return;
-        }
-        entry_store(s, e, b, NULL, 1);
-        y.flags |= MG_SP_F_SWAPPED;
+    struct entry *e;
+    int swapped;
+    uint16_t st = op_cas(s, q->key, q->klen, !!(q->flags & MG_SP_F_EXPECT_ABSENT), q->val, q->vlen,
+                         q->val2, q->vlen2, &e, &swapped);
+    if (st) {
+        reply_status(c, MG_SP_CAS, q->id, st);
+        return;
     }
+    if (swapped)
+        y.flags |= MG_SP_F_SWAPPED;
     y.rev = entry_rev(s, e);
     if (e && e->val)
         y.flags |= MG_SP_F_PRESENT;
@@ -918,11 +1000,8 @@ static void handle_request(struct mg_store_server *s, struct conn *c, const stru
         reply(c, &y, NULL);
         break;
     case MG_SP_DELETE:
-        e = lookup(s, q.key, q.klen);
-        if (e && e->val) {
+        if (op_delete(s, q.key, q.klen))
             y.flags = MG_SP_F_PRESENT;
-            entry_delete(s, e);
-        }
         y.rev = s->rev;
         reply(c, &y, NULL);
         break;
@@ -1223,7 +1302,7 @@ static int ibuf_resize(struct mg_store_server *s, struct conn *c, size_t cap)
 
 static void conn_read(struct mg_store_server *s, struct conn *c)
 {
-    size_t budget = READ_BUDGET, need = 0;
+    size_t budget = s->read_budget, need = 0;
     while (c->closing == CL_OPEN && !backpressured(c) && budget) {
         if (c->ilen == c->icap) {
             /* Grow only towards what the message in progress needs, and in
@@ -1448,6 +1527,7 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s->max_buffer = o->max_buffer_bytes ? o->max_buffer_bytes : DEF_MAX_BUFFER;
     s->handshake_ms = o->handshake_timeout_ms > 0 ? o->handshake_timeout_ms : DEF_HANDSHAKE_MS;
     s->frame_ms = o->frame_timeout_ms > 0 ? o->frame_timeout_ms : DEF_FRAME_MS;
+    s->read_budget = o->read_bytes_per_turn ? o->read_bytes_per_turn : READ_BUDGET;
     if (o->token && *o->token && !(s->token = strdup(o->token))) {
         rc = -ENOMEM;
         goto fail_free;
@@ -1466,10 +1546,18 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
         rc = -rc;
         goto fail_free;
     }
+    s->local = calloc(1, sizeof(*s->local));
+    if (!s->local) {
+        rc = -ENOMEM;
+        goto fail_mutex;
+    }
+    s->local->srv = s;
+    s->local->fd = -1;
+    s->local->state = ST_READY;
     s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->wakefd < 0) {
         rc = -errno;
-        goto fail_mutex;
+        goto fail_local;
     }
     if (o->listen_fd > 0) {
         s->lfd = o->listen_fd;
@@ -1498,6 +1586,8 @@ fail_listen:
     close(s->lfd);
 fail_wake:
     close(s->wakefd);
+fail_local:
+    free(s->local);
 fail_mutex:
     pthread_mutex_destroy(&s->lock);
 fail_free:
@@ -1662,41 +1752,64 @@ int mg_store_server_start_thread(struct mg_store_server *s)
     return 0;
 }
 
-int mg_store_server_set(struct mg_store_server *s, const char *key, const void *val, size_t len)
+/* ---- local calls (the hosting process) ------------------------------------------------- */
+
+/* Checks a key from a local caller; its length in *klen. */
+static int local_key(const char *key, size_t *klen, int is_prefix)
 {
-    size_t klen = strlen(key);
-    int rc = mg_sp_key_check((const uint8_t *)key, klen, 0);
-    if (rc)
-        return rc;
+    if (!key)
+        return -EINVAL;
+    *klen = strlen(key);
+    return mg_sp_key_check((const uint8_t *)key, *klen, is_prefix);
+}
+
+static int local_value(const void *val, size_t len)
+{
     if (len > MG_STORE_MAX_VALUE)
         return -MG_ETOOBIG;
-    lock(s);
-    struct entry *e = entry_get(s, (const uint8_t *)key, klen);
-    struct blob *b = NULL;
-    if (e) {
-        size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-        b = blob_new(s, val, len, credit);
-        if (!b)
-            entry_maybe_free(s, e);
-    }
-    if (b) {
-        entry_store(s, e, b, NULL, 0);
-        settle(s);
-        for (struct conn *c = s->conns; c; c = c->next)
-            if (c->ohead) {
-                wake_loop(s);
-                break;
-            }
-    }
-    unlock(s);
-    return b ? 0 : -ENOSPC;
+    return len && !val ? -EINVAL : 0;
+}
+
+/* After a local change: send what it queued for the clients it woke. A
+ * serving thread may then need to watch for POLLOUT: wake it so it rebuilds
+ * its pollfds (a caller's loop rebuilds them every turn anyway). */
+static void local_done(struct mg_store_server *s)
+{
+    settle(s);
+    for (struct conn *c = s->conns; c; c = c->next)
+        if (c->ohead) {
+            wake_loop(s);
+            break;
+        }
+}
+
+static int copy_out(const struct blob *b, void **val, size_t *len)
+{
+    if (!val)
+        return 0;
+    size_t n = b ? b->len : 0;
+    char *p = malloc(n + 1);
+    if (!p)
+        return -ENOMEM;
+    if (n)
+        memcpy(p, b->data, n);
+    p[n] = '\0';
+    *val = p;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+int mg_store_server_set(struct mg_store_server *s, const char *key, const void *val, size_t len)
+{
+    return mg_store_server_local_set(s, key, val, len, 0);
 }
 
 int mg_store_server_get(struct mg_store_server *s, const char *key, void *buf, size_t cap,
                         size_t *len)
 {
-    size_t klen = strlen(key);
-    int rc = mg_sp_key_check((const uint8_t *)key, klen, 0);
+    size_t klen;
+    int rc = local_key(key, &klen, 0);
     if (rc)
         return rc;
     lock(s);
@@ -1713,6 +1826,220 @@ int mg_store_server_get(struct mg_store_server *s, const char *key, void *buf, s
     }
     unlock(s);
     return rc;
+}
+
+int mg_store_server_local_set(struct mg_store_server *s, const char *key, const void *val,
+                              size_t len, int flags)
+{
+    size_t klen;
+    struct entry *e;
+    int rc = local_key(key, &klen, 0);
+    if (!rc)
+        rc = local_value(val, len);
+    if (!rc && (flags & ~MG_STORE_EPHEMERAL))
+        rc = -EINVAL;
+    if (rc)
+        return rc;
+    lock(s);
+    uint16_t st = op_set(s, (const uint8_t *)key, klen, val, len,
+                         (flags & MG_STORE_EPHEMERAL) ? s->local : NULL, &e);
+    local_done(s);
+    unlock(s);
+    return mg_sp_status_err(st);
+}
+
+int mg_store_server_local_get(struct mg_store_server *s, const char *key, void **val, size_t *len,
+                              int64_t *rev)
+{
+    size_t klen;
+    int rc = local_key(key, &klen, 0);
+    if (rc)
+        return rc;
+    lock(s);
+    struct entry *e = lookup(s, (const uint8_t *)key, klen);
+    if (rev)
+        *rev = entry_rev(s, e);
+    if (e && e->val)
+        rc = copy_out(e->val, val, len);
+    else
+        rc = -MG_ENOKEY;
+    unlock(s);
+    return rc;
+}
+
+int mg_store_server_local_add(struct mg_store_server *s, const char *key, int64_t delta,
+                              int64_t *result)
+{
+    size_t klen;
+    struct entry *e;
+    int64_t sum = 0;
+    int rc = local_key(key, &klen, 0);
+    if (rc)
+        return rc;
+    lock(s);
+    uint16_t st = op_add(s, (const uint8_t *)key, klen, delta, &sum, &e);
+    local_done(s);
+    unlock(s);
+    if (!st && result)
+        *result = sum;
+    return mg_sp_status_err(st);
+}
+
+int mg_store_server_local_compare_set(struct mg_store_server *s, const char *key,
+                                      const void *expected, size_t expected_len,
+                                      const void *desired, size_t desired_len, void **current,
+                                      size_t *current_len)
+{
+    size_t klen;
+    struct entry *e;
+    int swapped = 0;
+    int rc = local_key(key, &klen, 0);
+    if (!rc)
+        rc = local_value(desired, desired_len);
+    if (!rc && expected)
+        rc = local_value(expected, expected_len);
+    if (rc)
+        return rc;
+    if (current)
+        *current = NULL;
+    if (current_len)
+        *current_len = 0;
+    lock(s);
+    uint16_t st = op_cas(s, (const uint8_t *)key, klen, !expected, expected, expected_len, desired,
+                         desired_len, &e, &swapped);
+    if (!st && current && e && e->val)
+        rc = copy_out(e->val, current, current_len);
+    local_done(s);
+    unlock(s);
+    if (st)
+        return mg_sp_status_err(st);
+    return rc ? rc : swapped;
+}
+
+int mg_store_server_local_delete(struct mg_store_server *s, const char *key)
+{
+    size_t klen;
+    int rc = local_key(key, &klen, 0);
+    if (rc)
+        return rc;
+    lock(s);
+    rc = op_delete(s, (const uint8_t *)key, klen);
+    local_done(s);
+    unlock(s);
+    return rc;
+}
+
+int mg_store_server_local_list(struct mg_store_server *s, const char *prefix, int max, char ***keys,
+                               int *nkeys)
+{
+    struct entry **all = NULL;
+    size_t plen, n = 0;
+    char **out = NULL;
+    int rc = local_key(prefix ? prefix : "", &plen, 1), take = 0;
+    *keys = NULL;
+    *nkeys = 0;
+    if (rc)
+        return rc;
+    if (max < 0 || max > MG_STORE_MAX_LIST)
+        max = MG_STORE_MAX_LIST;
+    lock(s);
+    uint16_t st = op_list(s, (const uint8_t *)(prefix ? prefix : ""), plen, &all, &n);
+    if (st) {
+        rc = mg_sp_status_err(st);
+        goto out;
+    }
+    take = n < (size_t)max ? (int)n : max;
+    out = calloc(take ? (size_t)take : 1, sizeof(*out));
+    if (!out) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int i = 0; i < take; i++) {
+        out[i] = strndup((const char *)all[i]->key, all[i]->klen);
+        if (!out[i]) {
+            mg_store_free_list(out, i);
+            out = NULL;
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    *keys = out;
+    *nkeys = take;
+    rc = n > INT32_MAX ? INT32_MAX : (int)n;
+out:
+    unlock(s);
+    free(all);
+    return rc;
+}
+
+/* An address and port, with IPv4-mapped IPv6 addresses (a dual-stack
+ * listener's view of an IPv4 peer) as IPv4, for comparisons. */
+static int endpoint_of(const struct sockaddr_storage *ss, uint8_t addr[16], int *port)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memset(addr, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        memcpy(addr + 12, &a->sin_addr, 4);
+        *port = ntohs(a->sin_port);
+        return 4;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        memcpy(addr, &a->sin6_addr, 16);
+        *port = ntohs(a->sin6_port);
+        if (memcmp(addr, mapped, 12) == 0) {
+            memset(addr, 0, 12);
+            return 4;
+        }
+        return 6;
+    }
+    return -1;
+}
+
+int mg_store_server_is_own_peer(struct mg_store_server *s, int fd, int timeout_ms)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t len = sizeof(me);
+    uint8_t a[16], b[16];
+    int pa, pb, fa, found = 0;
+    int64_t deadline = mg_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+
+    if (getsockname(fd, (struct sockaddr *)&me, &len) < 0)
+        return -errno;
+    fa = endpoint_of(&me, a, &pa);
+    for (;;) {
+        lock(s);
+        accept_some(s);
+        for (struct conn *c = s->conns; c && !found; c = c->next) {
+            len = sizeof(peer);
+            if (c->closing == CL_DEAD || getpeername(c->fd, (struct sockaddr *)&peer, &len) < 0)
+                continue;
+            found = endpoint_of(&peer, b, &pb) == fa && pa == pb && memcmp(a, b, 16) == 0;
+        }
+        unlock(s);
+        if (found || mg_now_ms() >= deadline)
+            return found;
+        struct pollfd p = {.fd = s->lfd, .events = POLLIN};
+        poll(&p, 1, mg_ms_until(deadline));
+    }
+}
+
+void mg_store_server_local_drop(struct mg_store_server *s)
+{
+    lock(s);
+    while (s->local->eph)
+        entry_delete(s, s->local->eph);
+    local_done(s);
+    unlock(s);
+}
+
+int64_t mg_store_server_revision(const struct mg_store_server *s)
+{
+    lock(s);
+    int64_t rev = s->rev;
+    unlock(s);
+    return rev;
 }
 
 void mg_store_server_stats(struct mg_store_server *s, struct mg_store_server_stats *st)
@@ -1757,6 +2084,7 @@ void mg_store_server_release(struct mg_store_server *s)
             free(e);
         }
     }
+    free(s->local);
     free(s->table);
     free(s->heap);
     free(s->byfd);

@@ -134,6 +134,8 @@ struct mg_agent {
     int term_sig, nterm;
     int fail_req, fail_code;
     struct mg_backoff backoff;
+    int lingering; /* ST_DONE, but the backend still needs the loop (mg_agent_linger) */
+    int64_t linger_deadline;
 
     struct poller_slot pollers[MG_AGENT_MAX_POLLERS];
     struct timer_slot timers[MG_AGENT_MAX_TIMERS];
@@ -1119,6 +1121,8 @@ static int next_timeout(struct mg_agent *ag)
     }
     if (ag->state == ST_BACKOFF)
         CONSIDER(ag->backoff_deadline);
+    if (ag->lingering)
+        CONSIDER(ag->linger_deadline);
     for (int i = 0; i < MG_AGENT_MAX_TIMERS; i++)
         if (ag->timers[i].used)
             CONSIDER(ag->timers[i].deadline);
@@ -1217,7 +1221,10 @@ static void handle_signalfd(struct mg_agent *ag)
             case SIGTERM:
             case SIGHUP:
             case SIGQUIT:
-                on_term_signal(ag, sig);
+                if (ag->state == ST_DONE)
+                    ag->lingering = 0; /* the run already ended: just stop waiting */
+                else
+                    on_term_signal(ag, sig);
                 break;
             case SIGUSR1:
             case SIGUSR2: {
@@ -1249,10 +1256,10 @@ static void handle_signalfd(struct mg_agent *ag)
 int mg_agent_run(struct mg_agent *ag)
 {
     start_round(ag);
-    while (ag->state != ST_DONE) {
+    while (ag->state != ST_DONE || ag->lingering) {
         while (step(ag))
             ;
-        if (ag->state == ST_DONE)
+        if (ag->state == ST_DONE && (!ag->lingering || mg_now_ms() >= ag->linger_deadline))
             break;
         mg_rundir_flush(&ag->rd);
         flush_consoles(ag);
@@ -1281,14 +1288,19 @@ int mg_agent_run(struct mg_agent *ag)
                     read_stream(ag, w, s, own % 2);
             }
             flush_consoles(ag);
-            for (int k = 0; k < MG_AGENT_MAX_POLLERS; k++) {
-                struct poller_slot *ps = &ag->pollers[k];
-                if (ps->used && ps->n)
-                    ps->p.process(ps->p.ctx, ag->pfd + ps->first, ps->n);
-            }
-            if (ag->pfd[0].revents)
-                handle_signalfd(ag);
+        } else {
+            for (int i = 0; i < n; i++)
+                ag->pfd[i].revents = 0;
         }
+        /* Also after a timeout: a poller may have timers of its own (the
+         * store's parked requests and leases). */
+        for (int k = 0; k < MG_AGENT_MAX_POLLERS; k++) {
+            struct poller_slot *ps = &ag->pollers[k];
+            if (ps->used && ps->n)
+                ps->p.process(ps->p.ctx, ag->pfd + ps->first, ps->n);
+        }
+        if (ag->pfd[0].revents)
+            handle_signalfd(ag);
         int64_t now = mg_now_ms();
         for (int k = 0; k < MG_AGENT_MAX_TIMERS; k++) {
             struct timer_slot *t = &ag->timers[k];
@@ -1370,6 +1382,17 @@ void mg_agent_fail(struct mg_agent *ag, int exit_code, const char *msg)
         begin_stop(ag, SIGTERM);
     else if (ag->state != ST_RUNNING)
         finish(ag, exit_code);
+}
+
+void mg_agent_linger(struct mg_agent *ag, int64_t deadline_ms)
+{
+    ag->lingering = 1;
+    ag->linger_deadline = deadline_ms;
+}
+
+void mg_agent_linger_end(struct mg_agent *ag)
+{
+    ag->lingering = 0;
 }
 
 int mg_agent_add_poller(struct mg_agent *ag, const struct mg_agent_poller *p)

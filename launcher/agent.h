@@ -13,7 +13,9 @@
  * group restarts while restarts are left, after the documented backoff.
  *
  * Multi-node backends plug in through struct mg_rdzv_ops plus the calls in the
- * "for rendezvous backends" section; they never block the loop. */
+ * "for rendezvous backends" section; they never block the loop for long
+ * (docs/rendezvous.md, "The agent's loop"). The rendezvous store the agent
+ * may host is one of the loop's pollers: there is no other thread. */
 #ifndef MG_AGENT_H
 #define MG_AGENT_H
 
@@ -187,6 +189,14 @@ void mg_agent_finish(struct mg_agent *ag, int exit_code);
  * there, see mg_group.restart_count): form the group again, without counting
  * a restart or exiting. Ignored when the program could not be started. */
 void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason);
+
+/* From shutdown(): keep the loop running (signals, pollers, timers) after
+ * the run ended, until mg_agent_linger_end() or deadline_ms (mg_now_ms()
+ * clock); a terminating signal ends it at once. mg_agent_run returns then,
+ * with the run's exit code. The agent hosting the rendezvous store uses it
+ * to keep serving the store until the other agents have read the outcome. */
+void mg_agent_linger(struct mg_agent *ag, int64_t deadline_ms);
+void mg_agent_linger_end(struct mg_agent *ag);
 
 /* A source of descriptors for the loop, e.g. the store server
  * (mg_store_server_pollfds / _process / _timeout_ms have these shapes). */

@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,10 +204,23 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* libcurl's progress callback, which it calls about once a second even
+ * while nothing moves: gives up the transfer once abort_fd is readable. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    const struct mg_etcd *e = arg;
+    struct pollfd p = {.fd = e->kv.abort_fd, .events = POLLIN};
+    return e->kv.abort_fd >= 0 && poll(&p, 1, 0) > 0;
+}
+
 static void common_opts(struct mg_etcd *e, CURL *h)
 {
     struct curl_fns *c = &e->c;
     c->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    c->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    c->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    c->easy_setopt(h, CURLOPT_XFERINFODATA, e);
     c->easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     c->easy_setopt(h, CURLOPT_HTTPHEADER, e->hdrs);
     c->easy_setopt(h, CURLOPT_ERRORBUFFER, e->curl_err);
@@ -250,6 +264,8 @@ static int curl_code_err(CURLcode rc)
         return -ETIMEDOUT;
     case CURLE_OUT_OF_MEMORY:
         return -ENOMEM;
+    case CURLE_ABORTED_BY_CALLBACK:
+        return -EINTR; /* abort_fd */
     default:
         return -EIO;
     }
@@ -279,6 +295,10 @@ static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen
             c->easy_setopt(e->h, CURLOPT_POSTFIELDSIZE, (long)blen);
             c->easy_setopt(e->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
             cc = c->easy_perform(e->h);
+            if (cc == CURLE_ABORTED_BY_CALLBACK) {
+                seterr(e, "etcd %s: %s: interrupted (a signal)", e->url[i], op);
+                return -EINTR;
+            }
             if (cc != CURLE_OK) {
                 seterr(e, "etcd %s: %s: %s%s%s%s%s", e->url[i], op, c->easy_strerror(cc),
                        e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
@@ -1064,6 +1084,7 @@ int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *o, char *err, si
     if (!e)
         return -ENOMEM;
     e->kv.ops = &etcd_ops;
+    e->kv.abort_fd = -1;
     e->resp.max = RESP_MAX;
     e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
     e->lease_ttl_s = o->lease_ttl_ms > 0 ? (o->lease_ttl_ms + 999) / 1000 : 5;

@@ -4,6 +4,7 @@
 #include "etcd.h"
 #include "mg_err.h"
 #include "net.h"
+#include "rdzv_local.h"
 #include "rdzv_proto.h"
 #include "rdzv_store.h"
 #include "store.h"
@@ -13,8 +14,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,15 +134,49 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
     return rc;
 }
 
+/* What the hosted store reads from one connection per turn of the agent's
+ * loop: a client's burst of pipelined requests is taken in slices of a few
+ * milliseconds each, between the agent's other work. */
+#define HOST_READ_BYTES (64u << 10)
+
 struct mg_rdzv_host {
     struct mg_store_server *srv;
     int port;
+    char where[MG_HOST_MAX + 16]; /* the endpoint, for messages */
+    char addr[MG_HOST_MAX];       /* where this host leaves from towards it, or "" */
+    struct pollfd *fds;           /* mg_rdzv_host_serve's */
+    int nfds;
 };
 
-static int host_store(const struct mg_rdzv_setup *s, int port, struct mg_rdzv_host **out, char *err,
-                      size_t errlen)
+/* The address a connection from this machine to the endpoint would leave
+ * from (the kernel's choice, asked of an unconnected UDP socket: nothing is
+ * sent), which is what the other nodes reach this one at. */
+static void route_addr(const struct mg_hostport *hp, char *out, size_t cap)
 {
-    struct mg_store_server_opts so = {.port = port, .token = s->conf->token};
+    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", hp->port);
+    out[0] = 0;
+    if (getaddrinfo(hp->host, port, &hints, &res) != 0)
+        return;
+    for (struct addrinfo *ai = res; ai && !out[0]; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 && mg_sock_local_addr(fd, out, cap) < 0)
+            out[0] = 0;
+        close(fd);
+    }
+    freeaddrinfo(res);
+}
+
+/* Hosts the store on this agent: served from the caller's poll loop
+ * (mg_rdzv_host_pollfds / _process), used through the in-process backend. */
+static int host_store(const struct mg_rdzv_setup *s, const struct mg_hostport *hp,
+                      struct mg_rdzv_host **out, char *err, size_t errlen)
+{
+    struct mg_store_server_opts so = {
+        .port = hp->port, .token = s->conf->token, .read_bytes_per_turn = HOST_READ_BYTES};
     struct mg_rdzv_host *h = calloc(1, sizeof(*h));
     int rc;
 
@@ -152,29 +185,65 @@ static int host_store(const struct mg_rdzv_setup *s, int port, struct mg_rdzv_ho
     /* Every interface: the other nodes reach it by the endpoint's name. */
     rc = mg_store_server_start(&h->srv, &so);
     if (rc < 0) {
-        snprintf(err, errlen, "cannot host the rendezvous store on port %d: %s", port,
+        snprintf(err, errlen, "cannot host the rendezvous store on port %d: %s", hp->port,
                  mg_strerror(rc));
         free(h);
         return rc;
     }
-    /* The store client blocks in poll() on its own socket, so the store this
-     * agent hosts is served from a thread rather than the agent's loop. The
-     * thread must take no signal: the agent reads them all from a signalfd,
-     * SIGCHLD included, which only works when every thread blocks them. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    rc = mg_store_server_start_thread(h->srv);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc < 0) {
-        snprintf(err, errlen, "cannot start the rendezvous store: %s", mg_strerror(rc));
-        mg_store_server_release(h->srv);
-        free(h);
-        return rc;
-    }
     h->port = mg_store_server_port(h->srv);
+    snprintf(h->where, sizeof(h->where), strchr(hp->host, ':') ? "[%s]:%d" : "%s:%d", hp->host,
+             h->port);
+    route_addr(hp, h->addr, sizeof(h->addr));
     *out = h;
     return 0;
+}
+
+/* How long a connection to the endpoint may take to show up at the store
+ * this agent started, when the endpoint leads back to it (it is normally
+ * there by the time connect returns). */
+#define SELF_PROBE_MS 200
+
+/* Whether the endpoint leads to the store this agent just started: at once
+ * when its name is one of this machine's addresses; otherwise (a service or
+ * NAT address, or a mistake such as two static nodes with --node_rank 0) by
+ * connecting to it and looking for that connection among the store's. The
+ * connection is retried as a client's would be, until the deadline. 1 or 0,
+ * or a negative code with err set. */
+static int leads_here(const struct mg_rdzv_setup *s, const struct mg_hostport *hp,
+                      struct mg_rdzv_host *h, char *err, size_t errlen)
+{
+    int told = 0, rc;
+    int64_t start = mg_now_ms();
+    char why[MG_HOST_MAX + 160];
+
+    if (mg_rdzv_is_local_host(hp->host))
+        return 1;
+    for (;;) {
+        int64_t dl = mg_now_ms() + 1000;
+        int fd = mg_connect_tcp(hp->host, hp->port, dl < s->deadline_ms ? dl : s->deadline_ms);
+        if (fd >= 0) {
+            rc = mg_store_server_is_own_peer(h->srv, fd, SELF_PROBE_MS);
+            close(fd);
+            return rc == 1;
+        }
+        rc = fd;
+        snprintf(why, sizeof(why), "store %s: cannot connect: %s", h->where,
+                 rc == -ENOENT         ? "the name does not resolve"
+                 : rc == -ECONNREFUSED ? "connection refused"
+                                       : mg_strerror(rc));
+        if (!transient(rc) || mg_now_ms() >= s->deadline_ms)
+            break;
+        progress(s, start, &told, why);
+        if (pause_ms(s->abort_fd, 20) < 0) {
+            rc = -EINTR;
+            break;
+        }
+    }
+    snprintf(err, errlen, "%s%s", why,
+             rc == -EINTR    ? " (interrupted)"
+             : transient(rc) ? " (gave up at join_timeout)"
+                             : "");
+    return rc;
 }
 
 static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct mg_rdzv_host **host,
@@ -195,12 +264,24 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
     else
         hosting = c->is_host >= 0 ? c->is_host : mg_rdzv_is_local_host(hp.host);
     if (hosting) {
-        rc = host_store(s, hp.port, host, err, errlen);
-        /* Guessed, and another agent on this machine hosts it: be its client. */
-        if (rc == -EADDRINUSE && c->is_host < 0 && s->backend == MG_RDZV_C10D)
-            rc = 0;
-        else if (rc < 0)
+        rc = host_store(s, &hp, host, err, errlen);
+        if (rc == 0) {
+            rc = leads_here(s, &hp, *host, err, errlen);
+            if (rc == 1) {
+                rc = mg_kv_local_open(kv, (*host)->srv, (*host)->where);
+                if (rc == 0)
+                    return 0;
+                snprintf(err, errlen, "cannot open the hosted store: %s", mg_strerror(rc));
+            }
+            mg_rdzv_host_release(*host);
+            *host = NULL;
+            if (rc < 0)
+                return rc;
+            /* The endpoint leads to another store: this agent is its client. */
+        } else if (rc != -EADDRINUSE || c->is_host >= 0 || s->backend != MG_RDZV_C10D) {
             return rc;
+        }
+        /* (Guessed, and another agent on this machine hosts it: its client.) */
     }
 
     struct mg_kv_store_opts o = {
@@ -258,8 +339,15 @@ int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
     return -EINVAL;
 }
 
-int mg_rdzv_backend_local_addr(struct mg_kv *kv, char *buf, size_t len)
+int mg_rdzv_backend_local_addr(struct mg_kv *kv, const struct mg_rdzv_host *host, char *buf,
+                               size_t len)
 {
+    if (host) {
+        if (!host->addr[0])
+            return -ENOTCONN;
+        snprintf(buf, len, "%s", host->addr);
+        return 0;
+    }
     if (strcmp(kv->ops->name, "store") == 0)
         return mg_sock_local_addr(mg_kv_store_fd(kv), buf, len);
     if (strcmp(kv->ops->name, "etcd") == 0)
@@ -269,17 +357,59 @@ int mg_rdzv_backend_local_addr(struct mg_kv *kv, char *buf, size_t len)
 
 int mg_rdzv_host_pollfds(struct mg_rdzv_host *h, struct pollfd *fds, int max)
 {
-    return 0; /* served by its thread */
+    return h ? mg_store_server_pollfds(h->srv, fds, max) : 0;
 }
 
 int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n)
 {
-    return 0;
+    if (!h)
+        return 0;
+    int64_t before = mg_store_server_revision(h->srv);
+    int rc = mg_store_server_process(h->srv, fds, n);
+    if (rc < 0)
+        return rc;
+    return mg_store_server_revision(h->srv) != before;
 }
 
 int mg_rdzv_host_timeout_ms(const struct mg_rdzv_host *h)
 {
-    return -1;
+    return h ? mg_store_server_timeout_ms(h->srv) : -1;
+}
+
+int mg_rdzv_host_serve(struct mg_rdzv_host *h, int timeout_ms)
+{
+    int64_t deadline = mg_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    if (!h) {
+        if (timeout_ms > 0)
+            poll(NULL, 0, timeout_ms);
+        return 0;
+    }
+    for (;;) {
+        int need = mg_store_server_nfds(h->srv);
+        if (need > h->nfds) {
+            struct pollfd *p = realloc(h->fds, (size_t)need * 2 * sizeof(*p));
+            if (!p)
+                return -ENOMEM;
+            h->fds = p;
+            h->nfds = need * 2;
+        }
+        int n = mg_store_server_pollfds(h->srv, h->fds, h->nfds);
+        if (n == -ENOSPC)
+            continue;
+        if (n < 0)
+            return n;
+        int t = mg_ms_until(deadline), st = mg_store_server_timeout_ms(h->srv);
+        if (st >= 0 && st < t)
+            t = st;
+        int rc = poll(h->fds, (nfds_t)n, t);
+        if (rc < 0 && errno != EINTR)
+            return -errno;
+        rc = mg_rdzv_host_process(h, h->fds, rc > 0 ? n : 0);
+        if (rc != 0)
+            return rc;
+        if (mg_now_ms() >= deadline)
+            return 0;
+    }
 }
 
 int mg_rdzv_host_port(const struct mg_rdzv_host *h)
@@ -292,5 +422,6 @@ void mg_rdzv_host_release(struct mg_rdzv_host *h)
     if (!h)
         return;
     mg_store_server_release(h->srv);
+    free(h->fds);
     free(h);
 }

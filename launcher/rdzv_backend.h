@@ -1,6 +1,6 @@
 /* Opening a rendezvous backend from --rdzv_backend / --rdzv_endpoint /
- * --rdzv_conf: the etcd client, or the mg store client (and, on the endpoint
- * host, the store server itself). Name
+ * --rdzv_conf: the etcd client, the mg store client, or, on the endpoint
+ * host, the store server itself with the in-process backend over it. Name
  * resolution and refused connections are retried until a deadline, since on
  * Kubernetes a service name may not be published yet when the pod starts. */
 #ifndef MG_RDZV_BACKEND_H
@@ -34,23 +34,33 @@ struct mg_rdzv_setup {
 struct mg_rdzv_host;
 
 /* Opens the backend. *kv is the client, *host the hosted server or NULL.
- * ns receives the key namespace for the run. On failure, err says which
- * endpoint and what failed. */
+ * When this agent hosts the store, *kv is the in-process backend over it
+ * (rdzv_local.h), and the caller serves the store from its poll loop with
+ * the calls below: there is no thread. ns receives the key namespace for the
+ * run. On failure, err says which endpoint and what failed. */
 int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
                          struct mg_rdzv_host **host, char *ns, size_t nslen, char *err,
                          size_t errlen);
 
-/* Poll-loop integration of the hosted server (same contract as
- * mg_store_server_pollfds / _process / _timeout_ms). */
+/* Poll-loop integration of the hosted server (mg_store_server_pollfds /
+ * _process / _timeout_ms; NULL h: nothing). _process returns 1 when that
+ * turn changed the store (a remote client's write, a closed connection, an
+ * expired lease): the cue to step a rendezvous that waits on it. */
 int mg_rdzv_host_pollfds(struct mg_rdzv_host *h, struct pollfd *fds, int max);
 int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n);
 int mg_rdzv_host_timeout_ms(const struct mg_rdzv_host *h);
+/* For programs without a loop of their own (the tests' helpers): serves
+ * the store for at most timeout_ms, returning 1 as soon as it changed, 0 at
+ * the timeout, or a negative code. With NULL h it just sleeps. */
+int mg_rdzv_host_serve(struct mg_rdzv_host *h, int timeout_ms);
 int mg_rdzv_host_port(const struct mg_rdzv_host *h);
 void mg_rdzv_host_release(struct mg_rdzv_host *h);
 
-/* The local address of this agent's connection to the backend: the address
- * the other nodes most likely reach it at. */
-int mg_rdzv_backend_local_addr(struct mg_kv *kv, char *buf, size_t len);
+/* The address the other nodes most likely reach this agent at: the local
+ * address of its connection to the backend, or, when it hosts the store,
+ * the address a connection to the endpoint would leave from. */
+int mg_rdzv_backend_local_addr(struct mg_kv *kv, const struct mg_rdzv_host *host, char *buf,
+                               size_t len);
 
 /* Whether host names this machine: a loopback address, or an address one of
  * its interfaces holds (decided by binding to it). */

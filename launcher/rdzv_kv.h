@@ -7,7 +7,8 @@
  * Every call is bounded by the backend's request timeout (and wait by its own
  * timeout), returns 0 (or a count / a flag) on success and a negative code on
  * failure. After a failure, mg_kv_error() says which endpoint and what failed,
- * for the program's error message. */
+ * for the program's error message. A call that blocks gives up with -EINTR
+ * as soon as abort_fd is readable (the launcher's terminating signals). */
 #ifndef MG_RDZV_KV_H
 #define MG_RDZV_KV_H
 
@@ -66,6 +67,7 @@ struct mg_kv_ops {
 struct mg_kv {
     const struct mg_kv_ops *ops;
     char err[MG_KV_ERR_MAX]; /* what the last failure was, for messages */
+    int abort_fd;            /* -1 (as opened), or readable = give up a blocking call */
 };
 
 static inline const char *mg_kv_error(const struct mg_kv *kv)

@@ -8,12 +8,21 @@
 #include "slurm.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
-#define STEP_BLOCK_MS       100 /* longest a join or barrier step holds the loop */
+/* Longest a join or barrier step holds the loop waiting for a remote
+ * backend to change (docs/rendezvous.md, "The agent's loop"). The agent
+ * hosting the store never waits: it steps again when the store changed. */
+#define STEP_BLOCK_MS 100
+/* At exit, the longest the last requests (leaving the rendezvous, etcd's
+ * lease revocation) may take when the backend does not answer. */
+#define EXIT_BLOCK_MS       1000
 #define STATIC_DEFAULT_PORT 29500
 
 enum phase {
@@ -21,6 +30,7 @@ enum phase {
     M_JOINING,
     M_RUNNING,
     M_BARRIER,
+    M_CLOSING, /* the host keeps its store up for the others (mg_rdzv_close_begin) */
 };
 
 struct multi {
@@ -30,7 +40,12 @@ struct multi {
     struct mg_rdzv *r;
     struct mg_agent *ag;
     enum phase phase;
-    int timer; /* the one pending timer, or -1 */
+    int timer;                 /* the one pending timer, or -1 */
+    int poller;                /* the hosted store's, or -1 */
+    int abort_fd;              /* a signalfd of the terminating signals (rdzv_kv.h), or -1 */
+    int exit_fd;               /* at exit: a timer bounding the last requests, or -1 */
+    struct mg_kv *kv;          /* the backend (owned by r) */
+    mg_agent_timer_fn waiting; /* host: the step to run again when the store changes */
     struct mg_backoff backoff;
     int64_t formed_ms;
     char hostname[MG_HOST_MAX];
@@ -78,6 +93,47 @@ static void cancel_timer(struct multi *m)
     if (m->timer >= 0 && m->ag)
         mg_agent_cancel_timer(m->ag, m->timer);
     m->timer = -1;
+    m->waiting = NULL;
+}
+
+/* How long a step may wait for a change: a remote backend's wait blocks (a
+ * bounded slice); the hosted store's is answered at once. */
+static int step_block(const struct multi *m)
+{
+    return m->host ? 0 : STEP_BLOCK_MS;
+}
+
+/* After a step that found nothing to do. Remote backends: step again at
+ * once (the step already waited). The host: when its store changes (the
+ * poller below), or when the rendezvous has a deadline. */
+static void step_later(struct multi *m, mg_agent_timer_fn fn)
+{
+    if (!m->host) {
+        set_timer(m, mg_now_ms(), fn);
+        return;
+    }
+    set_timer(m, mg_now_ms() + mg_rdzv_wait_ms(m->r), fn);
+    m->waiting = fn;
+}
+
+/* The hosted store as one of the loop's pollers. */
+static int host_fill(void *ctx, struct pollfd *fds, int max)
+{
+    return mg_rdzv_host_pollfds(((struct multi *)ctx)->host, fds, max);
+}
+
+static int host_process(void *ctx, const struct pollfd *fds, int n)
+{
+    struct multi *m = ctx;
+    int rc = mg_rdzv_host_process(m->host, fds, n);
+    if (rc == 1 && m->waiting)
+        set_timer(m, mg_now_ms(), m->waiting); /* waiting stays set until the step runs */
+    return rc < 0 ? rc : 0;
+}
+
+static int host_timeout(void *ctx)
+{
+    return mg_rdzv_host_timeout_ms(((struct multi *)ctx)->host);
 }
 
 /* The exit code for a job that failed elsewhere: its root cause's. */
@@ -93,7 +149,7 @@ static void fail_run(struct multi *m, int rc)
 {
     char msg[MG_RDZV_MSG_MAX + 64];
     int code = rc == -MG_EPEER || rc == MG_RDZV_FAILED ? remote_code(m) : 1;
-    m->timer = -1;
+    cancel_timer(m);
     m->phase = M_IDLE;
     snprintf(msg, sizeof(msg), "rendezvous (%s): %s", mg_rdzv_backend_name(m->backend),
              mg_rdzv_message(m->r));
@@ -104,6 +160,7 @@ static void fail_run(struct multi *m, int rc)
  * job's failure restarts and hands the count over with the group. */
 static void restart(struct multi *m)
 {
+    cancel_timer(m);
     m->phase = M_IDLE;
     mg_agent_request_restart(m->ag, MG_RESTART_MEMBERSHIP, mg_rdzv_message(m->r));
 }
@@ -117,9 +174,11 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     struct mg_group g;
 
     m->timer = -1;
-    int rc = mg_rdzv_join_step(m->r, &w, STEP_BLOCK_MS);
-    if (rc == 0) {
-        set_timer(m, mg_now_ms(), on_join_step);
+    m->waiting = NULL;
+    int rc = mg_rdzv_join_step(m->r, &w, step_block(m));
+    if (rc == 0 || rc == -EINTR) {
+        /* -EINTR: a terminating signal is pending; the loop acts on it next. */
+        step_later(m, on_join_step);
         return;
     }
     if (rc < 0) {
@@ -174,10 +233,12 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
 {
     struct multi *m = ctx;
     m->timer = -1;
-    int rc = mg_rdzv_finish_step(m->r, STEP_BLOCK_MS);
+    m->waiting = NULL;
+    int rc = mg_rdzv_finish_step(m->r, step_block(m));
     switch (rc) {
     case MG_RDZV_NONE:
-        set_timer(m, mg_now_ms(), on_barrier_step);
+    case -EINTR: /* a terminating signal is pending; the loop acts on it next */
+        step_later(m, on_barrier_step);
         return;
     case MG_RDZV_DONE:
         m->phase = M_IDLE;
@@ -202,8 +263,18 @@ static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_rou
     struct multi *m = impl;
     m->ag = ag;
     cancel_timer(m);
+    if (m->host && m->poller < 0) {
+        /* Served by this loop for the agent's whole life. */
+        struct mg_agent_poller p = {
+            .fill = host_fill, .process = host_process, .timeout_ms = host_timeout, .ctx = m};
+        m->poller = mg_agent_add_poller(ag, &p);
+        if (m->poller < 0)
+            return m->poller;
+    }
     m->phase = M_JOINING;
     int rc = mg_rdzv_join_begin(m->r);
+    if (rc == -EINTR)
+        return 0; /* a terminating signal is pending: the loop ends the run next */
     if (rc < 0) {
         fail_run(m, rc);
         return 0;
@@ -229,7 +300,8 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
     }
     m->phase = M_IDLE;
     if (result == MG_ROUND_SUCCEEDED) {
-        if (mg_rdzv_finish_begin(m->r) < 0)
+        int rc = mg_rdzv_finish_begin(m->r);
+        if (rc < 0 && rc != -EINTR)
             return; /* no barrier possible: exit as the workers did */
         mg_agent_hold_exit(ag);
         m->phase = M_BARRIER;
@@ -257,12 +329,41 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
     }
 }
 
+static void on_close_step(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    m->timer = -1;
+    m->waiting = NULL;
+    if (mg_rdzv_close_step(m->r)) {
+        m->phase = M_IDLE;
+        mg_agent_linger_end(ag);
+        return;
+    }
+    step_later(m, on_close_step);
+}
+
 static void multi_shutdown(void *impl, struct mg_agent *ag, int exit_code)
 {
     struct multi *m = impl;
     cancel_timer(m);
+    m->ag = ag;
     m->phase = M_IDLE;
-    mg_rdzv_close(m->r, m->host != NULL, exit_code ? "it stopped with an error" : "");
+    /* The run is over: what is left to send (leaving, etcd's lease
+     * revocation at release) is a courtesy, bounded by a timer. */
+    m->exit_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (m->exit_fd >= 0) {
+        struct itimerspec its = {.it_value = {.tv_sec = EXIT_BLOCK_MS / 1000,
+                                              .tv_nsec = EXIT_BLOCK_MS % 1000 * 1000000L}};
+        timerfd_settime(m->exit_fd, 0, &its, NULL);
+        m->kv->abort_fd = m->exit_fd;
+    }
+    if (mg_rdzv_close_begin(m->r, m->host != NULL, exit_code ? "it stopped with an error" : ""))
+        return;
+    /* This agent's store holds the outcome: serve it (a signal ends that)
+     * until the others have read it and gone, at most close_timeout. */
+    m->phase = M_CLOSING;
+    mg_agent_linger(ag, mg_now_ms() + m->conf.close_timeout_ms);
+    step_later(m, on_close_step);
 }
 
 static void multi_release(void *impl)
@@ -272,6 +373,10 @@ static void multi_release(void *impl)
         return;
     mg_rdzv_release(m->r);
     mg_rdzv_host_release(m->host);
+    if (m->abort_fd >= 0)
+        close(m->abort_fd);
+    if (m->exit_fd >= 0)
+        close(m->exit_fd);
     free(m);
 }
 
@@ -351,7 +456,7 @@ static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, stru
         return;
     }
     /* Else the address this node reaches the rendezvous from. */
-    if (mg_rdzv_backend_local_addr(kv, out, cap) == 0)
+    if (mg_rdzv_backend_local_addr(kv, m->host, out, cap) == 0)
         return;
     snprintf(out, cap, "%s", m->hostname);
 }
@@ -371,6 +476,9 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     if (!m)
         return -ENOMEM;
     m->timer = -1;
+    m->poller = -1;
+    m->abort_fd = -1;
+    m->exit_fd = -1;
     gethostname(m->hostname, sizeof(m->hostname) - 1);
     if (!m->hostname[0])
         snprintf(m->hostname, sizeof(m->hostname), "localhost");
@@ -477,6 +585,18 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     if (rc < 0)
         goto fail;
 
+    /* A remote backend that stops answering holds a request up to its
+     * timeout: a terminating signal cuts that short (the agent blocks these
+     * signals and reads them from its own signalfd; this one is only polled). */
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGINT);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGHUP);
+    sigaddset(&term, SIGQUIT);
+    m->abort_fd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
+    kv->abort_fd = m->abort_fd;
+    m->kv = kv;
     pick_advertise(o, m, kv, m->host && m->backend == MG_RDZV_STATIC ? master_addr : NULL,
                    advertise, sizeof(advertise));
     struct mg_rdzv_opts ro = {
@@ -490,7 +610,6 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
         .hostname = m->hostname,
         .advertise = advertise,
         .conf = &m->conf,
-        .abort_fd = -1,
     };
     rc = mg_rdzv_new(&m->r, &ro, err, errcap);
     if (rc < 0) {
@@ -505,6 +624,8 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     return 0;
 fail:
     mg_rdzv_host_release(m->host);
+    if (m->abort_fd >= 0)
+        close(m->abort_fd);
     free(m);
     return rc;
 }

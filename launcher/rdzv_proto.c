@@ -30,7 +30,6 @@ struct mg_rdzv {
     char ns[KEY_MAX / 2];
     int min, max, fixed, nproc, max_restarts;
     struct mg_rdzv_conf conf;
-    int abort_fd;
     char id[MG_RDZV_ID_MAX];
     char host[MG_HOST_MAX];
     char addr[MG_HOST_MAX];
@@ -50,8 +49,11 @@ struct mg_rdzv {
         J_ROUND
     } jstate;
     int64_t jround, jdeadline, last_call;
-    /* exit barrier */
-    int64_t bdeadline;
+    /* exit barrier, close */
+    int64_t bdeadline, cdeadline;
+    /* after a step that waited: when the next one has something to do even
+     * if the backend does not change */
+    int64_t wake_at;
     enum mg_rdzv_reason reason;
     char msg[MG_RDZV_MSG_MAX];
     int have_fail;
@@ -72,12 +74,6 @@ static int kvfail(struct mg_rdzv *r, const char *what, int rc)
     const char *e = mg_kv_error(r->kv);
     say(r, "%s: %s", what, e[0] ? e : mg_strerror(rc));
     return rc;
-}
-
-static int aborted(const struct mg_rdzv *r)
-{
-    struct pollfd p = {.fd = r->abort_fd, .events = POLLIN};
-    return r->abort_fd >= 0 && poll(&p, 1, 0) > 0;
 }
 
 static void key(const struct mg_rdzv *r, char *buf, const char *fmt, ...)
@@ -271,7 +267,8 @@ static int state_cas(struct mg_rdzv *r, struct state *from, struct state *to)
     if (rc == 0) {
         if (!cur || state_parse(from, cur) < 0) {
             free(cur);
-            return state_read(r, from) < 0 ? -EIO : 0;
+            rc = state_read(r, from);
+            return rc < 0 ? rc : 0;
         }
     }
     free(cur);
@@ -399,7 +396,6 @@ int mg_rdzv_new(struct mg_rdzv **out, const struct mg_rdzv_opts *o, char *err, s
     r->nproc = o->nproc;
     r->max_restarts = o->max_restarts;
     r->conf = *o->conf;
-    r->abort_fd = o->abort_fd;
     snprintf(r->host, sizeof(r->host), "%s", o->hostname && *o->hostname ? o->hostname : "node");
     snprintf(r->addr, sizeof(r->addr), "%s",
              o->advertise && *o->advertise ? o->advertise : r->host);
@@ -778,6 +774,21 @@ static int slice_ms(int64_t deadline, int64_t other, int max_block)
     return t < 0 ? 0 : (int)t;
 }
 
+/* The end of a step that found nothing to do: waits, at most max_block ms
+ * and not past the step's deadlines, for key to change after since_rev
+ * (0: to exist), and notes when the next step is due without a change. */
+static int wait_change(struct mg_rdzv *r, const char *k, int64_t since_rev, int64_t deadline,
+                       int64_t other, int max_block, const char *what)
+{
+    r->wake_at = earlier(deadline, other);
+    int rc = r->kv->ops->wait(r->kv, k, since_rev, slice_ms(deadline, other, max_block));
+    if (rc < 0)
+        return kvfail(r, what, rc);
+    if (rc == 1)
+        r->wake_at = mg_now_ms(); /* changed already: step again at once */
+    return 0;
+}
+
 /* Member "dead" of the last formed round died and fewer than MIN agents are
  * left: the job cannot go on. Records that as the root cause. */
 static void below_min(struct mg_rdzv *r, struct state *st, int dead, int na)
@@ -889,11 +900,9 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         r->last_call = mg_now_ms() + r->conf.last_call_timeout_ms;
     }
     key(r, k, "r/%" PRId64 "/close", round);
-    rc = r->kv->ops->wait(r->kv, k, 0,
-                          slice_ms(r->jdeadline, earlier(r->last_call, r->next_tick), max_block));
-    if (rc < 0)
-        return kvfail(r, "waiting for the round to form", rc);
-    return STEP_WAITED;
+    rc = wait_change(r, k, 0, r->jdeadline, earlier(r->last_call, r->next_tick), max_block,
+                     "waiting for the round to form");
+    return rc < 0 ? rc : STEP_WAITED;
 }
 
 /* One pass of the outer join loop: find the open round and join it, or wait
@@ -945,10 +954,9 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         }
         /* Full: wait as a spare for the next round. */
         key(r, k, "state");
-        rc = r->kv->ops->wait(r->kv, k, st.rev, slice_ms(r->jdeadline, r->next_tick, max_block));
-        if (rc < 0)
-            return kvfail(r, "waiting for a place in the job", rc);
-        return STEP_WAITED;
+        rc = wait_change(r, k, st.rev, r->jdeadline, r->next_tick, max_block,
+                         "waiting for a place in the job");
+        return rc < 0 ? rc : STEP_WAITED;
     }
     /* Round st.round is open: join it. */
     struct mg_rdzv_desc d;
@@ -1000,19 +1008,6 @@ int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_
             r->jstate = J_IDLE;
         return rc; /* 1 formed, 0 waited, < 0 error */
     }
-}
-
-int mg_rdzv_join(struct mg_rdzv *r, struct mg_rdzv_world *w)
-{
-    int rc = mg_rdzv_join_begin(r);
-    while (rc == 0) {
-        if (aborted(r)) {
-            say(r, "interrupted while joining the rendezvous");
-            return -EINTR;
-        }
-        rc = mg_rdzv_join_step(r, w, MG_RDZV_SLICE_MS);
-    }
-    return rc < 0 ? rc : 0;
 }
 
 /* ---- while the workers run ---------------------------------------------------- */
@@ -1255,23 +1250,9 @@ int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms)
         return -ETIMEDOUT;
     }
     key(r, k, "state");
-    rc = r->kv->ops->wait(r->kv, k, st.rev, slice_ms(r->bdeadline, r->next_tick, max_block_ms));
-    if (rc < 0)
-        return kvfail(r, "waiting in the exit barrier", rc);
-    return MG_RDZV_NONE;
-}
-
-int mg_rdzv_finish(struct mg_rdzv *r)
-{
-    int rc = mg_rdzv_finish_begin(r);
-    while (rc == MG_RDZV_NONE) {
-        if (aborted(r)) {
-            say(r, "interrupted in the exit barrier");
-            return -EINTR;
-        }
-        rc = mg_rdzv_finish_step(r, MG_RDZV_SLICE_MS);
-    }
-    return rc;
+    rc = wait_change(r, k, st.rev, r->bdeadline, r->next_tick, max_block_ms,
+                     "waiting in the exit barrier");
+    return rc < 0 ? rc : MG_RDZV_NONE;
 }
 
 void mg_rdzv_leave(struct mg_rdzv *r)
@@ -1282,18 +1263,19 @@ void mg_rdzv_leave(struct mg_rdzv *r)
     r->formed = 0;
 }
 
-void mg_rdzv_close(struct mg_rdzv *r, int hosting, const char *why)
+int mg_rdzv_close_begin(struct mg_rdzv *r, int hosting, const char *why)
 {
     struct state st;
-    int64_t deadline = mg_now_ms() + r->conf.close_timeout_ms;
 
     r->formed = 0;
+    r->jstate = J_IDLE;
     if (!hosting) {
         mg_rdzv_leave(r);
-        return;
+        return 1;
     }
+    r->cdeadline = mg_now_ms() + r->conf.close_timeout_ms;
     if (state_read(r, &st) < 0)
-        return;
+        return 1;
     if (st.status == 'r') {
         struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
         snprintf(f.host, sizeof(f.host), "%s", r->host);
@@ -1305,18 +1287,27 @@ void mg_rdzv_close(struct mg_rdzv *r, int hosting, const char *why)
         snprintf(r->msg, sizeof(r->msg), "%s", keep);
     }
     mg_rdzv_leave(r);
+    return mg_rdzv_close_step(r);
+}
+
+int mg_rdzv_close_step(struct mg_rdzv *r)
+{
+    struct mg_kv_entry *alive = NULL;
+    int na = 0;
+    size_t skip;
+
     /* The store goes away with this process: let the others read the outcome. */
-    while (mg_now_ms() < deadline) {
-        struct mg_kv_entry *alive = NULL;
-        int na = 0;
-        size_t skip;
-        if (list_alive(r, &alive, &na, &skip) < 0)
-            return;
-        mg_kv_free_list(alive, na);
-        if (na == 0)
-            return;
-        poll(NULL, 0, 20);
-    }
+    if (mg_now_ms() >= r->cdeadline || list_alive(r, &alive, &na, &skip) < 0)
+        return 1;
+    mg_kv_free_list(alive, na);
+    r->wake_at = r->cdeadline;
+    return na == 0;
+}
+
+int mg_rdzv_wait_ms(const struct mg_rdzv *r)
+{
+    int t = mg_ms_until(r->wake_at);
+    return t < 0 || t > MG_RDZV_SLICE_MS ? MG_RDZV_SLICE_MS : t;
 }
 
 enum mg_rdzv_reason mg_rdzv_last_reason(const struct mg_rdzv *r)

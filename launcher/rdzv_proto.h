@@ -23,8 +23,11 @@
  * the fixed --node_rank (static); otherwise agents of the previous round keep
  * their order, and newcomers follow sorted by host name, then agent id.
  *
- * Blocking calls (join, finish) wait in slices of at most MG_RDZV_SLICE_MS and
- * return -EINTR as soon as abort_fd is readable (the launcher's signalfd). */
+ * Everything runs in steps, for the launcher's single poll loop. A step that
+ * finds nothing to do waits for a change in the backend at most the
+ * max_block ms its caller allows (0 for the in-process backend of the agent
+ * hosting the store, whose loop steps again when the store changed), and
+ * mg_rdzv_wait_ms says when the next step is due regardless. */
 #ifndef MG_RDZV_PROTO_H
 #define MG_RDZV_PROTO_H
 
@@ -32,7 +35,6 @@
 #include "rdzv_conf.h"
 #include "rdzv_kv.h"
 
-#include <poll.h>
 #include <stdint.h>
 
 #define MG_RDZV_SLICE_MS   200
@@ -54,7 +56,6 @@ struct mg_rdzv_opts {
     const char *hostname;  /* for agent ids, rank order and messages */
     const char *advertise; /* address other nodes reach this one at (MASTER_ADDR) */
     const struct mg_rdzv_conf *conf;
-    int abort_fd; /* -1, or an fd whose readability aborts blocking waits */
 };
 
 /* A formed round, from this node's point of view. */
@@ -103,17 +104,20 @@ enum mg_rdzv_reason {
 int mg_rdzv_new(struct mg_rdzv **out, const struct mg_rdzv_opts *opts, char *err, size_t errlen);
 void mg_rdzv_release(struct mg_rdzv *r);
 
-/* Joins the next round and waits until it forms (bounded by join_timeout).
- * 0 with *w filled; -ETIMEDOUT (too few nodes), -MG_ECLOSED (the run already
- * finished), -MG_EPEER (the job failed elsewhere: see mg_rdzv_failure_info),
- * -EINTR (abort_fd), or a backend error. mg_rdzv_message() explains. */
-int mg_rdzv_join(struct mg_rdzv *r, struct mg_rdzv_world *w);
-
-/* The same in steps, for a poll loop: begin, then call step until it returns
- * 1 (formed) or an error; 0 means "not yet: call again", after the step
- * blocked at most max_block_ms waiting for a change. */
+/* Joins the next round: begin, then call step until it returns 1 (formed,
+ * *w filled) or an error; 0 means "not yet: call again", after the step
+ * waited at most max_block_ms for a change (see mg_rdzv_wait_ms). Errors:
+ * -ETIMEDOUT (too few nodes within join_timeout), -MG_ECLOSED (the run
+ * already finished), -MG_EPEER (the job failed elsewhere: see
+ * mg_rdzv_failure_info), or a backend error (-EINTR: the backend gave up
+ * because its abort_fd fired). mg_rdzv_message() explains. */
 int mg_rdzv_join_begin(struct mg_rdzv *r);
 int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms);
+
+/* After a join, barrier or close step that returned "not yet": how long
+ * until the next one has something to do even if the backend does not
+ * change (a last call, a heartbeat, a deadline), at most MG_RDZV_SLICE_MS. */
+int mg_rdzv_wait_ms(const struct mg_rdzv *r);
 
 /* While the workers run: how long until mg_rdzv_tick is due (ms), and the
  * tick itself (heartbeat, membership and job state check). */
@@ -124,14 +128,11 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r);
  * every node (a restart is counted), FAILED when no restarts are left. */
 enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f);
 
-/* Every worker of this node succeeded: the exit barrier. Waits, at most
- * exit_barrier_timeout, until every live member finished. Returns DONE, or
- * RESTART when a failure elsewhere restarts the job meanwhile, or FAILED.
- * -ETIMEDOUT (as a negative int) when the barrier timed out, -EINTR. */
-int mg_rdzv_finish(struct mg_rdzv *r);
-
-/* The same in steps: begin (0 or < 0), then step until it returns something
- * other than MG_RDZV_NONE (an event, or -ETIMEDOUT / another error). */
+/* Every worker of this node succeeded: the exit barrier, which waits, at
+ * most exit_barrier_timeout, until every live member finished. Begin (0 or
+ * < 0), then step until it returns something other than MG_RDZV_NONE: DONE,
+ * RESTART when a failure elsewhere restarts the job meanwhile, FAILED, or
+ * -ETIMEDOUT (the barrier timed out) / another error, as a negative int. */
 int mg_rdzv_finish_begin(struct mg_rdzv *r);
 int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms);
 
@@ -141,9 +142,13 @@ void mg_rdzv_leave(struct mg_rdzv *r);
 
 /* The last call before exiting. Leaves the rendezvous; and when this agent
  * hosts the store (hosting), the job cannot go on without it: unless the job
- * already finished or failed, marks it failed with why, then waits, at most
- * close_timeout, until the other agents have seen the outcome and gone. */
-void mg_rdzv_close(struct mg_rdzv *r, int hosting, const char *why);
+ * already finished or failed, marks it failed with why. Returns 1 when that
+ * is all; 0 when the host should keep serving its store, so that the other
+ * agents can read the outcome, and call mg_rdzv_close_step (when the store
+ * changed, or after mg_rdzv_wait_ms) until it returns 1: every other agent
+ * gone, or close_timeout passed. */
+int mg_rdzv_close_begin(struct mg_rdzv *r, int hosting, const char *why);
+int mg_rdzv_close_step(struct mg_rdzv *r);
 
 enum mg_rdzv_reason mg_rdzv_last_reason(const struct mg_rdzv *r);
 /* A human-readable line about the last event or error. */

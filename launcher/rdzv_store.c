@@ -21,10 +21,19 @@ struct kv_store {
     char where[MG_HOST_MAX + 32];
 };
 
+/* The client, told the current abort_fd. */
+static struct mg_store *client(struct kv_store *s)
+{
+    mg_store_set_abort_fd(s->st, s->kv.abort_fd);
+    return s->st;
+}
+
 static int fail(struct kv_store *s, const char *op, int rc)
 {
     const char *why = mg_strerror(rc);
-    if (rc == -MG_ECLOSED)
+    if (rc == -EINTR)
+        why = "interrupted (a signal)";
+    else if (rc == -MG_ECLOSED)
         why = "the connection closed (did the agent hosting the store exit?)";
     else if (rc == -MG_EAUTH)
         why = "authentication failed (the rendezvous token differs)";
@@ -39,7 +48,7 @@ static int kget(struct mg_kv *kv, const char *key, char **val, size_t *len, int6
     size_t n = 0;
     int64_t r = 0;
     /* A watch from revision -1 answers at once, with the revision. */
-    int rc = mg_store_watch(s->st, key, -1, 0, &r, &v, &n);
+    int rc = mg_store_watch(client(s), key, -1, 0, &r, &v, &n);
     if (rc < 0)
         return fail(s, "get", rc);
     if (!v) {
@@ -60,7 +69,8 @@ static int kget(struct mg_kv *kv, const char *key, char **val, size_t *len, int6
 static int kset(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
 {
     struct kv_store *s = (struct kv_store *)kv;
-    int rc = mg_store_set(s->st, key, val, len, flags & MG_KV_EPHEMERAL ? MG_STORE_EPHEMERAL : 0);
+    int rc =
+        mg_store_set(client(s), key, val, len, flags & MG_KV_EPHEMERAL ? MG_STORE_EPHEMERAL : 0);
     return rc < 0 ? fail(s, "set", rc) : 0;
 }
 
@@ -70,7 +80,7 @@ static int kcas(struct mg_kv *kv, const char *key, const void *expected, size_t 
     struct kv_store *s = (struct kv_store *)kv;
     void *c = NULL;
     size_t cl = 0;
-    int rc = mg_store_compare_set(s->st, key, expected, elen, desired, dlen, cur ? &c : NULL,
+    int rc = mg_store_compare_set(client(s), key, expected, elen, desired, dlen, cur ? &c : NULL,
                                   cur ? &cl : NULL);
     if (rc < 0)
         return fail(s, "compare_set", rc);
@@ -84,7 +94,7 @@ static int kcas(struct mg_kv *kv, const char *key, const void *expected, size_t 
 static int kadd(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
 {
     struct kv_store *s = (struct kv_store *)kv;
-    int rc = mg_store_add(s->st, key, delta, result);
+    int rc = mg_store_add(client(s), key, delta, result);
     if (rc == -ERANGE)
         rc = -EINVAL;
     return rc < 0 ? fail(s, "add", rc) : 0;
@@ -93,7 +103,7 @@ static int kadd(struct mg_kv *kv, const char *key, int64_t delta, int64_t *resul
 static int kdel(struct mg_kv *kv, const char *key)
 {
     struct kv_store *s = (struct kv_store *)kv;
-    int rc = mg_store_delete(s->st, key);
+    int rc = mg_store_delete(client(s), key);
     return rc < 0 ? fail(s, "delete", rc) : rc;
 }
 
@@ -108,7 +118,7 @@ static int klist(struct mg_kv *kv, const char *prefix, int max, int want_values,
     *count = 0;
     if (max > MG_STORE_MAX_LIST)
         max = MG_STORE_MAX_LIST;
-    rc = mg_store_list(s->st, prefix, max, &keys, &n);
+    rc = mg_store_list(client(s), prefix, max, &keys, &n);
     if (rc < 0)
         return fail(s, "list", rc);
     if (n == 0) {
@@ -157,7 +167,7 @@ static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeo
         void *v = NULL;
         size_t n;
         int left = mg_ms_until(deadline);
-        int rc = mg_store_watch(s->st, key, since_rev, left, &rev, &v, &n);
+        int rc = mg_store_watch(client(s), key, since_rev, left, &rev, &v, &n);
         if (rc == -ETIMEDOUT)
             return 0;
         if (rc < 0)
@@ -175,7 +185,7 @@ static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeo
 static int kkeepalive(struct mg_kv *kv)
 {
     struct kv_store *s = (struct kv_store *)kv;
-    int rc = mg_store_ping(s->st);
+    int rc = mg_store_ping(client(s));
     if (rc == -MG_ECLOSED) {
         /* Dropped (a lease that ran out while this agent stalled) or the
          * server is gone: reconnecting tells which. */
@@ -225,6 +235,7 @@ int mg_kv_store_open(struct mg_kv **out, const struct mg_kv_store_opts *o, char 
     if (!s)
         return -ENOMEM;
     s->kv.ops = &store_ops;
+    s->kv.abort_fd = -1;
     snprintf(s->host, sizeof(s->host), "%s", o->host);
     snprintf(s->token, sizeof(s->token), "%s", o->token ? o->token : "");
     if (strchr(s->host, ':'))

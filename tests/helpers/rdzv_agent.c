@@ -1,6 +1,7 @@
 /* A scripted rendezvous agent for the protocol tests: joins rounds through
- * launcher/rdzv.c exactly as mglaunch does, but instead of running workers it
- * follows a script and prints one line per event on stdout.
+ * launcher/rdzv_proto.c exactly as mglaunch does (in steps, one thread; the
+ * agent hosting the store serves it between the steps), but instead of
+ * running workers it follows a script and prints one line per event on stdout.
  *
  *   rdzv_agent --backend etcd|c10d|static --endpoint H:P --id RUN --nnodes MIN[:MAX]
  *              [--nproc N] [--node_rank R] [--max_restarts N] [--conf K=V,...]
@@ -28,11 +29,26 @@ static struct mg_rdzv_host *host;
 static int64_t t0;
 static char *steps;
 
+/* Between two steps that found nothing to do, as mglaunch's loop: a remote
+ * backend's step already waited; the agent hosting the store serves it until
+ * it changes or the rendezvous has a deadline. */
+static void between_steps(void)
+{
+    if (host)
+        mg_rdzv_host_serve(host, mg_rdzv_wait_ms(rdzv));
+}
+
+static int step_block(void)
+{
+    return host ? 0 : MG_RDZV_SLICE_MS;
+}
+
 static void quit(int code)
 {
     fflush(stdout);
-    if (rdzv)
-        mg_rdzv_close(rdzv, host != NULL, "");
+    if (rdzv && !mg_rdzv_close_begin(rdzv, host != NULL, ""))
+        while (!mg_rdzv_close_step(rdzv))
+            between_steps();
     mg_rdzv_release(rdzv);
     mg_rdzv_host_release(host);
     free(steps);
@@ -73,7 +89,12 @@ static int fatal(int rc)
 static int join_soft(int soft)
 {
     struct mg_rdzv_world w;
-    int rc = mg_rdzv_join(rdzv, &w);
+    int rc = mg_rdzv_join_begin(rdzv);
+    while (rc == 0) {
+        rc = mg_rdzv_join_step(rdzv, &w, step_block());
+        if (rc == 0)
+            between_steps();
+    }
     if (rc < 0 && soft)
         return rc;
     if (rc < 0)
@@ -93,22 +114,23 @@ static void join(void)
     join_soft(0);
 }
 
+/* Serves the hosted store (if any) for ms. */
+static void pause_serving(int ms)
+{
+    int64_t end = mg_now_ms() + ms;
+    while (mg_now_ms() < end)
+        mg_rdzv_host_serve(host, mg_ms_until(end));
+}
+
 /* The event loop of a real agent, minus the workers. */
 static void run(int ms)
 {
     int64_t end = mg_now_ms() + ms;
     while (mg_now_ms() < end) {
-        struct pollfd fds[64];
-        int n = mg_rdzv_host_pollfds(host, fds, 64);
-        int t = mg_rdzv_timeout_ms(rdzv), ht = mg_rdzv_host_timeout_ms(host);
-        int left = mg_ms_until(end);
+        int t = mg_rdzv_timeout_ms(rdzv), left = mg_ms_until(end);
         if (t < 0 || t > left)
             t = left;
-        if (ht >= 0 && ht < t)
-            t = ht;
-        poll(fds, (nfds_t)(n < 0 ? 0 : n), t);
-        if (n > 0)
-            mg_rdzv_host_process(host, fds, n);
+        mg_rdzv_host_serve(host, t);
         enum mg_rdzv_event ev = mg_rdzv_tick(rdzv);
         if (ev == MG_RDZV_RESTART) {
             event("restart");
@@ -121,6 +143,18 @@ static void run(int ms)
             quit(0);
         }
     }
+}
+
+/* The exit barrier. */
+static int finish(void)
+{
+    int rc = mg_rdzv_finish_begin(rdzv);
+    while (rc == MG_RDZV_NONE) {
+        rc = mg_rdzv_finish_step(rdzv, step_block());
+        if (rc == MG_RDZV_NONE)
+            between_steps();
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -207,7 +241,6 @@ int main(int argc, char **argv)
         .hostname = hostname ? hostname : hn,
         .advertise = addr ? addr : "127.0.0.1",
         .conf = &conf,
-        .abort_fd = -1,
     };
     rc = mg_rdzv_new(&rdzv, &o, err, sizeof(err));
     if (rc < 0) {
@@ -227,10 +260,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(st, "run")) {
             run(val);
         } else if (!strcmp(st, "sleep")) {
-            usleep((useconds_t)val * 1000);
+            pause_serving(val);
         } else if (!strcmp(st, "await")) {
             while (access(arg + 1, F_OK) != 0)
-                usleep(10000);
+                pause_serving(10);
         } else if (!strcmp(st, "leave")) {
             mg_rdzv_leave(rdzv);
         } else if (!strcmp(st, "exit")) {
@@ -255,7 +288,7 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(st, "finish")) {
             for (;;) {
-                rc = mg_rdzv_finish(rdzv);
+                rc = finish();
                 if (rc == MG_RDZV_RESTART) {
                     event("restart");
                     join();

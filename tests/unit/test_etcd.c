@@ -1,17 +1,20 @@
 /* The etcd backend (launcher/etcd.c) against a real etcd 3.4 that this test
  * starts on loopback with a temporary data dir and free ports, and stops and
- * removes on every exit path (atexit, SIGTERM/SIGINT, and PDEATHSIG if killed).
+ * removes on every exit path (atexit, SIGTERM/SIGINT, and PDEATHSIG if killed):
+ * the rendezvous backends' shared conformance table (kv_cases.h), then what
+ * is etcd's own (endpoints, gateway, leases, failover, etcd going away).
  * timeout: 90 */
 #include "etcd.h"
 #include "mg_err.h"
 #include "net.h"
-#include "../tap.h"
+#include "kv_cases.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +108,11 @@ static struct mg_kv *open_kv(const char *ep, int ttl_ms)
     return kv;
 }
 
+static struct mg_kv *open_fix(void *ctx)
+{
+    return open_kv(endpoint, 2000);
+}
+
 static void b64_case(const char *in, const char *want)
 {
     char enc[64], dec[64];
@@ -117,9 +125,9 @@ static void b64_case(const char *in, const char *want)
 int main(void)
 {
     struct mg_kv *kv, *kv2;
-    char err[512], *val, *cur;
+    char err[512], *val;
     size_t len;
-    int64_t rev, rev2, sum;
+    int64_t rev;
     int rc;
 
     b64_case("", "");
@@ -190,129 +198,14 @@ int main(void)
     is_int(rc, -MG_ENOKEY, "a missing key is -MG_ENOKEY");
     is_str(mg_etcd_api_prefix(kv), "/v3/", "etcd 3.4 serves the gateway at /v3/");
 
-    is_int(kv->ops->set(kv, "/t/a", "hello", 5, 0), 0, "set");
-    rc = kv->ops->get(kv, "/t/a", &val, &len, &rev);
-    ok(rc == 0 && len == 5 && strcmp(val, "hello") == 0, "get returns the value");
-    ok(rev > 0, "and a revision (%lld)", (long long)rev);
-    free(val);
+    /* What every rendezvous backend must do (kv_cases.h). */
     {
-        char bin[4] = {0, 1, (char)0xff, 'x'};
-        kv->ops->set(kv, "/t/bin", bin, 4, 0);
-        rc = kv->ops->get(kv, "/t/bin", &val, &len, NULL);
-        ok(rc == 0 && len == 4 && memcmp(val, bin, 4) == 0, "binary values round-trip");
-        free(val);
-        kv->ops->set(kv, "/t/empty", "", 0, 0);
-        rc = kv->ops->get(kv, "/t/empty", &val, &len, NULL);
-        ok(rc == 0 && len == 0 && val && val[0] == 0, "an empty value is not a missing key");
-        free(val);
+        struct kv_fixture f = {
+            .name = "etcd", .open = open_fix, .open_other = open_fix, .wait_blocks = 1};
+        kv_cases(&f, "/t");
     }
 
-    rc = kv->ops->cas(kv, "/t/c", NULL, 0, "v1", 2, 0, &cur, &len);
-    ok(rc == 1 && cur && strcmp(cur, "v1") == 0, "cas on a missing key creates it");
-    free(cur);
-    rc = kv->ops->cas(kv, "/t/c", NULL, 0, "v2", 2, 0, &cur, &len);
-    ok(rc == 0 && cur && strcmp(cur, "v1") == 0, "cas expecting no key fails, shows 'v1'");
-    free(cur);
-    rc = kv->ops->cas(kv, "/t/c", "v1", 2, "v3", 2, 0, &cur, &len);
-    ok(rc == 1 && strcmp(cur, "v3") == 0, "cas v1 -> v3");
-    free(cur);
-    rc = kv->ops->cas(kv, "/t/c", "zz", 2, "v4", 2, 0, &cur, &len);
-    ok(rc == 0 && strcmp(cur, "v3") == 0, "cas with a wrong expectation fails");
-    free(cur);
-    rc = kv->ops->cas(kv, "/t/none", "zz", 2, "v4", 2, 0, &cur, &len);
-    ok(rc == 0 && cur == NULL, "cas expecting a value of a missing key fails, cur NULL");
-
-    ok(kv->ops->add(kv, "/t/n", 5, &sum) == 0 && sum == 5, "add on a missing key");
-    ok(kv->ops->add(kv, "/t/n", -2, &sum) == 0 && sum == 3, "add -2");
-    ok(kv->ops->add(kv, "/t/a", 1, &sum) == -EINVAL, "add to a non-integer is refused");
-
-    /* add is atomic across clients. */
-    {
-        const int procs = 4, each = 25;
-        pid_t kids[4];
-        for (int p = 0; p < procs; p++) {
-            kids[p] = fork();
-            if (kids[p] == 0) {
-                struct mg_kv *k = open_kv(endpoint, 2000);
-                for (int i = 0; i < each; i++)
-                    if (k->ops->add(k, "/t/race", 1, NULL) < 0)
-                        _exit(1);
-                k->ops->release(k);
-                _exit(0);
-            }
-        }
-        int bad = 0;
-        for (int p = 0; p < procs; p++) {
-            int st;
-            waitpid(kids[p], &st, 0);
-            bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-        }
-        kv->ops->get(kv, "/t/race", &val, &len, NULL);
-        is_int(bad, 0, "concurrent adders all succeeded");
-        is_str(val, "100", "4 clients x 25 adds = 100");
-        free(val);
-    }
-
-    {
-        struct mg_kv_entry *e;
-        int n;
-        kv->ops->set(kv, "/t/l/b", "2", 1, 0);
-        kv->ops->set(kv, "/t/l/a", "1", 1, 0);
-        kv->ops->set(kv, "/t/l/c", "3", 1, 0);
-        kv->ops->set(kv, "/t/lx", "no", 2, 0);
-        rc = kv->ops->list(kv, "/t/l/", 100, 1, &e, &n);
-        ok(rc == 0 && n == 3, "list by prefix: 3 keys (%d)", n);
-        ok(n == 3 && strcmp(e[0].key, "/t/l/a") == 0 && strcmp(e[2].key, "/t/l/c") == 0, "sorted");
-        ok(n == 3 && strcmp(e[1].val, "2") == 0 && e[1].rev > 0, "with values and revisions");
-        mg_kv_free_list(e, n);
-        rc = kv->ops->list(kv, "/t/l/", 2, 0, &e, &n);
-        ok(rc == 0 && n == 2 && e[0].val == NULL, "list honours max, keys only");
-        mg_kv_free_list(e, n);
-        rc = kv->ops->list(kv, "/nothing/", 10, 1, &e, &n);
-        ok(rc == 0 && n == 0 && e == NULL, "empty list");
-    }
-
-    is_int(kv->ops->del(kv, "/t/a"), 1, "delete an existing key");
-    is_int(kv->ops->del(kv, "/t/a"), 0, "delete a missing key");
-
-    /* wait */
-    kv->ops->set(kv, "/t/w", "1", 1, 0);
-    kv->ops->get(kv, "/t/w", NULL, NULL, &rev);
-    is_int(kv->ops->wait(kv, "/t/w", rev, 200), 0, "wait without a change times out");
-    {
-        pid_t kid = fork();
-        if (kid == 0) {
-            usleep(200000);
-            struct mg_kv *k = open_kv(endpoint, 2000);
-            k->ops->set(k, "/t/w", "2", 1, 0);
-            k->ops->set(k, "/t/new", "x", 1, 0);
-            k->ops->release(k);
-            _exit(0);
-        }
-        rc = kv->ops->wait(kv, "/t/w", rev, 10000);
-        is_int(rc, 1, "wait sees a change made by another client");
-        is_int(kv->ops->wait(kv, "/t/new", 0, 10000), 1, "wait for a key to exist");
-        waitpid(kid, NULL, 0);
-        kv->ops->set(kv, "/t/w", "3", 1, 0);
-        is_int(kv->ops->wait(kv, "/t/w", rev, 5000), 1, "a change already made counts");
-        kv->ops->get(kv, "/t/w", NULL, NULL, &rev2);
-        kv->ops->del(kv, "/t/w");
-        is_int(kv->ops->wait(kv, "/t/w", rev2, 5000), 1, "a deletion is a change");
-    }
-
-    /* Ephemeral keys: revoked on release, expired without keepalive. */
-    kv2 = open_kv(endpoint, 2000);
-    is_int(kv2->ops->keepalive(kv2), 0, "keepalive without a lease is a no-op");
-    is_int(kv2->ops->set(kv2, "/t/eph", "me", 2, MG_KV_EPHEMERAL), 0, "ephemeral set");
-    ok(mg_etcd_lease_id(kv2) != 0, "a lease was granted");
-    is_int(kv2->ops->keepalive(kv2), 0, "keepalive renews it");
-    rc = kv->ops->get(kv, "/t/eph", &val, &len, NULL);
-    ok(rc == 0, "another client sees the ephemeral key");
-    free(rc == 0 ? val : NULL);
-    kv2->ops->release(kv2);
-    is_int(kv->ops->get(kv, "/t/eph", &val, &len, NULL), -MG_ENOKEY,
-           "release revokes the lease: the key is gone at once");
-
+    /* etcd's own: leases expire without keepalive, and a late one says so. */
     kv2 = open_kv(endpoint, 2000);
     kv2->ops->set(kv2, "/t/eph2", "me", 2, MG_KV_EPHEMERAL);
     kv->ops->get(kv, "/t/eph2", NULL, NULL, &rev);
@@ -333,6 +226,28 @@ int main(void)
         kv2 = open_kv(two, 2000);
         ok(kv2->ops->set(kv2, "/t/fo", "1", 1, 0) == 0, "falls over to the next endpoint");
         kv2->ops->release(kv2);
+    }
+
+    /* etcd that stops answering (stopped, not gone): a request gives up as
+     * soon as abort_fd is readable (libcurl looks about once a second). */
+    {
+        int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+        struct itimerspec its = {.it_value = {.tv_nsec = 300000000L}};
+        kv->ops->set(kv, "/t/stall", "1", 1, 0);
+        kill(etcd_pid, SIGSTOP);
+        waitpid(etcd_pid, NULL, WUNTRACED); /* stopped for sure */
+        timerfd_settime(tfd, 0, &its, NULL);
+        kv->abort_fd = tfd;
+        rc = kv->ops->get(kv, "/t/stall", &val, &len, NULL);
+        is_int(rc, -EINTR, "etcd stopped answering: the request gives up on abort_fd");
+        ok(strstr(mg_kv_error(kv), "interrupted") != NULL, "  saying so: %s", mg_kv_error(kv));
+        is_int(kv->ops->wait(kv, "/t/stall", 1, 60000), -EINTR, "  a watch too");
+        kv->abort_fd = -1;
+        close(tfd);
+        kill(etcd_pid, SIGCONT);
+        rc = kv->ops->get(kv, "/t/stall", &val, &len, NULL);
+        ok(rc == 0, "answering again: requests work (%d)", rc);
+        free(rc == 0 ? val : NULL);
     }
 
     /* etcd stopped: a clear error, fast, not a hang. */
