@@ -8,6 +8,7 @@
 #include "slurm.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ struct multi {
     mg_agent_timer_fn waiting; /* host: the step to run again when the store changes */
     struct mg_backoff backoff;
     int64_t formed_ms;
+    int64_t progress_ms; /* while joining: when to say what the join waits for */
     char hostname[MG_HOST_MAX];
     char run_id[MG_RDZV_RUN_ID_MAX + 1];
     char notice[768];
@@ -167,6 +169,32 @@ static void restart(struct multi *m)
 
 static void on_tick(struct mg_agent *ag, void *ctx);
 
+/* A join that waits for other nodes says so after a few seconds, and again
+ * now and then, so that a user looking at a quiet console knows why. */
+#define PROGRESS_FIRST_MS 5000
+#define PROGRESS_EVERY_MS 30000
+
+static void say_progress(struct multi *m)
+{
+    struct mg_rdzv_progress p;
+    int64_t now = mg_now_ms();
+
+    if (now < m->progress_ms)
+        return;
+    m->progress_ms = now + PROGRESS_EVERY_MS;
+    mg_rdzv_join_progress(m->r, &p);
+    if (p.joined < 0)
+        fprintf(stderr,
+                "mglaunch: rendezvous: waiting for a place in the job (--nnodes %d:%d); "
+                "join_timeout in %d s\n",
+                p.min, p.max, (p.left_ms + 999) / 1000);
+    else
+        fprintf(stderr,
+                "mglaunch: rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
+                ", --nnodes %d:%d; join_timeout in %d s\n",
+                p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
+}
+
 static void on_join_step(struct mg_agent *ag, void *ctx)
 {
     struct multi *m = ctx;
@@ -178,6 +206,8 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     int rc = mg_rdzv_join_step(m->r, &w, step_block(m));
     if (rc == 0 || rc == -EINTR) {
         /* -EINTR: a terminating signal is pending; the loop acts on it next. */
+        if (rc == 0)
+            say_progress(m);
         step_later(m, on_join_step);
         return;
     }
@@ -272,6 +302,7 @@ static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_rou
             return m->poller;
     }
     m->phase = M_JOINING;
+    m->progress_ms = mg_now_ms() + PROGRESS_FIRST_MS;
     int rc = mg_rdzv_join_begin(m->r);
     if (rc == -EINTR)
         return 0; /* a terminating signal is pending: the loop ends the run next */

@@ -49,6 +49,7 @@ struct mg_rdzv {
         J_ROUND
     } jstate;
     int64_t jround, jdeadline, last_call;
+    int64_t jcount; /* nodes seen in round jround, -1 before the first count */
     /* exit barrier, close */
     int64_t bdeadline, cdeadline;
     /* after a step that waited: when the next one has something to do even
@@ -847,6 +848,7 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     int64_t c = get_count(r, round, &rc);
     if (rc < 0)
         return rc;
+    r->jcount = c;
     if (c < r->min && round > 0 && r->nmembers > 0) {
         /* A re-formation that cannot reach MIN because a member died: fail
          * now rather than at join_timeout (a replacement would be a new job). */
@@ -984,11 +986,21 @@ int mg_rdzv_join_begin(struct mg_rdzv *r)
 
     r->formed = 0;
     r->jstate = J_TOP;
+    r->jcount = -1;
     r->jdeadline = mg_now_ms() + r->conf.join_timeout_ms;
     rc = reserve_port(r);
     if (rc < 0)
         return rc;
     return publish_alive(r);
+}
+
+void mg_rdzv_join_progress(const struct mg_rdzv *r, struct mg_rdzv_progress *p)
+{
+    p->round = r->jround;
+    p->joined = r->jstate == J_TOP ? -1 : r->jcount;
+    p->min = r->min;
+    p->max = r->max;
+    p->left_ms = mg_ms_until(r->jdeadline);
 }
 
 int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms)

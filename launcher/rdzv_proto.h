@@ -114,6 +114,17 @@ void mg_rdzv_release(struct mg_rdzv *r);
 int mg_rdzv_join_begin(struct mg_rdzv *r);
 int mg_rdzv_join_step(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block_ms);
 
+/* While joining: what the join waits for, for a progress line. *joined is
+ * the number of nodes seen in the open round (-1 while this node waits for
+ * a place as a spare or has not found the round yet); *left_ms the time to
+ * join_timeout. */
+struct mg_rdzv_progress {
+    int64_t round, joined;
+    int min, max;
+    int left_ms;
+};
+void mg_rdzv_join_progress(const struct mg_rdzv *r, struct mg_rdzv_progress *p);
+
 /* After a join, barrier or close step that returned "not yet": how long
  * until the next one has something to do even if the backend does not
  * change (a last call, a heartbeat, a deadline), at most MG_RDZV_SLICE_MS. */

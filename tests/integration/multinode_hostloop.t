@@ -35,6 +35,8 @@ V=$(head -c 120000 /dev/zero | tr '\0' 'v')
 got=$("$CTL" "127.0.0.1:$P" set big "$V" get big 0 2>&1 | tail -n 1)
 got=${got#get big = }
 is "${#got}" 120000 "a 120 kB value (an argument can hold no more) round-trips through the store"
+DESC="after 5 s the waiting agent says what it waits for" \
+    ok wait_for 10 grep -q "^mglaunch: rendezvous: waiting for nodes: 1 joined round 0, --nnodes 2:2; join_timeout in [0-9]* s$" "$T/w.err"
 kids=$(pgrep -P "$pid" | tr '\n' ' ')
 ok test -n "$kids"
 kill -TERM "$pid"
