@@ -101,7 +101,8 @@ struct mg_comm_opts {
                                MG_COMM_HOST overrides it, to simulate hosts in tests */
     const char *advertise; /* NULL = MG_COMM_ADDR, else the local address of the store
                                connection: where peers on other hosts reach this rank */
-    int spin_us;           /* shared memory: spin before sleeping (0 = default 50; -1 = none) */
+    int spin_us;           /* shared memory: spin before sleeping (0 = default: 1000 when the
+                              host's ranks have a CPU each, else 50; -1 = none) */
     size_t tcp_segment;    /* TCP ring pipeline segment in bytes (0 = default 256 KiB) */
     int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
 };

@@ -72,7 +72,7 @@ struct mg_shm_cfg {
     size_t small_max;  /* largest message sent in one flag round (0 = default) */
     size_t step_bytes; /* per-rank staging per pipeline step (0 = default) */
     int nslots;        /* pipeline depth (0 = default) */
-    int spin_us;       /* spin before sleeping on a futex (-1 = default) */
+    int spin_us;       /* spin before sleeping on a futex (-1 = mg_shm_default_spin_us) */
     size_t zc_min;     /* smallest allreduce (bytes) done in place in registered memory
                           (0 = default: the messages above small_max) */
 };
@@ -89,6 +89,9 @@ int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
 /* Waits until every member attached (then the leader may unlink the name). */
 int mg_shm_wait_attached(struct mg_shm *g, int64_t deadline_ms, struct mg_fault *f);
 int mg_shm_unlink(const char *name);
+/* Microseconds a wait spins by default: 1000 when the nlocal ranks have a CPU
+ * each (by this process's affinity mask), else 50. */
+int mg_shm_default_spin_us(int nlocal);
 /* Marks the group failed (the first call wins) and wakes every waiter: the
  * other local ranks then fail at once, naming f's peer. */
 void mg_shm_abort(struct mg_shm *g, const struct mg_fault *f);

@@ -25,10 +25,17 @@
  * the buffer once: a third of the memory traffic of staging, and two
  * synchronizations instead of one per pipeline step. Same sums, same bits.
  *
- * Waiting spins briefly (peers on other cores answer within a microsecond),
- * then sleeps on a futex in the segment, so two ranks on two busy cores don't
- * starve each other. While sleeping it checks that the peer's process is alive
- * (a pidfd), so a dead peer is reported within ~50 ms, not at the timeout. */
+ * Waiting spins (peers on other cores answer within a microsecond), yielding
+ * the core after the first 2 us so that a thread that has work (this
+ * process's compute thread, or the peer we wait for) gets it at once, then
+ * sleeps on a futex in the segment. How long it spins: when every rank of the
+ * host has a CPU of its own, 1 ms, which covers the usual difference between
+ * the ranks' steps (sleeping there costs a futex wake-up per step, tens of
+ * microseconds on a virtual machine, and invites the scheduler to put both
+ * ranks on one core); with more ranks than CPUs, 50 us, so that waiting ranks
+ * leave the CPUs to the working ones. While sleeping it checks that the peer's
+ * process is alive (a pidfd), so a dead peer is reported within ~50 ms, not
+ * at the timeout. */
 #include "comm_internal.h"
 #include "mg_err.h"
 #include "net.h"
@@ -58,7 +65,8 @@
 #define DEFAULT_SMALL_MAX  (64u << 10)
 #define DEFAULT_STEP_BYTES (256u << 10)
 #define DEFAULT_NSLOTS     4
-#define DEFAULT_SPIN_US    50
+#define SPIN_US_OWN_CPU    1000 /* every local rank has a CPU */
+#define SPIN_US_SHARED_CPU 50   /* more local ranks than CPUs */
 #define SLEEP_SLICE_MS     50
 #define PURE_SPIN_US       2
 
@@ -263,6 +271,14 @@ static int cfg_check(const struct mg_shm_cfg *cfg)
     return 0;
 }
 
+int mg_shm_default_spin_us(int nlocal)
+{
+    cpu_set_t set;
+    long ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                             : sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 && nlocal > ncpu ? SPIN_US_SHARED_CPU : SPIN_US_OWN_CPU;
+}
+
 static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
 {
     struct mg_shm *g = calloc(1, sizeof(*g));
@@ -274,7 +290,7 @@ static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
         g->ranks[q] = cfg->ranks ? cfg->ranks[q] : q;
         g->pidfd[q] = -1;
     }
-    g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : DEFAULT_SPIN_US;
+    g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : mg_shm_default_spin_us(g->n);
     g->fd = -1;
     return g;
 }
