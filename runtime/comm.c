@@ -84,6 +84,13 @@ int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
         }
         opts->tcp_segment = (size_t)x;
     }
+    if ((v = getenv("MG_COMM_ZEROCOPY")) && *v) {
+        if (strcmp(v, "0") && strcmp(v, "1")) {
+            snprintf(err, errlen, "MG_COMM_ZEROCOPY='%s': expected 0 or 1", v);
+            return -EINVAL;
+        }
+        opts->no_zerocopy = *v == '0';
+    }
     if ((v = getenv("MG_COMM_HOST")) && *v)
         opts->host_id = v;
     if ((v = getenv("MG_COMM_ADDR")) && *v)
@@ -114,6 +121,9 @@ void mg_opdesc_text(const struct mg_opdesc *d, char *buf, size_t len)
         break;
     case MG_OP_SETUP:
         snprintf(buf, len, "communicator setup");
+        break;
+    case MG_OP_REGISTER:
+        snprintf(buf, len, "registration of %llu byte%s", n, n == 1 ? "" : "s");
         break;
     default:
         snprintf(buf, len, "unknown operation %u", (unsigned)d->kind);
@@ -203,6 +213,33 @@ int mg_comm_barrier(struct mg_comm *c, int timeout_ms)
     return c->ops->barrier(c, resolve_timeout(c, timeout_ms));
 }
 
+int mg_comm_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if (!out || !bytes || bytes > SIZE_MAX / 4)
+        return -EINVAL;
+    *out = NULL;
+    return c->ops->mem_alloc(c, bytes, out, resolve_timeout(c, timeout_ms));
+}
+
+void mg_comm_mem_free(struct mg_comm *c, void *p)
+{
+    if (c && p)
+        c->ops->mem_free(c, p);
+}
+
+/* Ordinary memory with mem_alloc's promises, for backends without registration. */
+void *mg_comm_plain_alloc(size_t bytes)
+{
+    size_t len = (bytes + 4095) / 4096 * 4096;
+    void *p = aligned_alloc(4096, len);
+    if (p)
+        memset(p, 0, len);
+    return p;
+}
+
 void mg_comm_release(struct mg_comm *c)
 {
     if (c)
@@ -245,6 +282,17 @@ static void single_release(struct mg_comm *c)
     free(c);
 }
 
+static int single_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
+{
+    *out = mg_comm_plain_alloc(bytes);
+    return *out ? 0 : -ENOMEM;
+}
+
+static void single_mem_free(struct mg_comm *c, void *p)
+{
+    free(p);
+}
+
 static const struct mg_comm_ops single_ops = {
     .name = "single",
     .allreduce = single_allreduce,
@@ -252,6 +300,8 @@ static const struct mg_comm_ops single_ops = {
     .allgather = single_allgather,
     .barrier = single_barrier,
     .release = single_release,
+    .mem_alloc = single_mem_alloc,
+    .mem_free = single_mem_free,
 };
 
 int mg_comm_single_create(struct mg_comm **out)

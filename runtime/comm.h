@@ -21,7 +21,11 @@
  *   with the same message. The job is expected to exit and be restarted.
  * - A communicator is used by one thread at a time (DDP's communication thread,
  *   or the main thread while that one is idle).
- * - Buffers may be anywhere in memory; allreduce works in place. */
+ * - Buffers may be anywhere in memory; allreduce works in place.
+ * - Memory from mem_alloc (registered memory, like NCCL's user buffer
+ *   registration) may make collectives on it faster: the CPU backend then sums
+ *   the ranks' buffers in place, without staging copies (zero-copy). Any
+ *   buffer gives the same bits; registration is only about speed. */
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
@@ -60,6 +64,14 @@ struct mg_comm_ops {
     /* Returns once every rank has entered the barrier. */
     int (*barrier)(struct mg_comm *c, int timeout_ms);
     void (*release)(struct mg_comm *c);
+    /* bytes of zero-filled memory, aligned to 4096, for buffers of later
+     * collectives: host memory that the ranks of a host share (CPU backend),
+     * device memory (NCCL). A collective: every rank calls it in the same order
+     * with the same size. When the backend has no such memory left it returns
+     * ordinary memory, which works as well, only slower. */
+    int (*mem_alloc)(struct mg_comm *c, size_t bytes, void **out, int timeout_ms);
+    /* Local: no other rank takes part. */
+    void (*mem_free)(struct mg_comm *c, void *p);
 };
 
 /* Fields common to every backend; a backend embeds this first. */
@@ -72,7 +84,8 @@ struct mg_comm {
     int rank_ordered; /* sums are taken in rank order (one host, shared memory) */
     int failed;       /* an error happened: every later call fails */
     int failed_code;
-    char desc[96]; /* e.g. "cpu: shm (2 ranks on 1 host)" */
+    uint64_t zerocopy; /* allreduces done in place in registered memory so far */
+    char desc[96];     /* e.g. "cpu: shm (2 ranks on 1 host)" */
     char errmsg[MG_COMM_ERRMSG_MAX];
 };
 
@@ -88,13 +101,15 @@ struct mg_comm_opts {
                                MG_COMM_HOST overrides it, to simulate hosts in tests */
     const char *advertise; /* NULL = MG_COMM_ADDR, else the local address of the store
                                connection: where peers on other hosts reach this rank */
-    int spin_us;           /* shared memory: spin before sleeping (0 = default 50; -1 = none) */
+    int spin_us;           /* shared memory: spin before sleeping (0 = default: 1000 when the
+                              host's ranks have a CPU each, else 50; -1 = none) */
     size_t tcp_segment;    /* TCP ring pipeline segment in bytes (0 = default 256 KiB) */
+    int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
 };
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT (seconds,
  * may be fractional), MG_COMM_HOST, MG_COMM_ADDR, MG_COMM_SPIN_US,
- * MG_COMM_TCP_SEGMENT. On a bad value returns
+ * MG_COMM_TCP_SEGMENT, MG_COMM_ZEROCOPY. On a bad value returns
  * -EINVAL and writes a message naming the variable into err. */
 int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen);
 
@@ -114,6 +129,11 @@ int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int ti
 int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
 void mg_comm_release(struct mg_comm *c);
+/* Registered memory (see mem_alloc): 0 and *out, or a negative code (a failed
+ * collective, -EINVAL for 0 bytes, -ENOMEM). Free it with mg_comm_mem_free()
+ * before releasing the communicator. */
+int mg_comm_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms);
+void mg_comm_mem_free(struct mg_comm *c, void *p);
 
 /* The message of the last error ("" when none). */
 const char *mg_comm_errmsg(const struct mg_comm *c);

@@ -440,7 +440,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                                  .all_ring = all_ring,
                                  .shm = shm,
                                  .ring = ring,
-                                 .timeout_ms = timeout_ms};
+                                 .timeout_ms = timeout_ms,
+                                 .no_zerocopy = opts->no_zerocopy};
     rc = mg_comm_cpu_assemble(&c, &parts);
     if (rc) {
         seterr(err, errlen, "cannot assemble the communicator: %s", mg_strerror(rc));

@@ -13,7 +13,11 @@
  * The hierarchical allreduce sums within each host in rank order into the
  * host's leader (a reduce, not an allreduce: the others need no copy yet),
  * then around the ring of leaders; the leader divides (avg) and broadcasts to
- * its host: the bits are the same on every rank and fixed for a given layout. */
+ * its host: the bits are the same on every rank and fixed for a given layout.
+ *
+ * Registered memory (mem_alloc) comes from the shared memory segment when the
+ * job is on one host, so allreduces on it are zero-copy (comm_shm.c); in the
+ * other layouts, and with MG_COMM_ZEROCOPY=0, it is ordinary memory. */
 #include "comm.h"
 #include "comm_internal.h"
 #include "mg_err.h"
@@ -39,6 +43,7 @@ struct cpu_comm {
     struct mg_ring *ring; /* NULL unless this rank is a ring member */
     int host;             /* my host index; hosts ordered by their lowest rank */
     int is_leader;
+    int no_zerocopy;
     int *host_of;    /* [world] */
     int *local_of;   /* [world] index within its host */
     int *host_start; /* [nhosts + 1] into members */
@@ -146,6 +151,7 @@ static int cpu_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_re
     switch (cc->layout) {
     case L_SHM:
         rc = mg_shm_allreduce(cc->shm, buf, count, div, &d, deadline, &f);
+        c->zerocopy = mg_shm_zerocopy_count(cc->shm);
         break;
     case L_RING:
         rc = mg_ring_allreduce(cc->ring, buf, count, div, &d, deadline, &f);
@@ -291,6 +297,29 @@ static int cpu_barrier(struct mg_comm *c, int timeout_ms)
     return cpu_barrier_desc((struct cpu_comm *)c, &d, timeout_ms);
 }
 
+static int cpu_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
+{
+    struct cpu_comm *cc = (struct cpu_comm *)c;
+    if (cc->layout == L_SHM && !cc->no_zerocopy) {
+        struct mg_opdesc d = {.kind = MG_OP_REGISTER, .root = -1, .len = bytes};
+        struct mg_fault f = {0};
+        int rc = mg_shm_mem_alloc(cc->shm, bytes, out, &d, deadline_of(timeout_ms), &f);
+        if (rc)
+            return comm_fail(cc, &d, &f, timeout_ms);
+        if (*out)
+            return 0;
+    }
+    *out = mg_comm_plain_alloc(bytes);
+    return *out ? 0 : -ENOMEM;
+}
+
+static void cpu_mem_free(struct mg_comm *c, void *p)
+{
+    struct cpu_comm *cc = (struct cpu_comm *)c;
+    if (!cc->shm || !mg_shm_mem_free(cc->shm, p))
+        free(p);
+}
+
 static void cpu_release(struct mg_comm *c)
 {
     struct cpu_comm *cc = (struct cpu_comm *)c;
@@ -312,6 +341,8 @@ static const struct mg_comm_ops cpu_ops = {
     .allgather = cpu_allgather,
     .barrier = cpu_barrier,
     .release = cpu_release,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
 };
 
 /* ---- assembly ------------------------------------------------------------------------ */
@@ -385,6 +416,7 @@ int mg_comm_cpu_assemble(struct mg_comm **out, const struct mg_cpu_parts *p)
     }
     cc->shm = p->shm;
     cc->ring = p->ring;
+    cc->no_zerocopy = p->no_zerocopy;
     cc->base.rank_ordered = cc->layout == L_SHM;
     if (cc->layout == L_SHM)
         snprintf(cc->base.desc, sizeof(cc->base.desc), "cpu: shared memory, %d ranks on 1 host",

@@ -20,6 +20,7 @@ enum mg_opkind {
     MG_OP_ALLGATHER,
     MG_OP_BARRIER,
     MG_OP_SETUP,
+    MG_OP_REGISTER, /* mg_comm_mem_alloc: len = bytes per rank */
 };
 
 struct mg_opdesc {
@@ -53,6 +54,10 @@ struct mg_fault {
     int orig_kind;           /* MG_FAULT_ABORTED: its fault's kind */
 };
 
+/* Page-aligned zero-filled memory from malloc (free() it): mem_alloc's
+ * fallback. NULL when out of memory. */
+void *mg_comm_plain_alloc(size_t bytes);
+
 /* The code a fault makes the collective return. */
 int mg_fault_code(const struct mg_fault *f);
 
@@ -67,10 +72,13 @@ struct mg_shm_cfg {
     size_t small_max;  /* largest message sent in one flag round (0 = default) */
     size_t step_bytes; /* per-rank staging per pipeline step (0 = default) */
     int nslots;        /* pipeline depth (0 = default) */
-    int spin_us;       /* spin before sleeping on a futex (-1 = default) */
+    int spin_us;       /* spin before sleeping on a futex (-1 = mg_shm_default_spin_us) */
+    size_t zc_min;     /* smallest allreduce (bytes) done in place in registered memory
+                          (0 = default: the messages above small_max) */
 };
 
 #define MG_SHM_MAX_LOCAL 256
+#define MG_SHM_MAX_REGS  16 /* registrations per group (mg_shm_mem_alloc) */
 
 /* The leader (local rank 0) creates the segment; the others attach to it by
  * name once the leader has published it. Both check the nonce. */
@@ -81,11 +89,29 @@ int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
 /* Waits until every member attached (then the leader may unlink the name). */
 int mg_shm_wait_attached(struct mg_shm *g, int64_t deadline_ms, struct mg_fault *f);
 int mg_shm_unlink(const char *name);
+/* Microseconds a wait spins by default: 1000 when the nlocal ranks have a CPU
+ * each (by this process's affinity mask), else 50. */
+int mg_shm_default_spin_us(int nlocal);
 /* Marks the group failed (the first call wins) and wakes every waiter: the
  * other local ranks then fail at once, naming f's peer. */
 void mg_shm_abort(struct mg_shm *g, const struct mg_fault *f);
 void mg_shm_release(struct mg_shm *g);
 size_t mg_shm_segment_bytes(const struct mg_shm *g);
+
+/* Registered memory (a collective over the group: every local rank calls it in
+ * the same order with the same size). The segment grows by one block of
+ * `bytes` per local rank, which every rank maps: an allreduce whose buffer is
+ * at the same offset of the same registration on every rank reads the peers'
+ * buffers in place and writes each sum into all of them (zero-copy). *out is
+ * this rank's block (zero-filled, page-aligned), or NULL when the segment
+ * cannot grow or be mapped (the caller then uses ordinary memory). */
+int mg_shm_mem_alloc(struct mg_shm *g, size_t bytes, void **out, const struct mg_opdesc *d,
+                     int64_t deadline_ms, struct mg_fault *f);
+/* Unmaps p's registration (local, no communication) and returns 1, or returns
+ * 0 when p is not the start of one. */
+int mg_shm_mem_free(struct mg_shm *g, void *p);
+/* Allreduces done in place in registered memory so far. */
+uint64_t mg_shm_zerocopy_count(const struct mg_shm *g);
 
 /* divide_by > 1 divides each sum once, by the rank that computed it. */
 int mg_shm_allreduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
@@ -136,6 +162,7 @@ struct mg_cpu_parts {
     struct mg_shm *shm;   /* this host's group, when it has several ranks (not all_ring) */
     struct mg_ring *ring; /* every rank (all_ring or one rank per host), else host leaders */
     int timeout_ms;       /* the default collective timeout */
+    int no_zerocopy;      /* mem_alloc gives ordinary memory */
 };
 
 /* Takes ownership of shm and ring on success only. -EINVAL when the pieces do
@@ -148,9 +175,12 @@ int mg_comm_cpu_check(struct mg_comm *c, int timeout_ms);
 
 /* out1[i] (and out2[i] when out2 is not NULL) = (((src[0][i] + src[1][i]) +
  * src[2][i]) + ...) / divide_by, for i < n. The order of the sum is src's order;
- * out1 may be one of the sources. */
+ * the outputs may be among the sources. */
 void mg_reduce_f32(float *out1, float *out2, const float *const *src, int nsrc, size_t n,
                    int divide_by);
+/* The same sum written to each of out[0..nout). */
+void mg_reduce_f32n(float *const *out, int nout, const float *const *src, int nsrc, size_t n,
+                    int divide_by);
 
 /* Splits count floats into n chunks whose boundaries fall on 64-byte multiples
  * (all but the last ones may be empty for tiny counts). off has n + 1 entries. */

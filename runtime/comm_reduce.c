@@ -14,8 +14,8 @@
 #endif
 
 MG_CLONES
-void mg_reduce_f32(float *out1, float *out2, const float *const *src, int nsrc, size_t n,
-                   int divide_by)
+void mg_reduce_f32n(float *const *out, int nout, const float *const *src, int nsrc, size_t n,
+                    int divide_by)
 {
     float acc[BLOCK];
     const float div = (float)divide_by;
@@ -39,15 +39,21 @@ void mg_reduce_f32(float *out1, float *out2, const float *const *src, int nsrc, 
         if (divide_by > 1)
             for (size_t i = 0; i < m; i++)
                 acc[i] = acc[i] / div;
-        float *o1 = out1 + b;
-        for (size_t i = 0; i < m; i++)
-            o1[i] = acc[i];
-        if (out2) {
-            float *o2 = out2 + b;
+        /* Every source of the block is read before any output is written, so
+         * an output may be one of the sources. */
+        for (int k = 0; k < nout; k++) {
+            float *o = out[k] + b;
             for (size_t i = 0; i < m; i++)
-                o2[i] = acc[i];
+                o[i] = acc[i];
         }
     }
+}
+
+void mg_reduce_f32(float *out1, float *out2, const float *const *src, int nsrc, size_t n,
+                   int divide_by)
+{
+    float *out[2] = {out1, out2};
+    mg_reduce_f32n(out, out2 ? 2 : 1, src, nsrc, n, divide_by);
 }
 
 void mg_split_chunks(size_t count, int n, size_t *off)

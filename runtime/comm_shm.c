@@ -15,10 +15,27 @@
  * close to one read and one write of the buffer per rank, and each sum is
  * computed once, by one rank, and copied: every rank gets identical bits.
  *
- * Waiting spins briefly (peers on other cores answer within a microsecond),
- * then sleeps on a futex in the segment, so two ranks on two busy cores don't
- * starve each other. While sleeping it checks that the peer's process is alive
- * (a pidfd), so a dead peer is reported within ~50 ms, not at the timeout. */
+ * Registered memory (mg_shm_mem_alloc) is a block per rank appended to the
+ * segment (every rank keeps the segment's fd, so it can grow after the name is
+ * gone, and maps the new blocks). An allreduce whose buffers sit at the same
+ * offset of the same registration on every rank skips the staging slots: after
+ * the flag round, rank r sums chunk r straight from every rank's buffer, in
+ * rank order, and writes the sum into every rank's buffer; a second round says
+ * that all chunks are written. Each rank then reads and writes its share of
+ * the buffer once: a third of the memory traffic of staging, and two
+ * synchronizations instead of one per pipeline step. Same sums, same bits.
+ *
+ * Waiting spins (peers on other cores answer within a microsecond), yielding
+ * the core after the first 2 us so that a thread that has work (this
+ * process's compute thread, or the peer we wait for) gets it at once, then
+ * sleeps on a futex in the segment. How long it spins: when every rank of the
+ * host has a CPU of its own, 1 ms, which covers the usual difference between
+ * the ranks' steps (sleeping there costs a futex wake-up per step, tens of
+ * microseconds on a virtual machine, and invites the scheduler to put both
+ * ranks on one core); with more ranks than CPUs, 50 us, so that waiting ranks
+ * leave the CPUs to the working ones. While sleeping it checks that the peer's
+ * process is alive (a pidfd), so a dead peer is reported within ~50 ms, not
+ * at the timeout. */
 #include "comm_internal.h"
 #include "mg_err.h"
 #include "net.h"
@@ -39,15 +56,17 @@
 #include <unistd.h>
 
 #define SHM_MAGIC   0x31306d6d6f63676dULL /* "mgcomm01" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define LINE        128 /* two cache lines: adjacent-line prefetch never shares */
-#define SMALL_HDR   128 /* opdesc in front of each small slot */
+#define SMALL_HDR   128 /* opdesc (and a zc_tag at TAG_OFF) in front of each small slot */
+#define TAG_OFF     64
 #define PAGE        4096
 
 #define DEFAULT_SMALL_MAX  (64u << 10)
 #define DEFAULT_STEP_BYTES (256u << 10)
 #define DEFAULT_NSLOTS     4
-#define DEFAULT_SPIN_US    50
+#define SPIN_US_OWN_CPU    1000 /* every local rank has a CPU */
+#define SPIN_US_SHARED_CPU 50   /* more local ranks than CPUs */
 #define SLEEP_SLICE_MS     50
 #define PURE_SPIN_US       2
 
@@ -71,23 +90,42 @@ struct shm_header {
     uint64_t magic;
     uint64_t nonce;
     uint32_t version, nlocal;
-    uint64_t small_max, step_bytes, nslots, stride, total;
+    uint64_t small_max, step_bytes, nslots, stride, total, zc_min;
     /* Set once by the first rank that gives up, so the others stop waiting at
      * once and report the same cause. */
     _Atomic uint32_t aborted;
     int32_t abort_kind, abort_peer, abort_pid, abort_origin;
 };
 
+/* One registration: a block of `stride` bytes per rank, mapped at map. */
+struct shm_reg {
+    char *map; /* NULL: unmapped (freed, or this rank could not map it) */
+    size_t stride, bytes;
+};
+
+/* Where an allreduce's buffer is in registered memory, as published in the
+ * flag round: every rank must report the same for the zero-copy path. */
+struct zc_tag {
+    uint32_t reg; /* registration index + 1; 0 = not registered */
+    uint32_t pad;
+    uint64_t off; /* bytes from the start of this rank's block */
+};
+
 struct mg_shm {
     char *base;
     size_t total;
+    int fd;           /* the segment, kept open to grow it for registrations */
+    size_t file_size; /* bytes, the same on every rank */
+    struct shm_reg regs[MG_SHM_MAX_REGS];
+    int nregs; /* registrations made, the same on every rank */
+    uint64_t nzc;
     int n, me;
     int ranks[MG_SHM_MAX_LOCAL];
     int pidfd[MG_SHM_MAX_LOCAL];
     int pid[MG_SHM_MAX_LOCAL];
     struct shm_rankctl *ctl;
     char *data;
-    size_t small_max, step_bytes, stride;
+    size_t small_max, step_bytes, stride, zc_min;
     int nslots;
     int spin_us;
     uint32_t round; /* rounds done, same on every rank */
@@ -233,6 +271,14 @@ static int cfg_check(const struct mg_shm_cfg *cfg)
     return 0;
 }
 
+int mg_shm_default_spin_us(int nlocal)
+{
+    cpu_set_t set;
+    long ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                             : sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 && nlocal > ncpu ? SPIN_US_SHARED_CPU : SPIN_US_OWN_CPU;
+}
+
 static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
 {
     struct mg_shm *g = calloc(1, sizeof(*g));
@@ -244,7 +290,8 @@ static struct mg_shm *shm_new(const struct mg_shm_cfg *cfg)
         g->ranks[q] = cfg->ranks ? cfg->ranks[q] : q;
         g->pidfd[q] = -1;
     }
-    g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : DEFAULT_SPIN_US;
+    g->spin_us = cfg->spin_us >= 0 ? cfg->spin_us : mg_shm_default_spin_us(g->n);
+    g->fd = -1;
     return g;
 }
 
@@ -255,6 +302,8 @@ static void shm_layout(struct mg_shm *g, const struct shm_header *h)
     g->step_bytes = h->step_bytes;
     g->nslots = (int)h->nslots;
     g->stride = h->stride;
+    g->zc_min = h->zc_min;
+    g->file_size = h->total;
     g->ctl = (struct shm_rankctl *)(g->base + PAGE);
     g->data = g->base + align_up(PAGE + (size_t)g->n * sizeof(struct shm_rankctl), PAGE);
 }
@@ -278,6 +327,7 @@ int mg_shm_create(struct mg_shm **out, const char *name, uint64_t nonce,
         .step_bytes = align_up(cfg->step_bytes ? cfg->step_bytes : DEFAULT_STEP_BYTES, 64),
         .nslots = (uint64_t)(cfg->nslots > 1 ? cfg->nslots : DEFAULT_NSLOTS),
     };
+    h.zc_min = cfg->zc_min ? cfg->zc_min : h.small_max + 1;
     /* A step holds one segment per rank, each a multiple of 64 bytes. */
     if (h.step_bytes < 64u * (unsigned)cfg->nlocal)
         h.step_bytes = 64u * (unsigned)cfg->nlocal;
@@ -306,7 +356,7 @@ int mg_shm_create(struct mg_shm **out, const char *name, uint64_t nonce,
         rc = -errno;
         goto fail_unlink;
     }
-    close(fd);
+    g->fd = fd;
     g->total = h.total;
     shm_layout(g, &h);
     struct shm_header *hp = (struct shm_header *)g->base;
@@ -355,7 +405,7 @@ int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
         goto fail_fd;
     }
     g->total = (size_t)st.st_size;
-    close(fd);
+    g->fd = fd;
     fd = -1;
     const struct shm_header *h = (const struct shm_header *)g->base;
     if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->nonce != nonce ||
@@ -371,6 +421,7 @@ int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
 
 fail_map:
     munmap(g->base, g->total);
+    close(g->fd);
 fail_fd:
     if (fd >= 0)
         close(fd);
@@ -411,9 +462,81 @@ void mg_shm_release(struct mg_shm *g)
     for (int q = 0; q < g->n; q++)
         if (g->pidfd[q] >= 0)
             close(g->pidfd[q]);
+    for (int i = 0; i < g->nregs; i++)
+        if (g->regs[i].map)
+            munmap(g->regs[i].map, g->regs[i].stride * (size_t)g->n);
     if (g->base)
         munmap(g->base, g->total);
+    if (g->fd >= 0)
+        close(g->fd);
     free(g);
+}
+
+/* ---- registered memory --------------------------------------------------------- */
+
+uint64_t mg_shm_zerocopy_count(const struct mg_shm *g)
+{
+    return g->nzc;
+}
+
+/* The leader grows the file; 0 or a negative code (the file is as before). */
+static int grow(struct mg_shm *g, size_t from, size_t to)
+{
+    if (ftruncate(g->fd, (off_t)to) < 0)
+        return -errno;
+    int rc = posix_fallocate(g->fd, (off_t)from, (off_t)(to - from));
+    if (rc) {
+        if (ftruncate(g->fd, (off_t)from) < 0) {
+            /* the file stays longer; nothing maps the tail */
+        }
+        return -rc;
+    }
+    return 0;
+}
+
+static int shm_round(struct mg_shm *g, const struct mg_opdesc *d, const void *data, size_t len,
+                     int64_t deadline_ms, struct mg_fault *f);
+
+int mg_shm_mem_alloc(struct mg_shm *g, size_t bytes, void **out, const struct mg_opdesc *d,
+                     int64_t deadline_ms, struct mg_fault *f)
+{
+    size_t stride = align_up(bytes ? bytes : 1, PAGE);
+    size_t from = g->file_size, n = (size_t)g->n;
+    int32_t status = 0;
+    *out = NULL;
+    /* Every rank takes these decisions from the same figures. */
+    if (g->nregs >= MG_SHM_MAX_REGS || stride < bytes || stride > (SIZE_MAX - from) / n / 2)
+        status = -ENOSPC;
+    else if (g->me == 0)
+        status = grow(g, from, from + stride * n);
+    uint32_t seq = g->round;
+    int rc = shm_round(g, d, &status, sizeof(status), deadline_ms, f);
+    if (rc)
+        return rc;
+    memcpy(&status, small_slot(g, 0, seq) + SMALL_HDR, sizeof(status));
+    if (status)
+        return 0; /* no room: ordinary memory will do */
+    g->file_size = from + stride * n;
+    struct shm_reg *r = &g->regs[g->nregs++];
+    void *map = mmap(NULL, stride * n, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, (off_t)from);
+    if (map == MAP_FAILED)
+        return 0; /* this rank's buffers then never match the others': no zero-copy */
+    *r = (struct shm_reg){.map = map, .stride = stride, .bytes = bytes};
+    *out = r->map + (size_t)g->me * stride;
+    return 0;
+}
+
+int mg_shm_mem_free(struct mg_shm *g, void *p)
+{
+    for (int i = 0; p && i < g->nregs; i++) {
+        struct shm_reg *r = &g->regs[i];
+        if (r->map && (char *)p == r->map + (size_t)g->me * r->stride) {
+            munmap(r->map, r->stride * (size_t)g->n);
+            r->map = NULL;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* ---- the flag round ------------------------------------------------------------ */
@@ -495,6 +618,63 @@ static size_t seg_len(const size_t *off, int c, uint32_t k, size_t seg)
     return len - start < seg ? len - start : seg;
 }
 
+/* The whole message in the flag round's slots; each rank sums it all (the
+ * same sums, in the same order, on every rank). */
+static int small_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by, int want,
+                        const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    const float *src[MG_SHM_MAX_LOCAL];
+    uint32_t seq = g->round;
+    int rc = shm_round(g, d, buf, count * sizeof(float), deadline_ms, f);
+    if (rc || !want)
+        return rc;
+    for (int q = 0; q < g->n; q++)
+        src[q] = q == g->me ? buf : (const float *)(small_slot(g, q, seq) + SMALL_HDR);
+    mg_reduce_f32(buf, NULL, src, g->n, count, divide_by);
+    return 0;
+}
+
+/* Where buf lies in this rank's registered memory (tag->reg = 0: nowhere). */
+static void find_reg(const struct mg_shm *g, const float *buf, size_t bytes, struct zc_tag *tag)
+{
+    const char *p = (const char *)buf;
+    *tag = (struct zc_tag){0};
+    for (int i = 0; i < g->nregs; i++) {
+        const struct shm_reg *r = &g->regs[i];
+        const char *mine = r->map ? r->map + (size_t)g->me * r->stride : NULL;
+        if (mine && p >= mine && (size_t)(p - mine) <= r->bytes &&
+            bytes <= r->bytes - (size_t)(p - mine) && (size_t)(p - mine) % sizeof(float) == 0) {
+            *tag = (struct zc_tag){.reg = (uint32_t)i + 1, .off = (uint64_t)(p - mine)};
+            return;
+        }
+    }
+}
+
+/* Zero-copy: the flag round proved every rank's buffer holds its input.
+ * Chunk boundaries fall on cache lines of the buffers (which sit at the same
+ * offset in every block), so no two ranks write one line. */
+static int zc_allreduce(struct mg_shm *g, const struct zc_tag *tag, size_t count, int divide_by,
+                        const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    const struct shm_reg *r = &g->regs[tag->reg - 1];
+    float *bufs[MG_SHM_MAX_LOCAL];
+    size_t off[MG_SHM_MAX_LOCAL + 1];
+    size_t lead = (size_t)(tag->off / sizeof(float)) % 16; /* of the first line, before buf */
+    int n = g->n, me = g->me;
+    mg_split_chunks(count + lead, n, off);
+    size_t from = off[me] > lead ? off[me] - lead : 0,
+           to = off[me + 1] > lead ? off[me + 1] - lead : 0;
+    if (to > from) {
+        for (int q = 0; q < n; q++)
+            bufs[q] = (float *)(r->map + (size_t)q * r->stride + tag->off) + from;
+        mg_reduce_f32n(bufs, n, (const float *const *)bufs, n, to - from, divide_by);
+    }
+    g->nzc++;
+    /* Nobody may use the result (or write the next input) before every
+     * chunk has been written. */
+    return shm_round(g, d, NULL, 0, deadline_ms, f);
+}
+
 /* The sums land in every rank's buf (root < 0) or only in root's; the other
  * ranks' buf then holds partial results. */
 static int shm_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by, int root,
@@ -504,23 +684,33 @@ static int shm_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
     size_t bytes = count * sizeof(float);
     int n = g->n, me = g->me, rc;
     int want = root < 0 || root == me; /* this rank needs the whole result */
+    /* The path depends on the size only, so every rank takes the same one. */
+    int zc = root < 0 && bytes && bytes >= g->zc_min;
 
-    if (bytes <= g->small_max) {
-        uint32_t seq = g->round;
-        rc = shm_round(g, d, buf, bytes, deadline_ms, f);
-        if (rc)
-            return rc;
-        if (!want)
-            return 0;
-        for (int q = 0; q < n; q++)
-            src[q] = q == me ? buf : (const float *)(small_slot(g, q, seq) + SMALL_HDR);
-        mg_reduce_f32(buf, NULL, src, n, count, divide_by);
-        return 0;
-    }
+    if (bytes <= g->small_max && !zc)
+        return small_reduce(g, buf, count, divide_by, want, d, deadline_ms, f);
 
+    /* A round without data; the tags say whether the buffers are registered. */
+    struct zc_tag tag = {0};
+    uint32_t seq = g->round;
+    if (zc)
+        find_reg(g, buf, bytes, &tag);
+    memcpy(small_slot(g, me, seq) + TAG_OFF, &tag, sizeof(tag));
     rc = shm_round(g, d, NULL, 0, deadline_ms, f);
     if (rc)
         return rc;
+    if (zc) {
+        int all = tag.reg != 0;
+        for (int q = 0; q < n && all; q++) {
+            struct zc_tag t;
+            memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
+            all = t.reg == tag.reg && t.off == tag.off;
+        }
+        if (all)
+            return zc_allreduce(g, &tag, count, divide_by, d, deadline_ms, f);
+        if (bytes <= g->small_max) /* zc_min below small_max (tests): another round */
+            return small_reduce(g, buf, count, divide_by, want, d, deadline_ms, f);
+    }
 
     size_t off[MG_SHM_MAX_LOCAL + 1];
     mg_split_chunks(count, n, off);

@@ -4,9 +4,12 @@
  * mutex: `launched` buckets may be averaged (backward has finished their
  * layers), `done` have been. Backward bumps `launched` from grad_ready; the
  * thread averages bucket `done` whenever done < launched; reduce_grads
- * launches whatever is left and waits for done == nbuckets. The gradient
- * buffer is the model's own: the communicator works on it in place, so the
- * buckets cost no copy. */
+ * launches whatever is left and waits for done == nbuckets.
+ *
+ * The gradient buffer is the communicator's registered memory (comm.h), lent
+ * to the model at the start (once every rank is known to have built the same
+ * model) and taken back at release: on one host the allreduces then sum the
+ * ranks' gradients in place, in shared memory, with no staging copy. */
 #include "ddp.h"
 #include "mg_err.h"
 #include "rtutil.h"
@@ -23,6 +26,8 @@ struct mg_ddp {
     struct mg_comm *comm;
     struct mg_model *m;
     int timeout_ms;
+    float *reg_grads; /* registered memory lent to the model as its grad_buf */
+    float *own_grads; /* the model's own grad_buf meanwhile */
     int nb;
     struct mg_ddp_bucket b[MG_DDP_MAX_BUCKETS];
     char errmsg[MG_COMM_ERRMSG_MAX + 128];
@@ -217,6 +222,20 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
                       all[0].nparams, all[0].ntensors, all[0].hash);
             goto out;
         }
+    /* Same model everywhere: the gradients can move to registered memory (a
+     * collective, so only now, or a different model would be reported as a
+     * registration of another size). Device backends keep their own. */
+    if (!d->reg_grads && d->m->nparams && d->m->be->device == MG_DEVICE_CPU) {
+        void *p;
+        rc = mg_comm_mem_alloc(c, d->m->nparams * sizeof(float), &p, d->timeout_ms);
+        if (rc) {
+            rc =
+                rc == -ENOMEM ? fail(d, rc, "out of memory for the gradients") : comm_failed(d, rc);
+            goto out;
+        }
+        d->reg_grads = p;
+        d->own_grads = mg_model_swap_grad_buf(d->m, d->reg_grads);
+    }
     rc = mg_comm_broadcast(c, param_buf, count * sizeof(float), 0, d->timeout_ms);
     if (rc) {
         rc = comm_failed(d, rc);
@@ -436,6 +455,10 @@ void mg_ddp_release(struct mg_ddp *d)
         pthread_cond_destroy(&d->work);
         pthread_cond_destroy(&d->finished);
         pthread_mutex_destroy(&d->mu);
+    }
+    if (d->reg_grads) {
+        mg_model_swap_grad_buf(d->m, d->own_grads);
+        mg_comm_mem_free(d->comm, d->reg_grads);
     }
     free(d);
 }

@@ -15,6 +15,10 @@
  * - Evaluation and loss sums are reduced in double precision, in rank order,
  *   so every rank reports the same figures.
  * - mg_ddp_check_replicas compares a hash of the parameters across ranks.
+ * - The model's gradient buffer becomes the communicator's registered memory
+ *   (mg_comm_mem_alloc) at the start, once every rank is known to have built
+ *   the same model, so allreduces on one host are zero-copy. mg_ddp_release
+ *   gives the model its own buffer back: release DDP before the model.
  *
  * Errors are negative codes; the message (naming the failed collective and
  * rank, or the mismatch) is in mg_ddp_errmsg(). */

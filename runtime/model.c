@@ -374,6 +374,18 @@ void mg_model_get_grads(const struct mg_model *m, float *host)
     m->be->download(m->be, host, m->grad_buf, m->nparams * sizeof(float));
 }
 
+float *mg_model_swap_grad_buf(struct mg_model *m, float *buf)
+{
+    float *old = m->grad_buf;
+    if (!buf || buf == old)
+        return old;
+    m->be->copy(m->be, buf, old, m->nparams * sizeof(float));
+    m->grad_buf = buf;
+    for (int t = 0; t < m->ntensors; t++)
+        m->grads[t].data = buf + m->params[t].offset;
+    return old;
+}
+
 void mg_model_zero_grad(struct mg_model *m)
 {
     m->be->zero(m->be, m->grad_buf, m->nparams * sizeof(float));

@@ -112,6 +112,13 @@ void mg_model_get_grads(const struct mg_model *m, float *host);
 
 void mg_model_zero_grad(struct mg_model *m);
 
+/* Makes buf (nparams floats of the backend's memory, e.g. a communicator's
+ * registered memory, see comm.h) the gradient buffer, with the current
+ * gradients copied in, and returns the previous one. The caller owns the
+ * returned buffer and must swap it back before mg_model_release(), which frees
+ * whatever grad_buf is then. NULL or the current buffer changes nothing. */
+float *mg_model_swap_grad_buf(struct mg_model *m, float *buf);
+
 /* Forward over the first n samples of m->input (n <= max_batch); logits land in
  * m->logits. train != 0 applies dropout. */
 void mg_model_forward(struct mg_model *m, int n, int train);

@@ -78,21 +78,18 @@ static int cc_same_everywhere(struct mg_comm *c, uint64_t h, const char *what)
     return bad;
 }
 
-static int cc_allreduce(struct mg_comm *c, size_t count, enum mg_reduce_op op, unsigned t,
-                        const struct cc_opts *o)
+/* One allreduce of test t's inputs in buf (count floats), checked. */
+static int cc_allreduce_in(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                           unsigned t, const struct cc_opts *o)
 {
     char what[96];
     snprintf(what, sizeof(what), "allreduce %s of %zu floats", op == MG_REDUCE_AVG ? "avg" : "sum",
              count);
-    float *buf = malloc((count ? count : 1) * sizeof(float));
-    if (!buf)
-        return 1;
     for (size_t i = 0; i < count; i++)
         buf[i] = cc_val(c->rank, i, t);
     int rc = mg_comm_allreduce(c, buf, count, op, MG_COMM_DEFAULT_TIMEOUT);
     if (rc) {
         printf("# rank %d: %s failed: %s\n", c->rank, what, mg_comm_errmsg(c));
-        free(buf);
         return 1;
     }
     int bad = 0;
@@ -122,6 +119,16 @@ static int cc_allreduce(struct mg_comm *c, size_t count, enum mg_reduce_op op, u
         }
     }
     bad |= cc_same_everywhere(c, cc_hash(buf, count * sizeof(float)), what);
+    return bad;
+}
+
+static int cc_allreduce(struct mg_comm *c, size_t count, enum mg_reduce_op op, unsigned t,
+                        const struct cc_opts *o)
+{
+    float *buf = malloc((count ? count : 1) * sizeof(float));
+    if (!buf)
+        return 1;
+    int bad = cc_allreduce_in(c, buf, count, op, t, o);
     free(buf);
     return bad;
 }
@@ -234,6 +241,86 @@ static int cc_run_all(struct mg_comm *c, const struct cc_opts *o)
         free(a);
         free(b);
     }
+    fflush(stdout);
+    return bad;
+}
+
+/* The allreduce checks in registered memory (mg_comm_mem_alloc): sizes from 1
+ * float to max_bytes, sums and averages, at the start of the buffer and 3 floats
+ * in (off a cache line), checked as cc_allreduce_in does, and against the same
+ * allreduce in ordinary memory bit for bit. On a one-host (rank-ordered)
+ * communicator of several ranks, exactly the allreduces of zc_from bytes or
+ * more must have been zero-copy (SIZE_MAX: none); on the others, none.
+ * Returns the number of failed checks. */
+static int cc_run_registered(struct mg_comm *c, const struct cc_opts *o, size_t zc_from)
+{
+    static const size_t counts[] = {1,     2,      3,      15,      16,      17,
+                                    63,    255,    1000,   4097,    16384,   16385,
+                                    65537, 100003, 262144, 1000003, 4194309, 16777216};
+    size_t maxf = o->max_bytes / sizeof(float);
+    void *mem;
+    int bad = 0,
+        rc = mg_comm_mem_alloc(c, (maxf + 3) * sizeof(float), &mem, MG_COMM_DEFAULT_TIMEOUT);
+    if (rc) {
+        printf("# rank %d: registering %zu bytes failed: %s\n", c->rank, (maxf + 3) * sizeof(float),
+               *mg_comm_errmsg(c) ? mg_comm_errmsg(c) : "out of memory");
+        return 1;
+    }
+    float *reg = mem, *plain = malloc((maxf + 3) * sizeof(float));
+    if (!plain) {
+        mg_comm_mem_free(c, reg);
+        return 1;
+    }
+    for (size_t i = 0; i < maxf + 3; i++)
+        if (reg[i] != 0) {
+            printf("# rank %d: registered memory is not zero-filled\n", c->rank);
+            bad++;
+            break;
+        }
+    uint64_t zc0 = c->zerocopy, want = 0;
+    unsigned t = 7000;
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        size_t n = counts[k];
+        if (n > maxf)
+            continue;
+        for (int shift = 0; shift < (n <= 1000003 ? 2 : 1); shift++) {
+            enum mg_reduce_op op = (k + (size_t)shift) % 2 ? MG_REDUCE_AVG : MG_REDUCE_SUM;
+            float *buf = reg + (shift ? 3 : 0);
+            bad += cc_allreduce_in(c, buf, n, op, t, o);
+            if (n * sizeof(float) >= zc_from)
+                want++;
+            if (n <= 1000003) {
+                bad += cc_allreduce_in(c, plain, n, op, t, o);
+                if (memcmp(plain, buf, n * sizeof(float)) != 0) {
+                    printf("# rank %d: allreduce of %zu floats: registered and ordinary memory "
+                           "give different bits\n",
+                           c->rank, n);
+                    bad++;
+                }
+            }
+            t++;
+        }
+    }
+    /* A rerun repeats exactly. */
+    size_t n = maxf < 100003 ? maxf : 100003;
+    bad += cc_allreduce_in(c, reg, n, MG_REDUCE_AVG, 999, o);
+    memcpy(plain, reg, n * sizeof(float));
+    bad += cc_allreduce_in(c, reg, n, MG_REDUCE_AVG, 999, o);
+    if (n * sizeof(float) >= zc_from)
+        want += 2;
+    if (memcmp(plain, reg, n * sizeof(float)) != 0) {
+        printf("# rank %d: the same registered allreduce twice gave different bits\n", c->rank);
+        bad++;
+    }
+    if (!c->rank_ordered || c->world == 1)
+        want = 0;
+    if (c->zerocopy - zc0 != want) {
+        printf("# rank %d: %llu allreduces were zero-copy, expected %llu (%s)\n", c->rank,
+               (unsigned long long)(c->zerocopy - zc0), (unsigned long long)want, c->desc);
+        bad++;
+    }
+    free(plain);
+    mg_comm_mem_free(c, reg);
     fflush(stdout);
     return bad;
 }

@@ -5,7 +5,13 @@
 # process, side by side in one run. Then the accuracy of 2 processes against 1
 # with the same effective batch (CNN, one epoch).
 #
-#   tests/bench/ddp.sh [--quick]      (run from the top of the tree, after make)
+#   tests/bench/ddp.sh [--quick] [--mg-only] [--repeat N]
+#                                     (run from the top of the tree, after make)
+#
+# --mg-only skips PyTorch and the accuracy runs; --repeat N runs each mg figure
+# N times, alternating 1 and 2 processes, and reports the medians (the runs are
+# listed under the table): on a machine shared with other work one run says
+# little.
 #
 # Targets (issue 4): 2 processes, mg >= 3x PyTorch for the MLP and >= 1.5x for
 # the CNN; mg's 2-process scaling efficiency over its 1-process run >= 85%; the
@@ -26,11 +32,20 @@ PY=/usr/bin/python3
 MLP_STEPS=2000
 CNN_STEPS=300
 ACC_EPOCHS=1
-if [ "${1:-}" = "--quick" ]; then
-    MLP_STEPS=300
-    CNN_STEPS=40
-    ACC_EPOCHS=0
-fi
+MG_ONLY=0
+REPEAT=1
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) MLP_STEPS=300 CNN_STEPS=40 ACC_EPOCHS=0 ;;
+    --mg-only) MG_ONLY=1 ACC_EPOCHS=0 ;;
+    --repeat)
+        REPEAT=${2:-}
+        case $REPEAT in '' | *[!0-9]* | 0) echo "ddp.sh: --repeat needs a count >= 1" >&2; exit 2 ;; esac
+        shift ;;
+    *) echo "usage: ddp.sh [--quick] [--mg-only] [--repeat N]" >&2; exit 2 ;;
+    esac
+    shift
+done
 W=$(mktemp -d "${TMPDIR:-/tmp}/mgddp.XXXXXX")
 pids=""
 cleanup() {
@@ -53,8 +68,11 @@ mg_rate() {
 mg_acc() { sed -n 's/.*train: done: test accuracy \([0-9.]*\).*/\1/p' "$W/mg.out" | tail -n 1; }
 
 # torch_rate NPROC ARGS...: samples/s of ddp_ref.py
+# median of the numbers on stdin
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print 0 }'; }
+
 have_torch=0
-$PY -c 'import torch.distributed' 2>/dev/null && have_torch=1
+[ $MG_ONLY = 1 ] || ! $PY -c 'import torch.distributed' 2>/dev/null || have_torch=1
 torch_rate() {
     n=$1
     shift
@@ -74,15 +92,28 @@ torch_rate() {
 }
 
 echo "DDP training, $(hostname) ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ); batch 64 per process, 1 thread each"
-[ $have_torch = 1 ] || echo "(python3-torch not installed: no PyTorch columns; scripts/deps.sh --bench installs it)"
+if [ $MG_ONLY = 1 ]; then
+    echo "(--mg-only: no PyTorch columns)"
+elif [ $have_torch = 0 ]; then
+    echo "(python3-torch not installed: no PyTorch columns; scripts/deps.sh --bench installs it)"
+fi
+[ "$REPEAT" = 1 ] || echo "(mg figures: medians of $REPEAT runs each)"
 printf '%-5s | %12s %12s %9s | %12s %12s | %8s %8s\n' model "mg 1 proc" "mg 2 proc" "scaling" \
     "torch 1 proc" "torch 2 proc" "mg/torch" "target"
 printf '%s\n' "------+----------------------------------------+---------------------------+------------------"
 for model in mlp cnn; do
     steps=$MLP_STEPS
     [ $model = cnn ] && steps=$CNN_STEPS
-    m1=$(mg_rate 1 --model $model --steps "$steps" --batch-size 64)
-    m2=$(mg_rate 2 --model $model --steps "$steps" --batch-size 64)
+    : >"$W/runs1"
+    : >"$W/runs2"
+    for i in $(seq "$REPEAT"); do
+        mg_rate 1 --model $model --steps "$steps" --batch-size 64 >>"$W/runs1"
+        mg_rate 2 --model $model --steps "$steps" --batch-size 64 >>"$W/runs2"
+    done
+    m1=$(median <"$W/runs1")
+    m2=$(median <"$W/runs2")
+    [ "$REPEAT" = 1 ] ||
+        echo "$model: 1 process $(tr '\n' ' ' <"$W/runs1")| 2 processes $(tr '\n' ' ' <"$W/runs2")" >>"$W/runs"
     t1=$(torch_rate 1 --model $model --steps "$steps" --batch-size 64)
     t2=$(torch_rate 2 --model $model --steps "$steps" --batch-size 64)
     target=3
@@ -100,6 +131,8 @@ for model in mlp cnn; do
         awk -v v="$v" 'BEGIN { exit !(v > 0) }' || { echo "mg gave no rate for $model" >&2; fail=1; }
     done
 done
+
+[ -s "$W/runs" ] && { echo; echo "runs (samples/s):"; sed 's/^/  /' "$W/runs"; }
 
 if [ "$ACC_EPOCHS" -gt 0 ]; then
     echo

@@ -2,12 +2,21 @@
  * launcher's environment describes (mg_dist_init) and then
  *
  *   comm_rank check [MAX_BYTES]   runs every collective check (tests/comm_check.h)
+ *   comm_rank check-registered [MAX_BYTES]
+ *                                 the allreduce checks in registered memory;
+ *                                 zero-copy expected above 64 KiB on one host
+ *                                 (unless MG_COMM_ZEROCOPY=0)
  *   comm_rank info                prints rank, world, layout; nothing else
- *   comm_rank loop VICTIM MS      loops over 16 MB allreduces; rank VICTIM
- *                                 SIGKILLs itself after MS milliseconds
+ *   comm_rank loop VICTIM MS [--registered]
+ *                                 loops over 16 MB allreduces (in registered
+ *                                 memory); rank VICTIM SIGKILLs itself after MS
+ *                                 milliseconds
  *   comm_rank hang VICTIM SECS    rank VICTIM sleeps SECS instead of calling allreduce
- *   comm_rank bench SIZES...      times allreduce for each size in bytes; rank 0
- *                                 prints "bytes us_per_op" lines
+ *   comm_rank bench [--registered] SIZES...
+ *                                 times allreduce for each size in bytes; rank 0
+ *                                 prints "bytes us_per_op" lines. --registered:
+ *                                 in the communicator's registered memory
+ *                                 (mg_comm_mem_alloc, zero-copy on one host)
  *   comm_rank memcpy SIZE         (alone) prints memcpy bandwidth in GB/s
  *   comm_rank tcp SIZE            (alone) prints loopback TCP bandwidth in GB/s
  *
@@ -53,11 +62,19 @@ static void *killer(void *arg)
     return NULL;
 }
 
-static int cmd_loop(int victim, long ms)
+static int cmd_loop(int victim, long ms, int registered)
 {
     size_t n = 4u << 20;
-    float *buf = calloc(n, sizeof(float));
+    float *buf = NULL;
     pthread_t t;
+    if (registered) {
+        void *p;
+        if (mg_comm_mem_alloc(dist->comm, n * sizeof(float), &p, MG_COMM_DEFAULT_TIMEOUT))
+            die("registering memory: %s", mg_comm_errmsg(dist->comm));
+        buf = p;
+    } else {
+        buf = calloc(n, sizeof(float));
+    }
     if (!buf)
         die("out of memory");
     if (dist->rank == victim)
@@ -85,12 +102,28 @@ static int cmd_bench(int argc, char **argv)
 {
     struct mg_comm *c = dist->comm;
     size_t maxb = 0;
+    int registered = argc > 0 && !strcmp(argv[0], "--registered");
+    if (registered) {
+        argc--;
+        argv++;
+    }
     for (int i = 0; i < argc; i++)
         if ((size_t)atoll(argv[i]) > maxb)
             maxb = (size_t)atoll(argv[i]);
-    float *buf = malloc(maxb + 4);
+    float *buf = NULL;
+    if (registered) {
+        void *p;
+        int rc = mg_comm_mem_alloc(c, maxb + 4, &p, MG_COMM_DEFAULT_TIMEOUT);
+        if (rc)
+            die("registering %zu bytes: %s", maxb + 4,
+                *mg_comm_errmsg(c) ? mg_comm_errmsg(c) : mg_strerror(rc));
+        buf = p;
+    } else {
+        buf = malloc(maxb + 4);
+    }
     if (!buf)
         die("out of memory");
+    uint64_t zc0 = c->zerocopy;
     for (size_t i = 0; i < maxb / 4; i++)
         buf[i] = cc_val(c->rank, i, 7);
     for (int a = 0; a < argc; a++) {
@@ -138,7 +171,14 @@ static int cmd_bench(int argc, char **argv)
             printf("%zu %.2f\n", bytes, us);
         fflush(stdout);
     }
-    free(buf);
+    /* Say so when registered memory gave no zero-copy (another layout, or
+     * MG_COMM_ZEROCOPY=0): the figures are then those of the staging path. */
+    if (registered && c->rank == 0 && c->zerocopy == zc0)
+        fprintf(stderr, "comm_rank: bench: no allreduce was zero-copy (%s)\n", c->desc);
+    if (registered)
+        mg_comm_mem_free(c, buf);
+    else
+        free(buf);
     return 0;
 }
 
@@ -233,8 +273,17 @@ int main(int argc, char **argv)
         if (bad)
             die("%d collective checks failed", bad);
         printf("rank %d: all collective checks passed (%s)\n", c->rank, c->desc);
+    } else if (!strcmp(cmd, "check-registered")) {
+        struct cc_opts o = {.max_bytes = argc > 2 ? (size_t)atoll(argv[2]) : 16u << 20,
+                            .rank_order = c->rank_ordered};
+        const char *z = getenv("MG_COMM_ZEROCOPY");
+        int bad = cc_run_registered(c, &o, z && !strcmp(z, "0") ? SIZE_MAX : (64u << 10) + 1);
+        if (bad)
+            die("%d checks in registered memory failed", bad);
+        printf("rank %d: all checks in registered memory passed, %llu zero-copy (%s)\n", c->rank,
+               (unsigned long long)c->zerocopy, c->desc);
     } else if (!strcmp(cmd, "loop") && argc > 3) {
-        cmd_loop(atoi(argv[2]), atol(argv[3]));
+        cmd_loop(atoi(argv[2]), atol(argv[3]), argc > 4 && !strcmp(argv[4], "--registered"));
     } else if (!strcmp(cmd, "hang") && argc > 3) {
         cmd_hang(atoi(argv[2]), atoi(argv[3]));
     } else if (!strcmp(cmd, "bench")) {

@@ -2,8 +2,10 @@
 # The runtime's distributed init and CPU collectives, with ranks started the
 # way a launcher starts them (RANK, WORLD_SIZE, MASTER_ADDR, ... in the
 # environment): world sizes 1 to 4, shared memory, the TCP ring, hierarchical
-# (hosts simulated with MG_COMM_HOST), a rank killed mid-collective, a hung
-# rank, the error file, and every launcher variable validated.
+# (hosts simulated with MG_COMM_HOST), allreduces in registered memory
+# (zero-copy on one host), a rank killed mid-collective (in ordinary and in
+# registered memory), a hung rank, the error file, and every launcher variable
+# validated.
 # timeout: 180
 . "$(dirname "$0")/../lib.sh"
 RANKBIN=$HELPERS/comm_rank
@@ -79,6 +81,20 @@ HOSTS="a b" run_ranks 2 env MG_COMM=shm "$RANKBIN" info
 like "$(cat "$T/err.0" "$T/err.1")" "MG_COMM=shm needs every rank on one host" \
     "MG_COMM=shm across hosts is refused"
 
+# ---- registered memory: zero-copy on one host, ordinary memory elsewhere ----
+for n in 2 3; do
+    max=16777216
+    [ $n = 3 ] && max=4194304
+    run_ranks $n "$RANKBIN" check-registered $max
+    DESC="registered memory, world size $n: allreduces correct, same bits as ordinary memory, zero-copy above 64 KiB" \
+        ok all_ok $n
+done
+run_ranks 2 env MG_COMM_ZEROCOPY=0 "$RANKBIN" check-registered 1048576
+DESC="MG_COMM_ZEROCOPY=0: registered memory is ordinary memory, no zero-copy, correct" ok all_ok 2
+like "$(cat "$T/out.0")" " 0 zero-copy" "MG_COMM_ZEROCOPY=0: nothing was zero-copy"
+HOSTS="a a b b" run_ranks 4 "$RANKBIN" check-registered 1048576
+DESC="hierarchical: registered memory is ordinary memory, correct" ok all_ok 4
+
 is "$(shm_left)" 0 "no shared memory segment left in /dev/shm"
 
 # ---- a rank killed mid-collective ----
@@ -105,6 +121,14 @@ like "$msg" "allreduce of 4194304 floats: .*rank 1 \(pid [0-9]+\) exited" \
 like "$msg" "^0 $(hostname) True True" "error file: rank, hostname, timestamp, py_callstack"
 ok test ! -e "$T/error.1.json"
 is "$(shm_left)" 0 "no shared memory segment left after the kill"
+
+run_ranks 3 env MG_COMM_TIMEOUT=60 "$RANKBIN" loop 1 300 --registered
+is "$(cat "$T/rc.1")" 137 "zero-copy: the victim was SIGKILLed"
+for r in 0 2; do
+    like "$(cat "$T/err.$r")" "comm_rank: rank $r: allreduce of 4194304 floats: .*rank 1 .*exited" \
+        "zero-copy: rank $r's error names rank 1 and the operation"
+done
+is "$(shm_left)" 0 "zero-copy: no shared memory left after the kill"
 
 run_ranks 2 env MG_COMM=tcp MG_COMM_TIMEOUT=60 "$RANKBIN" loop 1 300
 like "$(cat "$T/err.0")" "rank 1 closed its connection" "tcp: the peer of a killed rank names it"
@@ -158,6 +182,7 @@ check_env "MG_COMM unknown" "MG_COMM='fast'" MG_COMM=fast
 check_env "MG_COMM_TIMEOUT bad" "MG_COMM_TIMEOUT='-3'" MG_COMM_TIMEOUT=-3
 check_env "MG_COMM_SPIN_US bad" "MG_COMM_SPIN_US='fast'" MG_COMM_SPIN_US=fast
 check_env "MG_COMM_TCP_SEGMENT bad" "MG_COMM_TCP_SEGMENT='12'" MG_COMM_TCP_SEGMENT=12
+check_env "MG_COMM_ZEROCOPY bad" "MG_COMM_ZEROCOPY='2': expected 0 or 1" MG_COMM_ZEROCOPY=2
 out=$(env -u WORLD_SIZE RANK=1 "$RANKBIN" info 2>&1)
 like "$out" "RANK is set but WORLD_SIZE is not" "RANK without WORLD_SIZE"
 

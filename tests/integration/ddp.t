@@ -1,10 +1,11 @@
 #!/bin/sh
 # Data-parallel training with train: 2 processes against 1 with the same global
 # batch, replicas that stay identical, --global-batch-size / --scale-lr,
-# gradient buckets with and without the communication thread, a model that
-# differs between ranks, and a run SIGKILLed at random points and resumed by
-# mglaunch --max_restarts that ends bit-identical to an uninterrupted one;
-# a checkpoint resumed by another world size is resharded.
+# gradient buckets with and without the communication thread, with the
+# gradients in registered memory (zero-copy) or not, a model that differs
+# between ranks, and a run SIGKILLed at random points and resumed by mglaunch
+# --max_restarts that ends bit-identical to an uninterrupted one, leaving
+# nothing in /dev/shm; a checkpoint resumed by another world size is resharded.
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
 [ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || skip_all "train or mglaunch not built"
@@ -48,12 +49,18 @@ like "$(cat "$T/console")" "batch 50 per process x 2 processes x 1 accum = 100" 
     "--global-batch-size 100 over 2 processes: 50 each"
 like "$(cat "$T/console")" "lr 0.1 = 0.05 x 2 processes \(--scale-lr linear\)" "--scale-lr linear doubles the lr"
 
-# ---- buckets: the same bits with one bucket, many, with or without the thread ----
-for opt in "" "--bucket-cap-mb 0.01" "--bucket-cap-mb 0.01 --no-comm-thread"; do
-    launch 2 "$TRAIN" $DATA --model cnn --steps 8 --batch-size 16 --accum-steps 2 $opt
+# ---- buckets: the same bits with one bucket, many, with or without the thread,
+# zero-copy or through the staging slots ----
+for opt in "" "--bucket-cap-mb 0.01" "--bucket-cap-mb 0.01 --no-comm-thread" \
+    "MG_COMM_ZEROCOPY=0" "MG_COMM_ZEROCOPY=0 --bucket-cap-mb 0.01"; do
+    zc=""
+    case $opt in MG_COMM_ZEROCOPY=0*) zc=0 opt=${opt#MG_COMM_ZEROCOPY=0} ;; esac
+    MG_COMM_ZEROCOPY=${zc:-1} launch 2 "$TRAIN" $DATA --model cnn --steps 8 --batch-size 16 \
+        --accum-steps 2 $opt
     echo "$(hash_of "$T/console")" >>"$T/bucket_hashes"
 done
-is "$(sort -u "$T/bucket_hashes" | wc -l)" 1 "cnn with accumulation: one bucket, many, no thread: same weights"
+is "$(sort -u "$T/bucket_hashes" | wc -l)" 1 \
+    "cnn with accumulation: one bucket, many, no thread, zero-copy or not: same weights"
 ok test -n "$(head -n 1 "$T/bucket_hashes")"
 
 # ---- ranks that disagree ----
@@ -101,8 +108,9 @@ killer() { # LAUNCHER_PID
         seen=$(ls "$T/ck_kill" 2>/dev/null | grep -c '\.done$')
     done
 }
-"$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" --max_restarts 10 "$TRAIN" $ARGS \
-    --checkpoint-dir "$T/ck_kill" >"$T/console" 2>&1 &
+RUN_ID=ddpkill$$
+"$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" --max_restarts 10 --rdzv_id "$RUN_ID" "$TRAIN" \
+    $ARGS --checkpoint-dir "$T/ck_kill" >"$T/console" 2>&1 &
 lp=$!
 at_cleanup "kill -KILL $lp 2>/dev/null"
 killer "$lp" &
@@ -117,6 +125,8 @@ restarts=$(grep -c "resumed from" "$T/console")
 diag "attempts that resumed from a checkpoint: $restarts"
 DESC="at least one attempt resumed from a checkpoint" ok test "$restarts" -ge 1
 is "$(hash_of "$T/console")" "$ref" "the resumed run ends with the reference run's weights, bit for bit"
+is "$(ls /dev/shm | grep -c "^mg-$RUN_ID-")" 0 \
+    "no shared memory (gradients in registered memory included) left in /dev/shm"
 
 # ---- a corrupt newest checkpoint: fall back to the one before, on every rank ----
 newest=$(ls "$T/ck_ref" | grep -v -e done -e '\.tmp' | sort | tail -n 1)

@@ -1,7 +1,8 @@
 /* DDP's gradient buckets: slices of the flat gradient buffer cut at layer
  * boundaries from its end, the first one small, none over the cap unless one
  * layer is; and the averaging of buckets by the communication thread as
- * backward reports layers ready, checked with two forked ranks.
+ * backward reports layers ready, checked with two forked ranks, with the
+ * gradients in registered memory (zero-copy) and without.
  * timeout: 60 */
 #include "../tap.h"
 #include "comm_internal.h"
@@ -58,8 +59,11 @@ static void check_plan(struct mg_model *m, struct mg_comm *c, size_t cap, size_t
 }
 
 /* Two ranks average gradients through the hooks: grad_ready in reverse layer
- * order, then reduce_grads; every element must be the mean, on both ranks. */
-static int rank_main(int rank, const char *shm_name, struct mg_model *m, int threaded)
+ * order, then reduce_grads; every element must be the mean, on both ranks.
+ * With zerocopy the gradients move to registered memory at the start
+ * (broadcast_params) and the large buckets are zero-copy; the model gets its
+ * own buffer back at release. */
+static int rank_main(int rank, const char *shm_name, struct mg_model *m, int threaded, int zerocopy)
 {
     int ranks[2] = {0, 1}, host_of[2] = {0, 0};
     struct mg_shm_cfg cfg = {.nlocal = 2, .local_rank = rank, .ranks = ranks, .spin_us = -1};
@@ -76,7 +80,8 @@ static int rank_main(int rank, const char *shm_name, struct mg_model *m, int thr
     if (rank == 0)
         mg_shm_unlink(shm_name);
     struct mg_comm *c;
-    struct mg_cpu_parts parts = {.rank = rank, .world = 2, .host_of = host_of, .shm = g};
+    struct mg_cpu_parts parts = {
+        .rank = rank, .world = 2, .host_of = host_of, .shm = g, .no_zerocopy = !zerocopy};
     if (mg_comm_cpu_assemble(&c, &parts))
         return 11;
     struct mg_ddp *d;
@@ -87,6 +92,11 @@ static int rank_main(int rank, const char *shm_name, struct mg_model *m, int thr
         return 12;
     struct mg_train_hooks h;
     mg_ddp_hooks(d, &h);
+    float *own = m->grad_buf;
+    if (h.broadcast_params(h.ctx, m->param_buf, m->nparams))
+        return 15;
+    if (m->grad_buf == own || m->grads[0].data != m->grad_buf + m->params[0].offset)
+        return 16; /* registered memory (ordinary memory without zero-copy) replaces it */
     int bad = 0;
     for (int step = 0; step < 3; step++) {
         for (size_t i = 0; i < m->nparams; i++)
@@ -115,7 +125,11 @@ static int rank_main(int rank, const char *shm_name, struct mg_model *m, int thr
     if (mg_ddp_check_replicas(d, 2) != -MG_EDIVERGED ||
         !strstr(mg_ddp_errmsg(d), "replicas diverged at step 2: rank 1's parameters"))
         bad = 1; /* rank 1 now differs: both ranks must say so */
+    if ((c->zerocopy > 0) != zerocopy)
+        bad = 1;
     mg_ddp_release(d);
+    if (m->grad_buf != own || m->grads[0].data != own + m->params[0].offset)
+        bad = 1;
     mg_comm_release(c);
     return bad;
 }
@@ -139,7 +153,8 @@ int main(void)
     check_plan(&cnn, one, 4, 4, "cnn, a bucket per layer");
     mg_comm_release(one);
 
-    for (int threaded = 0; threaded < 2; threaded++) {
+    for (int run = 0; run < 4; run++) {
+        int threaded = run & 1, zerocopy = run >> 1;
         char name[64];
         snprintf(name, sizeof(name), "/mg-test-ddp-%d", (int)getpid());
         fflush(stdout);
@@ -148,15 +163,16 @@ int main(void)
             pids[r] = fork();
             if (pids[r] == 0) {
                 alarm(50);
-                _exit(rank_main(r, name, &cnn, threaded));
+                _exit(rank_main(r, name, &cnn, threaded, zerocopy));
             }
         }
         for (int r = 0; r < 2; r++) {
             int st;
             waitpid(pids[r], &st, 0);
             ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-               "%s: rank %d: buckets averaged, sums reduced, divergence seen (status %d)",
-               threaded ? "communication thread" : "no thread", r, st);
+               "%s, %s: rank %d: buckets averaged, sums reduced, divergence seen (status %d)",
+               threaded ? "communication thread" : "no thread",
+               zerocopy ? "registered gradients" : "ordinary memory", r, st);
         }
         mg_shm_unlink(name);
     }
