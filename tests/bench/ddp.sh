@@ -11,7 +11,8 @@
 # --mg-only skips PyTorch and the accuracy runs; --repeat N runs each mg figure
 # N times, alternating 1 and 2 processes, and reports the medians (the runs are
 # listed under the table): on a machine shared with other work one run says
-# little.
+# little. Each figure also gets the rate of two independent 1-process runs at
+# once (no communication), the ceiling this machine puts on 2 processes.
 #
 # Targets (issue 4): 2 processes, mg >= 3x PyTorch for the MLP and >= 1.5x for
 # the CNN; mg's 2-process scaling efficiency over its 1-process run >= 85%; the
@@ -65,6 +66,20 @@ mg_rate() {
         { sed 's/^/  mg: /' "$W/mg.out" >&2; fail=1; echo 0; return; }
     sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' "$W/mg.out" | tail -n 1
 }
+# pair_rate ARGS...: the summed samples/s of two independent 1-process runs at
+# the same time, without communication: what this machine gives two processes
+# at all (shared caches, memory bandwidth, a busy neighbour on a VM). mg's
+# 2-process rate over it is what communication costs.
+pair_rate() {
+    "$TRAIN" --log-every 1000000 "$@" >"$W/pair.a" 2>&1 &
+    pa=$!
+    pids=$pa
+    "$TRAIN" --log-every 1000000 "$@" >"$W/pair.b" 2>&1 || fail=1
+    wait "$pa" || fail=1
+    pids=""
+    cat "$W/pair.a" "$W/pair.b" | sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' |
+        awk '{ s += $1; n++ } END { print (n == 2) ? s : 0 }'
+}
 mg_acc() { sed -n 's/.*train: done: test accuracy \([0-9.]*\).*/\1/p' "$W/mg.out" | tail -n 1; }
 
 # torch_rate NPROC ARGS...: samples/s of ddp_ref.py
@@ -106,14 +121,20 @@ for model in mlp cnn; do
     [ $model = cnn ] && steps=$CNN_STEPS
     : >"$W/runs1"
     : >"$W/runs2"
+    : >"$W/runsp"
     for i in $(seq "$REPEAT"); do
         mg_rate 1 --model $model --steps "$steps" --batch-size 64 >>"$W/runs1"
         mg_rate 2 --model $model --steps "$steps" --batch-size 64 >>"$W/runs2"
+        pair_rate --model $model --steps "$steps" --batch-size 64 >>"$W/runsp"
     done
     m1=$(median <"$W/runs1")
     m2=$(median <"$W/runs2")
+    mp=$(median <"$W/runsp")
     [ "$REPEAT" = 1 ] ||
-        echo "$model: 1 process $(tr '\n' ' ' <"$W/runs1")| 2 processes $(tr '\n' ' ' <"$W/runs2")" >>"$W/runs"
+        echo "$model: 1 process $(tr '\n' ' ' <"$W/runs1")| 2 processes $(tr '\n' ' ' <"$W/runs2")| 2 alone $(tr '\n' ' ' <"$W/runsp")" >>"$W/runs"
+    awk -v model=$model -v m2="$m2" -v mp="$mp" 'BEGIN { if (mp > 0)
+        printf "%s: 2 independent processes at once (no communication): %.0f; mg 2 proc = %.0f%% of that\n",
+               model, mp, 100 * m2 / mp }' >>"$W/pairs"
     t1=$(torch_rate 1 --model $model --steps "$steps" --batch-size 64)
     t2=$(torch_rate 2 --model $model --steps "$steps" --batch-size 64)
     target=3
@@ -132,6 +153,7 @@ for model in mlp cnn; do
     done
 done
 
+[ -s "$W/pairs" ] && { echo; echo "the machine's own 2-process ceiling:"; sed 's/^/  /' "$W/pairs"; }
 [ -s "$W/runs" ] && { echo; echo "runs (samples/s):"; sed 's/^/  /' "$W/runs"; }
 
 if [ "$ACC_EPOCHS" -gt 0 ]; then
