@@ -39,8 +39,8 @@ int mg_connect_tcp(const char *host, int port, int64_t deadline_ms);
 
 int mg_set_nonblock(int fd, int on);
 
-/* Full reads and writes on a blocking or non-blocking fd, waiting with poll()
- * until the deadline. mg_read_full returns MG_ECLOSED when the peer closed
+/* Full reads and writes on a blocking or non-blocking fd (a socket, a pipe or
+ * a file), waiting with poll() until the deadline (< 0: none). mg_read_full returns MG_ECLOSED when the peer closed
  * the connection before len bytes arrived, -ETIMEDOUT at the deadline. */
 int mg_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms);
 int mg_read_full(int fd, void *buf, size_t len, int64_t deadline_ms);

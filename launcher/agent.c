@@ -6,6 +6,7 @@
 #include "logdir.h"
 #include "mg_config.h"
 #include "mg_err.h"
+#include "net.h"
 #include "output.h"
 #include "proc.h"
 #include "sentinel.h"
@@ -214,20 +215,6 @@ __attribute__((format(printf, 2, 3))) static void note(struct mg_agent *ag, cons
     va_end(ap);
     fputc('\n', ag->cfg.status);
     fflush(ag->cfg.status);
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 static long long read_proc_start(void)
@@ -607,9 +594,10 @@ static ssize_t read_stream(struct mg_agent *ag, struct worker *w, struct stream 
         close_stream(ag, w, s);
         return 0;
     }
-    if (s->file_fd >= 0 && write_all(s->file_fd, ag->rbuf, (size_t)n) < 0) {
+    int wrc = s->file_fd >= 0 ? mg_write_full(s->file_fd, ag->rbuf, (size_t)n, -1) : 0;
+    if (wrc < 0) {
         note(ag, "warning: cannot write the log of local rank %d (%s): %s; it stops here",
-             w->local_rank, is_err ? "stderr" : "stdout", strerror(errno));
+             w->local_rank, is_err ? "stderr" : "stdout", strerror(-wrc));
         close(s->file_fd);
         s->file_fd = -1;
     }

@@ -1,6 +1,7 @@
 /* Run and attempt directories and the event log (see logdir.h). */
 #include "logdir.h"
 #include "mg_err.h"
+#include "net.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -142,27 +143,13 @@ int mg_rundir_new_attempt(struct mg_rundir *rd, int nproc, int *attempt, char *p
     return 0;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int mg_rundir_flush(struct mg_rundir *rd)
 {
     if (!rd->evlen || rd->events_fd < 0)
         return 0;
     /* Only whole lines are queued, so a reader never sees half an event
      * unless the disk fills up. */
-    int rc = write_all(rd->events_fd, rd->ev, rd->evlen);
+    int rc = mg_write_full(rd->events_fd, rd->ev, rd->evlen, -1);
     rd->evlen = 0;
     if (rc && !rd->ev_err)
         rd->ev_err = rc;

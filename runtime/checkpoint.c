@@ -2,6 +2,7 @@
  * completion markers, listing and pruning (see checkpoint.h). */
 #include "checkpoint.h"
 #include "mg_err.h"
+#include "net.h"
 #include "rtutil.h"
 
 #include <dirent.h>
@@ -33,22 +34,6 @@ void mg_ckpt_path(const char *dir, uint64_t step, char *buf, size_t len)
 void mg_ckpt_marker_path(const char *dir, uint64_t step, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/ckpt-%012" PRIu64 ".done", dir, step);
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
 }
 
 /* mkdir -p; the path is bounded by MG_CKPT_PATH_MAX. */
@@ -110,7 +95,7 @@ static int zw_feed(struct zwriter *w, const void *data, size_t len, int flush)
                 return -MG_EFORMAT;
             size_t have = sizeof(w->out) - w->zs.avail_out;
             if (have) {
-                int rc = write_all(w->fd, w->out, have);
+                int rc = mg_write_full(w->fd, w->out, have, -1);
                 if (rc < 0)
                     return rc;
                 w->crc = (uint32_t)crc32(w->crc, w->out, (uInt)have);
@@ -210,7 +195,7 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
         goto free_w;
     }
     memset(hdr, 0, sizeof(hdr));
-    rc = write_all(fd, hdr, sizeof(hdr));
+    rc = mg_write_full(fd, hdr, sizeof(hdr), -1);
     for (int i = 0; rc == 0 && i < nsections; i++)
         rc = zw_section(w, sections[i].tag, sections[i].index, sections[i].len, sections[i].data);
     if (rc == 0) {
@@ -252,7 +237,7 @@ int mg_ckpt_mark_complete(const char *dir, uint64_t step, char *err)
     if (rc < 0)
         return mg_errf(err, rc, "cannot create '%s': %s", tmp, mg_strerror(rc));
     int len = snprintf(text, sizeof(text), "mg checkpoint complete: step %" PRIu64 "\n", step);
-    rc = write_all(fd, text, (size_t)len);
+    rc = mg_write_full(fd, text, (size_t)len, -1);
     if (rc < 0) {
         close(fd);
         unlink(tmp);
