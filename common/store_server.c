@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/queue.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -54,7 +55,7 @@ struct conn;
 struct wkey {
     struct entry *e;
     struct waiter *w;
-    struct wkey *prev, *next;
+    LIST_ENTRY(wkey) link; /* the entry's parked keys */
 };
 
 struct waiter {
@@ -66,8 +67,8 @@ struct waiter {
     int64_t deadline_ms;
     size_t heap_idx;
     size_t charge;
-    struct waiter *cprev, *cnext; /* the connection's parked requests */
-    struct waiter *rnext;         /* satisfied, to answer */
+    LIST_ENTRY(waiter) clink; /* the connection's parked requests */
+    struct waiter *rnext;     /* satisfied, to answer */
     int nkeys;
     struct wkey keys[];
 };
@@ -79,11 +80,11 @@ struct entry {
     uint64_t hash;
     struct blob *val;
     int64_t rev;
-    struct conn *owner; /* ephemeral keys */
-    struct entry *oprev, *onext;
+    struct conn *owner;      /* of an ephemeral key */
+    LIST_ENTRY(entry) olink; /* the owner's ephemeral keys */
     int tomb;
-    struct entry *tprev, *tnext;
-    struct wkey *waiters;
+    TAILQ_ENTRY(entry) tlink; /* tombstones, oldest first */
+    LIST_HEAD(, wkey) waiters;
     size_t klen;
     uint8_t key[];
 };
@@ -122,11 +123,11 @@ struct conn {
     size_t ipos, ilen, icap;
     struct oseg *ohead, *otail;
     size_t obytes;
-    struct entry *eph;
-    struct waiter *waiters;
+    LIST_HEAD(, entry) eph;
+    LIST_HEAD(, waiter) waiters;
     int nwaiters;
-    struct conn *prev, *next;     /* all live connections */
-    struct conn *hsprev, *hsnext; /* still handshaking, oldest first */
+    LIST_ENTRY(conn) link;    /* all live connections */
+    TAILQ_ENTRY(conn) hslink; /* still handshaking, oldest first */
     int in_hs;
     struct conn *dnext; /* dirty list: has new output to flush */
     struct conn *knext; /* dead list: to tear down */
@@ -143,14 +144,15 @@ struct mg_store_server {
     struct entry **table;
     size_t nbuckets, nentries, nlive;
     int64_t rev, compact_rev;
-    struct entry *tomb_head, *tomb_tail;
+    TAILQ_HEAD(, entry) tombs;
     size_t ntombs;
 
     struct waiter **heap;
     size_t nheap, heapcap;
     int nwaiters;
 
-    struct conn *conns, *hs_head, *hs_tail;
+    LIST_HEAD(, conn) conns;
+    TAILQ_HEAD(, conn) hs;
     int nconns, nhs;
     struct conn **byfd;
     int byfd_cap;
@@ -323,15 +325,7 @@ static void tomb_unlink(struct mg_store_server *s, struct entry *e)
 {
     if (!e->tomb)
         return;
-    if (e->tprev)
-        e->tprev->tnext = e->tnext;
-    else
-        s->tomb_head = e->tnext;
-    if (e->tnext)
-        e->tnext->tprev = e->tprev;
-    else
-        s->tomb_tail = e->tprev;
-    e->tprev = e->tnext = NULL;
+    TAILQ_REMOVE(&s->tombs, e, tlink);
     e->tomb = 0;
     s->ntombs--;
 }
@@ -350,7 +344,7 @@ static void entry_free(struct mg_store_server *s, struct entry *e)
 /* Frees an absent key once nothing needs it: no tombstone, no parked request. */
 static void entry_maybe_free(struct mg_store_server *s, struct entry *e)
 {
-    if (!e->val && !e->tomb && !e->waiters)
+    if (!e->val && !e->tomb && LIST_EMPTY(&e->waiters))
         entry_free(s, e);
 }
 
@@ -367,24 +361,14 @@ static void owner_unlink(struct entry *e)
 {
     if (!e->owner)
         return;
-    if (e->oprev)
-        e->oprev->onext = e->onext;
-    else
-        e->owner->eph = e->onext;
-    if (e->onext)
-        e->onext->oprev = e->oprev;
-    e->oprev = e->onext = NULL;
+    LIST_REMOVE(e, olink);
     e->owner = NULL;
 }
 
 static void owner_link(struct entry *e, struct conn *c)
 {
     e->owner = c;
-    e->oprev = NULL;
-    e->onext = c->eph;
-    if (c->eph)
-        c->eph->oprev = e;
-    c->eph = e;
+    LIST_INSERT_HEAD(&c->eph, e, olink);
 }
 
 static void wake(struct mg_store_server *s, struct entry *e);
@@ -419,19 +403,13 @@ static void entry_delete(struct mg_store_server *s, struct entry *e)
     e->rev = ++s->rev;
     owner_unlink(e);
     e->tomb = 1;
-    e->tnext = NULL;
-    e->tprev = s->tomb_tail;
-    if (s->tomb_tail)
-        s->tomb_tail->tnext = e;
-    else
-        s->tomb_head = e;
-    s->tomb_tail = e;
+    TAILQ_INSERT_TAIL(&s->tombs, e, tlink);
     s->ntombs++;
     wake(s, e);
     /* wake() may have freed nothing here: e is a tombstone. Forget the oldest
      * tombstones past the cap; their keys then report compact_rev. */
     while (s->ntombs > MAX_TOMBSTONES) {
-        struct entry *old = s->tomb_head;
+        struct entry *old = TAILQ_FIRST(&s->tombs);
         if (old->rev > s->compact_rev)
             s->compact_rev = old->rev;
         tomb_unlink(s, old);
@@ -569,12 +547,7 @@ static void wkeys_release(struct mg_store_server *s, struct waiter *w, int n)
 {
     for (int i = 0; i < n; i++) {
         struct wkey *k = &w->keys[i];
-        if (k->prev)
-            k->prev->next = k->next;
-        else
-            k->e->waiters = k->next;
-        if (k->next)
-            k->next->prev = k->prev;
+        LIST_REMOVE(k, link);
         entry_maybe_free(s, k->e);
     }
 }
@@ -583,14 +556,8 @@ static void waiter_free(struct mg_store_server *s, struct waiter *w)
 {
     wkeys_release(s, w, w->nkeys);
     heap_remove(s, w);
-    struct conn *c = w->conn;
-    if (w->cprev)
-        w->cprev->cnext = w->cnext;
-    else
-        c->waiters = w->cnext;
-    if (w->cnext)
-        w->cnext->cprev = w->cprev;
-    c->nwaiters--;
+    LIST_REMOVE(w, clink);
+    w->conn->nwaiters--;
     s->nwaiters--;
     uncharge(s, w->charge);
     free(w);
@@ -627,7 +594,8 @@ static void answer(struct mg_store_server *s, struct conn *c, uint8_t op, uint32
 static void wake(struct mg_store_server *s, struct entry *e)
 {
     struct waiter *ready = NULL;
-    for (struct wkey *k = e->waiters; k; k = k->next) {
+    struct wkey *k;
+    LIST_FOREACH(k, &e->waiters, link) {
         struct waiter *w = k->w;
         if (!w->ready && waiter_satisfied(s, w)) {
             w->ready = 1;
@@ -690,17 +658,10 @@ static uint16_t park(struct mg_store_server *s, struct conn *c, const struct mg_
         struct wkey *k = &w->keys[i];
         k->e = e;
         k->w = w;
-        k->prev = NULL;
-        k->next = e->waiters;
-        if (k->next)
-            k->next->prev = k;
-        e->waiters = k;
+        LIST_INSERT_HEAD(&e->waiters, k, link);
     }
     w->nkeys = nkeys;
-    w->cnext = c->waiters;
-    if (c->waiters)
-        c->waiters->cprev = w;
-    c->waiters = w;
+    LIST_INSERT_HEAD(&c->waiters, w, clink);
     c->nwaiters++;
     s->nwaiters++;
     s->heap[s->nheap] = w;
@@ -1028,15 +989,7 @@ static void hs_unlink(struct conn *c)
     if (!c->in_hs)
         return;
     c->in_hs = 0;
-    if (c->hsprev)
-        c->hsprev->hsnext = c->hsnext;
-    else
-        s->hs_head = c->hsnext;
-    if (c->hsnext)
-        c->hsnext->hsprev = c->hsprev;
-    else
-        s->hs_tail = c->hsprev;
-    c->hsprev = c->hsnext = NULL;
+    TAILQ_REMOVE(&s->hs, c, hslink);
     s->nhs--;
 }
 
@@ -1080,10 +1033,10 @@ static void conn_teardown(struct conn *c)
         *pp = c->dnext;
         c->dirty = 0;
     }
-    while (c->eph)
-        entry_delete(s, c->eph);
-    while (c->waiters)
-        waiter_free(s, c->waiters);
+    while (!LIST_EMPTY(&c->eph))
+        entry_delete(s, LIST_FIRST(&c->eph));
+    while (!LIST_EMPTY(&c->waiters))
+        waiter_free(s, LIST_FIRST(&c->waiters));
     for (struct oseg *o = c->ohead, *next; o; o = next) {
         next = o->next;
         s->buffered -= o->hlen;
@@ -1091,12 +1044,7 @@ static void conn_teardown(struct conn *c)
         free(o);
     }
     hs_unlink(c);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    LIST_REMOVE(c, link);
     s->nconns--;
     s->buffered -= c->icap;
     free(c->ibuf);
@@ -1393,8 +1341,8 @@ static void accept_some(struct mg_store_server *s)
             continue;
         }
         /* Too many half-open handshakes: the oldest makes room. */
-        if (s->nhs >= MAX_HANDSHAKING && s->hs_head) {
-            struct conn *old = s->hs_head;
+        if (s->nhs >= MAX_HANDSHAKING && !TAILQ_EMPTY(&s->hs)) {
+            struct conn *old = TAILQ_FIRST(&s->hs);
             hs_unlink(old);
             conn_drop(old);
         }
@@ -1402,18 +1350,10 @@ static void accept_some(struct mg_store_server *s)
         c->fd = fd;
         c->state = ST_HELLO;
         c->deadline_ms = mg_now_ms() + s->handshake_ms;
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
+        LIST_INSERT_HEAD(&s->conns, c, link);
         s->nconns++;
         c->in_hs = 1;
-        c->hsprev = s->hs_tail;
-        if (s->hs_tail)
-            s->hs_tail->hsnext = c;
-        else
-            s->hs_head = c;
-        s->hs_tail = c;
+        TAILQ_INSERT_TAIL(&s->hs, c, hslink);
         s->nhs++;
     }
 }
@@ -1446,7 +1386,8 @@ static void run_timers(struct mg_store_server *s)
         answer(s, w->conn, w->op, w->id, NULL, MG_SP_TIMEDOUT);
         waiter_free(s, w);
     }
-    for (struct conn *c = s->conns; c; c = c->next) {
+    struct conn *c;
+    LIST_FOREACH(c, &s->conns, link) {
         if (c->closing == CL_DEAD)
             continue;
         if (c->deadline_ms && now >= c->deadline_ms) {
@@ -1481,7 +1422,8 @@ static int timeout_locked(const struct mg_store_server *s)
         CONSIDER(s->heap[0]->deadline_ms);
     if (s->accept_pause_until > now)
         CONSIDER(s->accept_pause_until);
-    for (const struct conn *c = s->conns; c; c = c->next) {
+    const struct conn *c;
+    LIST_FOREACH(c, &s->conns, link) {
         if (c->deadline_ms)
             CONSIDER(c->deadline_ms);
         if (c->state == ST_READY && c->lease_ms)
@@ -1521,6 +1463,8 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     if (!s)
         return -ENOMEM;
     s->lfd = s->wakefd = -1;
+    TAILQ_INIT(&s->tombs);
+    TAILQ_INIT(&s->hs);
     s->max_clients = o->max_clients > 0 ? o->max_clients : DEF_MAX_CLIENTS;
     s->max_waiters = o->max_waiters > 0 ? o->max_waiters : DEF_MAX_WAITERS;
     s->max_store = o->max_store_bytes ? o->max_store_bytes : DEF_MAX_STORE;
@@ -1618,7 +1562,8 @@ static int pollfds_locked(struct mg_store_server *s, struct pollfd *fds, int max
     fds[n++] = (struct pollfd){.fd = s->wakefd, .events = POLLIN};
     if (s->nconns < s->max_clients && mg_now_ms() >= s->accept_pause_until)
         fds[n++] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
-    for (struct conn *c = s->conns; c; c = c->next) {
+    struct conn *c;
+    LIST_FOREACH(c, &s->conns, link) {
         short ev = 0;
         if (c->closing == CL_DEAD)
             continue;
@@ -1776,7 +1721,8 @@ static int local_value(const void *val, size_t len)
 static void local_done(struct mg_store_server *s)
 {
     settle(s);
-    for (struct conn *c = s->conns; c; c = c->next)
+    struct conn *c;
+    LIST_FOREACH(c, &s->conns, link)
         if (c->ohead) {
             wake_loop(s);
             break;
@@ -2011,11 +1957,14 @@ int mg_store_server_is_own_peer(struct mg_store_server *s, int fd, int timeout_m
     for (;;) {
         lock(s);
         accept_some(s);
-        for (struct conn *c = s->conns; c && !found; c = c->next) {
+        struct conn *c;
+        LIST_FOREACH(c, &s->conns, link) {
             len = sizeof(peer);
             if (c->closing == CL_DEAD || getpeername(c->fd, (struct sockaddr *)&peer, &len) < 0)
                 continue;
             found = endpoint_of(&peer, b, &pb) == fa && pa == pb && memcmp(a, b, 16) == 0;
+            if (found)
+                break;
         }
         unlock(s);
         if (found || mg_now_ms() >= deadline)
@@ -2028,8 +1977,8 @@ int mg_store_server_is_own_peer(struct mg_store_server *s, int fd, int timeout_m
 void mg_store_server_local_drop(struct mg_store_server *s)
 {
     lock(s);
-    while (s->local->eph)
-        entry_delete(s, s->local->eph);
+    while (!LIST_EMPTY(&s->local->eph))
+        entry_delete(s, LIST_FIRST(&s->local->eph));
     local_done(s);
     unlock(s);
 }
@@ -2068,12 +2017,12 @@ void mg_store_server_release(struct mg_store_server *s)
         pthread_join(s->thread, NULL);
     }
     /* Tear down without waking anyone: every connection goes. */
-    while (s->conns) {
-        struct conn *c = s->conns;
-        while (c->eph)
-            owner_unlink(c->eph);
-        while (c->waiters)
-            waiter_free(s, c->waiters);
+    while (!LIST_EMPTY(&s->conns)) {
+        struct conn *c = LIST_FIRST(&s->conns);
+        while (!LIST_EMPTY(&c->eph))
+            owner_unlink(LIST_FIRST(&c->eph));
+        while (!LIST_EMPTY(&c->waiters))
+            waiter_free(s, LIST_FIRST(&c->waiters));
         c->closing = CL_DEAD;
         conn_teardown(c);
     }
