@@ -403,6 +403,17 @@ static int body_end(struct body *b)
     return n;
 }
 
+/* Ends the body, posts it to the gateway's path and frees it. */
+static int body_call(struct mg_etcd *e, struct body *b, const char *path)
+{
+    int n = body_end(b);
+    if (n < 0)
+        return n;
+    int rc = call(e, path, b->json, (size_t)n);
+    free(b->json);
+    return rc;
+}
+
 /* range_end for a prefix: the prefix with its last byte incremented. */
 static size_t prefix_end(const char *prefix, char *out)
 {
@@ -509,16 +520,12 @@ static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, 
     struct mg_etcd *e = (struct mg_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
-    int rc, n;
+    int rc;
 
     if (body_begin(&b, kl) < 0)
         return -ENOMEM;
     kb64(&b.w, "key", key, kl, b.tmp);
-    n = body_end(&b);
-    if (n < 0)
-        return n;
-    rc = call(e, "kv/range", b.json, (size_t)n);
-    free(b.json);
+    rc = body_call(e, &b, "kv/range");
     if (rc < 0)
         return rc;
     int kvs = mg_json_get(&e->doc, 0, "kvs");
@@ -559,7 +566,7 @@ static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t l
     struct mg_etcd *e = (struct mg_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
-    int rc, n;
+    int rc;
 
     if (len > MG_KV_MAX_VALUE || kl > MG_KV_MAX_KEY)
         return -MG_ETOOBIG;
@@ -569,12 +576,7 @@ static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t l
     if (body_begin(&b, kl + len) < 0)
         return -ENOMEM;
     put_body(e, &b.w, key, kl, val, len, flags, b.tmp);
-    n = body_end(&b);
-    if (n < 0)
-        return n;
-    rc = call(e, "kv/put", b.json, (size_t)n);
-    free(b.json);
-    return rc;
+    return body_call(e, &b, "kv/put");
 }
 
 /* A transaction: if key's VALUE equals expected (or, expected NULL, the key
@@ -586,7 +588,7 @@ static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t 
 {
     struct body b;
     size_t kl = strlen(key);
-    int rc, n;
+    int rc;
 
     if (cur)
         *cur = NULL;
@@ -633,11 +635,7 @@ static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t 
     mg_jsonw_obj_end(w);
     mg_jsonw_obj_end(w);
     mg_jsonw_arr_end(w);
-    n = body_end(&b);
-    if (n < 0)
-        return n;
-    rc = call(e, "kv/txn", b.json, (size_t)n);
-    free(b.json);
+    rc = body_call(e, &b, "kv/txn");
     if (rc < 0)
         return rc;
 
@@ -730,16 +728,12 @@ static int etcd_del(struct mg_kv *kv, const char *key)
     struct mg_etcd *e = (struct mg_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
-    int rc, n;
+    int rc;
 
     if (body_begin(&b, kl) < 0)
         return -ENOMEM;
     kb64(&b.w, "key", key, kl, b.tmp);
-    n = body_end(&b);
-    if (n < 0)
-        return n;
-    rc = call(e, "kv/deleterange", b.json, (size_t)n);
-    free(b.json);
+    rc = body_call(e, &b, "kv/deleterange");
     if (rc < 0)
         return rc;
     return member_int(e, 0, "deleted") > 0;
@@ -752,7 +746,7 @@ static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_val
     struct body b;
     size_t kl = strlen(prefix);
     char end[MG_KV_MAX_KEY + 1];
-    int rc, n;
+    int rc;
 
     *out = NULL;
     *count = 0;
@@ -770,11 +764,7 @@ static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_val
     mg_jsonw_kstr(&b.w, "sort_target", "KEY");
     if (!want_values)
         mg_jsonw_kbool(&b.w, "keys_only", 1);
-    n = body_end(&b);
-    if (n < 0)
-        return n;
-    rc = call(e, "kv/range", b.json, (size_t)n);
-    free(b.json);
+    rc = body_call(e, &b, "kv/range");
     if (rc < 0)
         return rc;
 
