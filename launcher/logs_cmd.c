@@ -398,7 +398,7 @@ struct logs_opts {
 };
 
 static const char logs_usage[] =
-    "usage: mglaunch logs [LOG_DIR] [--run ID] [--attempt N|all] [--rank R[,R...]]\n"
+    "usage: mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
     "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
     "Without selectors: lists the runs in LOG_DIR, the attempts and ranks of the latest run\n"
     "(or --run), and its root cause. With --rank/--stream/--tail/--follow/--grep: prints the\n"
@@ -461,6 +461,13 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
                 lo->help = 1;
             continue;
         }
+        static const char *const valued[] = {"run",  "attempt", "rank", "stream",
+                                             "tail", "n",       "grep"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
+            known |= !strcmp(name, valued[k]);
+        if (!known)
+            return usage_err(err, cap, "unknown option '%s' (see mglaunch logs --help)", a);
         if (!val) {
             if (i + 1 >= argc)
                 return usage_err(err, cap, "option %s needs a value", a);
@@ -522,8 +529,6 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         } else if (!strcmp(name, "grep")) {
             lo->content = 1;
             lo->grep = val;
-        } else {
-            return usage_err(err, cap, "unknown option '%s' (see mglaunch logs --help)", a);
         }
     }
     return 0;

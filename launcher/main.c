@@ -31,8 +31,8 @@ extern char **environ;
 
 static const char usage[] =
     "usage: mglaunch [options] PROGRAM [ARGS...]\n"
-    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|all] [--rank R] [--stream out|err]\n"
-    "                     [--tail N] [--follow] [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
+    "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
     "\n"
     "Starts nproc_per_node workers running PROGRAM with torchrun's environment (RANK,\n"
     "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises them, restarts the\n"
@@ -48,7 +48,8 @@ static const char usage[] =
     "  --rdzv_endpoint HOST[:PORT]      c10d: the agent store (29400); etcd: host:2379,...\n"
     "  --rdzv_conf K=V,...              join_timeout, last_call_timeout, heartbeat_interval,\n"
     "                                   heartbeat_timeout, token, is_host, ... (see docs)\n"
-    "  --local_addr ADDR                this node's address for MASTER_ADDR when it is rank 0\n"
+    "  --local_addr ADDR                with several nodes: this node's address for MASTER_ADDR\n"
+    "                                   when it is node rank 0\n"
     "  --max_restarts N                 restarts of the worker group after a failure (0)\n"
     "  --monitor_interval S             accepted; supervision is event-driven\n"
     "  --role NAME                      ROLE_NAME and the log prefix (default)\n"

@@ -128,9 +128,8 @@ static int bad_value(struct parse *p, int id, const char *val, const char *why)
 static int not_implemented(struct parse *p, int id, const char *what)
 {
     char l[160];
-    snprintf(p->err, p->errcap, "%s%s%s: not implemented yet%s", label(p, id, l, sizeof(l)),
-             what ? " " : "", what ? what : "",
-             " (mglaunch runs one node for now; see docs/cli.md)");
+    snprintf(p->err, p->errcap, "%s%s%s: not implemented yet (see docs/cli.md)",
+             label(p, id, l, sizeof(l)), what ? " " : "", what ? what : "");
     return -MG_EUNSUPPORTED;
 }
 
@@ -509,7 +508,7 @@ static int check_values(struct parse *p)
         else if (strcmp(v, "auto") == 0)
             o->nproc_kind = MG_NPROC_AUTO;
         else if (parse_int(v, 1, MG_MAX_NPROC, &o->nproc))
-            return bad_value(p, O_NPROC, v, "expected a positive integer, cpu, gpu or auto");
+            return bad_value(p, O_NPROC, v, "expected an integer from 1 to 4096, cpu, gpu or auto");
     }
     if (s[O_RDZV_BACKEND].set) {
         const char *v = s[O_RDZV_BACKEND].val;

@@ -440,8 +440,6 @@ int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, c
     enum mg_rdzv_backend b;
     int rc;
 
-    if (!o->rdzv_conf)
-        return 0;
     if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
         b = MG_RDZV_C10D;
     mg_rdzv_conf_init(&c);

@@ -20,8 +20,10 @@ bad() {
     like "$(cat "$T/err")" "^mglaunch: .*$want" "names the problem: $*"
 }
 
-bad "invalid value '0' for --nproc_per_node: expected a positive integer, cpu, gpu or auto" \
+bad "invalid value '0' for --nproc_per_node: expected an integer from 1 to 4096, cpu, gpu or auto" \
     --nproc_per_node 0 "$FW"
+bad "invalid value '4097' for --nproc_per_node: expected an integer from 1 to 4096" \
+    --nproc_per_node 4097 "$FW"
 bad "invalid value 'abc' for --nproc_per_node" --nproc_per_node abc "$FW"
 bad "invalid value 'abc' for --nproc-per-node" --nproc-per-node=abc "$FW"
 bad "invalid value '0' for --gpu_ids: 1 GPU id for 2 workers" --nproc_per_node 2 --gpu_ids 0 "$FW"
@@ -54,6 +56,9 @@ export PET_RDZV_BACKEND=etcd
 bad "--rdzv_endpoint is required with --rdzv_backend etcd" --nnodes 2 "$FW"
 unset PET_RDZV_BACKEND
 bad "--rdzv_conf: unknown key 'bogus'" --rdzv_conf bogus=5 "$FW"
+export MG_RDZV_TOKEN="$(printf '%0300d' 0)"
+bad "MG_RDZV_TOKEN: 300 bytes, the limit is 256" "$FW"
+unset MG_RDZV_TOKEN
 bad "--rdzv_conf join_timeout=abc" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint x:1 \
     --rdzv_conf join_timeout=abc "$FW"
 # torchrun features for later issues: refused, exit 2

@@ -63,6 +63,15 @@ is $? 1 "unknown run: exit 1"
 like "$(cat "$T/err")" "mglaunch logs: no run 'nope'" "and says so"
 "$MGLAUNCH" logs "$L" --run bad1 --attempt 7 --rank 0 >/dev/null 2>"$T/err"
 is $? 1 "unknown attempt: exit 1"
+for args in "--bogus" "--bogus x" "--stream x" "--attempt"; do
+    # shellcheck disable=SC2086
+    "$MGLAUNCH" logs "$L" $args >/dev/null 2>"$T/err"
+    is $? 2 "bad usage ($args): exit 2"
+done
+like "$("$MGLAUNCH" logs "$L" --bogus 2>&1)" "unknown option '--bogus'" \
+    "an unknown option last on the line is called unknown"
+like "$("$MGLAUNCH" logs "$L" --attempt 2>&1)" "option --attempt needs a value" \
+    "a known option without its value says so"
 
 # ---- a running run, then the same run after its launcher was SIGKILLed
 bg "$MGLAUNCH" --log_dir "$L" --rdzv_id live --nproc_per_node 2 "$FW" out "live line" \

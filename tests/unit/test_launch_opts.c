@@ -73,8 +73,8 @@ static void test_bad_values(void)
         const char *flag, *val, *want;
     } cases[] = {
         {"--nproc_per_node", "0",
-         "invalid value '0' for --nproc_per_node: expected a positive "
-         "integer, cpu, gpu or auto"},
+         "invalid value '0' for --nproc_per_node: expected an integer "
+         "from 1 to 4096, cpu, gpu or auto"},
         {"--nproc_per_node", "abc", "invalid value 'abc' for --nproc_per_node"},
         {"--nproc-per-node", "-3", "invalid value '-3' for --nproc-per-node"},
         {"--nproc_per_node", "99999", "invalid value '99999'"},
