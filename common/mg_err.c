@@ -1,6 +1,7 @@
 /* Messages for the project's error codes (see mg_err.h). */
 #include "mg_err.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *const mg_err_msg[] = {
@@ -27,4 +28,20 @@ const char *mg_strerror(int err)
     if (err > MG_ERR_BASE && err < MG_ERR_MAX)
         return mg_err_msg[err - MG_ERR_BASE];
     return strerror(err);
+}
+
+int mg_vseterr(char *err, size_t errlen, int code, const char *fmt, va_list ap)
+{
+    if (err && errlen)
+        vsnprintf(err, errlen, fmt, ap);
+    return code;
+}
+
+int mg_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mg_vseterr(err, errlen, code, fmt, ap);
+    va_end(ap);
+    return code;
 }

@@ -6,6 +6,9 @@
 #ifndef MG_ERR_H
 #define MG_ERR_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 enum mg_err {
     MG_ERR_BASE = 10000,
     MG_EPROTO,       /* peer broke the wire protocol (bad magic, bad frame) */
@@ -27,5 +30,11 @@ enum mg_err {
 
 /* Message for a code returned by any mg function (negative or positive). */
 const char *mg_strerror(int err);
+
+/* Writes a formatted message into err (errlen bytes) when err is not NULL and
+ * errlen > 0, and returns code: `return mg_seterr(err, len, -EINVAL, ...)`. */
+__attribute__((format(printf, 4, 5))) int mg_seterr(char *err, size_t errlen, int code,
+                                                    const char *fmt, ...);
+int mg_vseterr(char *err, size_t errlen, int code, const char *fmt, va_list ap);
 
 #endif

@@ -405,16 +405,6 @@ static const char logs_usage[] =
     "log lines of the last attempt (or --attempt). LOG_DIR defaults to mglaunch's private\n"
     "directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
 
-__attribute__((format(printf, 3, 4))) static int usage_err(char *err, size_t cap, const char *fmt,
-                                                           ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 static int parse_long(const char *s, long min, long max, long *out)
 {
     char *end;
@@ -437,14 +427,14 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         char name[32];
         if (a[0] != '-') {
             if (lo->dir)
-                return usage_err(err, cap, "unexpected argument '%s'", a);
+                return mg_seterr(err, cap, -EINVAL, "unexpected argument '%s'", a);
             lo->dir = a;
             continue;
         }
         const char *body = a + (a[1] == '-' ? 2 : 1), *eq = strchr(body, '=');
         size_t n = eq ? (size_t)(eq - body) : strlen(body);
         if (n >= sizeof(name))
-            return usage_err(err, cap, "unknown option '%s'", a);
+            return mg_seterr(err, cap, -EINVAL, "unknown option '%s'", a);
         for (size_t k = 0; k < n; k++)
             name[k] = body[k] == '-' ? '_' : body[k];
         name[n] = '\0';
@@ -454,7 +444,7 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
                    !strcmp(name, "h");
         if (flag) {
             if (val)
-                return usage_err(err, cap, "option %s takes no value", a);
+                return mg_seterr(err, cap, -EINVAL, "option %s takes no value", a);
             if (name[0] == 'f')
                 lo->follow = lo->content = 1;
             else
@@ -467,10 +457,11 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(name, valued[k]);
         if (!known)
-            return usage_err(err, cap, "unknown option '%s' (see mglaunch logs --help)", a);
+            return mg_seterr(err, cap, -EINVAL, "unknown option '%s' (see mglaunch logs --help)",
+                             a);
         if (!val) {
             if (i + 1 >= argc)
-                return usage_err(err, cap, "option %s needs a value", a);
+                return mg_seterr(err, cap, -EINVAL, "option %s needs a value", a);
             val = argv[++i];
         }
         long v;
@@ -485,7 +476,7 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
             else if (parse_long(val, 0, 100000000, &v) == 0)
                 lo->attempt = (int)v;
             else
-                return usage_err(err, cap,
+                return mg_seterr(err, cap, -EINVAL,
                                  "invalid value '%s' for --attempt: expected a number, last or all",
                                  val);
         } else if (!strcmp(name, "rank")) {
@@ -495,14 +486,14 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
                 char num[16];
                 size_t k = strcspn(p, ",");
                 if (k == 0 || k >= sizeof(num) || lo->nranks >= 256)
-                    return usage_err(err, cap,
+                    return mg_seterr(err, cap, -EINVAL,
                                      "invalid value '%s' for --rank: expected ranks "
                                      "like 0 or 0,3",
                                      val);
                 memcpy(num, p, k);
                 num[k] = '\0';
                 if (parse_long(num, 0, 1000000000, &v))
-                    return usage_err(err, cap,
+                    return mg_seterr(err, cap, -EINVAL,
                                      "invalid value '%s' for --rank: expected ranks "
                                      "like 0 or 0,3",
                                      val);
@@ -518,13 +509,13 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
             else if (!strcmp(val, "both") || !strcmp(val, "all") || !strcmp(val, "3"))
                 lo->streams = 3;
             else
-                return usage_err(err, cap,
+                return mg_seterr(err, cap, -EINVAL,
                                  "invalid value '%s' for --stream: expected stdout, stderr or both",
                                  val);
         } else if (!strcmp(name, "tail") || !strcmp(name, "n")) {
             lo->content = 1;
             if (parse_long(val, 0, 1000000000, &lo->tail))
-                return usage_err(err, cap,
+                return mg_seterr(err, cap, -EINVAL,
                                  "invalid value '%s' for --tail: expected a number of lines", val);
         } else if (!strcmp(name, "grep")) {
             lo->content = 1;

@@ -1,5 +1,6 @@
 /* Parsing and validation of --rdzv_conf (see rdzv_conf.h, docs/rendezvous.md). */
 #include "rdzv_conf.h"
+#include "mg_err.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -9,18 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
-                                                      ...)
-{
-    va_list ap;
-    if (err && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 void mg_rdzv_conf_init(struct mg_rdzv_conf *c)
 {
@@ -99,8 +88,8 @@ static int set_string(char *dst, size_t cap, const char *name, const char *val, 
 {
     size_t n = strlen(val);
     if (n >= cap)
-        return fail(err, errlen, "--rdzv_conf %s: value is %zu bytes, the limit is %zu", name, n,
-                    cap - 1);
+        return mg_seterr(err, errlen, -EINVAL,
+                         "--rdzv_conf %s: value is %zu bytes, the limit is %zu", name, n, cap - 1);
     memcpy(dst, val, n + 1);
     return 0;
 }
@@ -119,9 +108,9 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
         errno = 0;
         long n = strtol(val, &end, 10);
         if (errno || *end || end == val || n < 1 || n > 1000)
-            return fail(err, errlen,
-                        "--rdzv_conf keep_alive_max_attempt=%s: expected an integer from 1 to 1000",
-                        val);
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf keep_alive_max_attempt=%s: expected an integer from 1 to 1000", val);
         *keep_alive_n = (int)n;
         return 0;
     }
@@ -129,11 +118,12 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
         if (strcmp(keys[i].name, name) == 0)
             break;
     if (i == sizeof(keys) / sizeof(keys[0]))
-        return fail(err, errlen,
-                    "--rdzv_conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
-                    "close_timeout, heartbeat_interval, heartbeat_timeout, exit_barrier_timeout, "
-                    "read_timeout, is_host, token, cacert, cert, key, prefix)",
-                    name);
+        return mg_seterr(
+            err, errlen, -EINVAL,
+            "--rdzv_conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
+            "close_timeout, heartbeat_interval, heartbeat_timeout, exit_barrier_timeout, "
+            "read_timeout, is_host, token, cacert, cert, key, prefix)",
+            name);
 
     switch (keys[i].key) {
     case MG_RDZV_K_JOIN_TIMEOUT:
@@ -159,11 +149,12 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
         break;
     case MG_RDZV_K_IS_HOST:
         if (parse_bool(val, &c->is_host) < 0)
-            return fail(err, errlen, "--rdzv_conf is_host=%s: expected true or false", val);
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf is_host=%s: expected true or false",
+                             val);
         break;
     case MG_RDZV_K_TOKEN:
         if (!*val)
-            return fail(err, errlen, "--rdzv_conf token: the token is empty");
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf token: the token is empty");
         if (set_string(c->token, sizeof(c->token), name, val, err, errlen) < 0)
             return -EINVAL;
         break;
@@ -181,8 +172,9 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
         break;
     case MG_RDZV_K_PREFIX:
         if (val[0] != '/' || strstr(val, "//"))
-            return fail(err, errlen,
-                        "--rdzv_conf prefix=%s: expected an absolute key path like /mg/rdzv", val);
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf prefix=%s: expected an absolute key path like /mg/rdzv",
+                             val);
         if (set_string(c->prefix, sizeof(c->prefix), name, val, err, errlen) < 0)
             return -EINVAL;
         /* Keys are built as prefix + "/" + run id: no trailing slash. */
@@ -195,11 +187,13 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
     if (ms) {
         int v, rc = mg_rdzv_parse_duration_ms(val, &v);
         if (rc < 0)
-            return fail(err, errlen,
-                        "--rdzv_conf %s=%s: expected a duration in seconds (like 30, 0.5 or 500ms)",
-                        name, val);
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf %s=%s: expected a duration in seconds (like 30, 0.5 or 500ms)", name,
+                val);
         if (v <= 0 && keys[i].key != MG_RDZV_K_LAST_CALL_TIMEOUT)
-            return fail(err, errlen, "--rdzv_conf %s=%s: must be positive", name, val);
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf %s=%s: must be positive", name,
+                             val);
         *ms = v;
     }
     c->set |= 1u << keys[i].key;
@@ -216,7 +210,8 @@ int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size
         return 0;
     n = strlen(text);
     if (n > MG_RDZV_CONF_MAX)
-        return fail(err, errlen, "--rdzv_conf: %zu bytes, the limit is %d", n, MG_RDZV_CONF_MAX);
+        return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf: %zu bytes, the limit is %d", n,
+                         MG_RDZV_CONF_MAX);
     memcpy(buf, text, n + 1);
 
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
@@ -227,7 +222,8 @@ int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size
             continue;
         char *eq = strchr(item, '=');
         if (!eq || eq == item)
-            return fail(err, errlen, "--rdzv_conf: '%s' is not of the form key=value", item);
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf: '%s' is not of the form key=value",
+                             item);
         *eq = 0;
         rc = set_one(c, item, eq + 1, &keep_alive_n, err, errlen);
         if (rc < 0)
@@ -236,8 +232,9 @@ int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size
     if (keep_alive_n) {
         /* torchrun declares a node dead after max_attempt missed intervals. */
         if (c->set & (1u << MG_RDZV_K_HEARTBEAT_TIMEOUT))
-            return fail(err, errlen,
-                        "--rdzv_conf: give heartbeat_timeout or keep_alive_max_attempt, not both");
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf: give heartbeat_timeout or keep_alive_max_attempt, not both");
         long long t = (long long)c->heartbeat_interval_ms * keep_alive_n;
         c->heartbeat_timeout_ms = t > INT_MAX ? INT_MAX : (int)t;
         c->set |= 1u << MG_RDZV_K_HEARTBEAT_TIMEOUT;
@@ -266,52 +263,58 @@ int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, ch
         const char *t = env_get(env, "MG_RDZV_TOKEN");
         if (t && *t) {
             if (strlen(t) > MG_RDZV_TOKEN_MAX)
-                return fail(err, errlen, "MG_RDZV_TOKEN: %zu bytes, the limit is %d", strlen(t),
-                            MG_RDZV_TOKEN_MAX);
+                return mg_seterr(err, errlen, -EINVAL, "MG_RDZV_TOKEN: %zu bytes, the limit is %d",
+                                 strlen(t), MG_RDZV_TOKEN_MAX);
             snprintf(c->token, sizeof(c->token), "%s", t);
         }
     }
     if (c->heartbeat_interval_ms < 10)
-        return fail(err, errlen, "--rdzv_conf heartbeat_interval=%dms: must be at least 10ms",
-                    c->heartbeat_interval_ms);
+        return mg_seterr(err, errlen, -EINVAL,
+                         "--rdzv_conf heartbeat_interval=%dms: must be at least 10ms",
+                         c->heartbeat_interval_ms);
     if (c->heartbeat_timeout_ms < 2 * c->heartbeat_interval_ms)
-        return fail(err, errlen,
-                    "--rdzv_conf heartbeat_timeout=%gs: must be at least twice "
-                    "heartbeat_interval (%gs), or one late heartbeat would declare a node dead",
-                    c->heartbeat_timeout_ms / 1000.0, c->heartbeat_interval_ms / 1000.0);
+        return mg_seterr(
+            err, errlen, -EINVAL,
+            "--rdzv_conf heartbeat_timeout=%gs: must be at least twice "
+            "heartbeat_interval (%gs), or one late heartbeat would declare a node dead",
+            c->heartbeat_timeout_ms / 1000.0, c->heartbeat_interval_ms / 1000.0);
     if (backend == MG_RDZV_ETCD && c->heartbeat_timeout_ms < 2000)
-        return fail(
-            err, errlen,
+        return mg_seterr(
+            err, errlen, -EINVAL,
             "--rdzv_conf heartbeat_timeout=%gs: etcd leases last at least 2s; use 2 or more",
             c->heartbeat_timeout_ms / 1000.0);
     if (c->last_call_timeout_ms > c->join_timeout_ms &&
         !(c->set & (1u << MG_RDZV_K_LAST_CALL_TIMEOUT)))
         c->last_call_timeout_ms = c->join_timeout_ms; /* the default must not exceed a short join */
     if (c->last_call_timeout_ms > c->join_timeout_ms)
-        return fail(err, errlen,
-                    "--rdzv_conf last_call_timeout=%gs: must not exceed join_timeout (%gs)",
-                    c->last_call_timeout_ms / 1000.0, c->join_timeout_ms / 1000.0);
+        return mg_seterr(err, errlen, -EINVAL,
+                         "--rdzv_conf last_call_timeout=%gs: must not exceed join_timeout (%gs)",
+                         c->last_call_timeout_ms / 1000.0, c->join_timeout_ms / 1000.0);
     if (backend != MG_RDZV_ETCD) {
         for (int i = 0; i < 3; i++)
             if (*tls_val[i])
-                return fail(err, errlen,
-                            "--rdzv_conf %s: TLS files apply to the etcd backend only, not %s",
-                            tls[i], mg_rdzv_backend_name(backend));
+                return mg_seterr(err, errlen, -EINVAL,
+                                 "--rdzv_conf %s: TLS files apply to the etcd backend only, not %s",
+                                 tls[i], mg_rdzv_backend_name(backend));
         if (c->set & (1u << MG_RDZV_K_PREFIX))
-            return fail(err, errlen, "--rdzv_conf prefix: applies to the etcd backend only, not %s",
-                        mg_rdzv_backend_name(backend));
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf prefix: applies to the etcd backend only, not %s",
+                             mg_rdzv_backend_name(backend));
     } else {
         if (c->set & (1u << MG_RDZV_K_IS_HOST))
-            return fail(err, errlen,
-                        "--rdzv_conf is_host: the etcd backend has no store to host; it applies "
-                        "to c10d and static");
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf is_host: the etcd backend has no store to host; it applies "
+                "to c10d and static");
         for (int i = 0; i < 3; i++)
             if (*tls_val[i] && access(tls_val[i], R_OK) < 0)
-                return fail(err, errlen, "--rdzv_conf %s=%s: cannot read the file: %s", tls[i],
-                            tls_val[i], strerror(errno));
+                return mg_seterr(err, errlen, -EINVAL,
+                                 "--rdzv_conf %s=%s: cannot read the file: %s", tls[i], tls_val[i],
+                                 strerror(errno));
         if (!*c->cert != !*c->key)
-            return fail(err, errlen, "--rdzv_conf %s: a client certificate needs both cert and key",
-                        *c->cert ? "cert" : "key");
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf %s: a client certificate needs both cert and key",
+                             *c->cert ? "cert" : "key");
     }
     return 0;
 }

@@ -1,5 +1,6 @@
 /* Slurm hostlist expansion and SLURM_* detection (see slurm.h). */
 #include "slurm.h"
+#include "mg_err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -200,18 +201,6 @@ static const char *first_env(char *const *env, const char *const *names, const c
     return NULL;
 }
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
-                                                      ...)
-{
-    va_list ap;
-    if (err && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
-
 static int parse_int(const char *s, int lo, int hi, int *out)
 {
     char *end;
@@ -242,25 +231,26 @@ int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t er
     if (!nodeid || !count)
         return 0;
     if (parse_int(count, 1, MG_HOSTLIST_MAX_HOSTS, &out->nnodes) < 0)
-        return fail(err, errlen, "%s=%s: expected a node count from 1 to %d", count_var, count,
-                    MG_HOSTLIST_MAX_HOSTS);
+        return mg_seterr(err, errlen, -EINVAL, "%s=%s: expected a node count from 1 to %d",
+                         count_var, count, MG_HOSTLIST_MAX_HOSTS);
     if (parse_int(nodeid, 0, out->nnodes - 1, &out->node_rank) < 0)
-        return fail(err, errlen, "SLURM_NODEID=%s: expected a node index from 0 to %d (%s=%d)",
-                    nodeid, out->nnodes - 1, count_var, out->nnodes);
+        return mg_seterr(err, errlen, -EINVAL,
+                         "SLURM_NODEID=%s: expected a node index from 0 to %d (%s=%d)", nodeid,
+                         out->nnodes - 1, count_var, out->nnodes);
     if (!list)
-        return fail(err, errlen,
-                    "Slurm detected (SLURM_NODEID=%s) but SLURM_JOB_NODELIST is not set; pass "
-                    "--master_addr",
-                    nodeid);
+        return mg_seterr(err, errlen, -EINVAL,
+                         "Slurm detected (SLURM_NODEID=%s) but SLURM_JOB_NODELIST is not set; pass "
+                         "--master_addr",
+                         nodeid);
     rc = mg_hostlist_expand(list, MG_HOSTLIST_MAX_HOSTS, &hosts, &nhosts);
     if (rc < 0)
-        return fail(err, errlen, "%s=%s: %s", list_var, list,
-                    rc == -E2BIG ? "too many hosts or a host name too long"
-                                 : "not a valid Slurm hostlist");
+        return mg_seterr(err, errlen, -EINVAL, "%s=%s: %s", list_var, list,
+                         rc == -E2BIG ? "too many hosts or a host name too long"
+                                      : "not a valid Slurm hostlist");
     if (nhosts != out->nnodes) {
         mg_hostlist_free(hosts, nhosts);
-        return fail(err, errlen, "%s lists %d hosts but %s=%d", list_var, nhosts, count_var,
-                    out->nnodes);
+        return mg_seterr(err, errlen, -EINVAL, "%s lists %d hosts but %s=%d", list_var, nhosts,
+                         count_var, out->nnodes);
     }
     snprintf(out->master_addr, sizeof(out->master_addr), "%s", hosts[0]);
     mg_hostlist_free(hosts, nhosts);

@@ -51,16 +51,6 @@ struct hello {
     int32_t pad;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static const char *why(int rc)
 {
     return rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc);
@@ -204,8 +194,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     int shm_named = 0, port = 0;
 
     if (world < 2 || world > MAX_WORLD || rank < 0 || rank >= world || !store) {
-        seterr(err, errlen, "invalid rank %d / world size %d for the cpu communicator", rank,
-               world);
+        mg_seterr(err, errlen, 0, "invalid rank %d / world size %d for the cpu communicator", rank,
+                  world);
         return -EINVAL;
     }
     info = calloc((size_t)world, sizeof(*info));
@@ -215,7 +205,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     local_ranks = calloc((size_t)world, sizeof(int));
     if (!info || !host_of || !first || !ring_ranks || !local_ranks) {
         rc = -ENOMEM;
-        seterr(err, errlen, "out of memory");
+        mg_seterr(err, errlen, 0, "out of memory");
         goto out;
     }
 
@@ -226,14 +216,14 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         snprintf(text, sizeof(text), "%016" PRIx64, nonce);
         rc = mg_store_set(store, KEY_PREFIX "nonce", text, strlen(text), 0);
         if (rc) {
-            seterr(err, errlen, "publishing the communicator's nonce in the store: %s",
-                   mg_strerror(rc));
+            mg_seterr(err, errlen, 0, "publishing the communicator's nonce in the store: %s",
+                      mg_strerror(rc));
             goto out;
         }
     } else {
         rc = get_key(store, KEY_PREFIX "nonce", &val, &vlen, deadline);
         if (rc) {
-            seterr(err, errlen, "waiting for rank 0 to set up the communicator: %s", why(rc));
+            mg_seterr(err, errlen, 0, "waiting for rank 0 to set up the communicator: %s", why(rc));
             goto out;
         }
         nonce = strtoull(val, NULL, 16);
@@ -245,7 +235,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     lfd = mg_listen_tcp(NULL, 0, 64, &port);
     if (lfd < 0) {
         rc = lfd;
-        seterr(err, errlen, "cannot listen for ring connections: %s", mg_strerror(rc));
+        mg_seterr(err, errlen, 0, "cannot listen for ring connections: %s", mg_strerror(rc));
         goto out;
     }
     mg_set_nonblock(lfd, 1);
@@ -253,7 +243,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     if (opts->host_id) {
         if (strlen(opts->host_id) > HOST_ID_MAX || strchr(opts->host_id, '\n')) {
             rc = -EINVAL;
-            seterr(err, errlen, "host id '%.40s...' is too long or has a newline", opts->host_id);
+            mg_seterr(err, errlen, 0, "host id '%.40s...' is too long or has a newline",
+                      opts->host_id);
             goto out;
         }
         snprintf(me->host_id, sizeof(me->host_id), "%s", opts->host_id);
@@ -267,14 +258,14 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     if (opts->advertise) {
         if (strlen(opts->advertise) >= sizeof(me->addr) || strchr(opts->advertise, '\n')) {
             rc = -EINVAL;
-            seterr(err, errlen, "MG_COMM_ADDR '%.40s...' is too long", opts->advertise);
+            mg_seterr(err, errlen, 0, "MG_COMM_ADDR '%.40s...' is too long", opts->advertise);
             goto out;
         }
         snprintf(me->addr, sizeof(me->addr), "%s", opts->advertise);
     } else {
         rc = mg_sock_local_addr(mg_store_fd(store), me->addr, sizeof(me->addr));
         if (rc) {
-            seterr(err, errlen, "cannot find this host's address: %s", mg_strerror(rc));
+            mg_seterr(err, errlen, 0, "cannot find this host's address: %s", mg_strerror(rc));
             goto out;
         }
     }
@@ -284,7 +275,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", rank);
     rc = mg_store_set(store, key, text, strlen(text), 0);
     if (rc) {
-        seterr(err, errlen, "publishing rank %d's address in the store: %s", rank, mg_strerror(rc));
+        mg_seterr(err, errlen, 0, "publishing rank %d's address in the store: %s", rank,
+                  mg_strerror(rc));
         goto out;
     }
     for (int r = 0; r < world; r++) {
@@ -293,14 +285,15 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", r);
         rc = get_key(store, key, &val, &vlen, deadline);
         if (rc) {
-            seterr(err, errlen, "waiting for rank %d to join the communicator: %s", r, why(rc));
+            mg_seterr(err, errlen, 0, "waiting for rank %d to join the communicator: %s", r,
+                      why(rc));
             goto out;
         }
         rc = parse_info(val, &info[r]);
         free(val);
         val = NULL;
         if (rc) {
-            seterr(err, errlen, "rank %d published a malformed address in the store", r);
+            mg_seterr(err, errlen, 0, "rank %d published a malformed address in the store", r);
             goto out;
         }
     }
@@ -326,10 +319,10 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     int all_ring = opts->mode == MG_COMM_TCP;
     if (opts->mode == MG_COMM_SHM && nh > 1) {
         rc = -MG_ECONFIG;
-        seterr(err, errlen,
-               "MG_COMM=shm needs every rank on one host, but the ranks are on %d hosts "
-               "(rank 0 on %s, rank %d on %s); use MG_COMM=auto or tcp",
-               nh, info[0].hostname, first[1], info[first[1]].hostname);
+        mg_seterr(err, errlen, 0,
+                  "MG_COMM=shm needs every rank on one host, but the ranks are on %d hosts "
+                  "(rank 0 on %s, rank %d on %s); use MG_COMM=auto or tcp",
+                  nh, info[0].hostname, first[1], info[first[1]].hostname);
         goto out;
     }
 
@@ -337,8 +330,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     if (!all_ring && nl > 1) {
         if (nl > MG_SHM_MAX_LOCAL) {
             rc = -MG_ECONFIG;
-            seterr(err, errlen, "%d ranks on host %s: at most %d can share memory", nl,
-                   me->hostname, MG_SHM_MAX_LOCAL);
+            mg_seterr(err, errlen, 0, "%d ranks on host %s: at most %d can share memory", nl,
+                      me->hostname, MG_SHM_MAX_LOCAL);
             goto out;
         }
         char run[48];
@@ -355,21 +348,21 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         if (local_rank == 0) {
             rc = mg_shm_create(&shm, shm_name, nonce, &cfg);
             if (rc) {
-                seterr(err, errlen, "cannot create shared memory segment /dev/shm%s: %s", shm_name,
-                       mg_strerror(rc));
+                mg_seterr(err, errlen, 0, "cannot create shared memory segment /dev/shm%s: %s",
+                          shm_name, mg_strerror(rc));
                 goto out;
             }
             shm_named = 1;
             rc = mg_store_set(store, key, shm_name, strlen(shm_name), 0);
             if (rc) {
-                seterr(err, errlen, "publishing the shared memory name: %s", mg_strerror(rc));
+                mg_seterr(err, errlen, 0, "publishing the shared memory name: %s", mg_strerror(rc));
                 goto out;
             }
         } else {
             rc = get_key(store, key, &val, &vlen, deadline);
             if (rc) {
-                seterr(err, errlen, "waiting for rank %d to create shared memory: %s",
-                       local_ranks[0], why(rc));
+                mg_seterr(err, errlen, 0, "waiting for rank %d to create shared memory: %s",
+                          local_ranks[0], why(rc));
                 goto out;
             }
             snprintf(shm_name, sizeof(shm_name), "%s", (char *)val);
@@ -377,8 +370,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
             val = NULL;
             rc = mg_shm_attach(&shm, shm_name, nonce, &cfg);
             if (rc) {
-                seterr(err, errlen, "cannot attach shared memory segment /dev/shm%s: %s", shm_name,
-                       mg_strerror(rc));
+                mg_seterr(err, errlen, 0, "cannot attach shared memory segment /dev/shm%s: %s",
+                          shm_name, mg_strerror(rc));
                 goto out;
             }
             shm_named = 1;
@@ -386,7 +379,8 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         struct mg_fault f = {0};
         rc = mg_shm_wait_attached(shm, deadline, &f);
         if (rc) {
-            seterr(err, errlen, "waiting for rank %d to attach shared memory: %s", f.peer, why(rc));
+            mg_seterr(err, errlen, 0, "waiting for rank %d to attach shared memory: %s", f.peer,
+                      why(rc));
             goto out;
         }
         /* Everyone is in: the name can go (any local rank may remove it, and
@@ -413,20 +407,20 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         next_fd = connect_next(&info[nxt], rank, nonce, deadline);
         if (next_fd < 0) {
             rc = next_fd;
-            seterr(err, errlen, "cannot connect to rank %d at %s:%d (host %s): %s", nxt,
-                   info[nxt].addr, info[nxt].port, info[nxt].hostname, why(rc));
+            mg_seterr(err, errlen, 0, "cannot connect to rank %d at %s:%d (host %s): %s", nxt,
+                      info[nxt].addr, info[nxt].port, info[nxt].hostname, why(rc));
             goto out;
         }
         rc = accept_prev(lfd, prv, nonce, deadline, &prev_fd);
         if (rc) {
-            seterr(err, errlen, "waiting for rank %d (host %s) to connect: %s", prv,
-                   info[prv].hostname, why(rc));
+            mg_seterr(err, errlen, 0, "waiting for rank %d (host %s) to connect: %s", prv,
+                      info[prv].hostname, why(rc));
             goto out;
         }
         rc =
             mg_ring_create(&ring, nring, ring_idx, ring_ranks, next_fd, prev_fd, opts->tcp_segment);
         if (rc) {
-            seterr(err, errlen, "cannot set up the ring: %s", mg_strerror(rc));
+            mg_seterr(err, errlen, 0, "cannot set up the ring: %s", mg_strerror(rc));
             goto out;
         }
         next_fd = prev_fd = -1;
@@ -444,7 +438,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                                  .no_zerocopy = opts->no_zerocopy};
     rc = mg_comm_cpu_assemble(&c, &parts);
     if (rc) {
-        seterr(err, errlen, "cannot assemble the communicator: %s", mg_strerror(rc));
+        mg_seterr(err, errlen, 0, "cannot assemble the communicator: %s", mg_strerror(rc));
         goto out;
     }
     shm = NULL;
@@ -453,7 +447,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     int left = mg_ms_until(deadline);
     rc = mg_comm_cpu_check(c, left > 0 ? left : 1);
     if (rc) {
-        seterr(err, errlen, "%s", mg_comm_errmsg(c));
+        mg_seterr(err, errlen, 0, "%s", mg_comm_errmsg(c));
         goto out;
     }
     *out = c;

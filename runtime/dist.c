@@ -18,16 +18,6 @@
 
 #define DEFAULT_INIT_TIMEOUT_MS (300 * 1000)
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Reads an optional integer variable in [lo, hi]. Returns 1 when set, 0 when
  * unset (or empty), -EINVAL (with a message) when malformed or out of range. */
 static int env_int(const char *name, long lo, long hi, int *out, char *err, size_t errlen)
@@ -39,7 +29,8 @@ static int env_int(const char *name, long lo, long hi, int *out, char *err, size
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        seterr(err, errlen, "%s='%.64s': expected an integer from %ld to %ld", name, v, lo, hi);
+        mg_seterr(err, errlen, 0, "%s='%.64s': expected an integer from %ld to %ld", name, v, lo,
+                  hi);
         return -EINVAL;
     }
     *out = (int)x;
@@ -61,13 +52,13 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
     if ((has_rank = env_int("RANK", 0, MG_DIST_MAX_WORLD - 1, &env->rank, err, errlen)) < 0)
         return -EINVAL;
     if (has_rank != has_world) {
-        seterr(err, errlen, "%s is set but %s is not: a launcher sets both",
-               has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
+        mg_seterr(err, errlen, 0, "%s is set but %s is not: a launcher sets both",
+                  has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
         return -EINVAL;
     }
     env->launched = has_rank;
     if (env->rank >= env->world) {
-        seterr(err, errlen, "RANK=%d: must be below WORLD_SIZE=%d", env->rank, env->world);
+        mg_seterr(err, errlen, 0, "RANK=%d: must be below WORLD_SIZE=%d", env->rank, env->world);
         return -EINVAL;
     }
     if ((has_lw = env_int("LOCAL_WORLD_SIZE", 1, env->world, &env->local_world, err, errlen)) < 0)
@@ -75,8 +66,8 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
     if ((has_lr = env_int("LOCAL_RANK", 0, env->world - 1, &env->local_rank, err, errlen)) < 0)
         return -EINVAL;
     if (has_lw && has_lr && env->local_rank >= env->local_world) {
-        seterr(err, errlen, "LOCAL_RANK=%d: must be below LOCAL_WORLD_SIZE=%d", env->local_rank,
-               env->local_world);
+        mg_seterr(err, errlen, 0, "LOCAL_RANK=%d: must be below LOCAL_WORLD_SIZE=%d",
+                  env->local_rank, env->local_world);
         return -EINVAL;
     }
     if (!has_lw && !has_lr && env->launched) {
@@ -92,8 +83,8 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
 
     if ((v = getenv("TORCHELASTIC_RUN_ID")) && *v) {
         if (strlen(v) > MG_DIST_RUN_ID_MAX) {
-            seterr(err, errlen, "TORCHELASTIC_RUN_ID is %zu characters long: at most %d", strlen(v),
-                   MG_DIST_RUN_ID_MAX);
+            mg_seterr(err, errlen, 0, "TORCHELASTIC_RUN_ID is %zu characters long: at most %d",
+                      strlen(v), MG_DIST_RUN_ID_MAX);
             return -EINVAL;
         }
         snprintf(env->run_id, sizeof(env->run_id), "%s", v);
@@ -106,14 +97,15 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
         } else if (!strcasecmp(v, "false") || !strcmp(v, "0")) {
             env->use_agent_store = 0;
         } else {
-            seterr(err, errlen, "TORCHELASTIC_USE_AGENT_STORE='%.32s': expected True or False", v);
+            mg_seterr(err, errlen, 0,
+                      "TORCHELASTIC_USE_AGENT_STORE='%.32s': expected True or False", v);
             return -EINVAL;
         }
     }
     if ((v = getenv("TORCHELASTIC_ERROR_FILE")) && *v) {
         if (strlen(v) >= sizeof(env->error_file)) {
-            seterr(err, errlen, "TORCHELASTIC_ERROR_FILE is longer than %zu characters",
-                   sizeof(env->error_file) - 1);
+            mg_seterr(err, errlen, 0, "TORCHELASTIC_ERROR_FILE is longer than %zu characters",
+                      sizeof(env->error_file) - 1);
             return -EINVAL;
         }
         snprintf(env->error_file, sizeof(env->error_file), "%s", v);
@@ -123,14 +115,14 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
     if (env->world > 1) {
         v = getenv("MASTER_ADDR");
         if (!v || !*v) {
-            seterr(err, errlen,
-                   "MASTER_ADDR is not set (WORLD_SIZE=%d): rank 0's address is needed",
-                   env->world);
+            mg_seterr(err, errlen, 0,
+                      "MASTER_ADDR is not set (WORLD_SIZE=%d): rank 0's address is needed",
+                      env->world);
             return -EINVAL;
         }
         if (strlen(v) >= sizeof(env->master_addr)) {
-            seterr(err, errlen, "MASTER_ADDR is longer than %zu characters",
-                   sizeof(env->master_addr) - 1);
+            mg_seterr(err, errlen, 0, "MASTER_ADDR is longer than %zu characters",
+                      sizeof(env->master_addr) - 1);
             return -EINVAL;
         }
         snprintf(env->master_addr, sizeof(env->master_addr), "%s", v);
@@ -138,17 +130,18 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
         if (rc < 0)
             return -EINVAL;
         if (rc == 0) {
-            seterr(err, errlen,
-                   "MASTER_PORT is not set (WORLD_SIZE=%d): the store's port is needed",
-                   env->world);
+            mg_seterr(err, errlen, 0,
+                      "MASTER_PORT is not set (WORLD_SIZE=%d): the store's port is needed",
+                      env->world);
             return -EINVAL;
         }
         if (env->use_agent_store == 1) {
-            seterr(err, errlen,
-                   "TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent hosts the store "
-                   "(torchrun's default static rendezvous), and mg workers bootstrap through a "
-                   "store hosted by rank 0. Run under mglaunch, or give torchrun "
-                   "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT (or --standalone on one node)");
+            mg_seterr(
+                err, errlen, 0,
+                "TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent hosts the store "
+                "(torchrun's default static rendezvous), and mg workers bootstrap through a "
+                "store hosted by rank 0. Run under mglaunch, or give torchrun "
+                "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT (or --standalone on one node)");
             return -MG_ECONFIG;
         }
     }
@@ -164,7 +157,7 @@ static int env_timeout_ms(const char *name, int *ms, char *err, size_t errlen)
     errno = 0;
     double x = strtod(v, &end);
     if (errno || end == v || *end || !(x > 0) || x > 86400.0 * 365) {
-        seterr(err, errlen, "%s='%.32s': expected a number of seconds > 0", name, v);
+        mg_seterr(err, errlen, 0, "%s='%.32s': expected a number of seconds > 0", name, v);
         return -EINVAL;
     }
     *ms = (int)ceil(x * 1000);
@@ -176,7 +169,7 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
     struct mg_dist *d = calloc(1, sizeof(*d));
     int rc;
     if (!d) {
-        seterr(err, errlen, "out of memory");
+        mg_seterr(err, errlen, 0, "out of memory");
         return -ENOMEM;
     }
     rc = mg_dist_env_read(&d->env, err, errlen);
@@ -192,7 +185,7 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
     if (d->world == 1) {
         rc = mg_comm_single_create(&d->comm);
         if (rc) {
-            seterr(err, errlen, "cannot create the communicator: %s", mg_strerror(rc));
+            mg_seterr(err, errlen, 0, "cannot create the communicator: %s", mg_strerror(rc));
             goto fail;
         }
         *out = d;
@@ -219,13 +212,13 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
             .host = NULL, .port = d->env.master_port, .listen_fd = -1};
         rc = mg_store_server_start(&d->server, &so);
         if (rc) {
-            seterr(err, errlen, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
-                   d->env.master_port, mg_strerror(rc));
+            mg_seterr(err, errlen, 0, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
+                      d->env.master_port, mg_strerror(rc));
             goto fail;
         }
         rc = mg_store_server_start_thread(d->server);
         if (rc) {
-            seterr(err, errlen, "cannot start the store's thread: %s", mg_strerror(rc));
+            mg_seterr(err, errlen, 0, "cannot start the store's thread: %s", mg_strerror(rc));
             goto fail;
         }
     }
@@ -235,17 +228,19 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
                                .timeout_ms = init_ms};
     rc = mg_store_connect(&d->store, &co);
     if (rc) {
-        seterr(err, errlen,
-               "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, hosted by rank 0): "
-               "%s",
-               d->env.master_addr, d->env.master_port,
-               rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
+        mg_seterr(
+            err, errlen, 0,
+            "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, hosted by rank 0): "
+            "%s",
+            d->env.master_addr, d->env.master_port,
+            rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
         goto fail;
     }
     char cerr[512];
     rc = mg_comm_cpu_create(&d->comm, d->store, &copts, cerr, sizeof(cerr));
     if (rc) {
-        seterr(err, errlen, "cannot set up communication between the %d ranks: %s", d->world, cerr);
+        mg_seterr(err, errlen, 0, "cannot set up communication between the %d ranks: %s", d->world,
+                  cerr);
         goto fail;
     }
     *out = d;

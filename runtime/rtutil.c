@@ -1,5 +1,6 @@
 /* Small helpers shared by libmg's runtime files (see rtutil.h). */
 #include "rtutil.h"
+#include "mg_err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,12 +8,10 @@
 
 int mg_errf(char *err, int code, const char *fmt, ...)
 {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, MG_ERRMSG_LEN, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    mg_vseterr(err, MG_ERRMSG_LEN, code, fmt, ap);
+    va_end(ap);
     return code;
 }
 
