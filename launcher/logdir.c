@@ -1,5 +1,6 @@
 /* Run and attempt directories and the event log (see logdir.h). */
 #include "logdir.h"
+#include "fs.h"
 #include "mg_err.h"
 #include "net.h"
 
@@ -13,29 +14,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-int mg_mkdir_p(const char *path, int mode)
-{
-    char buf[PATH_MAX];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof(buf))
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, (mode_t)mode) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, (mode_t)mode) < 0 && errno != EEXIST)
-        return -errno;
-    struct stat st;
-    if (stat(buf, &st) < 0)
-        return -errno;
-    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-}
 
 int mg_logdir_default(char *buf, size_t cap)
 {

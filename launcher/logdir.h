@@ -29,9 +29,6 @@ struct mg_rundir {
  * (not a symlink, not someone else's). */
 int mg_logdir_default(char *buf, size_t cap);
 
-/* mkdir -p. */
-int mg_mkdir_p(const char *path, int mode);
-
 /* A fresh run id: "<YYYYmmdd-HHMMSS>-<6 hex digits>". */
 int mg_run_id_generate(char *buf, size_t cap);
 

@@ -542,8 +542,6 @@ static void parse_args(int argc, char **argv, struct options *o)
                     "and CUDA sources); use --device cpu");
     if ((o->data == MG_DATA_SYNTHETIC) && o->data_dir)
         usage_error("--data-dir does not apply to --data synthetic");
-    if (!steps_set)
-        o->steps = 0;
     if (o->global_batch && o->batch_set)
         usage_error("--batch-size and --global-batch-size cannot be used together");
 }
@@ -961,7 +959,10 @@ static int checkpoint(struct run *r)
             fail("cannot write a checkpoint: %s", err);
             goto out;
         }
-        mg_ckpt_prune(dir, r->o->keep_checkpoints);
+        int prc = mg_ckpt_prune(dir, r->o->keep_checkpoints);
+        if (prc < 0)
+            fprintf(stderr, PROG ": warning: cannot remove old checkpoints in '%s': %s\n", dir,
+                    mg_strerror(prc));
     }
 out:
     free(states);
@@ -975,7 +976,7 @@ static int run(struct run *r)
     int world = r->dist.world, rc;
     double t0 = mg_seconds(), train_time = 0.0, log_t0 = t0, last_loss = 0.0;
     double log_loss = 0.0, log_correct = 0.0, log_samples = 0.0, total_samples = 0.0;
-    long log_steps = 0, start_step = t->step;
+    long start_step = t->step;
     struct mg_eval_sums ev = {0};
     int evaluated_now = 0;
 
@@ -1025,7 +1026,6 @@ static int run(struct run *r)
         log_loss += st.loss_sum;
         log_correct += (double)st.correct;
         log_samples += (double)st.samples;
-        log_steps++;
         evaluated_now = 0;
         int epoch_done = t->batch_in_epoch >= t->pass_batches;
         int last = t->step == r->total_steps;
@@ -1057,7 +1057,6 @@ static int run(struct run *r)
                              t->step, t->epoch + 1, last_loss, acc, st.lr, rate, now - t0);
             }
             log_loss = log_correct = log_samples = 0.0;
-            log_steps = 0;
             log_t0 = mg_seconds();
         }
         if (r->prog.tty && r->dist.rank == 0 && (s1 - r->prog.last_draw > 0.1 || last)) {

@@ -1,6 +1,7 @@
 /* The checkpoint container: header, zlib stream of sections, atomic writes,
  * completion markers, listing and pruning (see checkpoint.h). */
 #include "checkpoint.h"
+#include "fs.h"
 #include "mg_err.h"
 #include "net.h"
 #include "rtutil.h"
@@ -34,27 +35,6 @@ void mg_ckpt_path(const char *dir, uint64_t step, char *buf, size_t len)
 void mg_ckpt_marker_path(const char *dir, uint64_t step, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/ckpt-%012" PRIu64 ".done", dir, step);
-}
-
-/* mkdir -p; the path is bounded by MG_CKPT_PATH_MAX. */
-static int mkdir_p(const char *dir)
-{
-    char buf[MG_CKPT_PATH_MAX];
-    size_t len = strlen(dir);
-    if (len == 0 || len >= sizeof(buf))
-        return -ENAMETOOLONG;
-    memcpy(buf, dir, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 static int fsync_dir(const char *dir)
@@ -176,7 +156,7 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
     if (info.version < MG_CKPT_VERSION_MIN || info.version > MG_CKPT_VERSION)
         return mg_errf(err, -MG_EVERSION, "cannot write checkpoint format version %u",
                        info.version);
-    rc = mkdir_p(dir);
+    rc = mg_mkdir_p(dir, 0755);
     if (rc < 0)
         return mg_errf(err, rc, "cannot create checkpoint directory '%s': %s", dir,
                        mg_strerror(rc));
@@ -485,15 +465,26 @@ int mg_ckpt_list(const char *dir, uint64_t *steps, int max)
         return errno == ENOENT ? 0 : -errno;
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
+    while ((e = readdir(d))) {
         uint64_t step;
         char path[MG_CKPT_PATH_MAX];
         struct stat st;
         if (!parse_name(e->d_name, ".done", &step))
             continue;
         mg_ckpt_path(dir, step, path, sizeof(path));
-        if (stat(path, &st) == 0)
+        if (stat(path, &st) < 0 || max < 1)
+            continue;
+        if (n < max) {
             steps[n++] = step;
+            continue;
+        }
+        /* Full: the newest max are kept, whatever order readdir gives. */
+        int oldest = 0;
+        for (int k = 1; k < n; k++)
+            if (steps[k] < steps[oldest])
+                oldest = k;
+        if (step > steps[oldest])
+            steps[oldest] = step;
     }
     closedir(d);
     qsort(steps, (size_t)n, sizeof(*steps), cmp_desc);

@@ -83,8 +83,8 @@ void mg_ckpt_file_release(struct mg_ckpt_file *f);
 const struct mg_ckpt_section *mg_ckpt_find(const struct mg_ckpt_file *f, uint32_t tag,
                                            uint32_t index);
 
-/* Steps of the complete checkpoints in dir (marker and file present), newest
- * first. Returns the count (0 when dir does not exist) or -errno. */
+/* Steps of the complete checkpoints in dir (marker and file present), the newest
+ * max of them, newest first. Returns the count (0 when dir does not exist) or -errno. */
 int mg_ckpt_list(const char *dir, uint64_t *steps, int max);
 
 /* Keeps the `keep` newest complete checkpoints and removes older ones (marker

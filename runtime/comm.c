@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TIMEOUT_MS (300 * 1000)
-
 int mg_comm_mode_parse(const char *text, enum mg_comm_mode *mode)
 {
     if (!text || !*text || strcmp(text, "auto") == 0)
@@ -58,10 +56,13 @@ int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
         snprintf(err, errlen, "MG_COMM='%s': expected auto, shm or tcp", v);
         return -EINVAL;
     }
-    if ((v = getenv("MG_COMM_TIMEOUT")) && *v && parse_seconds(v, &opts->timeout_ms)) {
-        snprintf(err, errlen, "MG_COMM_TIMEOUT='%s': expected a number of seconds > 0", v);
-        return -EINVAL;
-    }
+    static const char *const timeouts[] = {"MG_COMM_TIMEOUT", "MG_COMM_INIT_TIMEOUT"};
+    int *timeout_ms[] = {&opts->timeout_ms, &opts->init_timeout_ms};
+    for (int i = 0; i < 2; i++)
+        if ((v = getenv(timeouts[i])) && *v && parse_seconds(v, timeout_ms[i])) {
+            snprintf(err, errlen, "%s='%.32s': expected a number of seconds > 0", timeouts[i], v);
+            return -EINVAL;
+        }
     if ((v = getenv("MG_COMM_SPIN_US")) && *v) {
         char *end;
         errno = 0;
@@ -160,7 +161,7 @@ int mg_fault_code(const struct mg_fault *f)
 static int resolve_timeout(const struct mg_comm *c, int timeout_ms)
 {
     if (timeout_ms == MG_COMM_DEFAULT_TIMEOUT || timeout_ms == 0)
-        return c->timeout_ms > 0 ? c->timeout_ms : DEFAULT_TIMEOUT_MS;
+        return c->timeout_ms > 0 ? c->timeout_ms : MG_COMM_TIMEOUT_DEFAULT_MS;
     return timeout_ms;
 }
 
@@ -313,7 +314,7 @@ int mg_comm_single_create(struct mg_comm **out)
     c->rank = c->local_rank = 0;
     c->world = c->local_world = c->nhosts = 1;
     c->rank_ordered = 1;
-    c->timeout_ms = DEFAULT_TIMEOUT_MS;
+    c->timeout_ms = MG_COMM_TIMEOUT_DEFAULT_MS;
     snprintf(c->desc, sizeof(c->desc), "single process");
     *out = c;
     return 0;

@@ -36,6 +36,8 @@ struct mg_store;
 
 #define MG_COMM_DEFAULT_TIMEOUT (-1)
 #define MG_COMM_ERRMSG_MAX      320
+/* What that default is when nothing sets it (MG_COMM_TIMEOUT, opts). */
+#define MG_COMM_TIMEOUT_DEFAULT_MS (300 * 1000)
 
 enum mg_reduce_op {
     MG_REDUCE_SUM,
@@ -107,7 +109,8 @@ struct mg_comm_opts {
     int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
 };
 
-/* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT (seconds,
+/* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
+ * MG_COMM_INIT_TIMEOUT (seconds,
  * may be fractional), MG_COMM_HOST, MG_COMM_ADDR, MG_COMM_SPIN_US,
  * MG_COMM_TCP_SEGMENT, MG_COMM_ZEROCOPY. On a bad value returns
  * -EINVAL and writes a message naming the variable into err. */

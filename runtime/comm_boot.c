@@ -29,12 +29,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define KEY_PREFIX         "mg/comm/"
-#define HELLO_MAGIC        0x6f6c6c65686d6dULL /* "mmhello" */
-#define INFO_MAX           1024
-#define HOST_ID_MAX        200
-#define DEFAULT_TIMEOUT_MS (300 * 1000)
-#define MAX_WORLD          (1 << 20)
+#define KEY_PREFIX  "mg/comm/"
+#define HELLO_MAGIC 0x6f6c6c65686d6dULL /* "mmhello" */
+#define INFO_MAX    1024
+#define HOST_ID_MAX 200
+#define MAX_WORLD   (1 << 20)
 
 struct rank_info {
     char host_id[HOST_ID_MAX + 1];
@@ -179,7 +178,7 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                        const struct mg_comm_opts *opts, char *err, size_t errlen)
 {
     int world = opts->world, rank = opts->rank, rc = 0, lfd = -1, next_fd = -1, prev_fd = -1;
-    int timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+    int timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : MG_COMM_TIMEOUT_DEFAULT_MS;
     int64_t deadline =
         mg_now_ms() + (opts->init_timeout_ms > 0 ? opts->init_timeout_ms : timeout_ms);
     struct rank_info *info = NULL;

@@ -28,8 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TIMEOUT_MS (300 * 1000)
-
 enum layout {
     L_SHM,  /* one host */
     L_RING, /* every rank in the ring */
@@ -42,7 +40,6 @@ struct cpu_comm {
     struct mg_shm *shm;   /* NULL when alone on the host (or L_RING) */
     struct mg_ring *ring; /* NULL unless this rank is a ring member */
     int host;             /* my host index; hosts ordered by their lowest rank */
-    int is_leader;
     int no_zerocopy;
     int *host_of;    /* [world] */
     int *local_of;   /* [world] index within its host */
@@ -393,11 +390,10 @@ int mg_comm_cpu_assemble(struct mg_comm **out, const struct mg_cpu_parts *p)
     cc->base.rank = rank;
     cc->base.world = world;
     cc->base.nhosts = nh;
-    cc->base.timeout_ms = p->timeout_ms > 0 ? p->timeout_ms : DEFAULT_TIMEOUT_MS;
+    cc->base.timeout_ms = p->timeout_ms > 0 ? p->timeout_ms : MG_COMM_TIMEOUT_DEFAULT_MS;
     cc->host = cc->host_of[rank];
     cc->base.local_rank = cc->local_of[rank];
     cc->base.local_world = cc->host_start[cc->host + 1] - cc->host_start[cc->host];
-    cc->is_leader = cc->base.local_rank == 0;
     if (p->all_ring)
         cc->layout = L_RING;
     else if (nh == 1)
@@ -409,7 +405,7 @@ int mg_comm_cpu_assemble(struct mg_comm **out, const struct mg_cpu_parts *p)
 
     /* The pieces must match the layout. */
     int need_shm = cc->layout != L_RING && cc->base.local_world > 1;
-    int need_ring = cc->layout == L_RING || (cc->layout == L_HIER && cc->is_leader);
+    int need_ring = cc->layout == L_RING || (cc->layout == L_HIER && cc->base.local_rank == 0);
     if (need_shm != !!p->shm || need_ring != !!p->ring) {
         cpu_release(&cc->base);
         return -EINVAL;

@@ -181,7 +181,8 @@ static int peer_alive(struct mg_shm *g, int q)
 static int aborted(struct mg_shm *g, struct mg_fault *f)
 {
     struct shm_header *h = (struct shm_header *)g->base;
-    if (!atomic_load_explicit(&h->aborted, memory_order_acquire))
+    /* 2 means the cause is still being written: not yet (wait_for keeps looping). */
+    if (atomic_load_explicit(&h->aborted, memory_order_acquire) != 1)
         return 0;
     *f = (struct mg_fault){.kind = MG_FAULT_ABORTED,
                            .peer = h->abort_peer,

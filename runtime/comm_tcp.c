@@ -240,14 +240,14 @@ static int ring_run(struct mg_ring *r, int nsu, int nru, int64_t deadline_ms, st
             continue;
 
         struct pollfd p[2];
-        int np = 0, in_at = -1, out_at = -1;
+        int np = 0, in_at = -1;
         if (ri < nru) {
             p[np] = (struct pollfd){.fd = r->prev_fd, .events = POLLIN};
             in_at = np++;
         }
         if (want_out) {
             p[np] = (struct pollfd){.fd = r->next_fd, .events = POLLOUT};
-            out_at = np++;
+            np++;
         }
         if (np == 0) /* cannot happen: a blocked send depends on a pending receive */
             return fault(f, MG_FAULT_LOCAL, r->ranks[r->idx], -EDEADLK);
@@ -260,7 +260,6 @@ static int ring_run(struct mg_ring *r, int nsu, int nru, int64_t deadline_ms, st
             int peer = in_at >= 0 ? prev_rank(r) : next_rank(r);
             return fault(f, MG_FAULT_TIMEOUT, peer, -ETIMEDOUT);
         }
-        (void)out_at;
     }
 }
 

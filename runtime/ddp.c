@@ -162,19 +162,14 @@ struct model_sig {
 
 static void model_signature(const struct mg_model *m, struct model_sig *s)
 {
-    unsigned char rec[MG_NAME_MAX + 4 + 4 * MG_MAX_DIMS];
+    unsigned char rec[MG_TENSOR_REC_BYTES];
     memset(s, 0, sizeof(*s));
     s->nparams = m->nparams;
     s->ntensors = (uint32_t)m->ntensors;
     snprintf(s->name, sizeof(s->name), "%s", m->name);
     uint64_t h = mg_hash64(m->name, strlen(m->name));
     for (int i = 0; i < m->ntensors; i++) {
-        const struct mg_tensor *t = &m->params[i];
-        memset(rec, 0, sizeof(rec));
-        memcpy(rec, t->name, strnlen(t->name, MG_NAME_MAX));
-        mg_put_u32(rec + MG_NAME_MAX, (uint32_t)t->ndim);
-        for (int k = 0; k < t->ndim && k < MG_MAX_DIMS; k++)
-            mg_put_u32(rec + MG_NAME_MAX + 4 + 4 * k, (uint32_t)t->shape[k]);
+        mg_model_tensor_record(&m->params[i], rec);
         h = h * 0x100000001b3ULL ^ mg_hash64(rec, sizeof(rec));
     }
     s->hash = h;

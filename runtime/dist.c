@@ -16,8 +16,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#define DEFAULT_INIT_TIMEOUT_MS (300 * 1000)
-
 /* Reads an optional integer variable in [lo, hi]. Returns 1 when set, 0 when
  * unset (or empty), -EINVAL (with a message) when malformed or out of range. */
 static int env_int(const char *name, long lo, long hi, int *out, char *err, size_t errlen)
@@ -148,22 +146,6 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
     return 0;
 }
 
-static int env_timeout_ms(const char *name, int *ms, char *err, size_t errlen)
-{
-    const char *v = getenv(name);
-    char *end;
-    if (!v || !*v)
-        return 0;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x > 0) || x > 86400.0 * 365) {
-        mg_seterr(err, errlen, 0, "%s='%.32s': expected a number of seconds > 0", name, v);
-        return -EINVAL;
-    }
-    *ms = (int)ceil(x * 1000);
-    return 0;
-}
-
 int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *err, size_t errlen)
 {
     struct mg_dist *d = calloc(1, sizeof(*d));
@@ -196,14 +178,10 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
     rc = mg_comm_opts_from_env(&copts, err, errlen);
     if (rc)
         goto fail;
-    int init_ms = opts && opts->init_timeout_ms > 0 ? opts->init_timeout_ms : 0;
-    if (!init_ms) {
-        init_ms = DEFAULT_INIT_TIMEOUT_MS;
-        rc = env_timeout_ms("MG_COMM_INIT_TIMEOUT", &init_ms, err, errlen);
-        if (rc)
-            goto fail;
-    }
-    copts.init_timeout_ms = init_ms;
+    if (opts && opts->init_timeout_ms > 0)
+        copts.init_timeout_ms = opts->init_timeout_ms;
+    else if (!copts.init_timeout_ms)
+        copts.init_timeout_ms = MG_COMM_TIMEOUT_DEFAULT_MS;
     copts.run_id = d->env.run_id;
     copts.restart_count = d->env.restart_count;
 
@@ -224,8 +202,8 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
     }
     struct mg_store_opts co = {.host = d->env.master_addr,
                                .port = d->env.master_port,
-                               .connect_timeout_ms = init_ms,
-                               .timeout_ms = init_ms};
+                               .connect_timeout_ms = copts.init_timeout_ms,
+                               .timeout_ms = copts.init_timeout_ms};
     rc = mg_store_connect(&d->store, &co);
     if (rc) {
         mg_seterr(

@@ -5,6 +5,7 @@
  * and hostname. See docs/distributed.md. */
 #include "dist.h"
 #include "json.h"
+#include "net.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -78,13 +79,7 @@ int mg_error_file_write(const char *path, const char *prog, const char *message,
         goto out;
     }
     json[len++] = '\n';
-    for (size_t off = 0; off < (size_t)len && !err;) {
-        ssize_t k = write(fd, json + off, (size_t)len - off);
-        if (k < 0 && errno != EINTR)
-            err = -errno;
-        else if (k > 0)
-            off += (size_t)k;
-    }
+    err = mg_write_full(fd, json, (size_t)len, -1);
     if (!err && fsync(fd) < 0)
         err = -errno;
     if (close(fd) < 0 && !err)

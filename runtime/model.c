@@ -374,6 +374,15 @@ void mg_model_get_grads(const struct mg_model *m, float *host)
     m->be->download(m->be, host, m->grad_buf, m->nparams * sizeof(float));
 }
 
+void mg_model_tensor_record(const struct mg_tensor *t, unsigned char rec[MG_TENSOR_REC_BYTES])
+{
+    memset(rec, 0, MG_TENSOR_REC_BYTES);
+    memcpy(rec, t->name, strnlen(t->name, MG_NAME_MAX - 1));
+    mg_put_u32(rec + MG_NAME_MAX, (uint32_t)t->ndim);
+    for (int k = 0; k < t->ndim && k < MG_MAX_DIMS; k++)
+        mg_put_u32(rec + MG_NAME_MAX + 4 + 4 * k, (uint32_t)t->shape[k]);
+}
+
 float *mg_model_swap_grad_buf(struct mg_model *m, float *buf)
 {
     float *old = m->grad_buf;

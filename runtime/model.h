@@ -119,6 +119,12 @@ void mg_model_zero_grad(struct mg_model *m);
  * whatever grad_buf is then. NULL or the current buffer changes nothing. */
 float *mg_model_swap_grad_buf(struct mg_model *m, float *buf);
 
+/* A tensor's layout as a fixed record: its name, NUL-padded to MG_NAME_MAX,
+ * then ndim and the shape as little-endian u32 (the checkpoint's TENSORS
+ * section, and DDP's check that every rank built the same model). */
+#define MG_TENSOR_REC_BYTES (MG_NAME_MAX + 4 + 4 * MG_MAX_DIMS)
+void mg_model_tensor_record(const struct mg_tensor *t, unsigned char rec[MG_TENSOR_REC_BYTES]);
+
 /* Forward over the first n samples of m->input (n <= max_batch); logits land in
  * m->logits. train != 0 applies dropout. */
 void mg_model_forward(struct mg_model *m, int n, int train);

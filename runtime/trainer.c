@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define META_BYTES       256
-#define TENSOR_REC_BYTES (MG_NAME_MAX + 4 + 4 * MG_MAX_DIMS)
-#define OPTIM_HDR_BYTES  24
+#define META_BYTES      256
+#define OPTIM_HDR_BYTES 24
 
 long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
                                int accum)
@@ -348,7 +347,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         ranks = &own;
         nranks = 1;
     }
-    tensors = calloc((size_t)m->ntensors, TENSOR_REC_BYTES);
+    tensors = calloc((size_t)m->ntensors, MG_TENSOR_REC_BYTES);
     rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
     secs = calloc((size_t)nranks + 5, sizeof(*secs));
     if (!tensors || !rank_blobs || !secs) {
@@ -356,14 +355,8 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         goto out;
     }
     pack_meta(t, meta);
-    for (int i = 0; i < m->ntensors; i++) {
-        unsigned char *r = tensors + (size_t)i * TENSOR_REC_BYTES;
-        const struct mg_tensor *x = &m->params[i];
-        memcpy(r, x->name, strnlen(x->name, MG_NAME_MAX - 1));
-        mg_put_u32(r + MG_NAME_MAX, (uint32_t)x->ndim);
-        for (int d = 0; d < x->ndim; d++)
-            mg_put_u32(r + MG_NAME_MAX + 4 + 4 * d, (uint32_t)x->shape[d]);
-    }
+    for (int i = 0; i < m->ntensors; i++)
+        mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
     float *hp = t->host_state, *hs = t->host_state + m->nparams;
     mg_model_get_params(m, hp);
     if (t->opt.state_count)
@@ -380,7 +373,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
 
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
-                                         (uint64_t)m->ntensors * TENSOR_REC_BYTES, tensors};
+                                         (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, tensors};
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), hp};
     /* OPTIM is its header then the state: two sections with the same tag would be
      * ambiguous, so the header goes in index 0 and the state in index 1 */
@@ -583,12 +576,12 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     rc = check_meta(t, meta, path, err);
     if (rc < 0)
         return rc;
-    s = need(f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * TENSOR_REC_BYTES, path, "TENSORS",
-             err, &rc);
+    s = need(f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, path,
+             "TENSORS", err, &rc);
     if (!s)
         return rc;
     for (int i = 0; i < m->ntensors; i++) {
-        const unsigned char *r = (const unsigned char *)s->data + (size_t)i * TENSOR_REC_BYTES;
+        const unsigned char *r = (const unsigned char *)s->data + (size_t)i * MG_TENSOR_REC_BYTES;
         struct mg_tensor c = {0};
         const struct mg_tensor *x = &m->params[i];
         memcpy(c.name, r, MG_NAME_MAX - 1);
@@ -723,9 +716,10 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t onl
         if (rep->nskipped < MG_RESUME_MAX_SKIPPED)
             memcpy(rep->skipped[rep->nskipped++], msg, sizeof(msg));
         last = rc;
-        mg_errf(err, rc, "no intact checkpoint in '%s' (newest problem: %s)", dir, rep->skipped[0]);
     }
-    rc = n > 0 ? last : 0;
+    rc = n > 0 ? mg_errf(err, last, "no intact checkpoint in '%s' (newest problem: %s)", dir,
+                         rep->skipped[0])
+               : 0;
 out:
     free(steps);
     return rc;

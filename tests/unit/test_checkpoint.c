@@ -166,6 +166,10 @@ static void test_prune(void)
     uint64_t steps[8];
     int n = mg_ckpt_list(sub, steps, 8);
     ok(n == 4 && steps[0] == 40 && steps[3] == 10, "complete checkpoints, newest first");
+    n = mg_ckpt_list(sub, steps, 2);
+    ok(n == 2 && steps[0] == 40 && steps[1] == 30,
+       "a short list holds the newest, whatever order the directory gives: %d %llu %llu", n,
+       (unsigned long long)steps[0], (unsigned long long)steps[1]);
     is_int(mg_ckpt_prune(sub, 2), 0, "prune to 2");
     n = mg_ckpt_list(sub, steps, 8);
     ok(n == 2 && steps[0] == 40 && steps[1] == 30, "the two newest remain");
