@@ -140,40 +140,38 @@ static int is_managed(const char *entry, int cvd)
 
 int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
 {
-    char vals[NMANAGED + 2][512];
-    const char *names[NMANAGED + 2];
-    int nv = 0;
+    /* Values are pointed to, not copied: a long --gpu_ids list or error file
+     * path goes through whole. Only the numbers are formatted here. */
+    char nums[NMANAGED][24];
+    const char *names[NMANAGED + 2], *vals[NMANAGED + 2];
+    int nv = 0, nn = 0;
     const char *nccl = mg_env_get(base, "NCCL_ASYNC_ERROR_HANDLING");
 
-#define SETV(name, ...)                                                                            \
-    do {                                                                                           \
-        names[nv] = name;                                                                          \
-        mg_fmt(vals[nv], sizeof(vals[nv]), __VA_ARGS__);                                           \
-        nv++;                                                                                      \
-    } while (0)
-    SETV("LOCAL_RANK", "%d", we->local_rank);
-    SETV("RANK", "%d", we->rank);
-    SETV("GROUP_RANK", "%d", we->group_rank);
-    SETV("ROLE_RANK", "%d", we->role_rank);
-    SETV("ROLE_NAME", "%s", we->role_name);
-    SETV("LOCAL_WORLD_SIZE", "%d", we->local_world_size);
-    SETV("WORLD_SIZE", "%d", we->world_size);
-    SETV("GROUP_WORLD_SIZE", "%d", we->group_world_size);
-    SETV("ROLE_WORLD_SIZE", "%d", we->role_world_size);
-    SETV("MASTER_ADDR", "%s", we->master_addr);
-    SETV("MASTER_PORT", "%d", we->master_port);
-    SETV("TORCHELASTIC_RESTART_COUNT", "%d", we->restart_count);
-    SETV("TORCHELASTIC_MAX_RESTARTS", "%d", we->max_restarts);
-    SETV("TORCHELASTIC_RUN_ID", "%s", we->run_id);
-    SETV("TORCHELASTIC_USE_AGENT_STORE", "False");
-    SETV("NCCL_ASYNC_ERROR_HANDLING", "%s", nccl ? nccl : "1");
+#define SETS(name, v) (names[nv] = (name), vals[nv++] = (v) ? (v) : "")
+#define SETI(name, x) (snprintf(nums[nn], sizeof(nums[nn]), "%d", (x)), SETS(name, nums[nn]), nn++)
+    SETI("LOCAL_RANK", we->local_rank);
+    SETI("RANK", we->rank);
+    SETI("GROUP_RANK", we->group_rank);
+    SETI("ROLE_RANK", we->role_rank);
+    SETS("ROLE_NAME", we->role_name);
+    SETI("LOCAL_WORLD_SIZE", we->local_world_size);
+    SETI("WORLD_SIZE", we->world_size);
+    SETI("GROUP_WORLD_SIZE", we->group_world_size);
+    SETI("ROLE_WORLD_SIZE", we->role_world_size);
+    SETS("MASTER_ADDR", we->master_addr);
+    SETI("MASTER_PORT", we->master_port);
+    SETI("TORCHELASTIC_RESTART_COUNT", we->restart_count);
+    SETI("TORCHELASTIC_MAX_RESTARTS", we->max_restarts);
+    SETS("TORCHELASTIC_RUN_ID", we->run_id);
+    SETS("TORCHELASTIC_USE_AGENT_STORE", "False");
+    SETS("TORCHELASTIC_ERROR_FILE", we->error_file);
+    SETS("NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     if (we->cuda_visible_devices)
-        SETV("CUDA_VISIBLE_DEVICES", "%s", we->cuda_visible_devices);
+        SETS("CUDA_VISIBLE_DEVICES", we->cuda_visible_devices);
     if (we->local_world_size > 1 && !mg_env_get(base, "OMP_NUM_THREADS"))
-        SETV("OMP_NUM_THREADS", "1");
-#undef SETV
-    /* the error file path can be long: set it separately */
-    const char *ef = we->error_file ? we->error_file : "";
+        SETS("OMP_NUM_THREADS", "1");
+#undef SETI
+#undef SETS
 
     size_t count = 0, bytes = 0;
     for (char *const *e = base; e && *e; e++) {
@@ -184,8 +182,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     }
     for (int i = 0; i < nv; i++)
         bytes += strlen(names[i]) + 1 + strlen(vals[i]) + 1;
-    bytes += strlen("TORCHELASTIC_ERROR_FILE=") + strlen(ef) + 1;
-    count += (size_t)nv + 1;
+    count += (size_t)nv;
     if (bytes > MG_ENV_MAX_BYTES)
         return -E2BIG;
 
@@ -207,8 +204,6 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
         env[k++] = s;
         s += sprintf(s, "%s=%s", names[i], vals[i]) + 1;
     }
-    env[k++] = s;
-    s += sprintf(s, "TORCHELASTIC_ERROR_FILE=%s", ef) + 1;
     env[k] = NULL;
     *out = env;
     return 0;

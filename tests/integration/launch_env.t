@@ -66,6 +66,13 @@ is "$(envvar "$T/logs/gpu2/attempt_0/1/stdout.log" CUDA_VISIBLE_DEVICES)" "2,0" 
     print-env >/dev/null 2>&1
 is "$(envvar "$T/logs/gpu3/attempt_0/0/stdout.log" CUDA_VISIBLE_DEVICES)" "0,1" \
     "a longer list: the first nproc ids"
+# GPU UUIDs are long: 16 of them (over 600 bytes) reach every worker whole
+uuids=$(for i in $(seq 10 25); do printf 'GPU-%s-aaaa-bbbb-cccc-dddddddddddd,' "0000${i}00"; done)
+uuids=${uuids%,}
+"$MGLAUNCH" --log_dir "$T/logs" --rdzv_id gpu6 --nproc_per_node 16 --gpu_ids "$uuids" "$FW" \
+    print-env >/dev/null 2>&1
+is "$(envvar "$T/logs/gpu6/attempt_0/15/stdout.log" CUDA_VISIBLE_DEVICES)" "$uuids" \
+    "16 GPU UUIDs ($(printf %s "$uuids" | wc -c) bytes) arrive whole"
 PET_GPU_IDS=5,4 "$MGLAUNCH" --log_dir "$T/logs" --rdzv_id gpu4 --nproc_per_node gpu "$FW" \
     print-env >/dev/null 2>&1
 is "$?" 0 "--nproc_per_node gpu with PET_GPU_IDS"
