@@ -61,7 +61,7 @@ struct worker {
     int stop_sent;
     int wstatus;
     int exec_errno;
-    int64_t start_ms, end_ms, start_wall_ms;
+    int64_t start_ms, end_ms;
     struct stream out, err;
     char prefix[PREFIX_MAX];
     size_t prefix_len;
@@ -217,28 +217,6 @@ __attribute__((format(printf, 2, 3))) static void note(struct mg_agent *ag, cons
     fflush(ag->cfg.status);
 }
 
-static long long read_proc_start(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    if (!p)
-        return 0;
-    /* fields after the name start at 3 (state); starttime is field 22 */
-    int field = 2;
-    for (; *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    return strtoll(p, NULL, 10);
-}
-
 /* ---- events ---------------------------------------------------------------------------- */
 
 struct ev {
@@ -365,6 +343,12 @@ static void worker_dir(const struct mg_agent *ag, int local_rank, char *buf, siz
     mg_fmt(buf, cap, "%s/%d", ag->attempt_dir, local_rank);
 }
 
+/* TORCHELASTIC_ERROR_FILE of a worker: error.json in its directory. */
+static void error_file_path(const struct mg_agent *ag, int local_rank, char *buf, size_t cap)
+{
+    mg_fmt(buf, cap, "%s/%d/error.json", ag->attempt_dir, local_rank);
+}
+
 static void describe_exit(const struct worker *w, char *buf, size_t cap)
 {
     char sig[32];
@@ -397,7 +381,6 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     f->signo = WIFSIGNALED(w->wstatus) ? WTERMSIG(w->wstatus) : 0;
     f->exec_errno = w->exec_errno;
     f->wall_ms = wall_ms();
-    f->has_error_file = has_ef;
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
     w->failure = r->nfailures++;
@@ -413,7 +396,7 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
     rc->f = ag->res.failures[0];
     mg_fmt(rc->host, sizeof(rc->host), "%s", ag->cfg.hostname);
     worker_dir(ag, w->local_rank, rc->log_path, sizeof(rc->log_path));
-    mg_fmt(rc->error_file, sizeof(rc->error_file), "%s/error.json", rc->log_path);
+    error_file_path(ag, w->local_rank, rc->error_file, sizeof(rc->error_file));
     rc->logs_saved = w->out.file_fd != -2 || w->err.file_fd != -2;
     if (w->exec_errno) {
         mg_fmt(rc->message, sizeof(rc->message), "cannot execute '%s': %s", ag->cfg.exec_path,
@@ -455,7 +438,7 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
     } else {
         char ef_path[PATH_MAX + 16];
         w->outcome = W_FAILED;
-        mg_fmt(ef_path, sizeof(ef_path), "%s/%d/error.json", ag->attempt_dir, w->local_rank);
+        error_file_path(ag, w->local_rank, ef_path, sizeof(ef_path));
         has_ef = !w->exec_errno && mg_errfile_read(ef_path, &ef) == 0;
         record_failure(ag, w, &ef, has_ef);
         ag->attempt_failed = 1;
@@ -747,7 +730,7 @@ static void spawn_attempt(struct mg_agent *ag)
         struct worker *w = &ag->w[i];
         char dir[PATH_MAX + 16], ef[PATH_MAX + 32];
         worker_dir(ag, i, dir, sizeof(dir));
-        mg_fmt(ef, sizeof(ef), "%s/error.json", dir);
+        error_file_path(ag, i, ef, sizeof(ef));
         struct mg_worker_env we = {
             .local_rank = i,
             .rank = w->rank,
@@ -833,7 +816,6 @@ static void spawn_attempt(struct mg_agent *ag)
         w->exec_errno = sp.exec_errno;
         w->outcome = W_RUNNING;
         w->start_ms = mg_now_ms();
-        w->start_wall_ms = wall_ms();
         w->out.fd = pipes[0][0];
         w->err.fd = pipes[1][0];
         fcntl(w->out.fd, F_SETFL, O_NONBLOCK);
@@ -1517,7 +1499,8 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
         sigprocmask(SIG_SETMASK, &ag->oldmask, NULL);
         goto fail;
     }
-    ag->proc_start = read_proc_start();
+    long long started = mg_proc_start_time((int)getpid());
+    ag->proc_start = started > 0 ? started : 0; /* 0: unknown, never matches a live check */
 
     struct ev e;
     ev_begin(&e, "run_start");

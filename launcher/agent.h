@@ -107,11 +107,10 @@ struct mg_failure {
     int attempt, restart_count;
     int rank, local_rank;
     pid_t pid;
-    int exit_code;   /* shell-style: the code, or 128+signal */
-    int signo;       /* 0 for a normal exit */
-    int exec_errno;  /* the program could not be executed */
-    int64_t wall_ms; /* when it was seen (ms since the epoch) */
-    int has_error_file;
+    int exit_code;     /* shell-style: the code, or 128+signal */
+    int signo;         /* 0 for a normal exit */
+    int exec_errno;    /* the program could not be executed */
+    int64_t wall_ms;   /* when it was seen (ms since the epoch) */
     char message[256]; /* from error.json, shortened */
 };
 

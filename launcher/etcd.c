@@ -41,7 +41,7 @@ struct buf {
 /* Watch stream state: the gateway sends one JSON message per line. */
 struct watch {
     struct buf line;
-    int created, changed, canceled, err;
+    int created, changed, err;
     char msg[256];
 };
 
@@ -793,16 +793,10 @@ static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_val
 }
 
 /* Watch stream: one JSON message per line; stop at the first event. */
-struct watch_ctx {
-    struct mg_etcd *e;
-    struct watch w;
-};
-
-static int watch_message(struct watch_ctx *x, const char *msg, size_t len)
+static int watch_message(struct watch *w, const char *msg, size_t len)
 {
     struct mg_json doc;
     struct mg_json_tok toks[256];
-    struct watch *w = &x->w;
     int nt = mg_json_parse(&doc, msg, len, toks, 256);
     if (nt == -MG_ETOOBIG) {
         /* A message with many events: a change happened, the details do not matter. */
@@ -836,7 +830,6 @@ static int watch_message(struct watch_ctx *x, const char *msg, size_t len)
     if (mg_json_get(&doc, res, "canceled") >= 0 ||
         mg_json_get(&doc, res, "compact_revision") >= 0) {
         /* The revision was compacted away: report a change so the caller re-reads. */
-        w->canceled = 1;
         w->changed = 1;
         return 1;
     }
@@ -845,21 +838,21 @@ static int watch_message(struct watch_ctx *x, const char *msg, size_t len)
 
 static size_t on_watch_data(char *data, size_t size, size_t nmemb, void *arg)
 {
-    struct watch_ctx *x = arg;
-    struct buf *b = &x->w.line;
+    struct watch *w = arg;
+    struct buf *b = &w->line;
     size_t n = size * nmemb;
     for (size_t i = 0; i < n; i++) {
         if (data[i] != '\n') {
             if (b->len + 2 > b->max) {
-                snprintf(x->w.msg, sizeof(x->w.msg), "watch: a message over %zu bytes", b->max);
-                x->w.err = -MG_ETOOBIG;
+                snprintf(w->msg, sizeof(w->msg), "watch: a message over %zu bytes", b->max);
+                w->err = -MG_ETOOBIG;
                 return 0;
             }
             if (b->len + 2 > b->cap) {
                 size_t cap = b->cap ? b->cap * 2 : 4096;
                 char *p = realloc(b->p, cap);
                 if (!p) {
-                    x->w.err = -ENOMEM;
+                    w->err = -ENOMEM;
                     return 0;
                 }
                 b->p = p;
@@ -869,7 +862,7 @@ static size_t on_watch_data(char *data, size_t size, size_t nmemb, void *arg)
             continue;
         }
         b->p[b->len] = 0;
-        int stop = b->len ? watch_message(x, b->p, b->len) : 0;
+        int stop = b->len ? watch_message(w, b->p, b->len) : 0;
         b->len = 0;
         if (stop)
             return 0; /* ends the transfer: the answer is known */
@@ -881,7 +874,7 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
 {
     struct mg_etcd *e = (struct mg_etcd *)kv;
     struct curl_fns *c = &e->c;
-    struct watch_ctx x = {.e = e, .w = {.line = {.max = WATCH_MSG_MAX}}};
+    struct watch x = {.line = {.max = WATCH_MSG_MAX}};
     char url[URL_MAX + 64];
     struct body b;
     size_t kl = strlen(key);
@@ -931,14 +924,14 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
     c->easy_setopt(e->wh, CURLOPT_WRITEDATA, &x);
     cc = c->easy_perform(e->wh);
     free(b.json);
-    free(x.w.line.p);
-    if (x.w.err) {
-        seterr(e, "etcd %s: %s", e->url[e->cur], x.w.msg);
-        return x.w.err;
+    free(x.line.p);
+    if (x.err) {
+        seterr(e, "etcd %s: %s", e->url[e->cur], x.msg);
+        return x.err;
     }
-    if (x.w.changed)
+    if (x.changed)
         return 1;
-    if (cc == CURLE_OPERATION_TIMEDOUT && x.w.created)
+    if (cc == CURLE_OPERATION_TIMEDOUT && x.created)
         return 0;
     if (cc == CURLE_OK) {
         seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);
@@ -1002,11 +995,6 @@ int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
         return -ENOTCONN;
     snprintf(buf, len, "%s", ip);
     return 0;
-}
-
-int64_t mg_etcd_lease_id(const struct mg_kv *kv)
-{
-    return ((const struct mg_etcd *)kv)->lease;
 }
 
 static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *err, size_t errlen)

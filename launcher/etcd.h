@@ -34,8 +34,6 @@ int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *opts, char *err,
 const char *mg_etcd_api_prefix(const struct mg_kv *kv);
 /* The local address of the last connection to etcd. */
 int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len);
-/* The lease currently held (0 = none yet). */
-int64_t mg_etcd_lease_id(const struct mg_kv *kv);
 
 /* Base64 (RFC 4648, with padding), exposed for the tests. encode writes
  * 4*ceil(n/3) bytes plus a NUL; decode returns the decoded length or -EINVAL. */

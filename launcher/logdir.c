@@ -76,6 +76,15 @@ int mg_rundir_open(struct mg_rundir *rd, const char *log_dir, const char *run_id
     return 0;
 }
 
+int mg_attempt_number(const char *name)
+{
+    char *end;
+    if (strncmp(name, "attempt_", 8) || !name[8])
+        return -1;
+    long v = strtol(name + 8, &end, 10);
+    return *end || v < 0 || v > 100000000 ? -1 : (int)v;
+}
+
 int mg_rundir_last_attempt(const char *rundir)
 {
     DIR *d = opendir(rundir);
@@ -84,14 +93,9 @@ int mg_rundir_last_attempt(const char *rundir)
     if (!d)
         return -1;
     while ((de = readdir(d))) {
-        char *end;
-        if (strncmp(de->d_name, "attempt_", 8) || !de->d_name[8])
-            continue;
-        long v = strtol(de->d_name + 8, &end, 10);
-        if (*end || v < 0 || v > 100000000)
-            continue;
+        int v = mg_attempt_number(de->d_name);
         if (v > max)
-            max = (int)v;
+            max = v;
     }
     closedir(d);
     return max;

@@ -43,6 +43,8 @@ void mg_rundir_event(struct mg_rundir *rd, const char *json, size_t len);
 int mg_rundir_flush(struct mg_rundir *rd);
 void mg_rundir_close(struct mg_rundir *rd);
 
+/* N for a directory name "attempt_N", -1 for any other name. */
+int mg_attempt_number(const char *name);
 /* The highest attempt number under a run directory, or -1. */
 int mg_rundir_last_attempt(const char *rundir);
 

@@ -6,6 +6,7 @@
 #include "json.h"
 #include "logdir.h"
 #include "mg_err.h"
+#include "proc.h"
 #include "output.h"
 #include "summary.h"
 
@@ -63,7 +64,6 @@ struct lrun {
     char id[256];
     char dir[PATH_MAX];
     int has_events;
-    off_t events_size;
     int64_t start_ms;
     int pid;
     long long proc_start;
@@ -241,26 +241,6 @@ static void apply_event(struct lrun *r, const struct mg_json *d)
     }
 }
 
-static long long proc_start_of(int pid)
-{
-    char path[64], buf[1024];
-    mg_fmt(path, sizeof(path), "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    int field = 2;
-    for (; p && *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    return p ? strtoll(p, NULL, 10) : -1;
-}
-
 static int launcher_alive(const struct lrun *r)
 {
     char host[256] = "";
@@ -269,7 +249,7 @@ static int launcher_alive(const struct lrun *r)
         return 0;
     if (kill(r->pid, 0) < 0 && errno != EPERM)
         return 0;
-    return proc_start_of(r->pid) == r->proc_start;
+    return mg_proc_start_time(r->pid) == r->proc_start;
 }
 
 /* Reads the event log (skipping lines that are cut or not JSON) and, for runs
@@ -313,8 +293,6 @@ static int load_run(struct lrun *r, const char *base, const char *id)
             if (mg_json_parse(&d, line, n - 1, toks, 512) > 0 && d.toks[0].type == MG_JSON_OBJECT)
                 apply_event(r, &d);
         }
-        if (fstat(fileno(f), &st) == 0)
-            r->events_size = st.st_size;
         free(line);
         free(toks);
         fclose(f);
@@ -324,12 +302,10 @@ static int load_run(struct lrun *r, const char *base, const char *id)
     struct dirent *de;
     while (d && (de = readdir(d))) {
         char *end;
-        if (strncmp(de->d_name, "attempt_", 8) || !de->d_name[8])
+        int v = mg_attempt_number(de->d_name);
+        if (v < 0)
             continue;
-        long v = strtol(de->d_name + 8, &end, 10);
-        if (*end || v < 0 || v > 100000000)
-            continue;
-        struct lattempt *a = find_attempt(r, (int)v, 1);
+        struct lattempt *a = find_attempt(r, v, 1);
         if (a && a->nw == 0) {
             char ad[PATH_MAX + 64];
             mg_fmt(ad, sizeof(ad), "%s/%s", r->dir, de->d_name);

@@ -1,6 +1,7 @@
 /* mglaunch's option parsing and checks (see opts.h, docs/cli.md). */
 #include "opts.h"
 #include "output.h"
+#include "proc.h"
 #include "mg_err.h"
 #include "net.h"
 
@@ -11,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define STR_(x) #x
+#define STR(x)  STR_(x) /* a numeric macro as a string literal */
 
 enum opt_kind {
     OPT_FLAG,
@@ -104,9 +108,9 @@ __attribute__((format(printf, 2, 3))) static int fail(struct parse *p, const cha
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->err, p->errcap, fmt, ap);
+    int rc = mg_vseterr(p->err, p->errcap, -EINVAL, fmt, ap);
     va_end(ap);
-    return -EINVAL;
+    return rc;
 }
 
 /* "--nproc_per_node" or "PET_NPROC_PER_NODE (--nproc_per_node)" */
@@ -256,11 +260,6 @@ static int record(struct parse *p, int id, const char *val, const char *src)
     snprintf(s->src, sizeof(s->src), "%s", src);
     if (defs[id].kind == OPT_LIST) {
         size_t have = strlen(o->gpu_ids), add = strlen(val);
-        if (s->from_env) { /* the command line replaces an env value */
-            o->gpu_ids[0] = '\0';
-            have = 0;
-            s->from_env = 0;
-        }
         if (have + add + 2 > sizeof(o->gpu_ids))
             return fail(p, "too many GPU ids for %s (at most %d bytes)", src, MG_GPU_IDS_MAX);
         if (have)
@@ -335,15 +334,6 @@ static int parse_argv(struct parse *p, int argc, char **argv, int *prog_index)
     return 0;
 }
 
-static const char *env_get(char **env, const char *name)
-{
-    size_t n = strlen(name);
-    for (char **e = env; e && *e; e++)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
-            return *e + n + 1;
-    return NULL;
-}
-
 static int apply_env(struct parse *p, char **env)
 {
     for (int id = 0; id < O_COUNT; id++) {
@@ -354,7 +344,7 @@ static int apply_env(struct parse *p, char **env)
         for (const char *c = defs[id].name; *c && k < sizeof(var) - 1; c++)
             var[k++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
         var[k] = '\0';
-        const char *v = env_get(env, var);
+        const char *v = mg_env_get(env, var);
         if (!v || !*v)
             continue; /* empty counts as unset */
         p->s[id].from_env = 1;
@@ -370,7 +360,6 @@ static int apply_env(struct parse *p, char **env)
         int rc = record(p, id, v, var);
         if (rc)
             return rc;
-        p->s[id].from_env = 1;
     }
     return 0;
 }
@@ -487,11 +476,16 @@ static int check_values(struct parse *p)
                 return bad_value(p, O_NNODES, v, "expected N or MIN:MAX");
             memcpy(a, v, n);
             a[n] = '\0';
-            if (parse_int(a, 1, INT_MAX, &lo) || parse_int(colon + 1, 1, INT_MAX, &hi) || lo > hi)
-                return bad_value(p, O_NNODES, v, "expected N or MIN:MAX with 1 <= MIN <= MAX");
+            if (parse_int(a, 1, MG_MAX_NNODES, &lo) ||
+                parse_int(colon + 1, 1, MG_MAX_NNODES, &hi) || lo > hi)
+                return bad_value(
+                    p, O_NNODES, v,
+                    "expected N or MIN:MAX with 1 <= MIN <= MAX <= " STR(MG_MAX_NNODES));
         } else {
-            if (parse_int(v, 1, INT_MAX, &lo))
-                return bad_value(p, O_NNODES, v, "expected N or MIN:MAX with 1 <= MIN <= MAX");
+            if (parse_int(v, 1, MG_MAX_NNODES, &lo))
+                return bad_value(
+                    p, O_NNODES, v,
+                    "expected N or MIN:MAX with 1 <= MIN <= MAX <= " STR(MG_MAX_NNODES));
             hi = lo;
         }
         o->nnodes_min = lo;
@@ -664,6 +658,8 @@ int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, c
     if (prog >= argc)
         return fail(&p, "missing the program to run (usage: mglaunch [options] PROGRAM "
                         "[ARGS...]; see mglaunch --help)");
+    if (!*argv[prog])
+        return fail(&p, "the program name is empty (usage: mglaunch [options] PROGRAM [ARGS...])");
     o->prog_argv = argv + prog;
     o->prog_argc = argc - prog;
     return 0;

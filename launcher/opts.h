@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #define MG_MAX_NPROC       4096
+#define MG_MAX_NNODES      65536
 #define MG_STDMAP_MAX      256  /* entries in a per-rank -r/-t map */
 #define MG_RUN_ID_MAX      128  /* run ids become directory names */
 #define MG_GPU_IDS_MAX     4096 /* bytes of all --gpu_ids values joined */

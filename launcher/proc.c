@@ -128,6 +128,32 @@ const char *mg_env_get(char *const *env, const char *name)
     return NULL;
 }
 
+long long mg_proc_start_time(int pid)
+{
+    char path[64], buf[1024];
+    mg_fmt(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    /* fields after the name start at 3 (state); starttime is field 22 */
+    int field = 2;
+    for (; p && *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    return p ? strtoll(p, NULL, 10) : -1;
+}
+
+const char *mg_env_lookup(char *const *env, const char *name)
+{
+    return env ? mg_env_get(env, name) : getenv(name);
+}
+
 static int is_managed(const char *entry, int cvd)
 {
     for (size_t i = 0; i < NMANAGED; i++) {

@@ -58,6 +58,13 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
 
 /* Value of name in an envp array, or NULL. */
 const char *mg_env_get(char *const *env, const char *name);
+/* The same, from the process environment when env is NULL. */
+const char *mg_env_lookup(char *const *env, const char *name);
+
+/* When process pid started, in clock ticks after boot (/proc/<pid>/stat field
+ * 22): with the pid, it tells a live process from a later one that reused the
+ * pid. -1 when it cannot be read. */
+long long mg_proc_start_time(int pid);
 
 /* ---- GPUs ------------------------------------------------------------------------ */
 

@@ -1,6 +1,7 @@
 /* Parsing and validation of --rdzv_conf (see rdzv_conf.h, docs/rendezvous.md). */
 #include "rdzv_conf.h"
 #include "mg_err.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -242,17 +243,6 @@ int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size
     return 0;
 }
 
-static const char *env_get(char *const *env, const char *name)
-{
-    size_t n = strlen(name);
-    if (!env)
-        return getenv(name);
-    for (; *env; env++)
-        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
-            return *env + n + 1;
-    return NULL;
-}
-
 int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, char *const *env,
                         char *err, size_t errlen)
 {
@@ -260,7 +250,7 @@ int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, ch
     const char *tls_val[] = {c->cacert, c->cert, c->key};
 
     if (!c->token[0]) {
-        const char *t = env_get(env, "MG_RDZV_TOKEN");
+        const char *t = mg_env_lookup(env, "MG_RDZV_TOKEN");
         if (t && *t) {
             if (strlen(t) > MG_RDZV_TOKEN_MAX)
                 return mg_seterr(err, errlen, -EINVAL, "MG_RDZV_TOKEN: %zu bytes, the limit is %d",

@@ -863,8 +863,7 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
                 dead = i;
         mg_kv_free_list(alive, na);
         if (dead >= 0 && na < r->min) {
-            below_min(r, &st, dead, na);
-            say_failed(r);
+            below_min(r, &st, dead, na); /* mark_failed says why */
             return -MG_EPEER;
         }
     }
@@ -1338,9 +1337,4 @@ int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f)
         return -MG_ENOKEY;
     *f = r->fail;
     return 0;
-}
-
-const char *mg_rdzv_id(const struct mg_rdzv *r)
-{
-    return r->id;
 }

@@ -40,7 +40,7 @@
 #define MG_RDZV_SLICE_MS   200
 #define MG_RDZV_ID_MAX     128   /* agent id: host-pid-random */
 #define MG_RDZV_RUN_ID_MAX 128   /* --rdzv_id */
-#define MG_RDZV_MAX_NODES  65536 /* --nnodes bound */
+#define MG_RDZV_MAX_NODES  65536 /* --nnodes bound, MG_MAX_NNODES in opts.h */
 #define MG_RDZV_MSG_MAX    1024
 
 struct mg_rdzv;
@@ -167,8 +167,6 @@ const char *mg_rdzv_message(const struct mg_rdzv *r);
 /* The root cause recorded by the node whose failure ended the job; 0 when
  * there is one, -MG_ENOKEY otherwise. */
 int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f);
-/* This agent's id. */
-const char *mg_rdzv_id(const struct mg_rdzv *r);
 
 /* The rank order as a pure function, exposed for the unit tests: sorts n
  * descriptors (see rdzv.c) in place into rank order. */

@@ -172,8 +172,9 @@ static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeo
             return 0;
         if (rc < 0)
             return fail(s, "watch", rc);
+        int exists = v != NULL;
         free(v);
-        if (since_rev > 0 || v)
+        if (since_rev > 0 || exists)
             return 1;
         /* Waiting for the key to exist, and it reported a past deletion. */
         since_rev = rev;

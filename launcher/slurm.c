@@ -1,6 +1,7 @@
 /* Slurm hostlist expansion and SLURM_* detection (see slurm.h). */
 #include "slurm.h"
 #include "mg_err.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -178,21 +179,10 @@ fail:
     return rc;
 }
 
-static const char *env_get(char *const *env, const char *name)
-{
-    size_t n = strlen(name);
-    if (!env)
-        return getenv(name);
-    for (; *env; env++)
-        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
-            return *env + n + 1;
-    return NULL;
-}
-
 static const char *first_env(char *const *env, const char *const *names, const char **which)
 {
     for (; *names; names++) {
-        const char *v = env_get(env, *names);
+        const char *v = mg_env_lookup(env, *names);
         if (v && *v) {
             *which = *names;
             return v;
@@ -220,10 +210,10 @@ int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t er
     static const char *const list_vars[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
                                             "SLURM_NODELIST", NULL};
     const char *count_var = NULL, *list_var = NULL;
-    const char *nodeid = env_get(env, "SLURM_NODEID");
+    const char *nodeid = mg_env_lookup(env, "SLURM_NODEID");
     const char *count = first_env(env, count_vars, &count_var);
     const char *list = first_env(env, list_vars, &list_var);
-    const char *job = env_get(env, "SLURM_JOB_ID");
+    const char *job = mg_env_lookup(env, "SLURM_JOB_ID");
     char **hosts = NULL;
     int nhosts = 0, rc;
 

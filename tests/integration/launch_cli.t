@@ -30,6 +30,8 @@ bad "invalid value '0' for --gpu_ids: 1 GPU id for 2 workers" --nproc_per_node 2
 bad "unknown option '--bogus'" --bogus "$FW"
 bad "unknown option '-x'" -x "$FW"
 bad "missing the program" --nproc_per_node 2
+bad "the program name is empty" --nproc_per_node 2 ""
+bad "invalid value '70000' for --nnodes: .*<= 65536" --nnodes 70000 "$FW"
 bad "invalid value '-1' for --max_restarts" --max_restarts -1 "$FW"
 bad "invalid value '5' for -t" -t 5 "$FW"
 bad "invalid value '0:3,x' for --redirects" --redirects 0:3,x "$FW"
