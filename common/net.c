@@ -52,6 +52,11 @@ static int parse_port(const char *s, int *port)
     return 0;
 }
 
+int mg_format_hostport(char *buf, size_t len, const char *host, int port)
+{
+    return snprintf(buf, len, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
 int mg_parse_hostport(const char *text, int default_port, struct mg_hostport *out)
 {
     const char *host = text, *port = NULL;

@@ -25,6 +25,9 @@ int mg_ms_until(int64_t deadline_ms);
 /* Parses "host", "host:port", "[v6addr]:port" or "v6addr". Returns -EINVAL
  * for an empty host, a bad or out-of-range port, or a host over MG_HOST_MAX. */
 int mg_parse_hostport(const char *text, int default_port, struct mg_hostport *out);
+/* The reverse: "host:port", "[v6addr]:port" for an IPv6 address. Returns what
+ * snprintf returns. */
+int mg_format_hostport(char *buf, size_t len, const char *host, int port);
 
 /* Listening TCP socket on host:port (host NULL or "" = all interfaces,
  * port 0 = kernel-chosen). SO_REUSEADDR is set. *bound_port (optional)

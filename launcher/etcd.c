@@ -271,6 +271,15 @@ static int curl_code_err(CURLcode rc)
     }
 }
 
+/* Says which endpoint and request failed in libcurl, and how; returns the code. */
+static int curl_fail(struct mg_etcd *e, const char *url, const char *op, CURLcode cc)
+{
+    seterr(e, "etcd %s: %s: %s%s%s%s%s", url, op, e->c.easy_strerror(cc),
+           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
+           curl_hint(cc, e->curl_err));
+    return curl_code_err(cc);
+}
+
 /* One POST to every endpoint in turn until one answers. On HTTP 200 the
  * parsed response is in e->doc. */
 static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen)
@@ -300,10 +309,7 @@ static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen
                 return -EINTR;
             }
             if (cc != CURLE_OK) {
-                seterr(e, "etcd %s: %s: %s%s%s%s%s", e->url[i], op, c->easy_strerror(cc),
-                       e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
-                       curl_hint(cc, e->curl_err));
-                rc = curl_code_err(cc);
+                rc = curl_fail(e, e->url[i], op, cc);
                 break; /* this endpoint does not answer: try the next */
             }
             c->easy_getinfo(e->h, CURLINFO_RESPONSE_CODE, &status);
@@ -889,6 +895,8 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
         if (rc != -MG_ENOKEY)
             return rc;
         since_rev = member_int(e, mg_json_get(&e->doc, 0, "header"), "revision");
+        if (timeout_ms <= 0)
+            return 0; /* absent just now */
     }
     if (timeout_ms <= 0) {
         int64_t rev = 0;
@@ -937,10 +945,7 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
         seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);
         return -EIO;
     }
-    seterr(e, "etcd %s: watch: %s%s%s%s%s", e->url[e->cur], c->easy_strerror(cc),
-           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
-           curl_hint(cc, e->curl_err));
-    return curl_code_err(cc);
+    return curl_fail(e, e->url[e->cur], "watch", cc);
 }
 
 static void etcd_release(struct mg_kv *kv)
@@ -1041,10 +1046,8 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
             snprintf(err, errlen, "etcd: endpoint '%s' is not host:port", item);
             return -EINVAL;
         }
-        if (strchr(hp.host, ':'))
-            snprintf(e->url[e->nurl], URL_MAX, "%s://[%s]:%d", scheme, hp.host, hp.port);
-        else
-            snprintf(e->url[e->nurl], URL_MAX, "%s://%s:%d", scheme, hp.host, hp.port);
+        int sl = snprintf(e->url[e->nurl], URL_MAX, "%s://", scheme);
+        mg_format_hostport(e->url[e->nurl] + sl, URL_MAX - (size_t)sl, hp.host, hp.port);
         e->nurl++;
         p += n;
         if (*p == ',')

@@ -27,6 +27,29 @@ static int transient(int rc)
            rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
 }
 
+/* The last error, and why the retries stopped. */
+static void gave_up(char *err, size_t errlen, const char *why, int rc)
+{
+    snprintf(err, errlen, "%s%s", why,
+             rc == -EINTR    ? " (interrupted)"
+             : transient(rc) ? " (gave up at join_timeout)"
+                             : "");
+}
+
+/* One request to the store or etcd may take this long: a stalled one must not
+ * outlast a heartbeat timeout. */
+static int request_timeout_ms(const struct mg_rdzv_conf *c)
+{
+    return c->read_timeout_ms < c->heartbeat_timeout_ms ? c->read_timeout_ms
+                                                        : c->heartbeat_timeout_ms;
+}
+
+/* A node is declared dead heartbeat_timeout after its last heartbeat. */
+static int lease_ms(const struct mg_rdzv_conf *c)
+{
+    return c->heartbeat_timeout_ms - c->heartbeat_interval_ms;
+}
+
 /* Tells the caller, once, that the endpoint is still out of reach. */
 static void progress(const struct mg_rdzv_setup *s, int64_t start, int *told, const char *why)
 {
@@ -100,10 +123,8 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
         .cacert = c->cacert,
         .cert = c->cert,
         .key = c->key,
-        .timeout_ms = c->read_timeout_ms < c->heartbeat_timeout_ms ? c->read_timeout_ms
-                                                                   : c->heartbeat_timeout_ms,
-        /* A node is declared dead heartbeat_timeout after its last heartbeat. */
-        .lease_ttl_ms = c->heartbeat_timeout_ms - c->heartbeat_interval_ms,
+        .timeout_ms = request_timeout_ms(c),
+        .lease_ttl_ms = lease_ms(c),
     };
     char probe[MG_KV_MAX_KEY];
     int delay = 50, rc, told = 0;
@@ -125,10 +146,7 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
             break;
         delay = delay * 2 > 1000 ? 1000 : delay * 2;
     }
-    snprintf(err, errlen, "%s%s", mg_kv_error(*kv),
-             rc == -EINTR    ? " (interrupted)"
-             : transient(rc) ? " (gave up at join_timeout)"
-                             : "");
+    gave_up(err, errlen, mg_kv_error(*kv), rc);
     (*kv)->ops->release(*kv);
     *kv = NULL;
     return rc;
@@ -191,8 +209,7 @@ static int host_store(const struct mg_rdzv_setup *s, const struct mg_hostport *h
         return rc;
     }
     h->port = mg_store_server_port(h->srv);
-    snprintf(h->where, sizeof(h->where), strchr(hp->host, ':') ? "[%s]:%d" : "%s:%d", hp->host,
-             h->port);
+    mg_format_hostport(h->where, sizeof(h->where), hp->host, h->port);
     route_addr(hp, h->addr, sizeof(h->addr));
     *out = h;
     return 0;
@@ -239,10 +256,7 @@ static int leads_here(const struct mg_rdzv_setup *s, const struct mg_hostport *h
             break;
         }
     }
-    snprintf(err, errlen, "%s%s", why,
-             rc == -EINTR    ? " (interrupted)"
-             : transient(rc) ? " (gave up at join_timeout)"
-                             : "");
+    gave_up(err, errlen, why, rc);
     return rc;
 }
 
@@ -288,9 +302,8 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
         .host = hp.host,
         .port = hp.port,
         .token = c->token,
-        .timeout_ms = c->read_timeout_ms < c->heartbeat_timeout_ms ? c->read_timeout_ms
-                                                                   : c->heartbeat_timeout_ms,
-        .lease_ms = c->heartbeat_timeout_ms - c->heartbeat_interval_ms,
+        .timeout_ms = request_timeout_ms(c),
+        .lease_ms = lease_ms(c),
     };
     /* Retry in steps of at most a second, so that abort_fd is honoured. */
     for (;;) {
@@ -307,10 +320,7 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
             break;
         }
     }
-    snprintf(err, errlen, "%s%s", last,
-             rc == -EINTR    ? " (interrupted)"
-             : transient(rc) ? " (gave up at join_timeout)"
-                             : "");
+    gave_up(err, errlen, last, rc);
     mg_rdzv_host_release(*host);
     *host = NULL;
     return rc;

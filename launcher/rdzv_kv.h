@@ -76,5 +76,10 @@ static inline const char *mg_kv_error(const struct mg_kv *kv)
 }
 
 void mg_kv_free_list(struct mg_kv_entry *e, int n);
+/* The end of a backend's list: entries for n listed keys (taking the malloc'd
+ * keys array and its strings), with each value read through kv's get when
+ * want_values; a key deleted since the listing is left out. */
+int mg_kv_entries_from_keys(struct mg_kv *kv, char **keys, int n, int want_values,
+                            struct mg_kv_entry **out, int *count);
 
 #endif

@@ -89,7 +89,7 @@ static int llist(struct mg_kv *kv, const char *prefix, int max, int want_values,
 {
     struct kv_local *l = (struct kv_local *)kv;
     char **keys = NULL;
-    int n = 0, m = 0, rc;
+    int n = 0, rc;
 
     *out = NULL;
     *count = 0;
@@ -98,33 +98,7 @@ static int llist(struct mg_kv *kv, const char *prefix, int max, int want_values,
     rc = mg_store_server_local_list(l->srv, prefix, max, &keys, &n);
     if (rc < 0)
         return fail(l, "list", rc);
-    if (n == 0) {
-        mg_store_free_list(keys, n);
-        return 0;
-    }
-    struct mg_kv_entry *e = calloc((size_t)n, sizeof(*e));
-    if (!e) {
-        mg_store_free_list(keys, n);
-        return -ENOMEM;
-    }
-    for (int i = 0; i < n; i++) {
-        e[m].key = keys[i];
-        keys[i] = NULL;
-        if (want_values) {
-            /* Nothing runs between the calls: the key is still there. */
-            rc = lget(kv, e[m].key, &e[m].val, &e[m].len, &e[m].rev);
-            if (rc < 0) {
-                mg_kv_free_list(e, m + 1);
-                mg_store_free_list(keys, n);
-                return rc;
-            }
-        }
-        m++;
-    }
-    mg_store_free_list(keys, n);
-    *out = e;
-    *count = m;
-    return 0;
+    return mg_kv_entries_from_keys(kv, keys, n, want_values, out, count);
 }
 
 /* Never blocks, whatever timeout_ms says: the caller's loop serves the

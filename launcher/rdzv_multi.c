@@ -549,7 +549,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     if (m->backend == MG_RDZV_STATIC) {
         const char *a = master_addr ? master_addr : "127.0.0.1";
         int port = o->master_port > 0 ? o->master_port : STATIC_DEFAULT_PORT;
-        snprintf(endpoint, sizeof(endpoint), strchr(a, ':') ? "[%s]:%d" : "%s:%d", a, port);
+        mg_format_hostport(endpoint, sizeof(endpoint), a, port);
         if (!node_rank_given && max > 1)
             add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "
                           "this node takes rank 0; give each node its own --node_rank");

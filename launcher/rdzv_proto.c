@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #define KEY_MAX         MG_KV_MAX_KEY
@@ -358,7 +359,6 @@ static void make_id(struct mg_rdzv *r)
     char h[65];
     size_t n = 0;
     unsigned rnd = 0;
-    FILE *f;
 
     /* Host names become part of keys: keep them to a safe alphabet. */
     for (const char *p = r->host; *p && n < sizeof(h) - 1; p++)
@@ -367,11 +367,8 @@ static void make_id(struct mg_rdzv *r)
                             ? *p
                             : '_');
     h[n] = 0;
-    f = fopen("/dev/urandom", "rb");
-    if (!f || fread(&rnd, sizeof(rnd), 1, f) != 1)
+    if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
         rnd = (unsigned)mg_now_us() ^ (unsigned)getpid() * 2654435761u;
-    if (f)
-        fclose(f);
     snprintf(r->id, sizeof(r->id), "%s-%d-%08x", n ? h : "node", (int)getpid(), rnd);
 }
 

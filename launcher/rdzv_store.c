@@ -121,41 +121,7 @@ static int klist(struct mg_kv *kv, const char *prefix, int max, int want_values,
     rc = mg_store_list(client(s), prefix, max, &keys, &n);
     if (rc < 0)
         return fail(s, "list", rc);
-    if (n == 0) {
-        mg_store_free_list(keys, n);
-        return 0;
-    }
-    struct mg_kv_entry *e = calloc((size_t)n, sizeof(*e));
-    if (!e) {
-        mg_store_free_list(keys, n);
-        return -ENOMEM;
-    }
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        e[m].key = keys[i];
-        keys[i] = NULL;
-        if (want_values) {
-            rc = kget(kv, e[m].key, &e[m].val, &e[m].len, &e[m].rev);
-            if (rc == -MG_ENOKEY) {
-                free(e[m].key); /* deleted since the list */
-                continue;
-            }
-            if (rc < 0) {
-                mg_kv_free_list(e, m + 1);
-                mg_store_free_list(keys, n);
-                return rc;
-            }
-        }
-        m++;
-    }
-    mg_store_free_list(keys, n);
-    *out = e;
-    *count = m;
-    if (m == 0) {
-        free(e);
-        *out = NULL;
-    }
-    return 0;
+    return mg_kv_entries_from_keys(kv, keys, n, want_values, out, count);
 }
 
 static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
@@ -239,10 +205,7 @@ int mg_kv_store_open(struct mg_kv **out, const struct mg_kv_store_opts *o, char 
     s->kv.abort_fd = -1;
     snprintf(s->host, sizeof(s->host), "%s", o->host);
     snprintf(s->token, sizeof(s->token), "%s", o->token ? o->token : "");
-    if (strchr(s->host, ':'))
-        snprintf(s->where, sizeof(s->where), "[%s]:%d", s->host, o->port);
-    else
-        snprintf(s->where, sizeof(s->where), "%s:%d", s->host, o->port);
+    mg_format_hostport(s->where, sizeof(s->where), s->host, o->port);
     s->o.host = s->host;
     s->o.port = o->port;
     s->o.token = s->token[0] ? s->token : NULL;
