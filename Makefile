@@ -54,7 +54,8 @@ endif
 # What this machine has. Reported once per make invocation.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-HAVE_OPENBLAS := $(shell test -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o -e /usr/include/openblas/cblas.h -o -e /usr/include/cblas.h && echo 1)
+# train loads libopenblas.so.0 at run time (runtime/blas.c): nothing includes its headers.
+HAVE_OPENBLAS := $(shell /sbin/ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0' && echo 1)
 HAVE_NCCL := $(if $(NVCC),$(shell test -e $(CUDA_HOME)/include/nccl.h -o -e /usr/include/nccl.h && echo 1))
 CU_SRC := $(if $(NVCC),$(wildcard runtime/cuda/*.cu))
 
@@ -75,9 +76,6 @@ CFLAGS_runtime_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-lo
 # The collectives' reduction kernel: vectorized, same bits in every clone.
 CFLAGS_runtime_comm_reduce := -O3 -ffp-contract=off
 endif
-
-BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 
 # ---- sources ---------------------------------------------------------------
 COMMON_SRC := $(wildcard common/*.c)
@@ -108,8 +106,7 @@ CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
 LAUNCH_LIBS := -ldl
 # libmg loads OpenBLAS at run time (runtime/blas.h) so it can set its threads
-# and kernels before OpenBLAS starts; BLAS_LIBS is for programs that call BLAS
-# directly.
+# and kernels before OpenBLAS starts.
 MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)
 
 ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/train.c),$(TRAIN))

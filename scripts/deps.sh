@@ -4,8 +4,8 @@
 #   scripts/deps.sh            build + run + test packages
 #   scripts/deps.sh --bench    also the reference tools the benchmarks compare against
 set -u
-pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev pkg-config
-      dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps psmisc coreutils
+pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev
+      dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps coreutils
       clang-format python3 openssl"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 

@@ -23,6 +23,9 @@ MGLAUNCH=$MG_BUILD/bin/mglaunch
 TRAIN=$MG_BUILD/bin/train
 HELPERS=$MG_BUILD/tests/helpers
 T=$(mktemp -d "${TMPDIR:-/tmp}/mgtest.XXXXXX")
+# mglaunch's default log directory, ${TMPDIR:-/tmp}/mglaunch-<uid>, and every
+# other temporary file a test's programs make land in $T and go with it.
+export TMPDIR=$T
 _tap_n=0
 _tap_fail=0
 _cleanups=""
@@ -103,6 +106,12 @@ done_testing() {
     echo "1..$_tap_n"
     [ $_tap_fail -eq 0 ]
     exit $?
+}
+
+# A set-up step failed and nothing after it can run: one failed test, then stop.
+bail() {
+    _result 1 "$1"
+    done_testing
 }
 
 free_port() {

@@ -10,9 +10,22 @@
 #                         0..W-1 once each, WORLD_SIZE W, one MASTER_ADDR:PORT,
 #                         and every one reached rank 0 there ("reach ok")
 #   out_has NAME REGEX    the agent's stdout+stderr match REGEX
+#   c10d_endpoint         EP, HOST0 and OTHER for a c10d job hosted on host 0
 
 MN_WORKER=$HELPERS/mn_worker
 MN_HB="heartbeat_interval=0.2,heartbeat_timeout=2"
+
+# c10d_endpoint: sets EP, the endpoint on host 0 (port 29400 in its own
+# namespace, a free port on shared loopback), and HOST0 / OTHER, --rdzv_conf
+# suffixes that say who hosts the store where every loopback address is local.
+c10d_endpoint() {
+    EP="$(host_addr 0):29400" HOST0= OTHER=
+    if [ "$HOSTS_MODE" = loopback ]; then
+        EP="$(host_addr 0):$(free_port)"
+        HOST0=",is_host=1"
+        OTHER=",is_host=0"
+    fi
+}
 
 node() {
     _i=$1

@@ -42,13 +42,13 @@ _netns_down() {
 
 _netns_try() {
     _n=$1
-    command -v ip >/dev/null 2>&1 || return 1
-    [ "$(id -u)" = 0 ] || return 1
+    command -v ip >/dev/null 2>&1 || { echo "no ip command (apt-get install iproute2)" >&2; return 1; }
+    [ "$(id -u)" = 0 ] || { echo "not root" >&2; return 1; }
     _netns_sweep
     # A /24 of 10.x.y.0 chosen from the pid, so that concurrent tests differ.
     _subnet="10.$((200 + $$ % 50)).$(($$ / 50 % 250))"
     at_cleanup _netns_down
-    ip netns add "${NS_PREFIX}sw" 2>/dev/null || return 1
+    ip netns add "${NS_PREFIX}sw" || return 1
     ip -n "${NS_PREFIX}sw" link add br0 type bridge || return 1
     ip -n "${NS_PREFIX}sw" addr add "$_subnet.254/24" dev br0 || return 1
     ip -n "${NS_PREFIX}sw" link set br0 up || return 1

@@ -48,6 +48,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 W=$(mktemp -d "${TMPDIR:-/tmp}/mgddp.XXXXXX")
+export TMPDIR=$W # mglaunch's default log directory lands here and goes with it
 pids=""
 cleanup() {
     for p in $pids; do kill -KILL "$p" 2>/dev/null; done

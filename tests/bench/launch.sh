@@ -19,7 +19,9 @@ REPS=${MG_BENCH_REPS:-20}
 TREPS=${MG_BENCH_TREPS:-3}
 OUT=$TOP/tests/bench/out
 T=$(mktemp -d "${TMPDIR:-/tmp}/mgbench.XXXXXX")
-trap 'rm -rf "$T"' EXIT INT TERM
+trap 'rm -rf "$T"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 export TMPDIR=$T # the launchers' default log and temp directories land here
 mkdir -p "$OUT"
 

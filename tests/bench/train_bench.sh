@@ -40,7 +40,9 @@ $PY -c 'import torch' 2>/dev/null || have_torch=0
 # one thread everywhere, for both sides (PyTorch's BLAS ignores torch.set_num_threads)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 measure_peak() {
     "$PEAK" 1 2>/dev/null | awk '{ m = 0; for (i = 2; i <= NF; i++) if ($i > m) m = $i; print m }'

@@ -9,7 +9,7 @@
 . "$TOP/tests/rdzv_cases.sh"
 
 etcd_have || skip_all "etcd-server is not installed (apt-get install etcd-server)"
-etcd_start || { echo "not ok 1 - etcd starts"; echo 1..1; exit 1; }
+etcd_start || bail "etcd starts"
 BACKEND=etcd
 EP=$ETCD_EP
 

@@ -29,7 +29,7 @@ ok test -s server.pem -a -s client.pem
 
 # https with a server certificate
 ETCD_TLS="$T/server.pem $T/server.key"
-etcd_start || { echo "not ok - etcd starts with TLS"; done_testing; }
+etcd_start || bail "etcd starts with TLS"
 EP="https://$ETCD_EP"
 run() { "$AGENT" --backend etcd --endpoint "$EP" --id "$1" --script join --conf "$2" >"$T/$1.out" 2>&1; }
 run a "cacert=$T/ca.pem"
@@ -41,7 +41,7 @@ etcd_stop
 
 # client certificates required
 ETCD_TLS="$T/server.pem $T/server.key $T/ca.pem"
-etcd_start || { echo "not ok - etcd starts with client auth"; done_testing; }
+etcd_start || bail "etcd starts with client auth"
 EP="https://$ETCD_EP"
 run c "cacert=$T/ca.pem,cert=$T/client.pem,key=$T/client.key"
 is "$?" 0 "client certificate: accepted"

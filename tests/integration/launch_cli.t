@@ -6,7 +6,6 @@
 . "$(dirname "$0")/../lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
-export TMPDIR=$T
 unset CUDA_VISIBLE_DEVICES
 
 # bad WANT_REGEX ARGS...: exit 2, exactly one line on stderr matching WANT_REGEX, nothing run

@@ -7,7 +7,6 @@
 FW=$HELPERS/fakeworker
 unset OMP_NUM_THREADS CUDA_VISIBLE_DEVICES PYTHON_EXEC NCCL_ASYNC_ERROR_HANDLING
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
-export TMPDIR=$T # the default log directory lands in the test's directory
 
 # envvar FILE NAME: the value of NAME in a print-env dump
 envvar() { sed -n "s/^$2=//p" "$1"; }

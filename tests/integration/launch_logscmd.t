@@ -6,7 +6,6 @@
 . "$(dirname "$0")/../lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
-export TMPDIR=$T
 L=$T/logs
 ready() { [ -e "$1" ]; }
 

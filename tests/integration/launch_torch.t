@@ -5,7 +5,6 @@
 # timeout: 120
 . "$(dirname "$0")/../lib.sh"
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
-export TMPDIR=$T
 /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || skip_all "python3-torch not installed"
 export PYTHON_EXEC=/usr/bin/python3
 

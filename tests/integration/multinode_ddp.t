@@ -12,13 +12,7 @@
 [ -x "$TRAIN" ] || skip_all "build/bin/train is not built"
 [ -e /usr/share/datasets/fashion-mnist ] || skip_all "dataset-fashion-mnist is not installed"
 hosts_up 4
-EP="$(host_addr 0):29400"
-HOST0= OTHER=
-if [ "$HOSTS_MODE" = loopback ]; then
-    EP="$(host_addr 0):$(free_port)"
-    HOST0=",is_host=1"
-    OTHER=",is_host=0"
-fi
+c10d_endpoint
 C="--rdzv_backend c10d --rdzv_endpoint $EP"
 DATA="--model mlp --data fashion-mnist --train-samples 8192 --test-samples 1000 --eval-every 100000"
 

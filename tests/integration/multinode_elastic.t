@@ -11,13 +11,7 @@
 . "$TOP/tests/mn_lib.sh"
 
 hosts_up 3
-EP="$(host_addr 0):29400"
-HOST0= OTHER=
-if [ "$HOSTS_MODE" = loopback ]; then
-    EP="$(host_addr 0):$(free_port)"
-    HOST0=",is_host=1"
-    OTHER=",is_host=0"
-fi
+c10d_endpoint
 C="--nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint $EP"
 
 # --nnodes 2:3, training: 3 nodes x 2 workers; once a checkpoint is complete

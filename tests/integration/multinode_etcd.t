@@ -12,9 +12,9 @@
 etcd_have || skip_all "etcd-server is not installed (apt-get install etcd-server)"
 hosts_up 3
 if [ "$HOSTS_MODE" = netns ]; then
-    etcd_start "$(host_addr sw)" "${NS_PREFIX}sw" || { echo "not ok 1 - etcd starts"; echo 1..1; exit 1; }
+    etcd_start "$(host_addr sw)" "${NS_PREFIX}sw" || bail "etcd starts"
 else
-    etcd_start || { echo "not ok 1 - etcd starts"; echo 1..1; exit 1; }
+    etcd_start || bail "etcd starts"
 fi
 diag "etcd at $ETCD_EP"
 C="--nproc_per_node 2 --rdzv_backend etcd --rdzv_endpoint $ETCD_EP"

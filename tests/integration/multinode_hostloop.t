@@ -11,7 +11,6 @@
 FW=$HELPERS/fakeworker
 CTL=$HELPERS/storectl
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
-export TMPDIR=$T
 
 threads() { ls "/proc/$1/task" 2>/dev/null | wc -l | tr -d ' '; }
 # alive PID: exists and is not a zombie waiting for its reaper

@@ -9,10 +9,7 @@ start_store() {
     rm -f "$T/port" "$T/stats"
     bg "$HELPERS/storesrv" --port-file "$T/port" --stats-file "$T/stats" "$@"
     SRV_PID=$!
-    if ! wait_for 10 test -s "$T/port"; then
-        echo "Bail out! storesrv did not start"
-        exit 1
-    fi
+    wait_for 10 test -s "$T/port" || bail "storesrv starts"
     PORT=$(cat "$T/port")
     ADDR=127.0.0.1:$PORT
 }
