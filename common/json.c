@@ -264,12 +264,6 @@ void mg_jsonw_null(struct mg_jsonw *w)
     put(w, "null", 4);
 }
 
-void mg_jsonw_raw(struct mg_jsonw *w, const char *json, size_t n)
-{
-    before_value(w);
-    put(w, json, n);
-}
-
 void mg_jsonw_kstr(struct mg_jsonw *w, const char *key, const char *s)
 {
     mg_jsonw_key(w, key);
@@ -539,6 +533,8 @@ int mg_json_next(const struct mg_json *doc, int tok)
     return doc->toks[tok].next;
 }
 
+static int str_eq(const struct mg_json *doc, int tok, const char *str);
+
 int mg_json_get(const struct mg_json *doc, int obj, const char *key)
 {
     if (!valid_tok(doc, obj) || doc->toks[obj].type != MG_JSON_OBJECT)
@@ -546,7 +542,7 @@ int mg_json_get(const struct mg_json *doc, int obj, const char *key)
     int k = obj + 1;
     for (int i = 0; i < doc->toks[obj].size; i++) {
         int v = k + 1;
-        if (mg_json_str_eq(doc, k, key))
+        if (str_eq(doc, k, key))
             return v;
         k = doc->toks[v].next;
     }
@@ -699,7 +695,8 @@ int mg_json_str(const struct mg_json *doc, int tok, char *buf, size_t cap)
     return unescape(doc, tok, buf, cap);
 }
 
-int mg_json_str_eq(const struct mg_json *doc, int tok, const char *str)
+/* A string token equals str (after unescaping). */
+static int str_eq(const struct mg_json *doc, int tok, const char *str)
 {
     if (!valid_tok(doc, tok) || doc->toks[tok].type != MG_JSON_STRING)
         return 0;

@@ -43,8 +43,6 @@ void mg_jsonw_int(struct mg_jsonw *w, long long v);
 void mg_jsonw_double(struct mg_jsonw *w, double v); /* non-finite values write null */
 void mg_jsonw_bool(struct mg_jsonw *w, int v);
 void mg_jsonw_null(struct mg_jsonw *w);
-/* Pastes an already-encoded JSON value (trusted, not checked). */
-void mg_jsonw_raw(struct mg_jsonw *w, const char *json, size_t n);
 
 /* key + value shorthands */
 void mg_jsonw_kstr(struct mg_jsonw *w, const char *key, const char *s);
@@ -101,8 +99,6 @@ int mg_json_at(const struct mg_json *doc, int arr, int i);
  * bytes (cut at a UTF-8 character boundary). Returns the full unescaped
  * length (like snprintf), or -EINVAL when tok is not a string. */
 int mg_json_str(const struct mg_json *doc, int tok, char *buf, size_t cap);
-/* Compares a string token with s (after unescaping). 1 equal, 0 not. */
-int mg_json_str_eq(const struct mg_json *doc, int tok, const char *s);
 /* Integer value of a number token, or of a string holding an integer
  * ("1700000000", the way torch writes timestamps). -EINVAL / -ERANGE. */
 int mg_json_int(const struct mg_json *doc, int tok, long long *out);

@@ -149,13 +149,9 @@ int mg_listen_tcp(const char *host, int port, int backlog, int *bound_port)
     freeaddrinfo(res);
     if (fd < 0)
         return err;
-    if (bound_port) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-            *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                         : ((struct sockaddr_in *)&ss)->sin_port);
-    }
+    int bound = bound_port ? mg_sock_local_port(fd) : -1;
+    if (bound > 0)
+        *bound_port = bound;
     return fd;
 }
 
@@ -248,11 +244,6 @@ int mg_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms)
     const char *p = buf;
     while (len) {
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
         if (n < 0 && errno == ENOTSOCK)
             n = write(fd, p, len);
         if (n > 0) {
@@ -300,18 +291,16 @@ int mg_read_full(int fd, void *buf, size_t len, int64_t deadline_ms)
     return 0;
 }
 
-static int sockaddr_text(const struct sockaddr_storage *ss, socklen_t sl, char *buf, size_t len,
-                         int with_port)
+static int sockaddr_text(const struct sockaddr_storage *ss, socklen_t sl, char *buf, size_t len)
 {
-    char host[INET6_ADDRSTRLEN], serv[16];
-    int rc = getnameinfo((const struct sockaddr *)ss, sl, host, sizeof(host), serv, sizeof(serv),
-                         NI_NUMERICHOST | NI_NUMERICSERV);
+    char host[INET6_ADDRSTRLEN];
+    int rc =
+        getnameinfo((const struct sockaddr *)ss, sl, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
     if (rc)
         return gai_to_err(rc);
     /* Show v4-mapped v6 addresses in their plain v4 form. */
     const char *h = strncmp(host, "::ffff:", 7) == 0 && strchr(host, '.') ? host + 7 : host;
-    int n = with_port ? snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, serv)
-                      : snprintf(buf, len, "%s", h);
+    int n = snprintf(buf, len, "%s", h);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
@@ -321,16 +310,17 @@ int mg_sock_local_addr(int fd, char *buf, size_t len)
     socklen_t sl = sizeof(ss);
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
         return -errno;
-    return sockaddr_text(&ss, sl, buf, len, 0);
+    return sockaddr_text(&ss, sl, buf, len);
 }
 
-int mg_sock_peer_name(int fd, char *buf, size_t len)
+int mg_sock_local_port(int fd)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
         return -errno;
-    return sockaddr_text(&ss, sl, buf, len, 1);
+    return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                          : ((struct sockaddr_in *)&ss)->sin_port);
 }
 
 int mg_resolve_numeric(const char *host, char *buf, size_t len)
@@ -345,7 +335,7 @@ int mg_resolve_numeric(const char *host, char *buf, size_t len)
             pick = ai;
     struct sockaddr_storage ss;
     memcpy(&ss, pick->ai_addr, pick->ai_addrlen);
-    rc = sockaddr_text(&ss, pick->ai_addrlen, buf, len, 0);
+    rc = sockaddr_text(&ss, pick->ai_addrlen, buf, len);
     freeaddrinfo(res);
     return rc;
 }

@@ -43,15 +43,15 @@ int mg_connect_tcp(const char *host, int port, int64_t deadline_ms);
 int mg_set_nonblock(int fd, int on);
 
 /* Full reads and writes on a blocking or non-blocking fd (a socket, a pipe or
- * a file), waiting with poll() until the deadline (< 0: none). mg_read_full returns MG_ECLOSED when the peer closed
+ * a file), waiting with poll() until the deadline (< 0: none). mg_read_full returns -MG_ECLOSED when the peer closed
  * the connection before len bytes arrived, -ETIMEDOUT at the deadline. */
 int mg_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms);
 int mg_read_full(int fd, void *buf, size_t len, int64_t deadline_ms);
 
 /* Numeric address of the local end of a connected socket (for advertising). */
 int mg_sock_local_addr(int fd, char *buf, size_t len);
-/* Numeric form of the peer address of fd, "ip:port". */
-int mg_sock_peer_name(int fd, char *buf, size_t len);
+/* The local port of a bound socket, or -errno. */
+int mg_sock_local_port(int fd);
 
 /* Resolves host to its first numeric address (IPv4 preferred). */
 int mg_resolve_numeric(const char *host, char *buf, size_t len);

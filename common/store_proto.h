@@ -169,7 +169,7 @@ struct mg_sp_reply {
     uint8_t op, flags; /* op without MG_SP_REPLY */
     uint16_t status;
     uint32_t id;
-    int64_t rev; /* PING: store revision; SET, GET, ADD, CAS, DELETE, WATCH: the key's */
+    int64_t rev; /* PING, DELETE: store revision; SET, GET, ADD, CAS, WATCH: the key's */
     int64_t num; /* ADD: the new value */
     const uint8_t *val;
     size_t vlen;

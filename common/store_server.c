@@ -238,10 +238,14 @@ static void uncharge(struct mg_store_server *s, size_t n)
     s->stored -= n;
 }
 
-static struct blob *blob_new(struct mg_store_server *s, const void *data, size_t len, size_t credit)
+/* A new value for a key whose value is now old (NULL: none). The old one's
+ * bytes count as free when this key holds its only reference: it is about to
+ * be replaced. */
+static struct blob *blob_new(struct mg_store_server *s, const void *data, size_t len,
+                             const struct blob *old)
 {
     size_t need = sizeof(struct blob) + len;
-    /* credit: bytes the caller is about to release (the value being replaced). */
+    size_t credit = old && old->refs == 1 ? sizeof(struct blob) + old->len : 0;
     if (need > s->max_store || s->stored > s->max_store - need + credit)
         return NULL;
     struct blob *b = malloc(need);
@@ -430,14 +434,17 @@ static void mark_dirty(struct conn *c)
 
 static void conn_kill(struct conn *c);
 
-static void queue_raw(struct conn *c, const void *head, size_t hlen, struct blob *tail)
+/* Queues hlen bytes of head, to be written by the caller into the returned
+ * space, then the optional tail blob. NULL: the connection is gone (or was
+ * dropped for want of memory). */
+static uint8_t *queue_seg(struct conn *c, size_t hlen, struct blob *tail)
 {
     if (c->closing == CL_DEAD)
-        return;
+        return NULL;
     struct oseg *o = malloc(sizeof(*o) + hlen);
     if (!o) {
         conn_kill(c);
-        return;
+        return NULL;
     }
     o->next = NULL;
     o->blob = tail;
@@ -445,7 +452,6 @@ static void queue_raw(struct conn *c, const void *head, size_t hlen, struct blob
         tail->refs++;
     o->hlen = hlen;
     o->off = 0;
-    memcpy(o->data, head, hlen);
     if (c->otail)
         c->otail->next = o;
     else
@@ -454,33 +460,29 @@ static void queue_raw(struct conn *c, const void *head, size_t hlen, struct blob
     c->obytes += hlen + (tail ? tail->len : 0);
     c->srv->buffered += hlen;
     mark_dirty(c);
+    return o->data;
 }
 
-/* Queues a reply; the value (GET, CAS, WATCH) goes out from the stored blob. */
+static void queue_raw(struct conn *c, const void *head, size_t hlen, struct blob *tail)
+{
+    uint8_t *p = queue_seg(c, hlen, tail);
+    if (p)
+        memcpy(p, head, hlen);
+}
+
+/* Queues a reply, encoded straight into its queue segment; the value (GET,
+ * CAS, WATCH) goes out from the stored blob. */
 static void reply(struct conn *c, struct mg_sp_reply *y, struct blob *val)
 {
-    uint8_t small[64];
-    size_t hlen;
     if (val && y->status == MG_SP_OK) {
         y->val = val->data;
         y->vlen = val->len;
     } else {
         val = NULL;
     }
-    hlen = mg_sp_reply_head_size(y);
-    if (hlen <= sizeof(small)) {
-        mg_sp_reply_encode(small, y, 0);
-        queue_raw(c, small, hlen, val);
-        return;
-    }
-    uint8_t *big = malloc(hlen);
-    if (!big) {
-        conn_kill(c);
-        return;
-    }
-    mg_sp_reply_encode(big, y, 0);
-    queue_raw(c, big, hlen, val);
-    free(big);
+    uint8_t *p = queue_seg(c, mg_sp_reply_head_size(y), val);
+    if (p)
+        mg_sp_reply_encode(p, y, 0);
 }
 
 static void reply_status(struct conn *c, uint8_t op, uint32_t id, uint16_t status)
@@ -754,8 +756,7 @@ static uint16_t op_set(struct mg_store_server *s, const uint8_t *key, size_t kle
     struct entry *e = entry_get(s, key, klen);
     struct blob *b = NULL;
     if (e) {
-        size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-        b = blob_new(s, val, vlen, credit);
+        b = blob_new(s, val, vlen, e->val);
     }
     if (!b) {
         if (e)
@@ -780,8 +781,7 @@ static uint16_t op_add(struct mg_store_server *s, const uint8_t *key, size_t kle
         return MG_SP_RANGE;
     }
     int n = snprintf(text, sizeof(text), "%lld", (long long)*sum);
-    size_t credit = e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-    struct blob *b = blob_new(s, text, (size_t)n, credit);
+    struct blob *b = blob_new(s, text, (size_t)n, e->val);
     if (!b) {
         entry_maybe_free(s, e);
         return MG_SP_NOSPACE;
@@ -808,8 +808,7 @@ static uint16_t op_cas(struct mg_store_server *s, const uint8_t *key, size_t kle
     if (match) {
         if (!e)
             e = entry_get(s, key, klen);
-        size_t credit = e && e->val && e->val->refs == 1 ? sizeof(struct blob) + e->val->len : 0;
-        struct blob *b = e ? blob_new(s, desired, dlen, credit) : NULL;
+        struct blob *b = e ? blob_new(s, desired, dlen, e->val) : NULL;
         if (!b) {
             if (e)
                 entry_maybe_free(s, e);
@@ -914,6 +913,16 @@ static void do_cas(struct mg_store_server *s, struct conn *c, const struct mg_sp
     reply(c, &y, e ? e->val : NULL);
 }
 
+/* A request that must wait: answered `now` at once when it may not wait (timeout
+ * 0), else parked; a refusal to park (too many waiters) is its answer. */
+static void park_or_answer(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q,
+                           uint16_t now)
+{
+    uint16_t st = q->timeout_ms == 0 ? now : park(s, c, q);
+    if (st)
+        reply_status(c, q->op, q->id, st);
+}
+
 static void handle_request(struct mg_store_server *s, struct conn *c, const struct mg_sp_hdr *h,
                            const uint8_t *body)
 {
@@ -937,10 +946,8 @@ static void handle_request(struct mg_store_server *s, struct conn *c, const stru
         e = lookup(s, q.key, q.klen);
         if (e && e->val)
             answer(s, c, q.op, q.id, e, MG_SP_OK);
-        else if (q.timeout_ms == 0)
-            reply_status(c, q.op, q.id, MG_SP_NOKEY);
-        else if ((rc = park(s, c, &q)))
-            reply_status(c, q.op, q.id, (uint16_t)rc);
+        else
+            park_or_answer(s, c, &q, MG_SP_NOKEY);
         break;
     case MG_SP_ADD:
         do_add(s, c, &q);
@@ -951,10 +958,8 @@ static void handle_request(struct mg_store_server *s, struct conn *c, const stru
     case MG_SP_WAIT:
         if (all_present(s, &q))
             reply(c, &y, NULL);
-        else if (q.timeout_ms == 0)
-            reply_status(c, q.op, q.id, MG_SP_TIMEDOUT);
-        else if ((rc = park(s, c, &q)))
-            reply_status(c, q.op, q.id, (uint16_t)rc);
+        else
+            park_or_answer(s, c, &q, MG_SP_TIMEDOUT);
         break;
     case MG_SP_CHECK:
         y.flags = all_present(s, &q) ? MG_SP_F_PRESENT : 0;
@@ -970,10 +975,8 @@ static void handle_request(struct mg_store_server *s, struct conn *c, const stru
         e = lookup(s, q.key, q.klen);
         if (q.num < 0 || entry_rev(s, e) > q.num)
             answer(s, c, q.op, q.id, e, MG_SP_OK);
-        else if (q.timeout_ms == 0)
-            reply_status(c, q.op, q.id, MG_SP_TIMEDOUT);
-        else if ((rc = park(s, c, &q)))
-            reply_status(c, q.op, q.id, (uint16_t)rc);
+        else
+            park_or_answer(s, c, &q, MG_SP_TIMEDOUT);
         break;
     case MG_SP_LIST:
         do_list(s, c, &q);
@@ -1508,11 +1511,9 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
         rc = mg_set_nonblock(s->lfd, 1);
         if (rc)
             goto fail_wake;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        if (getsockname(s->lfd, (struct sockaddr *)&ss, &sl) == 0)
-            s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                     : ((struct sockaddr_in *)&ss)->sin_port);
+        int port = mg_sock_local_port(s->lfd);
+        if (port > 0)
+            s->port = port;
     } else {
         rc = mg_listen_tcp(o->host, o->port, 1024, &s->port);
         if (rc < 0)
