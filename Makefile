@@ -43,7 +43,14 @@ endif
 
 WARN := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter -Wno-missing-field-initializers \
         -Wstrict-prototypes -Wmissing-prototypes -Werror
-CPPFLAGS += -D_GNU_SOURCE -Icommon -Iruntime -Ilauncher -Imodels -I$(BUILD)/include
+# Include paths per layer, so the layering is enforced by the compiler: the
+# launcher and common code cannot even name a runtime header (tests/integration/layering.t).
+CPPFLAGS += -D_GNU_SOURCE -I$(BUILD)/include
+INC_common := -Icommon
+INC_launcher := -Icommon -Ilauncher -Ilauncher/rdzv
+INC_runtime := -Icommon -Iruntime -Iruntime/cpu -Iruntime/comm
+INC_models := $(INC_runtime) -Imodels
+INC_tests := $(INC_launcher) $(INC_models) -Itests/lib
 CFLAGS += -std=gnu11 $(OPT) $(WARN) -pthread -fno-common -MMD -MP
 LDFLAGS += -pthread
 ifneq ($(SANITIZE),)
@@ -54,7 +61,7 @@ endif
 # What this machine has. Reported once per make invocation.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-# train loads libopenblas.so.0 at run time (runtime/blas.c): nothing includes its headers.
+# train loads libopenblas.so.0 at run time (runtime/cpu/blas.c): nothing includes its headers.
 HAVE_OPENBLAS := $(shell /sbin/ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0' && echo 1)
 HAVE_NCCL := $(if $(NVCC),$(shell test -e $(CUDA_HOME)/include/nccl.h -o -e /usr/include/nccl.h && echo 1))
 CU_SRC := $(if $(NVCC),$(wildcard runtime/cuda/*.cu))
@@ -72,15 +79,15 @@ endif
 # baseline clones (target_clones) give identical bits; and no memcpy calls for
 # the short copies the compiler would otherwise turn into them.
 ifneq ($(DEBUG),1)
-CFLAGS_runtime_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns
+CFLAGS_runtime_cpu_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns
 # The collectives' reduction kernel: vectorized, same bits in every clone.
-CFLAGS_runtime_comm_reduce := -O3 -ffp-contract=off
+CFLAGS_runtime_comm_comm_reduce := -O3 -ffp-contract=off
 endif
 
 # ---- sources ---------------------------------------------------------------
 COMMON_SRC := $(wildcard common/*.c)
-LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
-RUNTIME_SRC := $(wildcard runtime/*.c)
+LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c))
+RUNTIME_SRC := $(filter-out runtime/cuda/%,$(wildcard runtime/*.c runtime/*/*.c))
 MODELS_SRC := $(filter-out models/train.c,$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
@@ -105,7 +112,7 @@ HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC
 CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
 LAUNCH_LIBS := -ldl
-# libmg loads OpenBLAS at run time (runtime/blas.h) so it can set its threads
+# libmg loads OpenBLAS at run time (runtime/cpu/blas.h) so it can set its threads
 # and kernels before OpenBLAS starts.
 MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)
 
@@ -127,12 +134,12 @@ $(CONFIG_H): Makefile
 $(BUILD)/obj/%.o: %.c | $(CONFIG_H)
 	$(call say,CC,$<)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(CFLAGS_$(subst /,_,$(basename $<))) -c -o $@ $<
+	$(Q)$(CC) $(CPPFLAGS) $(INC_$(firstword $(subst /, ,$<))) $(CFLAGS) $(CFLAGS_$(subst /,_,$(basename $<))) -c -o $@ $<
 
 $(BUILD)/obj/%.o: %.cu | $(CONFIG_H)
 	$(call say,NVCC,$<)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(NVCC) -O2 -std=c++17 $(CPPFLAGS) -Xcompiler -fPIC -c -o $@ $<
+	$(Q)$(NVCC) -O2 -std=c++17 $(CPPFLAGS) $(INC_runtime) -Xcompiler -fPIC -c -o $@ $<
 
 $(LIBCOMMON): $(COMMON_OBJ)
 $(LIBLAUNCH): $(LAUNCHER_OBJ)
@@ -171,15 +178,15 @@ deps:
 	$(Q)scripts/deps.sh
 
 # The whole suite: unit tests (C, TAP) and integration tests (shell, TAP) under prove.
-# T=... runs a subset. Each test runs under tests/run-test, which applies its timeout.
+# T=... runs a subset. Each test runs under tests/lib/run-test, which applies its timeout.
 T ?= $(UNIT_BIN) $(sort $(wildcard tests/integration/*.t))
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)MG_BUILD=$(BUILD) prove -j$(or $(J),2) --timer --exec tests/run-test $(T)
+	$(Q)MG_BUILD=$(BUILD) prove -j$(or $(J),2) --timer --exec tests/lib/run-test $(T)
 check: test
 
 unit: all
-	$(Q)MG_BUILD=$(BUILD) prove -j2 --exec tests/run-test $(UNIT_BIN)
+	$(Q)MG_BUILD=$(BUILD) prove -j2 --exec tests/lib/run-test $(UNIT_BIN)
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -1,6 +1,8 @@
 /* Messages for the project's error codes (see mg_err.h). */
 #include "mg_err.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,4 +46,19 @@ int mg_seterr(char *err, size_t errlen, int code, const char *fmt, ...)
     mg_vseterr(err, errlen, code, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int mg_fmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    if (!cap)
+        return -ENAMETOOLONG;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        buf[0] = '\0';
+        return -EINVAL;
+    }
+    return (size_t)n >= cap ? -ENAMETOOLONG : n;
 }

@@ -9,6 +9,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+/* The one size of the message buffers (char err[MG_ERRMSG_LEN]) that library
+ * functions fill with "what is wrong" for the program to print. */
+#define MG_ERRMSG_LEN 512
+
 enum mg_err {
     MG_ERR_BASE = 10000,
     MG_EPROTO,       /* peer broke the wire protocol (bad magic, bad frame) */
@@ -36,5 +40,9 @@ const char *mg_strerror(int err);
 __attribute__((format(printf, 4, 5))) int mg_seterr(char *err, size_t errlen, int code,
                                                     const char *fmt, ...);
 int mg_vseterr(char *err, size_t errlen, int code, const char *fmt, va_list ap);
+
+/* snprintf that says when it cut: the length written, or -ENAMETOOLONG when the
+ * text did not fit in cap bytes (it is then cut, still terminated). */
+__attribute__((format(printf, 3, 4))) int mg_fmt(char *buf, size_t cap, const char *fmt, ...);
 
 #endif

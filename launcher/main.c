@@ -123,7 +123,7 @@ static int run(int argc, char **argv)
 {
     struct mg_launch_opts o;
     struct mg_host_info host;
-    char err[MG_ERRMSG_MAX], why[200];
+    char err[MG_ERRMSG_LEN], why[200];
     int rc;
 
     rc = mg_opts_parse(&o, argc, argv, environ, err, sizeof(err));
@@ -271,7 +271,7 @@ static int run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "logs") == 0) {
-        char err[MG_ERRMSG_MAX];
+        char err[MG_ERRMSG_LEN];
         int rc = mg_logs_main(argc - 1, argv + 1, stdout, err, sizeof(err));
         if (rc < 0) {
             fprintf(stderr, "mglaunch logs: %s\n", err);

@@ -8,6 +8,8 @@
 #ifndef MG_OPTS_H
 #define MG_OPTS_H
 
+#include "mg_err.h"
+
 #include <stddef.h>
 
 #define MG_MAX_NPROC       4096
@@ -17,7 +19,6 @@
 #define MG_GPU_IDS_MAX     4096 /* bytes of all --gpu_ids values joined */
 #define MG_GPU_ID_LEN      96   /* one id: an index or a GPU-/MIG- UUID */
 #define MG_PREFIX_TMPL_MAX 256
-#define MG_ERRMSG_MAX      512
 
 /* Which standard streams a -r/-t setting selects (torchrun's Std flags). */
 enum mg_std {
@@ -58,7 +59,7 @@ struct mg_launch_opts {
     const char *rdzv_backend;
     const char *rdzv_endpoint;
     const char *rdzv_id;   /* NULL: generated at start */
-    const char *rdzv_conf; /* NULL: none (checked by launcher/rdzv_conf.c) */
+    const char *rdzv_conf; /* NULL: none (checked by launcher/rdzv/rdzv_conf.c) */
     int standalone;
     int max_restarts;
     double monitor_interval;

@@ -288,18 +288,3 @@ size_t mg_tail_lines(const char *tail, size_t len, int cut, int max_lines, char 
     out[n] = '\0';
     return n;
 }
-
-int mg_fmt(char *buf, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    if (!cap)
-        return -ENAMETOOLONG;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, cap, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        buf[0] = '\0';
-        return -EINVAL;
-    }
-    return (size_t)n >= cap ? -ENAMETOOLONG : n;
-}

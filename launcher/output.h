@@ -66,8 +66,4 @@ int mg_subst_local_rank(const char *arg, int local_rank, char *out, size_t cap);
  * replaces '\r' progress redraws by their last state. Returns the length. */
 size_t mg_tail_lines(const char *tail, size_t len, int cut, int max_lines, char *out, size_t cap);
 
-/* snprintf that reports truncation: the length, or -ENAMETOOLONG when the
- * text did not fit (it is then cut, and always NUL-terminated). */
-int mg_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 #endif

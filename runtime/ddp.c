@@ -30,7 +30,7 @@ struct mg_ddp {
     float *own_grads; /* the model's own grad_buf meanwhile */
     int nb;
     struct mg_ddp_bucket b[MG_DDP_MAX_BUCKETS];
-    char errmsg[MG_COMM_ERRMSG_MAX + 128];
+    char errmsg[MG_ERRMSG_LEN + 128];
 
     int threaded;
     pthread_t thread;

@@ -3,6 +3,8 @@
 #ifndef MG_RTUTIL_H
 #define MG_RTUTIL_H
 
+#include "mg_err.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,10 +12,6 @@
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "libmg's file formats are written in host order and assume a little-endian host"
 #endif
-
-/* Size of the message buffers (char err[MG_ERRMSG_LEN]) that library
- * functions fill with "what is wrong" for the program to print. */
-#define MG_ERRMSG_LEN 512
 
 /* Writes a message into err (MG_ERRMSG_LEN bytes) when err is not NULL;
  * returns code, so a caller can write `return mg_errf(err, -EINVAL, ...)`. */

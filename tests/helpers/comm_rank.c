@@ -1,7 +1,7 @@
 /* A worker for the communication tests and benchmarks: it joins the job the
  * launcher's environment describes (mg_dist_init) and then
  *
- *   comm_rank check [MAX_BYTES]   runs every collective check (tests/comm_check.h)
+ *   comm_rank check [MAX_BYTES]   runs every collective check (tests/lib/comm_check.h)
  *   comm_rank check-registered [MAX_BYTES]
  *                                 the allreduce checks in registered memory;
  *                                 zero-copy expected above 64 KiB on one host
@@ -22,7 +22,7 @@
  *
  * Every failure is printed as "comm_rank: rank R: message", recorded in
  * TORCHELASTIC_ERROR_FILE, and exits 1. */
-#include "../comm_check.h"
+#include "comm_check.h"
 #include "dist.h"
 #include "mg_err.h"
 #include "net.h"

@@ -7,7 +7,7 @@
 # registered memory), a hung rank, the error file, and every launcher variable
 # validated.
 # timeout: 180
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 RANKBIN=$HELPERS/comm_rank
 [ -x "$RANKBIN" ] || skip_all "comm_rank helper not built"
 

@@ -6,7 +6,7 @@
 # summary shows it, read from our error file.
 # (Debian's torchrun needs -r 1 -t 1 under Python 3.11: its defaults crash.)
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 RANKBIN=$HELPERS/comm_rank
 [ -x "$RANKBIN" ] || skip_all "comm_rank helper not built"
 /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null || skip_all "python3-torch not installed"

@@ -7,7 +7,7 @@
 # --max_restarts that ends bit-identical to an uninterrupted one, leaving
 # nothing in /dev/shm; a checkpoint resumed by another world size is resharded.
 # timeout: 300
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || skip_all "train or mglaunch not built"
 DATA="--data fashion-mnist --train-samples 6400 --test-samples 1000"
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||

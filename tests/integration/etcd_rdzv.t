@@ -1,12 +1,12 @@
 #!/bin/sh
-# The rendezvous protocol (launcher/rdzv.c) on the etcd backend, against a real
+# The rendezvous protocol (launcher/rdzv/rdzv_proto.c) on the etcd backend, against a real
 # etcd 3.4 started on loopback: forming, last call, a SIGKILLed node (re-form
 # or, below MIN, a clear error), scale-up, restarts across nodes, the exit
 # barrier, spares, static ranks, run ids, and etcd going away.
 # timeout: 240
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/etcd.sh"
-. "$TOP/tests/rdzv_cases.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/etcd.sh"
+. "$TOP/tests/lib/rdzv_cases.sh"
 
 etcd_have || skip_all "etcd-server is not installed (apt-get install etcd-server)"
 etcd_start || bail "etcd starts"

@@ -3,8 +3,8 @@
 # libcurl. A test CA and certificates are made with openssl; etcd serves
 # https, then also requires client certificates.
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/etcd.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/etcd.sh"
 AGENT=$HELPERS/rdzv_agent
 
 etcd_have || skip_all "etcd-server is not installed (apt-get install etcd-server)"

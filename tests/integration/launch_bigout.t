@@ -3,7 +3,7 @@
 # byte reaches the log file, the console gets it in prefixed pieces, the other
 # rank's line stays whole, and the launcher's memory stays bounded.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 L=$T/logs

@@ -3,7 +3,7 @@
 # with one line naming the flag and the value; torchrun flags that are not
 # implemented yet are refused, never ignored; --help and --version.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 unset CUDA_VISIBLE_DEVICES

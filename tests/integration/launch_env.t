@@ -3,7 +3,7 @@
 # mapping as the worker sees it, PET_ fallbacks with the command line winning,
 # the ${local_rank} macro, and how the program is found and run.
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 unset OMP_NUM_THREADS CUDA_VISIBLE_DEVICES PYTHON_EXEC NCCL_ASYNC_ERROR_HANDLING
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done

@@ -3,7 +3,7 @@
 # whose launcher was SIGKILLed; the selectors --run, --attempt, --rank,
 # --stream, --tail, --grep and --follow (also across a restart).
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 L=$T/logs

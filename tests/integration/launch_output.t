@@ -3,7 +3,7 @@
 # and per-rank maps), the console prefix and its template, '\r' progress bars,
 # partial lines, lines of several ranks never mixing, --local_ranks_filter.
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 L=$T/logs

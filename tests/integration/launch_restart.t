@@ -4,7 +4,7 @@
 # its error.json message or its stderr; exec failures (127, 126) that are not
 # retried; the documented backoff as recorded in the event log.
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 L=$T/logs

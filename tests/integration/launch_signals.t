@@ -4,7 +4,7 @@
 # forwarded only; SIGHUP and SIGQUIT; exit codes 128+signal. And the launcher
 # SIGKILLed: no worker or grandchild survives 2 s later.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 L=$T/logs

@@ -3,7 +3,7 @@
 # step with the gloo backend and env:// initialisation, as under torchrun, and
 # torch's own @record error file feeding the failure summary.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || skip_all "python3-torch not installed"
 export PYTHON_EXEC=/usr/bin/python3

@@ -7,9 +7,9 @@
 # disturb a running rendezvous; an endpoint name that resolves only later is
 # retried; a missing --rdzv_id is explained.
 # timeout: 150
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/netns.sh"
-. "$TOP/tests/mn_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/netns.sh"
+. "$TOP/tests/lib/mn_lib.sh"
 
 hosts_up 3
 c10d_endpoint

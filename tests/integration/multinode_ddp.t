@@ -5,9 +5,9 @@
 # mid-run: the group re-forms (a spare takes its place) and training resumes
 # from the last checkpoint, without counting a restart.
 # timeout: 180
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/netns.sh"
-. "$TOP/tests/mn_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/netns.sh"
+. "$TOP/tests/lib/mn_lib.sh"
 
 [ -x "$TRAIN" ] || skip_all "build/bin/train is not built"
 [ -e /usr/share/datasets/fashion-mnist ] || skip_all "dataset-fashion-mnist is not installed"

@@ -5,10 +5,10 @@
 # with 3:3 (they exit with a clear error), a node joining mid-run (scale-up),
 # and a worker failure on one node restarting every node.
 # timeout: 150
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] || skip_all "build/bin/train is not built"
-. "$TOP/tests/netns.sh"
-. "$TOP/tests/mn_lib.sh"
+. "$TOP/tests/lib/netns.sh"
+. "$TOP/tests/lib/mn_lib.sh"
 
 hosts_up 3
 c10d_endpoint

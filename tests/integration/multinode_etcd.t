@@ -4,10 +4,10 @@
 # mid-run (a clear error naming the endpoint, not a hang), and a missing
 # --rdzv_id refused with the reason.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/netns.sh"
-. "$TOP/tests/etcd.sh"
-. "$TOP/tests/mn_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/netns.sh"
+. "$TOP/tests/lib/etcd.sh"
+. "$TOP/tests/lib/mn_lib.sh"
 
 etcd_have || skip_all "etcd-server is not installed (apt-get install etcd-server)"
 hosts_up 3

@@ -7,7 +7,7 @@
 # are handled while clients keep its store busy. And an agent whose store
 # stops answering still handles SIGTERM at once.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 CTL=$HELPERS/storectl
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done

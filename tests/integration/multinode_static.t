@@ -4,9 +4,9 @@
 # from a Slurm environment fixture (SLURM_NNODES, SLURM_NODEID,
 # SLURM_JOB_NODELIST with a bracketed hostlist) when the flags are absent.
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/netns.sh"
-. "$TOP/tests/mn_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/netns.sh"
+. "$TOP/tests/lib/mn_lib.sh"
 
 hosts_up 3
 M=$(host_addr 0)

@@ -1,11 +1,11 @@
 #!/bin/sh
-# The rendezvous protocol (launcher/rdzv_proto.c) on mg's own store (the c10d
+# The rendezvous protocol (launcher/rdzv/rdzv_proto.c) on mg's own store (the c10d
 # backend), hosted by one of the agents: the same scenarios as etcd_rdzv.t,
 # plus what is specific to a store that lives inside an agent: the token,
 # the host agent going away, and a client that cannot connect.
 # timeout: 240
-. "$(dirname "$0")/../lib.sh"
-. "$TOP/tests/rdzv_cases.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$TOP/tests/lib/rdzv_cases.sh"
 
 BACKEND=c10d
 HOST_ARGS="--is_host 1"

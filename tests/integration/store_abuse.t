@@ -4,8 +4,8 @@
 # checks: the bad connections are dropped (or answered an error), the good
 # client never sees an error, and the server keeps serving.
 # timeout: 90
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/store_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/store_lib.sh"
 
 start_store
 RAW="$HELPERS/storeraw $ADDR"

@@ -5,8 +5,8 @@
 # a server that cannot prove it holds the token is refused by the client
 # (mutual authentication); the server keeps serving through all of it.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/store_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/store_lib.sh"
 
 TOKEN=correct-horse-battery-staple
 start_store --token "$TOKEN" --handshake-timeout 1000

@@ -4,8 +4,8 @@
 # lease while keeping the socket open (a hung agent). Watchers wake on each.
 # A client that pings in time keeps its keys.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/store_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/store_lib.sh"
 
 start_store
 rev_of() { ctl watch "$1" -1 0 | sed 's/.*rev=\([0-9]*\).*/\1/'; }

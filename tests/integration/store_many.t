@@ -2,8 +2,8 @@
 # 128 client processes at once, each joining like a rendezvous agent: take a
 # number, publish a key, wait for everyone's key. All succeed and see all.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/store_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/store_lib.sh"
 
 N=128
 start_store

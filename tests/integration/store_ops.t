@@ -3,8 +3,8 @@
 # own poll loop with a signalfd) and in the runtime's mode (a server thread):
 # blocking get, wait and watch are woken by another client, and time out.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/store_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/store_lib.sh"
 
 for mode in loop thread; do
     if [ $mode = thread ]; then start_store --thread; else start_store; fi

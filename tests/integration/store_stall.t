@@ -3,8 +3,8 @@
 # short, a frame header whose body never comes, half a frame. A connected
 # client that is merely idle (no lease) is kept, and the server keeps serving.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
-. "$(dirname "$0")/store_lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
+. "$(dirname "$0")/../lib/store_lib.sh"
 
 start_store --handshake-timeout 500 --frame-timeout 500
 RAW="$HELPERS/storeraw $ADDR"

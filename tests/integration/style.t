@@ -1,7 +1,7 @@
 #!/bin/sh
 # The C sources follow .clang-format (machine-checked style, DESIGN.md).
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 cd "$TOP"
 command -v clang-format >/dev/null || skip_all "clang-format not installed"
 files=$(git ls-files '*.c' '*.h' 2>/dev/null)

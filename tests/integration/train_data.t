@@ -4,7 +4,7 @@
 # truncated, wrong magic, wrong dimensions) each fail with one line that names
 # the file and the problem.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] || skip_all "train not built"
 src=/usr/share/datasets/fashion-mnist
 [ -r "$src/t10k-images-idx3-ubyte.gz" ] || skip_all "dataset-fashion-mnist not installed"

@@ -2,7 +2,7 @@
 # train's command line: --help, --version, both flag spellings, and every kind
 # of bad flag gets one line on stderr naming the problem and exit status 2.
 # timeout: 60
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] || skip_all "train not built"
 
 out=$("$TRAIN" --help)

@@ -9,7 +9,7 @@
 # is refused. Which samples a resharded pass takes is tested exactly in
 # test_data (sampler) and test_checkpoint (trainer).
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || skip_all "train or mglaunch not built"
 
 CK=$T/ck

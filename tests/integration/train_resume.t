@@ -5,7 +5,7 @@
 # FILE, restarts by the launcher (TORCHELASTIC_RESTART_COUNT), fallback past a
 # corrupt newest checkpoint, pruning, and refusals of mismatched checkpoints.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] || skip_all "train not built"
 
 args="--data synthetic --train-samples 1000 --test-samples 200 --batch-size 32 --model mlp

@@ -3,7 +3,7 @@
 # lines without a terminal and a bar with one, ends with a summary, writes
 # metrics as JSON lines, and repeats bit for bit with the same seed.
 # timeout: 120
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] || skip_all "train not built"
 PY=/usr/bin/python3
 

@@ -12,7 +12,7 @@
 #include "models.h"
 #include "rtutil.h"
 #include "trainer.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <zlib.h>
 

@@ -1,6 +1,6 @@
 /* The CPU collectives without the store: ranks are forked processes joined by
  * a shared memory segment and socketpairs, assembled into a communicator the
- * way comm_boot.c does it. Covers every layout (shared memory, TCP ring,
+ * way comm_cpu_boot.c does it. Covers every layout (shared memory, TCP ring,
  * hierarchical, hosts with non-contiguous ranks), world sizes 1 to 4, sizes
  * up to 64 MB, and the failures: a rank killed mid-collective, a hung rank,
  * a rank calling a different collective. The same for allreduces in
@@ -8,8 +8,8 @@
  * are not registered on every rank or not at the same offset, the layouts
  * without shared memory, registrations past the limit.
  * timeout: 300 */
-#include "../tap.h"
-#include "../comm_check.h"
+#include "tap.h"
+#include "comm_check.h"
 #include "comm_internal.h"
 #include "mg_err.h"
 #include "net.h"

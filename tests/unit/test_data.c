@@ -7,7 +7,7 @@
 #include "mg_err.h"
 #include "rtutil.h"
 #include "sampler.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 #include <unistd.h>

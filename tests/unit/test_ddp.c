@@ -4,7 +4,7 @@
  * backward reports layers ready, checked with two forked ranks, with the
  * gradients in registered memory (zero-copy) and without.
  * timeout: 60 */
-#include "../tap.h"
+#include "tap.h"
 #include "comm_internal.h"
 #include "ddp.h"
 #include "mg_err.h"

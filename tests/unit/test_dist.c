@@ -1,7 +1,7 @@
 /* The launcher environment as the runtime reads it (mg_dist_env_read) and the
  * error file it writes for the launcher (torchrun's JSON format).
  * timeout: 30 */
-#include "../tap.h"
+#include "tap.h"
 #include "dist.h"
 #include "json.h"
 #include "mg_err.h"

@@ -1,6 +1,6 @@
 /* mg_strerror covers errno values and every project code. */
 #include "mg_err.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

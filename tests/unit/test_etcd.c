@@ -1,10 +1,10 @@
-/* The etcd backend (launcher/etcd.c) against a real etcd 3.4 that this test
+/* The etcd backend (launcher/rdzv/kv_etcd.c) against a real etcd 3.4 that this test
  * starts on loopback with a temporary data dir and free ports, and stops and
  * removes on every exit path (atexit, SIGTERM/SIGINT, and PDEATHSIG if killed):
  * the rendezvous backends' shared conformance table (kv_cases.h), then what
  * is etcd's own (endpoints, gateway, leases, failover, etcd going away).
  * timeout: 90 */
-#include "etcd.h"
+#include "kv_etcd.h"
 #include "mg_err.h"
 #include "net.h"
 #include "kv_cases.h"

@@ -9,7 +9,7 @@
 #include "models.h"
 #include "optim.h"
 #include "rtutil.h"
-#include "../tap.h"
+#include "tap.h"
 
 static struct mg_backend *be;
 

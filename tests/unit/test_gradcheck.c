@@ -13,7 +13,7 @@
 #include "models.h"
 #include "rng.h"
 #include "rtutil.h"
-#include "../tap.h"
+#include "tap.h"
 
 static struct mg_backend *be;
 static struct mg_mt19937 gen;

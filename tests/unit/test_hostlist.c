@@ -1,7 +1,7 @@
-/* Slurm hostlist expansion and SLURM_* detection (launcher/slurm.c).
+/* Slurm hostlist expansion and SLURM_* detection (launcher/rdzv/slurm.c).
  * timeout: 30 */
 #include "slurm.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

@@ -2,7 +2,7 @@
  * torch's error-file shapes, bounds and malformed input. */
 #include "json.h"
 #include "mg_err.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

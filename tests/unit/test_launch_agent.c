@@ -6,7 +6,7 @@
  * timeout: 60 */
 #include "agent.h"
 #include "opts.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 #include <fcntl.h>

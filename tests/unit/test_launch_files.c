@@ -4,7 +4,7 @@
 #include "errfile.h"
 #include "logdir.h"
 #include "mg_err.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,12 +3,12 @@
  * and the second step that resolves nproc against the host. */
 #include "opts.h"
 #include "mg_err.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 
 static struct mg_launch_opts o;
-static char err[MG_ERRMSG_MAX];
+static char err[MG_ERRMSG_LEN];
 
 /* Parses a NULL-terminated argument list (after "mglaunch") with an environment. */
 static int parse_env(char **env, ...)
@@ -125,7 +125,7 @@ static void test_bad_values(void)
 
 static void test_not_implemented(void)
 {
-    /* Multi-node flags (issue 5): parsed here, checked by launcher/rdzv_multi.c. */
+    /* Multi-node flags (issue 5): parsed here, checked by launcher/rdzv/rdzv_multi.c. */
     is_int(parse("--nnodes", "2", "prog"), 0, "--nnodes 2");
     ok(o.nnodes_min == 2 && o.nnodes_max == 2 && o.nnodes_given, "--nnodes 2 is 2:2, given");
     is_int(parse("--nnodes=1:4", "prog"), 0, "elastic --nnodes 1:4");

@@ -3,7 +3,7 @@
  * argument macro, and the stderr tail used by the failure summary. */
 #include "output.h"
 #include "mg_err.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

@@ -2,7 +2,7 @@
  * GPU counting with CUDA_VISIBLE_DEVICES rules, program lookup, spawning
  * with exec-failure reporting, and signal names. */
 #include "proc.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 #include <fcntl.h>

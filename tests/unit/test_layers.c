@@ -8,7 +8,7 @@
 #include "model.h"
 #include "models.h"
 #include "rtutil.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

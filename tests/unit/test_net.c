@@ -1,7 +1,7 @@
 /* net.c: host:port parsing, listen/connect on loopback, full reads and writes, deadlines. */
 #include "mg_err.h"
 #include "net.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 #include <sys/socket.h>

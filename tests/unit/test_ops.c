@@ -7,7 +7,7 @@
 #include "cpu_kernels.h"
 #include "mg_err.h"
 #include "rng.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <stdint.h>
 

@@ -4,7 +4,7 @@
 #include "backend.h"
 #include "optim.h"
 #include "rtutil.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

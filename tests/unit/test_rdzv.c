@@ -1,10 +1,10 @@
-/* The rendezvous' pure parts (launcher/rdzv_proto.c): node descriptors and
- * the documented rank order; and the hostname checks of launcher/rdzv_backend.c.
+/* The rendezvous' pure parts (launcher/rdzv/rdzv_proto.c): node descriptors and
+ * the documented rank order; and the hostname checks of launcher/rdzv/kv_open.c.
  * timeout: 30 */
 #include "mg_err.h"
-#include "rdzv_backend.h"
+#include "kv_open.h"
 #include "rdzv_proto.h"
-#include "../tap.h"
+#include "tap.h"
 
 static struct mg_rdzv_desc d(const char *id, const char *host, int prev, int fixed)
 {

@@ -1,7 +1,7 @@
-/* --rdzv_conf parsing and validation (launcher/rdzv_conf.c).
+/* --rdzv_conf parsing and validation (launcher/rdzv/rdzv_conf.c).
  * timeout: 30 */
 #include "rdzv_conf.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

@@ -1,7 +1,7 @@
 /* The rendezvous backends over mg's store, checked by the shared conformance
  * table (kv_cases.h; test_etcd.c runs it against etcd): the store client
- * (launcher/rdzv_store.c) and the in-process backend of the agent hosting the
- * store (launcher/rdzv_local.c), both on a real server, served here by its
+ * (launcher/rdzv/kv_store.c) and the in-process backend of the agent hosting the
+ * store (launcher/rdzv/kv_hosted.c), both on a real server, served here by its
  * thread. Then what is the host's alone: its loop learns of remote changes
  * from mg_rdzv_host_process, with the server driven by one thread as in
  * mglaunch; and how it tells whether its endpoint leads to its own store.
@@ -10,9 +10,9 @@
  * timeout: 60 */
 #include "mg_err.h"
 #include "net.h"
-#include "rdzv_backend.h"
-#include "rdzv_local.h"
-#include "rdzv_store.h"
+#include "kv_open.h"
+#include "kv_hosted.h"
+#include "kv_store.h"
 #include "store.h"
 #include "kv_cases.h"
 

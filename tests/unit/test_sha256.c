@@ -1,7 +1,7 @@
 /* sha256.c: FIPS 180-4 SHA-256 and RFC 4231 HMAC-SHA256 test vectors,
  * incremental updates split at every offset, constant-time compare. */
 #include "sha256.h"
-#include "../tap.h"
+#include "tap.h"
 
 /* timeout: 60 */
 

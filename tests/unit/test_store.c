@@ -6,7 +6,7 @@
 #include "net.h"
 #include "store.h"
 #include "store_proto.h"
-#include "../tap.h"
+#include "tap.h"
 #include "store_frames.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * one past it), truncated and corrupt bodies, and the status mapping. */
 #include "mg_err.h"
 #include "store_proto.h"
-#include "../tap.h"
+#include "tap.h"
 #include "store_frames.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
 #include "rng.h"
 #include "rtutil.h"
 #include "tensor.h"
-#include "../tap.h"
+#include "tap.h"
 
 #include <errno.h>
 

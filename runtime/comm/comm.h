@@ -29,13 +29,14 @@
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
+#include "mg_err.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 struct mg_store;
 
 #define MG_COMM_DEFAULT_TIMEOUT (-1)
-#define MG_COMM_ERRMSG_MAX      320
 /* What that default is when nothing sets it (MG_COMM_TIMEOUT, opts). */
 #define MG_COMM_TIMEOUT_DEFAULT_MS (300 * 1000)
 
@@ -88,7 +89,7 @@ struct mg_comm {
     int failed_code;
     uint64_t zerocopy; /* allreduces done in place in registered memory so far */
     char desc[96];     /* e.g. "cpu: shm (2 ranks on 1 host)" */
-    char errmsg[MG_COMM_ERRMSG_MAX];
+    char errmsg[MG_ERRMSG_LEN];
 };
 
 /* Options for creating a communicator. Zero-initialized fields take defaults. */

@@ -1,5 +1,5 @@
-/* The hosted store as an in-process rendezvous backend (rdzv_local.h). */
-#include "rdzv_local.h"
+/* The hosted store as an in-process rendezvous backend (kv_hosted.h). */
+#include "kv_hosted.h"
 #include "mg_err.h"
 #include "net.h"
 

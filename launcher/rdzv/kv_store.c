@@ -1,7 +1,7 @@
 /* The mg store (common/store.h) as a rendezvous key-value backend: the
  * client side of --rdzv_backend c10d and static. Ephemeral keys belong to
  * the connection, whose lease the keepalive op renews. */
-#include "rdzv_store.h"
+#include "kv_store.h"
 #include "mg_err.h"
 #include "net.h"
 #include "store.h"

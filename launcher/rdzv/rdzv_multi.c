@@ -2,7 +2,7 @@
 #include "rdzv_multi.h"
 #include "mg_err.h"
 #include "net.h"
-#include "rdzv_backend.h"
+#include "kv_open.h"
 #include "rdzv_conf.h"
 #include "rdzv_proto.h"
 #include "slurm.h"
@@ -43,7 +43,7 @@ struct multi {
     enum phase phase;
     int timer;                 /* the one pending timer, or -1 */
     int poller;                /* the hosted store's, or -1 */
-    int abort_fd;              /* a signalfd of the terminating signals (rdzv_kv.h), or -1 */
+    int abort_fd;              /* a signalfd of the terminating signals (kv.h), or -1 */
     int exit_fd;               /* at exit: a timer bounding the last requests, or -1 */
     struct mg_kv *kv;          /* the backend (owned by r) */
     mg_agent_timer_fn waiting; /* host: the step to run again when the store changes */

@@ -1,4 +1,4 @@
-/* The rendezvous key-value interface (launcher/rdzv_kv.h) as one table of
+/* The rendezvous key-value interface (launcher/rdzv/kv.h) as one table of
  * conformance cases, run against every backend by the same code: the mg
  * store client and the in-process backend of the agent hosting the store
  * (test_rdzv_kv.c), and etcd (test_etcd.c). What the rendezvous protocol
@@ -15,8 +15,8 @@
 #define MG_TEST_KV_CASES_H
 
 #include "mg_err.h"
-#include "rdzv_kv.h"
-#include "../tap.h"
+#include "kv.h"
+#include "tap.h"
 
 #include <errno.h>
 #include <limits.h>

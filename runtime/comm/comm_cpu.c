@@ -1,6 +1,6 @@
 /* The CPU communication backend: the collectives of a job laid out on hosts,
  * composed from the shared-memory group (comm_shm.c) and the TCP ring
- * (comm_tcp.c). comm_boot.c finds the layout through the store and builds the
+ * (comm_ring.c). comm_cpu_boot.c finds the layout through the store and builds the
  * pieces; mg_comm_cpu_assemble puts them together.
  *
  *   one host, several ranks             shared memory

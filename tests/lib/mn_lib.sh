@@ -1,5 +1,5 @@
 # Helpers for the multi-node mglaunch tests: one agent per test host
-# (tests/netns.sh), and checks of what their workers saw. Source after lib.sh
+# (tests/lib/netns.sh), and checks of what their workers saw. Source after lib.sh
 # and netns.sh.
 #
 #   node I NAME ARGS...   starts `mglaunch ARGS...` on host I in the background;

@@ -1,12 +1,12 @@
 /* Opening the rendezvous backends, with retries while the endpoint's name does
- * not resolve or nothing listens yet (see rdzv_backend.h). */
-#include "rdzv_backend.h"
-#include "etcd.h"
+ * not resolve or nothing listens yet (see kv_open.h). */
+#include "kv_open.h"
+#include "kv_etcd.h"
 #include "mg_err.h"
 #include "net.h"
-#include "rdzv_local.h"
+#include "kv_hosted.h"
 #include "rdzv_proto.h"
-#include "rdzv_store.h"
+#include "kv_store.h"
 #include "store.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 # Rendezvous protocol scenarios, shared by the backends' integration tests
 # (etcd_rdzv.t, multinode_store_rdzv.t). They drive build/tests/helpers/rdzv_agent,
-# which joins rounds through launcher/rdzv.c exactly as mglaunch does.
+# which joins rounds through launcher/rdzv/rdzv_proto.c exactly as mglaunch does.
 #
 # The caller sets BACKEND (etcd | c10d), EP (the endpoint) and, for c10d,
 # HOST_ARGS: the arguments that make an agent host the store (only the first

@@ -1,8 +1,8 @@
-/* The mg store client as a rendezvous key-value backend (rdzv_kv.h). */
+/* The mg store client as a rendezvous key-value backend (kv.h). */
 #ifndef MG_RDZV_STORE_H
 #define MG_RDZV_STORE_H
 
-#include "rdzv_kv.h"
+#include "kv.h"
 
 struct mg_kv_store_opts {
     const char *host;

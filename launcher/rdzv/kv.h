@@ -12,13 +12,14 @@
 #ifndef MG_RDZV_KV_H
 #define MG_RDZV_KV_H
 
+#include "mg_err.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #define MG_KV_MAX_KEY   1024
 #define MG_KV_MAX_VALUE (1u << 20) /* the rendezvous' values are small; etcd's limit is 1.5 MiB */
 #define MG_KV_MAX_LIST  65536      /* entries one list may return */
-#define MG_KV_ERR_MAX   512
 
 enum mg_kv_flags {
     MG_KV_EPHEMERAL = 1 << 0, /* deleted when this client's lease or connection ends */
@@ -66,7 +67,7 @@ struct mg_kv_ops {
 
 struct mg_kv {
     const struct mg_kv_ops *ops;
-    char err[MG_KV_ERR_MAX]; /* what the last failure was, for messages */
+    char err[MG_ERRMSG_LEN]; /* what the last failure was, for messages */
     int abort_fd;            /* -1 (as opened), or readable = give up a blocking call */
 };
 

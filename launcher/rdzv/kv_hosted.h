@@ -1,5 +1,5 @@
 /* The store this agent hosts, as its own rendezvous key-value backend
- * (rdzv_kv.h): the agent on the endpoint host runs the same protocol code as
+ * (kv.h): the agent on the endpoint host runs the same protocol code as
  * the remote agents, on the server's data directly (common/store.h's local
  * calls), with no socket and no thread.
  *
@@ -11,7 +11,7 @@
 #ifndef MG_RDZV_LOCAL_H
 #define MG_RDZV_LOCAL_H
 
-#include "rdzv_kv.h"
+#include "kv.h"
 #include "store.h"
 
 /* The backend over srv, which must outlive it. where names the store in

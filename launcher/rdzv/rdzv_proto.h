@@ -33,7 +33,7 @@
 
 #include "net.h"
 #include "rdzv_conf.h"
-#include "rdzv_kv.h"
+#include "kv.h"
 
 #include <stdint.h>
 

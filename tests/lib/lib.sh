@@ -1,6 +1,6 @@
 # Shared helpers for the integration tests (shell scripts that print TAP).
 #
-#   . "$(dirname "$0")/../lib.sh"
+#   . "$(dirname "$0")/../lib/lib.sh"
 #   ok CMD...            runs CMD; passes when it exits 0     (desc: $DESC or the command)
 #   is GOT WANT DESC     string equality
 #   like GOT REGEX DESC  extended-regex match

@@ -1,6 +1,6 @@
 /* Internal pieces of the CPU communication backend: the shared-memory group
  * of the ranks on one host (comm_shm.c), the pipelined TCP ring between hosts
- * (comm_tcp.c), and how they report what went wrong (a fault naming the peer,
+ * (comm_ring.c), and how they report what went wrong (a fault naming the peer,
  * which comm_cpu.c turns into the user-facing message). Not a public API. */
 #ifndef MG_COMM_INTERNAL_H
 #define MG_COMM_INTERNAL_H

@@ -1,5 +1,5 @@
-/* Helpers shared by the key-value backends of the rendezvous (rdzv_kv.h). */
-#include "rdzv_kv.h"
+/* Helpers shared by the key-value backends of the rendezvous (kv.h). */
+#include "kv.h"
 #include "mg_err.h"
 
 #include <errno.h>

@@ -61,7 +61,7 @@ extern char **environ;
 int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
                    char *err, size_t errcap)
 {
-    /* Several nodes, etcd, or a Slurm allocation: launcher/rdzv_multi.c. */
+    /* Several nodes, etcd, or a Slurm allocation: launcher/rdzv/rdzv_multi.c. */
     if (mg_rdzv_multi_wanted(o, environ))
         return mg_rdzv_multi_create(o, environ, ops, impl, err, errcap);
     int crc = mg_rdzv_multi_check_conf(o, environ, err, errcap);

@@ -9,7 +9,7 @@
 #ifndef MG_ETCD_H
 #define MG_ETCD_H
 
-#include "rdzv_kv.h"
+#include "kv.h"
 
 #define MG_ETCD_MAX_ENDPOINTS 16
 #define MG_ETCD_DEFAULT_PORT  2379

@@ -7,7 +7,7 @@
 #define MG_RDZV_BACKEND_H
 
 #include "rdzv_conf.h"
-#include "rdzv_kv.h"
+#include "kv.h"
 
 #include <poll.h>
 #include <stdint.h>
@@ -35,7 +35,7 @@ struct mg_rdzv_host;
 
 /* Opens the backend. *kv is the client, *host the hosted server or NULL.
  * When this agent hosts the store, *kv is the in-process backend over it
- * (rdzv_local.h), and the caller serves the store from its poll loop with
+ * (kv_hosted.h), and the caller serves the store from its poll loop with
  * the calls below: there is no thread. ns receives the key namespace for the
  * run. On failure, err says which endpoint and what failed. */
 int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,

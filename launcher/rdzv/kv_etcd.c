@@ -1,6 +1,6 @@
 /* The etcd v3 backend of the rendezvous, over the JSON gateway and a libcurl
  * loaded at run time (see etcd.h). */
-#include "etcd.h"
+#include "kv_etcd.h"
 #include "json.h"
 #include "mg_err.h"
 #include "net.h"
