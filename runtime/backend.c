@@ -62,5 +62,5 @@ int mg_backend_create(enum mg_device dev, const struct mg_backend_opts *opts,
 void mg_backend_release(struct mg_backend *be)
 {
     if (be)
-        be->release(be);
+        be->ops->release(be);
 }

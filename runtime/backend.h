@@ -49,12 +49,11 @@ struct mg_pool2d_dims {
 int mg_conv2d_dims_finish(struct mg_conv2d_dims *d);
 int mg_pool2d_dims_finish(struct mg_pool2d_dims *d);
 
-struct mg_backend {
-    const char *name; /* for humans: "cpu (OpenBLAS Haswell, 1 thread)" */
-    enum mg_device device;
-    int threads;
-    void *impl;
+struct mg_backend;
 
+/* What a backend implements: one const table per backend (cpu_backend.c,
+ * the CUDA plugin), as struct mg_comm_ops is for communicators. */
+struct mg_backend_ops {
     void (*release)(struct mg_backend *be);
 
     /* ---- memory ---- */
@@ -127,6 +126,15 @@ struct mg_backend {
                        double weight_decay, uint64_t step);
     /* x *= a (gradient averaging) */
     void (*scale)(struct mg_backend *be, float *x, float a, size_t n);
+};
+
+/* One backend instance: its ops and the fields common to every device. */
+struct mg_backend {
+    const struct mg_backend_ops *ops;
+    const char *name; /* for humans: "cpu (OpenBLAS Haswell, 1 thread)" */
+    enum mg_device device;
+    int threads;
+    void *impl;
 };
 
 /* Creates the backend for a device. Returns -MG_EUNSUPPORTED for a device this

@@ -342,8 +342,8 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
         goto out;
     }
     if (nstate) {
-        m->be->download(m->be, host, t->opt.state, nstate * sizeof(float));
-        rc = m->be->sync(m->be);
+        m->be->ops->download(m->be, host, t->opt.state, nstate * sizeof(float));
+        rc = m->be->ops->sync(m->be);
         if (rc)
             goto out;
     }

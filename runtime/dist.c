@@ -215,7 +215,7 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
         goto fail;
     }
     char cerr[512];
-    rc = mg_comm_cpu_create(&d->comm, d->store, &copts, cerr, sizeof(cerr));
+    rc = mg_comm_create(&d->comm, d->store, &copts, cerr, sizeof(cerr));
     if (rc) {
         mg_seterr(err, errlen, 0, "cannot set up communication between the %d ranks: %s", d->world,
                   cerr);

@@ -222,7 +222,7 @@ static size_t layout_arena(struct mg_model *m, char *base)
         case MG_LAYER_LINEAR:
         case MG_LAYER_DROPOUT:
             if (l->spec.kind == MG_LAYER_LINEAR) {
-                size_t s = m->be->linear_scratch(m->be, m->max_batch, (int)l->in_size, l->spec.out);
+                size_t s = m->be->ops->linear_scratch(m->be, m->max_batch, (int)l->in_size, l->spec.out);
                 if (s > scratch)
                     scratch = s;
             }
@@ -233,7 +233,7 @@ static size_t layout_arena(struct mg_model *m, char *base)
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims d;
             conv_dims(l, m->max_batch, &d);
-            size_t s = m->be->conv2d_scratch(m->be, &d);
+            size_t s = m->be->ops->conv2d_scratch(m->be, &d);
             if (s > scratch)
                 scratch = s;
             PLACE(l->out, float *, n * sizeof(float));
@@ -287,13 +287,13 @@ int mg_model_init(struct mg_model *m, struct mg_backend *be, const char *name, c
                        m->arena_bytes);
 
     rc = -ENOMEM;
-    m->param_buf = be->alloc(be, m->nparams * sizeof(float));
+    m->param_buf = be->ops->alloc(be, m->nparams * sizeof(float));
     if (!m->param_buf)
         goto fail;
-    m->grad_buf = be->alloc(be, m->nparams * sizeof(float));
+    m->grad_buf = be->ops->alloc(be, m->nparams * sizeof(float));
     if (!m->grad_buf)
         goto fail;
-    m->arena = be->alloc(be, m->arena_bytes);
+    m->arena = be->ops->alloc(be, m->arena_bytes);
     if (!m->arena)
         goto fail;
     m->host_losses = calloc((size_t)max_batch, sizeof(float));
@@ -318,11 +318,11 @@ void mg_model_release(struct mg_model *m)
     if (!m->be)
         return;
     if (m->param_buf)
-        m->be->free(m->be, m->param_buf);
+        m->be->ops->free(m->be, m->param_buf);
     if (m->grad_buf)
-        m->be->free(m->be, m->grad_buf);
+        m->be->ops->free(m->be, m->grad_buf);
     if (m->arena)
-        m->be->free(m->be, m->arena);
+        m->be->ops->free(m->be, m->arena);
     free(m->host_losses);
     free(m->host_correct);
     memset(m, 0, sizeof(*m));
@@ -356,22 +356,22 @@ int mg_model_init_params(struct mg_model *m, uint64_t seed)
     }
     mg_model_set_params(m, host);
     free(host);
-    return m->be->sync(m->be);
+    return m->be->ops->sync(m->be);
 }
 
 void mg_model_set_params(struct mg_model *m, const float *host)
 {
-    m->be->upload(m->be, m->param_buf, host, m->nparams * sizeof(float));
+    m->be->ops->upload(m->be, m->param_buf, host, m->nparams * sizeof(float));
 }
 
 void mg_model_get_params(const struct mg_model *m, float *host)
 {
-    m->be->download(m->be, host, m->param_buf, m->nparams * sizeof(float));
+    m->be->ops->download(m->be, host, m->param_buf, m->nparams * sizeof(float));
 }
 
 void mg_model_get_grads(const struct mg_model *m, float *host)
 {
-    m->be->download(m->be, host, m->grad_buf, m->nparams * sizeof(float));
+    m->be->ops->download(m->be, host, m->grad_buf, m->nparams * sizeof(float));
 }
 
 void mg_model_tensor_record(const struct mg_tensor *t, unsigned char rec[MG_TENSOR_REC_BYTES])
@@ -388,7 +388,7 @@ float *mg_model_swap_grad_buf(struct mg_model *m, float *buf)
     float *old = m->grad_buf;
     if (!buf || buf == old)
         return old;
-    m->be->copy(m->be, buf, old, m->nparams * sizeof(float));
+    m->be->ops->copy(m->be, buf, old, m->nparams * sizeof(float));
     m->grad_buf = buf;
     for (int t = 0; t < m->ntensors; t++)
         m->grads[t].data = buf + m->params[t].offset;
@@ -397,7 +397,7 @@ float *mg_model_swap_grad_buf(struct mg_model *m, float *buf)
 
 void mg_model_zero_grad(struct mg_model *m)
 {
-    m->be->zero(m->be, m->grad_buf, m->nparams * sizeof(float));
+    m->be->ops->zero(m->be, m->grad_buf, m->nparams * sizeof(float));
 }
 
 static const float *tensor_data(const struct mg_model *m, int t)
@@ -417,34 +417,34 @@ void mg_model_forward(struct mg_model *m, int n, int train)
         l->dropped = 0;
         switch (l->spec.kind) {
         case MG_LAYER_LINEAR:
-            be->linear_forward(be, y, x, tensor_data(m, l->weight), tensor_data(m, l->bias), n,
+            be->ops->linear_forward(be, y, x, tensor_data(m, l->weight), tensor_data(m, l->bias), n,
                                (int)l->in_size, l->spec.out, l->fused_relu);
             break;
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims d;
             conv_dims(l, n, &d);
-            be->conv2d_forward(be, &d, y, x, tensor_data(m, l->weight), tensor_data(m, l->bias),
+            be->ops->conv2d_forward(be, &d, y, x, tensor_data(m, l->weight), tensor_data(m, l->bias),
                                l->fused_relu, m->scratch);
             break;
         }
         case MG_LAYER_MAXPOOL2D: {
             struct mg_pool2d_dims d;
             pool_dims(l, n, &d);
-            be->maxpool2d_forward(be, &d, y, l->pool_idx, x);
+            be->ops->maxpool2d_forward(be, &d, y, l->pool_idx, x);
             break;
         }
         case MG_LAYER_RELU:
             if (l->fused)
                 y = (float *)x;
             else
-                be->relu_forward(be, y, x, cnt);
+                be->ops->relu_forward(be, y, x, cnt);
             break;
         case MG_LAYER_FLATTEN:
             y = (float *)x;
             break;
         case MG_LAYER_DROPOUT:
             if (train && l->spec.p > 0.0f) {
-                be->dropout_forward(be, y, l->mask, x, cnt, l->spec.p, m->dropout_rng.seed,
+                be->ops->dropout_forward(be, y, l->mask, x, cnt, l->spec.p, m->dropout_rng.seed,
                                     m->dropout_rng.offset);
                 m->dropout_rng.offset += cnt;
                 l->dropped = 1;
@@ -462,10 +462,10 @@ void mg_model_forward(struct mg_model *m, int n, int train)
 int mg_model_loss(struct mg_model *m, int n, double *loss_sum, long *correct)
 {
     struct mg_backend *be = m->be;
-    be->xent_forward(be, m->losses, m->correct, m->probs, m->logits, m->labels, n, m->classes);
-    be->download(be, m->host_losses, m->losses, (size_t)n * sizeof(float));
-    be->download(be, m->host_correct, m->correct, (size_t)n * sizeof(int32_t));
-    int rc = be->sync(be);
+    be->ops->xent_forward(be, m->losses, m->correct, m->probs, m->logits, m->labels, n, m->classes);
+    be->ops->download(be, m->host_losses, m->losses, (size_t)n * sizeof(float));
+    be->ops->download(be, m->host_correct, m->correct, (size_t)n * sizeof(int32_t));
+    int rc = be->ops->sync(be);
     double s = 0.0;
     long c = 0;
     for (int i = 0; i < n; i++) {
@@ -484,7 +484,7 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
 {
     struct mg_backend *be = m->be;
     float *d = m->dbuf[0];
-    be->xent_backward(be, d, m->probs, m->labels, n, m->classes, scale);
+    be->ops->xent_backward(be, d, m->probs, m->labels, n, m->classes, scale);
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct mg_layer *l = &m->layers[i];
         if (!l->need_dx && l->weight < 0)
@@ -495,15 +495,15 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
         switch (l->spec.kind) {
         case MG_LAYER_LINEAR:
             if (l->fused_relu)
-                be->relu_backward(be, d, d, l->y, cnt);
-            be->linear_backward(be, dx, m->grads[l->weight].data, m->grads[l->bias].data, d, l->x,
+                be->ops->relu_backward(be, d, d, l->y, cnt);
+            be->ops->linear_backward(be, dx, m->grads[l->weight].data, m->grads[l->bias].data, d, l->x,
                                 m->params[l->weight].data, n, (int)l->in_size, l->spec.out,
                                 accumulate, m->scratch);
             break;
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims cd;
             conv_dims(l, n, &cd);
-            be->conv2d_backward(be, &cd, dx, m->grads[l->weight].data, m->grads[l->bias].data, d,
+            be->ops->conv2d_backward(be, &cd, dx, m->grads[l->weight].data, m->grads[l->bias].data, d,
                                 l->x, m->params[l->weight].data, l->y, l->fused_relu, accumulate,
                                 l->sparse_dy, m->scratch);
             break;
@@ -512,13 +512,13 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
             struct mg_pool2d_dims pd;
             pool_dims(l, n, &pd);
             if (dx)
-                be->maxpool2d_backward(be, &pd, dx, d, l->pool_idx);
+                be->ops->maxpool2d_backward(be, &pd, dx, d, l->pool_idx);
             break;
         }
         case MG_LAYER_RELU:
             dx = d;
             if (!l->fused)
-                be->relu_backward(be, dx, d, l->y, cnt);
+                be->ops->relu_backward(be, dx, d, l->y, cnt);
             break;
         case MG_LAYER_FLATTEN:
             dx = d;
@@ -526,7 +526,7 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
         case MG_LAYER_DROPOUT:
             dx = d;
             if (l->dropped)
-                be->dropout_backward(be, dx, d, l->mask, cnt, l->spec.p);
+                be->ops->dropout_backward(be, dx, d, l->mask, cnt, l->spec.p);
             break;
         }
         if (l->weight >= 0 && ready) {
@@ -537,7 +537,7 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
         if (dx)
             d = dx;
     }
-    return be->sync(be);
+    return be->ops->sync(be);
 }
 
 uint64_t mg_model_param_hash(const struct mg_model *m)

@@ -64,7 +64,7 @@ int mg_optim_init(struct mg_optim *o, struct mg_backend *be, const struct mg_opt
     else if (cfg->momentum != 0.0)
         o->state_count = nparams;
     if (o->state_count) {
-        o->state = be->alloc(be, o->state_count * sizeof(float));
+        o->state = be->ops->alloc(be, o->state_count * sizeof(float));
         if (!o->state)
             return -ENOMEM;
     }
@@ -74,7 +74,7 @@ int mg_optim_init(struct mg_optim *o, struct mg_backend *be, const struct mg_opt
 void mg_optim_release(struct mg_optim *o)
 {
     if (o->be && o->state)
-        o->be->free(o->be, o->state);
+        o->be->ops->free(o->be, o->state);
     memset(o, 0, sizeof(*o));
 }
 
@@ -86,10 +86,10 @@ void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads
     float *p = params + offset;
     const float *g = grads + offset;
     if (c->kind == MG_OPTIM_ADAMW)
-        be->adamw_step(be, p, g, o->state + offset, o->state + o->n + offset, count, lr, c->beta1,
+        be->ops->adamw_step(be, p, g, o->state + offset, o->state + o->n + offset, count, lr, c->beta1,
                        c->beta2, c->eps, c->weight_decay, o->steps + 1);
     else
-        be->sgd_step(be, p, g, o->state ? o->state + offset : NULL, count, lr, c->momentum,
+        be->ops->sgd_step(be, p, g, o->state ? o->state + offset : NULL, count, lr, c->momentum,
                      c->weight_decay, c->nesterov, o->steps == 0);
 }
 

@@ -140,7 +140,7 @@ int mg_trainer_start(struct mg_trainer *t)
     if (!t->hooks.broadcast_params)
         return 0;
     int rc = t->hooks.broadcast_params(t->hooks.ctx, t->model->param_buf, t->model->nparams);
-    return rc < 0 ? rc : t->model->be->sync(t->model->be);
+    return rc < 0 ? rc : t->model->be->ops->sync(t->model->be);
 }
 
 static void upload_batch(struct mg_trainer *t, const struct mg_dataset *ds, const int32_t *idx,
@@ -149,8 +149,8 @@ static void upload_batch(struct mg_trainer *t, const struct mg_dataset *ds, cons
     struct mg_model *m = t->model;
     size_t sample = mg_dataset_sample_size(ds);
     mg_dataset_gather(ds, idx, n, t->x_host, t->y_host);
-    m->be->upload(m->be, m->input, t->x_host, sizeof(float) * sample * (size_t)n);
-    m->be->upload(m->be, m->labels, t->y_host, sizeof(int32_t) * (size_t)n);
+    m->be->ops->upload(m->be, m->input, t->x_host, sizeof(float) * sample * (size_t)n);
+    m->be->ops->upload(m->be, m->labels, t->y_host, sizeof(int32_t) * (size_t)n);
 }
 
 /* Uploads the next micro-batch; returns its size. */
@@ -234,7 +234,7 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     else
         mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);
     t->step++;
-    return m->be->sync(m->be);
+    return m->be->ops->sync(m->be);
 }
 
 int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
@@ -360,8 +360,8 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     float *hp = t->host_state, *hs = t->host_state + m->nparams;
     mg_model_get_params(m, hp);
     if (t->opt.state_count)
-        m->be->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
-    rc = m->be->sync(m->be);
+        m->be->ops->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
+    rc = m->be->ops->sync(m->be);
     if (rc < 0) {
         mg_errf(err, rc, "cannot copy the parameters from the device: %s", mg_strerror(rc));
         goto out;
@@ -646,13 +646,13 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     }
     mg_model_set_params(m, params->data);
     if (t->opt.state_count)
-        m->be->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
+        m->be->ops->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);
     ri->loaded = 1;
     mg_model_zero_grad(m);
-    return m->be->sync(m->be);
+    return m->be->ops->sync(m->be);
 }
 
 int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)

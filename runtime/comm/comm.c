@@ -20,6 +20,10 @@ int mg_comm_mode_parse(const char *text, enum mg_comm_mode *mode)
         *mode = MG_COMM_SHM;
     else if (strcmp(text, "tcp") == 0)
         *mode = MG_COMM_TCP;
+    else if (strcmp(text, "cpu") == 0)
+        *mode = MG_COMM_CPU;
+    else if (strcmp(text, "nccl") == 0)
+        *mode = MG_COMM_NCCL;
     else
         return -EINVAL;
     return 0;
@@ -32,9 +36,21 @@ const char *mg_comm_mode_name(enum mg_comm_mode mode)
         return "shm";
     case MG_COMM_TCP:
         return "tcp";
+    case MG_COMM_CPU:
+        return "cpu";
+    case MG_COMM_NCCL:
+        return "nccl";
     default:
         return "auto";
     }
+}
+
+int mg_comm_create(struct mg_comm **out, struct mg_store *store, const struct mg_comm_opts *opts,
+                   char *err, size_t errlen)
+{
+    if (opts->mode == MG_COMM_NCCL || (opts->mode == MG_COMM_AUTO && opts->on_cuda))
+        return mg_comm_nccl_create(out, store, opts, err, errlen);
+    return mg_comm_cpu_create(out, store, opts, err, errlen);
 }
 
 /* Seconds (may be fractional, > 0) to milliseconds. */
@@ -53,7 +69,7 @@ int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
 {
     const char *v;
     if ((v = getenv("MG_COMM")) && mg_comm_mode_parse(v, &opts->mode)) {
-        snprintf(err, errlen, "MG_COMM='%s': expected auto, shm or tcp", v);
+        snprintf(err, errlen, "MG_COMM='%s': expected auto, cpu, shm, tcp or nccl", v);
         return -EINVAL;
     }
     static const char *const timeouts[] = {"MG_COMM_TIMEOUT", "MG_COMM_INIT_TIMEOUT"};

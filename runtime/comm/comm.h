@@ -29,6 +29,7 @@
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
+#include "mg_config.h"
 #include "mg_err.h"
 
 #include <stddef.h>
@@ -45,11 +46,13 @@ enum mg_reduce_op {
     MG_REDUCE_AVG, /* sum, then divided by the world size (once, by one rank) */
 };
 
-/* What the CPU backend uses between ranks (MG_COMM=auto|shm|tcp). */
+/* Which communicator, and how the CPU one connects ranks (MG_COMM=auto|cpu|shm|tcp|nccl). */
 enum mg_comm_mode {
-    MG_COMM_AUTO, /* shm within a host, tcp between hosts, hierarchical for both */
-    MG_COMM_SHM,  /* shared memory only: every rank must be on one host */
-    MG_COMM_TCP,  /* one TCP ring over all ranks, even on one host */
+    MG_COMM_AUTO, /* NCCL when the ranks compute on CUDA, else the CPU backend's layout */
+    MG_COMM_SHM,  /* CPU, shared memory only: every rank must be on one host */
+    MG_COMM_TCP,  /* CPU, one TCP ring over all ranks, even on one host */
+    MG_COMM_CPU,  /* CPU: shm within a host, tcp between hosts, hierarchical for both */
+    MG_COMM_NCCL, /* NCCL (the CUDA plugin) */
 };
 
 struct mg_comm;
@@ -108,6 +111,8 @@ struct mg_comm_opts {
                               host's ranks have a CPU each, else 50; -1 = none) */
     size_t tcp_segment;    /* TCP ring pipeline segment in bytes (0 = default 256 KiB) */
     int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
+    int on_cuda;           /* the ranks compute on CUDA: MG_COMM_AUTO means NCCL */
+    int device_index;      /* NCCL: the CUDA device of this rank */
 };
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
@@ -117,11 +122,33 @@ struct mg_comm_opts {
  * -EINVAL and writes a message naming the variable into err. */
 int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen);
 
+/* The communicator opts->mode asks for (MG_COMM_AUTO: NCCL when opts->on_cuda,
+ * else the CPU backend). Every rank calls this at the same time, through the
+ * same store. On failure returns a negative code and a message in err. */
+int mg_comm_create(struct mg_comm **out, struct mg_store *store, const struct mg_comm_opts *opts,
+                   char *err, size_t errlen);
+
 /* The CPU backend. Every rank calls this at the same time; they find each other
  * through the store (which must be shared by exactly this job's ranks and
  * outlive the call). On failure returns a negative code and a message in err. */
 int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                        const struct mg_comm_opts *opts, char *err, size_t errlen);
+
+/* NCCL, from the CUDA plugin (built when nvcc, cuDNN and NCCL were found). */
+#if MG_HAVE_NCCL
+int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *store,
+                        const struct mg_comm_opts *opts, char *err, size_t errlen);
+#else
+static inline int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *store,
+                                      const struct mg_comm_opts *opts, char *err, size_t errlen)
+{
+    (void)store;
+    (void)opts;
+    *out = 0;
+    return mg_seterr(err, errlen, -MG_EUNSUPPORTED,
+                     "this build has no NCCL communicator (it was built without nvcc and NCCL)");
+}
+#endif
 
 /* World size 1: every collective is a no-op (with the same argument checks). */
 int mg_comm_single_create(struct mg_comm **out);

@@ -370,6 +370,34 @@ static int threads_from_env(void)
     return v > 1024 ? 1024 : (int)v;
 }
 
+static const struct mg_backend_ops cpu_ops = {
+    .release = cpu_release,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .linear_forward = cpu_linear_forward,
+    .linear_scratch = cpu_linear_scratch,
+    .linear_backward = cpu_linear_backward,
+    .conv2d_scratch = cpu_conv2d_scratch,
+    .conv2d_forward = cpu_conv2d_forward,
+    .conv2d_backward = cpu_conv2d_backward,
+    .maxpool2d_forward = cpu_maxpool2d_forward,
+    .maxpool2d_backward = cpu_maxpool2d_backward,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .xent_forward = cpu_xent_forward,
+    .xent_backward = cpu_xent_backward,
+    .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
+    .scale = cpu_scale,
+};
+
 int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out)
 {
     struct mg_backend *be = calloc(1, sizeof(*be));
@@ -393,35 +421,11 @@ int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend 
         snprintf(impl->name, sizeof(impl->name), "cpu (%s, %d thread%s)", impl->blas->library,
                  threads, threads == 1 ? "" : "s");
     *be = (struct mg_backend){
+        .ops = &cpu_ops,
         .name = impl->name,
         .device = MG_DEVICE_CPU,
         .threads = threads,
         .impl = impl,
-        .release = cpu_release,
-        .alloc = cpu_alloc,
-        .free = cpu_free,
-        .upload = cpu_copy,
-        .download = cpu_copy,
-        .copy = cpu_copy,
-        .zero = cpu_zero,
-        .sync = cpu_sync,
-        .linear_forward = cpu_linear_forward,
-        .linear_scratch = cpu_linear_scratch,
-        .linear_backward = cpu_linear_backward,
-        .conv2d_scratch = cpu_conv2d_scratch,
-        .conv2d_forward = cpu_conv2d_forward,
-        .conv2d_backward = cpu_conv2d_backward,
-        .maxpool2d_forward = cpu_maxpool2d_forward,
-        .maxpool2d_backward = cpu_maxpool2d_backward,
-        .relu_forward = cpu_relu_forward,
-        .relu_backward = cpu_relu_backward,
-        .dropout_forward = cpu_dropout_forward,
-        .dropout_backward = cpu_dropout_backward,
-        .xent_forward = cpu_xent_forward,
-        .xent_backward = cpu_xent_backward,
-        .sgd_step = cpu_sgd_step,
-        .adamw_step = cpu_adamw_step,
-        .scale = cpu_scale,
     };
     *out = be;
     return 0;

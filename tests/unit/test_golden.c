@@ -44,8 +44,8 @@ static void load_batch(struct mg_model *m, const struct gold *g)
     const struct gold_rec *x = gold_get(g, "input"), *y = gold_get(g, "labels");
     if (!x || !y || x->stride != 1 || y->stride != 1)
         BAIL_OUT("golden file lacks the input batch");
-    be->upload(be, m->input, x->data, x->numel * sizeof(float));
-    be->upload(be, m->labels, y->data, y->numel * sizeof(int32_t));
+    be->ops->upload(be, m->input, x->data, x->numel * sizeof(float));
+    be->ops->upload(be, m->labels, y->data, y->numel * sizeof(int32_t));
 }
 
 struct config {

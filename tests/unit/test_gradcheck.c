@@ -42,8 +42,8 @@ static void fill_batch(struct mg_model *m, int n)
         x[i] = (float)(urand() * 2 - 1);
     for (int i = 0; i < n; i++)
         y[i] = (int32_t)(mg_mt19937_u32(&gen) % (uint32_t)m->classes);
-    be->upload(be, m->input, x, S * n * sizeof(float));
-    be->upload(be, m->labels, y, n * sizeof(int32_t));
+    be->ops->upload(be, m->input, x, S * n * sizeof(float));
+    be->ops->upload(be, m->labels, y, n * sizeof(int32_t));
     free(x);
     free(y);
 }
@@ -67,11 +67,11 @@ static void gradcheck(const char *what, struct mg_model *m, int n, int per_tenso
                 x->offset + (k == (int)x->numel ? (size_t)j : mg_mt19937_u32(&gen) % x->numel);
             float orig = p[i];
             float up = orig + h, down = orig - h;
-            be->upload(be, m->param_buf + i, &up, 4);
+            be->ops->upload(be, m->param_buf + i, &up, 4);
             double lp = loss_at(m, n);
-            be->upload(be, m->param_buf + i, &down, 4);
+            be->ops->upload(be, m->param_buf + i, &down, 4);
             double lm = loss_at(m, n);
-            be->upload(be, m->param_buf + i, &orig, 4);
+            be->ops->upload(be, m->param_buf + i, &orig, 4);
             double fd = (lp - lm) / ((double)up - (double)down);
             double err = fabs(fd - g[i]);
             checked++;

@@ -125,8 +125,8 @@ static void fill_batch(struct mg_model *m, int n)
         x[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     for (int i = 0; i < n; i++)
         y[i] = i % m->classes;
-    be->upload(be, m->input, x, S * n * sizeof(float));
-    be->upload(be, m->labels, y, n * sizeof(int32_t));
+    be->ops->upload(be, m->input, x, S * n * sizeof(float));
+    be->ops->upload(be, m->labels, y, n * sizeof(int32_t));
     free(x);
     free(y);
 }
@@ -211,9 +211,9 @@ static void test_dropout_modes_and_hash(void)
     mg_model_init_params(&m2, 1);
     ok(mg_model_param_hash(&m2) != h0, "another seed: another hash");
     float one;
-    be->download(be, &one, m.param_buf + 1000, 4);
+    be->ops->download(be, &one, m.param_buf + 1000, 4);
     one = nextafterf(one, INFINITY);
-    be->upload(be, m.param_buf + 1000, &one, 4);
+    be->ops->upload(be, m.param_buf + 1000, &one, 4);
     ok(mg_model_param_hash(&m) != h0, "one bit of one parameter changes the hash");
     mg_model_release(&m);
     mg_model_release(&m2);

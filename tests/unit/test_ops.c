@@ -49,7 +49,7 @@ static void test_linear(int n, int in, int out, int relu, int sparse)
     float *dw = copyv(dw0, (size_t)out * in), *db = copyv(db0, out);
     double *ry = calloc((size_t)n * out, sizeof(double)), *rdx = calloc((size_t)n * in, 8);
     double *rdw = calloc((size_t)out * in, 8), *rdb = calloc(out, 8);
-    be->linear_forward(be, y, x, w, b, n, in, out, relu);
+    be->ops->linear_forward(be, y, x, w, b, n, in, out, relu);
     for (int i = 0; i < n; i++)
         for (int o = 0; o < out; o++) {
             double s = b[o];
@@ -60,12 +60,12 @@ static void test_linear(int n, int in, int out, int relu, int sparse)
     ok(maxdiff(y, ry, (size_t)n * out) < 1e-5, "linear %dx%d->%d%s forward: %.2g", n, in, out,
        relu ? " +relu" : "", maxdiff(y, ry, (size_t)n * out));
     /* accumulate: dw = dw0 + dy^T x */
-    void *scratch = be->alloc(be, be->linear_scratch(be, n, in, out));
+    void *scratch = be->ops->alloc(be, be->ops->linear_scratch(be, n, in, out));
     if (sparse) /* nine tenths zeros, as behind a trained ReLU layer: the sparse path */
         for (size_t i = 0; i < (size_t)n * out; i++)
             if (i % 10)
                 dy[i] = 0.0f;
-    be->linear_backward(be, dx, dw, db, dy, x, w, n, in, out, 1, scratch);
+    be->ops->linear_backward(be, dx, dw, db, dy, x, w, n, in, out, 1, scratch);
     for (int o = 0; o < out; o++) {
         rdb[o] = db0[o];
         for (int k = 0; k < in; k++)
@@ -89,8 +89,8 @@ static void test_linear(int n, int in, int out, int relu, int sparse)
     ok(maxdiff(dx, rdx, (size_t)n * in) < 1e-5, "linear backward dx%s", how);
     /* overwrite, without dx */
     float *dx_before = copyv(dx, (size_t)n * in);
-    be->linear_backward(be, NULL, dw, db, dy, x, w, n, in, out, 0, scratch);
-    be->free(be, scratch);
+    be->ops->linear_backward(be, NULL, dw, db, dy, x, w, n, in, out, 0, scratch);
+    be->ops->free(be, scratch);
     for (size_t i = 0; i < (size_t)out * in; i++)
         rdw[i] -= dw0[i];
     for (int o = 0; o < out; o++)
@@ -120,13 +120,13 @@ static void test_conv(int n, int c, int h, int w, int oc, int k, int stride, int
     float *x = randv(nx, 1), *wt = randv(nw, 0.3f), *b = randv(oc, 0.3f), *y = randv(ny, 1);
     float *dy = randv(ny, 1), *dy0 = copyv(dy, ny), *dx = randv(nx, 1);
     float *dw = randv(nw, 1), *db = randv(oc, 1), *dw0 = copyv(dw, nw), *db0 = copyv(db, oc);
-    void *scratch = be->alloc(be, be->conv2d_scratch(be, &d));
+    void *scratch = be->ops->alloc(be, be->ops->conv2d_scratch(be, &d));
     double *ry = calloc(ny, 8), *rdx = calloc(nx, 8), *rdw = calloc(nw, 8), *rdb = calloc(oc, 8);
     char what[96];
     snprintf(what, sizeof(what), "conv n%d c%d %dx%d oc%d k%d s%d p%d%s", n, c, h, w, oc, k, stride,
              pad, relu ? " +relu" : "");
 
-    be->conv2d_forward(be, &d, y, x, wt, b, relu, scratch);
+    be->ops->conv2d_forward(be, &d, y, x, wt, b, relu, scratch);
     for (int s = 0; s < n; s++)
         for (int o = 0; o < oc; o++)
             for (int i = 0; i < d.oh; i++)
@@ -163,20 +163,20 @@ static void test_conv(int n, int c, int h, int w, int oc, int k, int stride, int
                                 rdx[xi] += g * wt[((o * c + ci) * k + a) * k + e];
                             }
                 }
-    be->conv2d_backward(be, &d, dx, dw, db, dy, x, wt, y, relu, 0, sparse, scratch);
+    be->ops->conv2d_backward(be, &d, dx, dw, db, dy, x, wt, y, relu, 0, sparse, scratch);
     ok(maxdiff(dw, rdw, nw) < 1e-4, "%s backward dw: %.2g", what, maxdiff(dw, rdw, nw));
     ok(maxdiff(db, rdb, oc) < 1e-5, "%s backward db", what);
     ok(maxdiff(dx, rdx, nx) < 1e-5, "%s backward dx: %.2g", what, maxdiff(dx, rdx, nx));
     /* a second backward accumulates into dw/db */
     memcpy(dw0, dw, nw * sizeof(float));
     memcpy(db0, db, oc * sizeof(float));
-    be->conv2d_backward(be, &d, NULL, dw, db, dy, x, wt, y, relu, 1, sparse, scratch);
+    be->ops->conv2d_backward(be, &d, NULL, dw, db, dy, x, wt, y, relu, 1, sparse, scratch);
     for (size_t i = 0; i < nw; i++)
         rdw[i] *= 2;
     for (int o = 0; o < oc; o++)
         rdb[o] *= 2;
     ok(maxdiff(dw, rdw, nw) < 1e-4 && maxdiff(db, rdb, oc) < 1e-5, "%s accumulates", what);
-    be->free(be, scratch);
+    be->ops->free(be, scratch);
     free(x), free(wt), free(b), free(y), free(dy), free(dy0), free(dx), free(dw), free(db);
     free(dw0), free(db0), free(ry), free(rdx), free(rdw), free(rdb);
 }
@@ -192,7 +192,7 @@ static void test_maxpool(int n, int c, int h, int w, int k, int stride)
     /* plant ties: the first maximum must win */
     for (size_t i = 0; i + 1 < nx; i += 7)
         x[i + 1] = x[i];
-    be->maxpool2d_forward(be, &d, y, idx, x);
+    be->ops->maxpool2d_forward(be, &d, y, idx, x);
     int idx_ok = 1;
     for (int p = 0; p < n * c; p++)
         for (int i = 0; i < d.oh; i++)
@@ -214,7 +214,7 @@ static void test_maxpool(int n, int c, int h, int w, int k, int stride)
             }
     ok(maxdiff(y, ry, ny) == 0, "maxpool %dx%d k%d s%d forward", h, w, k, stride);
     ok(idx_ok, "maxpool k%d s%d: the first maximum wins ties", k, stride);
-    be->maxpool2d_backward(be, &d, dx, dy, idx);
+    be->ops->maxpool2d_backward(be, &d, dx, dy, idx);
     ok(maxdiff(dx, rdx, nx) < 1e-6, "maxpool k%d s%d backward", k, stride);
     free(x), free(y), free(dy), free(dx), free(idx), free(ry), free(rdx);
 }
@@ -225,7 +225,7 @@ static void test_maxpool_nan(void)
     mg_pool2d_dims_finish(&d);
     float x[8] = {1, 5, 0, NAN, 7, 2, 9, 3}, y[2];
     int32_t idx[2];
-    be->maxpool2d_forward(be, &d, y, idx, x);
+    be->ops->maxpool2d_forward(be, &d, y, idx, x);
     ok(y[0] == 7 && idx[0] == 4, "maxpool picks the maximum");
     ok(isnan(y[1]) && idx[1] == 3, "maxpool propagates NaN like PyTorch");
 }
@@ -235,19 +235,19 @@ static void test_relu_dropout(void)
     size_t n = 10000;
     float *x = randv(n, 1), *y = malloc(n * 4), *dy = randv(n, 1), *dx = malloc(n * 4);
     uint8_t *mask = malloc(n), *mask2 = malloc(n);
-    be->relu_forward(be, y, x, n);
+    be->ops->relu_forward(be, y, x, n);
     int good = 1;
     for (size_t i = 0; i < n; i++)
         good &= y[i] == (x[i] > 0 ? x[i] : 0);
     ok(good, "relu forward");
-    be->relu_backward(be, dx, dy, y, n);
+    be->ops->relu_backward(be, dx, dy, y, n);
     good = 1;
     for (size_t i = 0; i < n; i++)
         good &= dx[i] == (y[i] > 0 ? dy[i] : 0);
     ok(good, "relu backward");
 
     float p = 0.25f;
-    be->dropout_forward(be, y, mask, x, n, p, 7, 1000);
+    be->ops->dropout_forward(be, y, mask, x, n, p, 7, 1000);
     size_t kept = 0;
     good = 1;
     for (size_t i = 0; i < n; i++) {
@@ -256,13 +256,13 @@ static void test_relu_dropout(void)
     }
     ok(good, "dropout scales kept values by 1/(1-p) and zeroes the rest");
     ok(fabs((double)kept / n - 0.75) < 0.03, "dropout keeps about 1-p (%.3f)", (double)kept / n);
-    be->dropout_forward(be, y, mask2, x, n, p, 7, 1000);
+    be->ops->dropout_forward(be, y, mask2, x, n, p, 7, 1000);
     ok(!memcmp(mask, mask2, n), "dropout: same seed and offset, same mask");
-    be->dropout_forward(be, y, mask2, x, n, p, 7, 1000 + n);
+    be->ops->dropout_forward(be, y, mask2, x, n, p, 7, 1000 + n);
     ok(memcmp(mask, mask2, n) != 0, "dropout: the next offset gives a new mask");
-    be->dropout_forward(be, y, mask2, x + 1, n - 1, p, 7, 1001);
+    be->ops->dropout_forward(be, y, mask2, x + 1, n - 1, p, 7, 1001);
     ok(!memcmp(mask + 1, mask2, n - 1), "dropout: element i uses number offset+i");
-    be->dropout_backward(be, dx, dy, mask, n, p);
+    be->ops->dropout_backward(be, dx, dy, mask, n, p);
     good = 1;
     for (size_t i = 0; i < n; i++)
         good &= dx[i] == (mask[i] ? dy[i] * (1.0f / (1.0f - p)) : 0.0f);
@@ -276,7 +276,7 @@ static void test_xent(void)
     float *z = randv((size_t)n * C, 4), loss[6], probs[30], dz[30];
     int32_t labels[6] = {0, 4, 2, 2, 1, 3}, correct[6];
     z[5 * C + 1] = z[5 * C + 3] = 50; /* a tie between classes 1 and 3: 1 wins */
-    be->xent_forward(be, loss, correct, probs, z, labels, n, C);
+    be->ops->xent_forward(be, loss, correct, probs, z, labels, n, C);
     double rl[6], rp[30], rd[30];
     int corr_ok = 1;
     for (int i = 0; i < n; i++) {
@@ -299,7 +299,7 @@ static void test_xent(void)
     ok(maxdiff(loss, rl, n) < 1e-6, "cross-entropy per sample: %.2g", maxdiff(loss, rl, n));
     ok(maxdiff(probs, rp, 30) < 1e-6, "softmax");
     ok(corr_ok && correct[5] == 0, "accuracy: argmax with the first max");
-    be->xent_backward(be, dz, probs, labels, n, C, 0.5f);
+    be->ops->xent_backward(be, dz, probs, labels, n, C, 0.5f);
     ok(maxdiff(dz, rd, 30) < 1e-6, "cross-entropy backward");
     free(z);
 }
@@ -314,7 +314,7 @@ static void test_optimizers(void)
         rp[i] = p[i];
     double lr = 0.05, mom = 0.9, wd = 1e-3;
     for (int s = 0; s < 3; s++) {
-        be->sgd_step(be, p, g, buf, n, lr, mom, wd, 1, s == 0);
+        be->ops->sgd_step(be, p, g, buf, n, lr, mom, wd, 1, s == 0);
         for (size_t i = 0; i < n; i++) {
             double d = g[i] + wd * rp[i];
             rb[i] = s == 0 ? d : rb[i] * mom + d;
@@ -327,7 +327,7 @@ static void test_optimizers(void)
         rp[i] = p[i];
     double b1 = 0.9, b2 = 0.999, eps = 1e-8;
     for (int s = 1; s <= 3; s++) {
-        be->adamw_step(be, p, g, m, v, n, 1e-3, b1, b2, eps, 0.01, (uint64_t)s);
+        be->ops->adamw_step(be, p, g, m, v, n, 1e-3, b1, b2, eps, 0.01, (uint64_t)s);
         for (size_t i = 0; i < n; i++) {
             rp[i] *= 1 - 1e-3 * 0.01;
             rm[i] = rm[i] * b1 + (1 - b1) * g[i];
@@ -337,7 +337,7 @@ static void test_optimizers(void)
         }
     }
     ok(maxdiff(p, rp, n) < 1e-6, "adamw, 3 steps: %.2g", maxdiff(p, rp, n));
-    be->scale(be, g, 0.5f, n);
+    be->ops->scale(be, g, 0.5f, n);
     ok(1, "scale runs");
     free(p), free(g), free(buf), free(m), free(v), free(rp), free(rb), free(rm), free(rv);
 }
