@@ -117,19 +117,19 @@ is "$bad_orphans" 0 "scancel during training, 10 trials: no process of the job i
 todo_result $? "scancel during training, 10 trials: every node's mglaunch is stopped by SIGTERM, exit 143" \
     "$P2: a race: a worker's exit (143, or 1 when its peer went first) that arrives before mglaunch's own SIGTERM is taken for the root cause ($bad_status of 20 misclassified)"
 
-# 8. Preemption: Slurm's warning signal (--signal=B:USR1@90) reaches the batch
-# script, which requeues the job; the new run resumes from the checkpoint.
-CK=$T/ck
-cat >"$T/job.sh" <<EOS
-#!/bin/sh
-#SBATCH --nodes=2 --ntasks-per-node=1 --signal=B:USR1@90 --requeue --open-mode=append
-trap 'echo "preempted: requeueing job \$SLURM_JOB_ID"; scontrol requeue \$SLURM_JOB_ID' USR1
-echo "run \${SLURM_RESTART_COUNT:-0}"
-srun --kill-on-bad-exit=1 $MGLAUNCH --nproc_per_node 1 $TRAIN --model cnn --data fashion-mnist --train-samples 2048 --test-samples 512 --steps 150 --log-every 10 --checkpoint-dir $CK --checkpoint-every 10 --resume auto &
-wait \$!
-wait \$!
-EOS
-id=$(sl sbatch --parsable -J preempt -o "$T/s8" "$T/job.sh")
+# 8. Preemption, with docs/slurm.md's sbatch script: Slurm's warning signal
+# (--signal=B:USR1@90, sent here at once) reaches the batch script, which
+# requeues the job; the new run resumes from the checkpoint. Only the sizes
+# change: two nodes without GPUs, a short training, a checkpoint every 10 steps.
+sed -n '/^```sh$/,/^```$/p' "$TOP/docs/slurm.md" | sed -n '2,/^```$/p' | sed '$d' >"$T/doc.sh"
+sed -e 's/--nodes=4/--nodes=2/' -e 's/--gpus-per-node=8 --cpus-per-task=32/--cpus-per-task=1/' \
+    -e 's/--time=24:00:00/--time=10/' -e 's/--nproc_per_node gpu/--nproc_per_node 1/' \
+    -e 's/--epochs 90/--steps 150 --train-samples 2048 --test-samples 512 --log-every 10/' \
+    -e 's/--checkpoint-every 500/--checkpoint-every 10/' "$T/doc.sh" >"$T/job.sh"
+like "$(head -n 1 "$T/doc.sh") $(grep -c . "$T/job.sh")" '^#!/bin/bash [1-9]' "docs/slurm.md's sbatch script is there"
+diff "$T/doc.sh" "$T/job.sh" | grep '^>' | sed 's/^/# changed: /'
+CK=$T/mg-train
+id=$(SCRATCH=$T PATH="$MG_BUILD/bin:$PATH" sl sbatch --parsable -D "$T" -o "$T/s8" "$T/job.sh")
 wait_for 30 sh -c "ls '$CK' 2>/dev/null | grep -q 'ckpt-.*mgc$'" || diag "no checkpoint: $(tail -n 3 "$T/s8" | tr '\n' ' ')"
 sl scancel --batch --signal=USR1 "$id"
 # Slurm holds a requeued job back for a while (reason BeginTime); let it go.
@@ -139,9 +139,32 @@ else
     diag "job $id was not requeued: $(sl squeue -h -j "$id" -o '%T %r')"
 fi
 slurm_wait_gone "$id" 40 || { diag "job $id still queued: $(sl squeue -h -j "$id" -o '%T %r')"; sl scancel "$id"; }
-like "$(cat "$T/s8")" "preempted: requeueing job $id" "SIGUSR1 reached the batch script, which requeued the job"
-like "$(cat "$T/s8")" "run 1" "the job ran again (SLURM_RESTART_COUNT 1)"
-like "$(cat "$T/s8")" "train: resumed from $CK/ckpt-0*[1-9][0-9]*.mgc" "the second run resumed from a checkpoint"
-like "$(cat "$T/s8")" "train: done: .* step" "and trained to the end"
+out=$(cat "$T/s8")
+like "$out" "requeueing $id" "SIGUSR1 reached the batch script, which requeued the job"
+is "$(grep -c 'Slurm: --nnodes 2, --node_rank 0' "$T/s8")" 2 "the job ran twice"
+like "$out" "train: resumed from $CK/ckpt-0*[1-9][0-9]*.mgc" "the second run resumed from a checkpoint"
+like "$out" "train: done: .* step" "and trained to the end"
 [ $? = 0 ] || show "$T/s8" 20
+# 9. SIGUSR1 to mglaunch itself (a one-node batch script passing Slurm's
+# warning on to it): the worker, which handles it, gets it; the worker's child,
+# which has no handler, is the worker's business and must survive.
+cat >"$T/usr1.sh" <<EOS
+#!/bin/sh
+$MGLAUNCH --nproc_per_node 1 sh -c 'trap "echo worker got USR1" USR1; sleep 1000 & c=\$!; echo "child \$c"; while kill -0 \$c 2>/dev/null; do wait \$c; done; echo "child gone"' &
+pid=\$!
+trap 'kill -USR1 \$pid' USR1
+wait \$pid
+wait \$pid
+EOS
+id=$(sl sbatch --parsable -N1 -o "$T/s9" "$T/usr1.sh")
+wait_for 20 grep -q '^child [0-9]' "$T/s9" || diag "the worker did not start: $(tail -n 3 "$T/s9" | tr '\n' ' ')"
+child=$(sed -n 's/^child \([0-9]*\)$/\1/p' "$T/s9" | head -n 1)
+sl scancel --batch --signal=USR1 "$id"
+DESC="SIGUSR1 to mglaunch reaches the worker, which handles it" ok wait_for 10 grep -q '^worker got USR1' "$T/s9"
+sleep 0.5
+kill -0 "$child" 2>/dev/null
+todo_result $? "the worker's child without a handler survives SIGUSR1" \
+    "$P2: today mglaunch sends it to the worker's whole process group ($(grep -m1 'child gone' "$T/s9" || echo 'child killed'))"
+sl scancel "$id"
+slurm_wait_gone "$id" 15
 done_testing
