@@ -57,7 +57,7 @@ expect_trained() {
 
 # Plain Indexed Job + headless Service: c10d in pod 0, whose name is
 # published late (late enough here for pod 1 to say it is waiting).
-PODS_DNS_DELAY=6
+PODS_DNS_DELAY=8
 run_pods indexed-job 40
 PODS_DNS_DELAY=2
 expect_trained "k8s/indexed-job.yaml: two pods train together (c10d hosted by pod 0)"
