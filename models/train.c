@@ -727,11 +727,10 @@ static int setup(struct run *r)
         return -EINVAL;
     }
     long per_epoch =
-        mg_train_steps_for_epochs(1, r->train.n, r->dist.world, o->drop_last, o->batch_size, 1);
-    r->total_steps = o->steps
-                         ? o->steps
-                         : mg_train_steps_for_epochs(o->epochs, r->train.n, r->dist.world,
-                                                     o->drop_last, o->batch_size, o->accum_steps);
+        mg_steps_for_epochs(1, r->train.n, r->dist.world, o->drop_last, o->batch_size, 1);
+    r->total_steps = o->steps ? o->steps
+                              : mg_steps_for_epochs(o->epochs, r->train.n, r->dist.world,
+                                                    o->drop_last, o->batch_size, o->accum_steps);
     r->epochs_total = (r->total_steps * o->accum_steps + per_epoch - 1) / per_epoch;
     cfg.total_steps = r->total_steps;
     mg_optim_defaults(&cfg.optim, o->optimizer);

@@ -1,6 +1,7 @@
 /* Training steps, evaluation and checkpoint content (see trainer.h). */
 #include "trainer.h"
 #include "mg_err.h"
+#include "rtutil.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,8 +12,7 @@
 #define META_BYTES      256
 #define OPTIM_HDR_BYTES 24
 
-long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
-                               int accum)
+long mg_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch, int accum)
 {
     long per_rank = drop_last ? dataset_n / world : ((long)dataset_n + world - 1) / world;
     long batches = (per_rank + batch - 1) / batch;
@@ -71,31 +71,34 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     if (hooks)
         t->hooks = *hooks;
     if (cfg->batch_size <= 0 || cfg->batch_size > m->max_batch)
-        return mg_errf(err, -EINVAL, "batch size %d is not in 1..%d", cfg->batch_size,
-                       m->max_batch);
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "batch size %d is not in 1..%d",
+                         cfg->batch_size, m->max_batch);
     if (cfg->accum_steps < 1)
-        return mg_errf(err, -EINVAL, "accumulation steps must be >= 1");
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "accumulation steps must be >= 1");
     size_t sample = (size_t)m->in_dims[0] * m->in_dims[1] * m->in_dims[2];
     if (mg_dataset_sample_size(train) != sample || (test && mg_dataset_sample_size(test) != sample))
-        return mg_errf(err, -MG_ESHAPE, "model %s takes %zu values per sample, the data has %zu",
-                       m->name, sample, mg_dataset_sample_size(train));
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                         "model %s takes %zu values per sample, the data has %zu", m->name, sample,
+                         mg_dataset_sample_size(train));
     if (train->classes != m->classes)
-        return mg_errf(err, -MG_ESHAPE, "model %s has %d classes, the data %d", m->name, m->classes,
-                       train->classes);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE, "model %s has %d classes, the data %d",
+                         m->name, m->classes, train->classes);
     rc = mg_optim_check(&cfg->optim, err);
     if (rc < 0)
         return rc;
     rc = mg_sampler_init(&t->sampler, train->n, cfg->rank, cfg->world, 1, train_mode(cfg),
                          cfg->seed);
     if (rc < 0) {
-        mg_errf(err, rc, "cannot shard %d training samples over %d ranks", train->n, cfg->world);
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot shard %d training samples over %d ranks",
+                  train->n, cfg->world);
         goto fail;
     }
     if (test) {
         rc = mg_sampler_init(&t->eval_sampler, test->n, cfg->rank, cfg->world, 0, MG_SAMPLER_UNEVEN,
                              0);
         if (rc < 0) {
-            mg_errf(err, rc, "cannot shard %d test samples over %d ranks", test->n, cfg->world);
+            mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot shard %d test samples over %d ranks", test->n,
+                      cfg->world);
             goto fail;
         }
         mg_sampler_set_epoch(&t->eval_sampler, 0);
@@ -104,14 +107,14 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     t->pass_batches = t->batches_per_epoch;
     rc = mg_optim_init(&t->opt, m->be, &cfg->optim, m->nparams);
     if (rc < 0) {
-        mg_errf(err, rc, "out of memory for the optimizer state");
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "out of memory for the optimizer state");
         goto fail;
     }
     t->x_host = malloc(sizeof(float) * sample * (size_t)m->max_batch);
     t->y_host = malloc(sizeof(int32_t) * (size_t)m->max_batch);
     t->host_state = malloc(sizeof(float) * (m->nparams + t->opt.state_count) + 1);
     if (!t->x_host || !t->y_host || !t->host_state) {
-        rc = mg_errf(err, -ENOMEM, "out of memory for batch buffers");
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory for batch buffers");
         goto fail;
     }
     m->dropout_rng.seed = dropout_seed(cfg->seed, cfg->rank);
@@ -351,7 +354,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
     secs = calloc((size_t)nranks + 5, sizeof(*secs));
     if (!tensors || !rank_blobs || !secs) {
-        rc = mg_errf(err, -ENOMEM, "out of memory writing a checkpoint");
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory writing a checkpoint");
         goto out;
     }
     pack_meta(t, meta);
@@ -363,7 +366,8 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         m->be->ops->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
     rc = m->be->ops->sync(m->be);
     if (rc < 0) {
-        mg_errf(err, rc, "cannot copy the parameters from the device: %s", mg_strerror(rc));
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot copy the parameters from the device: %s",
+                  mg_strerror(rc));
         goto out;
     }
     mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
@@ -407,8 +411,8 @@ static const struct mg_ckpt_section *need(const struct mg_ckpt_file *f, uint32_t
 {
     const struct mg_ckpt_section *s = mg_ckpt_find(f, tag, index);
     if (!s || s->len < min_len) {
-        *rc = mg_errf(err, -MG_EFORMAT, "'%s': %s section %s", path, what,
-                      s ? "too short" : "missing");
+        *rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': %s section %s", path, what,
+                        s ? "too short" : "missing");
         return NULL;
     }
     return s;
@@ -421,15 +425,16 @@ static int check_meta(const struct mg_trainer *t, const unsigned char *p, const 
     char name[MG_NAME_MAX + 1] = {0};
     memcpy(name, p, MG_NAME_MAX);
 #define MISMATCH(what, fmt, a, b)                                                                  \
-    mg_errf(err, -MG_ECONFIG, "'%s': written with " what " " fmt ", this run has " what " " fmt,   \
-            path, a, b)
+    mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,                                                     \
+              "'%s': written with " what " " fmt ", this run has " what " " fmt, path, a, b)
     if (strcmp(name, m->name) != 0)
-        return mg_errf(err, -MG_ESHAPE, "'%s': holds model '%s', this run trains '%s'", path, name,
-                       m->name);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                         "'%s': holds model '%s', this run trains '%s'", path, name, m->name);
     if (mg_get_u32(p + 104) != (uint32_t)m->ntensors)
-        return mg_errf(err, -MG_ESHAPE,
-                       "'%s': holds %" PRIu64 " parameters in %u tensors, the model has %zu in %d",
-                       path, mg_get_u64(p + 96), mg_get_u32(p + 104), m->nparams, m->ntensors);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                         "'%s': holds %" PRIu64
+                         " parameters in %u tensors, the model has %zu in %d",
+                         path, mg_get_u64(p + 96), mg_get_u32(p + 104), m->nparams, m->ntensors);
     return 0;
 }
 
@@ -442,7 +447,8 @@ static int check_config(const struct mg_trainer *t, const unsigned char *p, cons
 {
     unsigned world = mg_get_u32(p + 72), batch = mg_get_u32(p + 76);
     if (world == 0 || batch == 0)
-        return mg_errf(err, -MG_EFORMAT, "'%s': world size %u, batch size %u", path, world, batch);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': world size %u, batch size %u",
+                         path, world, batch);
     if (batch != (uint32_t)t->cfg.batch_size && world == (uint32_t)t->cfg.world)
         return MISMATCH("batch size", "%u", batch, (unsigned)t->cfg.batch_size);
     if (world != (uint32_t)t->cfg.world) {
@@ -454,16 +460,16 @@ static int check_config(const struct mg_trainer *t, const unsigned char *p, cons
         else
             snprintf(was, sizeof(was), "batch size %u per process x %u processes", batch, world);
         if (t->cfg.global_batch && (uint64_t)t->cfg.global_batch != global)
-            return mg_errf(err, -MG_ECONFIG,
-                           "'%s': written with %s, a global batch of %" PRIu64
-                           "; this run has --global-batch-size %ld",
-                           path, was, global, t->cfg.global_batch);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
+                             "'%s': written with %s, a global batch of %" PRIu64
+                             "; this run has --global-batch-size %ld",
+                             path, was, global, t->cfg.global_batch);
         if (!t->cfg.global_batch && batch != (uint32_t)t->cfg.batch_size)
-            return mg_errf(err, -MG_ECONFIG,
-                           "'%s': written with %s, this run has batch size %d per process: "
-                           "pass --batch-size %u (the effective batch then follows the world "
-                           "size) or --global-batch-size %" PRIu64 " (it stays)",
-                           path, was, t->cfg.batch_size, batch, global);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
+                             "'%s': written with %s, this run has batch size %d per process: "
+                             "pass --batch-size %u (the effective batch then follows the world "
+                             "size) or --global-batch-size %" PRIu64 " (it stays)",
+                             path, was, t->cfg.batch_size, batch, global);
     }
     if (mg_get_u32(p + 80) != (uint32_t)t->cfg.accum_steps)
         return MISMATCH("accumulation steps", "%u", mg_get_u32(p + 80),
@@ -493,10 +499,10 @@ static int restore_position(struct mg_trainer *t, const struct mg_ckpt_file *f,
     long epoch = (long)mg_get_u64(meta + 40), b = (long)mg_get_u64(meta + 48);
     uint64_t start = f->info.version >= 2 ? mg_get_u64(meta + 136) : 0;
     if (start >= (uint64_t)n || epoch < 0 || b < 0)
-        return mg_errf(err, -MG_EFORMAT,
-                       "'%s': data position past the end (epoch %ld, batch %ld from position "
-                       "%" PRIu64 " of %ld)",
-                       path, epoch, b, start, n);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                         "'%s': data position past the end (epoch %ld, batch %ld from position "
+                         "%" PRIu64 " of %ld)",
+                         path, epoch, b, start, n);
     long old_len = mg_sampler_pass_len(n, 0, ri->world, mode, (long)start);
     long old_batches = (old_len + ri->batch_size - 1) / ri->batch_size;
     long taken = b < old_batches ? b * ri->batch_size : old_len;
@@ -557,7 +563,7 @@ static int restore_rank_state(struct mg_trainer *t, const struct mg_ckpt_file *f
             furthest = rs.dropout.offset;
     }
     if (!found)
-        return mg_errf(err, -MG_EFORMAT, "'%s': RANK section missing", path);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': RANK section missing", path);
     m->dropout_rng.seed = dropout_seed(t->cfg.seed, t->cfg.rank);
     m->dropout_rng.offset = furthest;
     return 0;
@@ -596,10 +602,10 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
             c.ndim = c.ndim > MG_MAX_DIMS ? MG_MAX_DIMS : c.ndim;
             mg_tensor_shape_str(&c, a, sizeof(a));
             mg_tensor_shape_str(x, b, sizeof(b));
-            return mg_errf(err, -MG_ESHAPE,
-                           "'%s': model shape mismatch: tensor %d is %s %s in the checkpoint, %s "
-                           "%s in the model",
-                           path, i, c.name, a, x->name, b);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                             "'%s': model shape mismatch: tensor %d is %s %s in the checkpoint, %s "
+                             "%s in the model",
+                             path, i, c.name, a, x->name, b);
         }
     }
     rc = check_config(t, meta, path, err);
@@ -614,10 +620,10 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
         return rc;
     const unsigned char *oh = s->data;
     if (mg_get_u64(oh + 16) != t->opt.state_count)
-        return mg_errf(err, -MG_ECONFIG,
-                       "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
-                       "(different momentum setting?)",
-                       path, mg_get_u64(oh + 16), t->opt.state_count);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
+                         "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
+                         "(different momentum setting?)",
+                         path, mg_get_u64(oh + 16), t->opt.state_count);
     const struct mg_ckpt_section *ostate =
         need(f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
              err, &rc);
@@ -679,10 +685,11 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t onl
     int rc, last = 0;
     memset(rep, 0, sizeof(*rep));
     if (!steps)
-        return mg_errf(err, -ENOMEM, "out of memory");
+        return mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory");
     int n = mg_ckpt_list(dir, steps, MG_CKPT_MAX_LIST);
     if (n < 0) {
-        rc = mg_errf(err, n, "cannot list checkpoint directory '%s': %s", dir, mg_strerror(n));
+        rc = mg_seterr(err, MG_ERRMSG_LEN, n, "cannot list checkpoint directory '%s': %s", dir,
+                       mg_strerror(n));
         goto out;
     }
     for (int i = 0; i < n; i++) {
@@ -710,16 +717,17 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t onl
             goto out;
         }
         if (!is_corruption(rc)) {
-            mg_errf(err, rc, "%s", msg);
+            mg_seterr(err, MG_ERRMSG_LEN, rc, "%s", msg);
             goto out;
         }
         if (rep->nskipped < MG_RESUME_MAX_SKIPPED)
             memcpy(rep->skipped[rep->nskipped++], msg, sizeof(msg));
         last = rc;
     }
-    rc = n > 0 ? mg_errf(err, last, "no intact checkpoint in '%s' (newest problem: %s)", dir,
-                         rep->skipped[0])
-               : 0;
+    rc = n > 0
+             ? mg_seterr(err, MG_ERRMSG_LEN, last,
+                         "no intact checkpoint in '%s' (newest problem: %s)", dir, rep->skipped[0])
+             : 0;
 out:
     free(steps);
     return rc;

@@ -32,15 +32,18 @@
  * Checkpoint content (sections of checkpoint.h, layouts in
  * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM and one RANK
  * section per rank (its dropout generator). Restoring all of it makes a
- * resumed run bit-identical to one that never stopped. */
+ * resumed run bit-identical to one that never stopped.
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_TRAINER_H
 #define MG_TRAINER_H
 
 #include "checkpoint.h"
 #include "data.h"
+#include "mg_err.h"
 #include "model.h"
 #include "optim.h"
-#include "rtutil.h"
 #include "sampler.h"
 
 #include <stdint.h>
@@ -130,10 +133,10 @@ struct mg_trainer {
 };
 
 /* Optimizer steps that E epochs take for this configuration. */
-long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
-                               int accum);
+long mg_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
+                         int accum);
 /* The same from the trainer's current position (after a resume): the step at
- * which `epochs` epochs are complete. Equals mg_train_steps_for_epochs for a
+ * which `epochs` epochs are complete. Equals mg_steps_for_epochs for a
  * run that never changed world size; never less than the current step. */
 long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs);
 
