@@ -8,10 +8,13 @@
  * and a per-job nonce chosen by rank 0 (restarts and concurrent jobs never
  * collide), publishes the name; the name is unlinked once every local rank
  * has attached (or by whichever local rank gives up before that): nothing is
- * left in /dev/shm even when the job is SIGKILLed. Ring
- * members connect to the next member and accept from the previous one; a
- * hello carrying the nonce and the rank keeps stray connections out. A final
- * barrier over the new communicator proves every path works. */
+ * left in /dev/shm even when the job is SIGKILLed. Ring members connect to the
+ * next member and accept from the previous one; a hello carrying the nonce and
+ * the rank keeps stray connections out. A final barrier over the new
+ * communicator proves every path works.
+ *
+ * mg_comm_cpu_create takes these as named steps over one struct boot, which
+ * a failed step leaves for boot_release() to undo. */
 #include "comm.h"
 #include "comm_internal.h"
 #include "mg_err.h"
