@@ -61,34 +61,6 @@ static int copy_out(const struct blob *b, void **val, size_t *len)
     return 0;
 }
 
-int mg_store_server_set(struct mg_store_server *s, const char *key, const void *val, size_t len)
-{
-    return mg_store_server_local_set(s, key, val, len, 0);
-}
-
-int mg_store_server_get(struct mg_store_server *s, const char *key, void *buf, size_t cap,
-                        size_t *len)
-{
-    size_t klen;
-    int rc = local_key(key, &klen, 0);
-    if (rc)
-        return rc;
-    mg_ss_lock(s);
-    struct entry *e = mg_ss_lookup(s, (const uint8_t *)key, klen);
-    if (!e || !e->val) {
-        rc = -MG_ENOKEY;
-    } else {
-        if (len)
-            *len = e->val->len;
-        if (e->val->len > cap)
-            rc = -ENOSPC;
-        else if (e->val->len)
-            memcpy(buf, e->val->data, e->val->len);
-    }
-    mg_ss_unlock(s);
-    return rc;
-}
-
 int mg_store_server_local_set(struct mg_store_server *s, const char *key, const void *val,
                               size_t len, int flags)
 {
