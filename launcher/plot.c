@@ -164,8 +164,8 @@ static int add_line(struct mg_plot *p, const char *line, size_t len, int hint)
     t = mg_json_get(&doc, 0, "step");
     if (t < 0 || mg_json_int(&doc, t, &step) < 0 || step < 0)
         return 1;
-    int number = hint;
-    t = mg_json_get(&doc, 0, "restart");
+    int number = hint >= 0 ? hint : 0;
+    t = hint < 0 ? mg_json_get(&doc, 0, "restart") : -1;
     if (t >= 0 && mg_json_int(&doc, t, &restart) == 0 && restart >= 0 && restart <= 1000000000)
         number = (int)restart;
     int att = attempt_index(p, number);

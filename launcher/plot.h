@@ -30,10 +30,13 @@ void mg_plot_free(struct mg_plot *p);
 
 /* Adds the records in len bytes of JSON lines text: "train" (loss, accuracy),
  * "eval" (test_loss, test_accuracy) and "start" records; others are ignored.
- * A record belongs to the attempt its "restart" field names, else to attempt.
- * A last line without its '\n' is read too (a file being written may end in
- * one: it is skipped if it does not parse). Returns 0, or -MG_ETOOBIG when a
- * bound above is passed (what fitted is kept). */
+ * attempt >= 0: every record belongs to that attempt (a file of one attempt,
+ * e.g. <log_dir>/<run>/attempt_<n>/: attempt numbers never repeat, restart
+ * counts do across launcher invocations); attempt < 0: each record belongs to
+ * the attempt its "restart" field names (0 without one). A last line without
+ * its '\n' is read too (a file being written may end in one: it is skipped if
+ * it does not parse). Returns 0, or -MG_ETOOBIG when a bound above is passed
+ * (what fitted is kept). */
 int mg_plot_add_jsonl(struct mg_plot *p, const char *text, size_t len, int attempt);
 
 /* Lines that were not a record: not JSON, or without a step. */

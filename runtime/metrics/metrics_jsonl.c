@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -158,6 +159,22 @@ static const struct mg_metrics_sink_ops jsonl_ops = {
     .close = jsonl_close,
 };
 
+/* Whether the regular file at path ends in the middle of a line: a record
+ * torn by a crash, which would swallow the next one unless its line is ended. */
+static int torn(const char *path)
+{
+    struct stat st;
+    char last = '\n';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        pread(fd, &last, 1, st.st_size - 1) != 1)
+        last = '\n';
+    close(fd);
+    return last != '\n';
+}
+
 int mg_metrics_jsonl_open(struct mg_metrics *m, const char *path, struct mg_metrics_sink **out,
                           char *err, size_t errlen)
 {
@@ -173,6 +190,16 @@ int mg_metrics_jsonl_open(struct mg_metrics *m, const char *path, struct mg_metr
         free(j->path);
         free(j);
         return mg_seterr(err, errlen, rc, "cannot open metrics file '%s': %s", path, strerror(-rc));
+    }
+    if (torn(path)) {
+        int rc = mg_metrics_write_all(j->fd, "\n", 1);
+        if (rc < 0) {
+            close(j->fd);
+            free(j->path);
+            free(j);
+            return mg_seterr(err, errlen, rc, "cannot write metrics file '%s': %s", path,
+                             mg_strerror(rc));
+        }
     }
     j->head.ops = &jsonl_ops;
     *out = &j->head;

@@ -36,8 +36,12 @@ int main(int argc, char **argv)
     long from = 0, to = 100, every = 10, eval_every = 50, nan_at = -1, hold = 0;
     char err[MG_ERRMSG_LEN];
 
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "metrics_write: %s needs a value\n", a);
+            return 2;
+        }
         if (strcmp(a, "--jsonl") == 0)
             cfg.jsonl_path = v;
         else if (strcmp(a, "--tb") == 0)
@@ -66,11 +70,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "metrics_write: unknown argument '%s'\n", a);
             return 2;
         }
-        if (!v) {
-            fprintf(stderr, "metrics_write: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
     }
     if (every < 1 || eval_every < 1) {
         fprintf(stderr, "metrics_write: --every and --eval-every must be >= 1\n");

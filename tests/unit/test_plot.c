@@ -105,9 +105,11 @@ static void has(const char *out, const char *line, const char *what)
 }
 
 /* A run of three attempts: attempt 0 reaches step 200 (a NaN loss at 70);
- * attempt 1 resumes from 120 and marks its steps up to 200 as replays;
- * attempt 3's file has no restart field (its number comes from the caller)
- * and no marks: its steps up to 260 are replays all the same. */
+ * attempt 1 resumes from 120 and marks its steps up to 200 as replays (both
+ * in one file, told apart by their restart fields); attempt 3's file (its
+ * number given by the caller, its records' restart field 0 ignored, as after
+ * a second launcher invocation) has no marks: its steps up to 260 are
+ * replays all the same. */
 static void run_of_three(void)
 {
     struct mg_plot *p;
@@ -140,13 +142,13 @@ static void run_of_three(void)
                 s, 2.4 / (1 + s / 50.0), 0.9 - 1.1 / (1 + s / 50.0),
                 s <= 200 ? ",\"replay\":true" : "");
     }
-    is_int(mg_plot_add_jsonl(p, a.p, a.len, 0), 0, "attempts 0 and 1 in one file");
+    is_int(mg_plot_add_jsonl(p, a.p, a.len, -1), 0, "attempts 0 and 1 in one file");
     add(&b, "{\"type\":\"start\",\"step\":240}\n");
     for (int s = 250; s <= 300; s += 10)
         add(&b, "{\"type\":\"train\",\"step\":%d,\"loss\":%g,\"accuracy\":0.9}\n", s,
             0.5 - s / 1e3);
     b.len--; /* the last line without its '\n', as in a file being written */
-    is_int(mg_plot_add_jsonl(p, b.p, b.len, 3), 0, "attempt 3's own file, no restart field");
+    is_int(mg_plot_add_jsonl(p, b.p, b.len, 3), 0, "attempt 3's own file");
     is_int(mg_plot_records(p), 20 + 4 + 14 + 3 + 6, "records with values: 47");
     is_int(mg_plot_skipped(p), 2, "skipped: the line that is not JSON, the record without a step");
 
