@@ -143,9 +143,9 @@ static void run_of_three(void)
                 s <= 200 ? ",\"replay\":true" : "");
     }
     is_int(mg_plot_add_jsonl(p, a.p, a.len, -1), 0, "attempts 0 and 1 in one file");
-    add(&b, "{\"type\":\"start\",\"step\":240}\n");
+    add(&b, "{\"type\":\"start\",\"step\":240,\"restart\":0}\n");
     for (int s = 250; s <= 300; s += 10)
-        add(&b, "{\"type\":\"train\",\"step\":%d,\"loss\":%g,\"accuracy\":0.9}\n", s,
+        add(&b, "{\"type\":\"train\",\"step\":%d,\"loss\":%g,\"accuracy\":0.9,\"restart\":0}\n", s,
             0.5 - s / 1e3);
     b.len--; /* the last line without its '\n', as in a file being written */
     is_int(mg_plot_add_jsonl(p, b.p, b.len, 3), 0, "attempt 3's own file");
