@@ -89,6 +89,10 @@ void mg_metrics_fmt_real(char *buf, size_t cap, double v, int digits)
         return;
     }
     v = mg_metrics_round(v, digits);
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) { /* 2^53: 1280, not 1.28e+03 */
+        snprintf(buf, cap, "%.0f", v == 0 ? 0.0 : v);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, cap, "%.*g", prec, v);
         if (strtod(buf, NULL) == v)

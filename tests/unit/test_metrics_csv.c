@@ -118,20 +118,20 @@ static void layout(void)
     mkdir(odd_dirs, 0755);
     m = open_csv(dir, 0, 10);
     ok(exists("logs/version_8"), "after version_7 comes version_8");
-    struct mg_metric r[] = {mg_metric_real("loss", 0.75, 0)};
-    mg_metrics_record(m, "train", 10, r, 1);
-    mg_metrics_record(m, "train", 20, r, 1);
+    struct mg_metric r[] = {mg_metric_real("loss", 0.75, 0), mg_metric_real("samples", 1280, 0)};
+    mg_metrics_record(m, "train", 10, r, 2);
+    mg_metrics_record(m, "train", 20, r, 2);
     struct mg_metric empty[1];
     is_int(mg_metrics_hparams(m, empty, 0), 0, "no hparams");
     mg_metrics_close(m, NULL, 0);
     snprintf(path, sizeof(path), "%s/version_8/metrics.csv", dir);
-    is_str(slurp(path), "replay,step,train/loss\n1,10,0.75\n,20,0.75\n",
-           "a replayed row has replay=1; a new one leaves it empty");
+    is_str(slurp(path), "replay,step,train/loss,train/samples\n1,10,0.75,1280\n,20,0.75,1280\n",
+           "a replayed row has replay=1; a new one leaves it empty; whole numbers plain");
     snprintf(path, sizeof(path), "%s/version_8/hparams.yaml", dir);
     is_str(slurp(path), "{}\n", "empty hparams.yaml is {} (as yaml.dump writes it)");
 
     m = open_csv(dir, 2, -1);
-    mg_metrics_record(m, "train", 10, r, 1);
+    mg_metrics_record(m, "train", 10, r, 2);
     mg_metrics_close(m, NULL, 0);
     ok(!exists("logs/version_9"), "rank 2 writes no CSV");
 }
