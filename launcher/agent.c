@@ -8,8 +8,11 @@
 #include "mg_err.h"
 #include "net.h"
 #include "output.h"
+#include "gpus.h"
 #include "proc.h"
 #include "sentinel.h"
+#include "spawn.h"
+#include "workerenv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1459,20 +1462,7 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     for (int i = 0; i < ag->nproc; i++)
         ag->w[i].out.fd = ag->w[i].err.fd = -1;
 
-    /* CUDA_VISIBLE_DEVICES lists the chosen GPUs in local-rank order, so the
-     * worker that opens device LOCAL_RANK gets gpu_ids[LOCAL_RANK]. */
-    if (ag->o->ngpu_ids) {
-        size_t len = 0;
-        for (int i = 0; i < ag->nproc; i++) {
-            char id[MG_GPU_ID_LEN];
-            if (mg_opts_gpu_id(ag->o, i, id, sizeof(id)))
-                break;
-            int k = mg_fmt(ag->cvd + len, sizeof(ag->cvd) - len, "%s%s", i ? "," : "", id);
-            if (k < 0)
-                break;
-            len += (size_t)k;
-        }
-    }
+    mg_gpu_visible_devices(ag->o, ag->nproc, ag->cvd, sizeof(ag->cvd));
 
     /* First, while we hold few descriptors (it closes them all anyway). */
     if (cfg->sentinel && (rc = mg_sentinel_start(&ag->sent))) {
