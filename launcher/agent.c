@@ -2,7 +2,7 @@
  * output routing and the event log (see agent.h). */
 #include "agent.h"
 #include "errfile.h"
-#include "json.h"
+#include "events.h"
 #include "logdir.h"
 #include "mg_config.h"
 #include "mg_err.h"
@@ -155,13 +155,6 @@ struct mg_agent {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void console_flush(struct console *c)
 {
     size_t off = 0;
@@ -220,37 +213,6 @@ __attribute__((format(printf, 2, 3))) static void note(struct mg_agent *ag, cons
     fflush(ag->cfg.status);
 }
 
-/* ---- events ---------------------------------------------------------------------------- */
-
-struct ev {
-    struct mg_jsonw w;
-    char buf[32768]; /* every field below is capped well under this */
-};
-
-static void ev_begin(struct ev *e, const char *name)
-{
-    mg_jsonw_init(&e->w, e->buf, sizeof(e->buf));
-    mg_jsonw_obj_begin(&e->w);
-    mg_jsonw_kstr(&e->w, "event", name);
-    mg_jsonw_kint(&e->w, "time_ms", wall_ms());
-}
-
-static void ev_end(struct mg_agent *ag, struct ev *e)
-{
-    mg_jsonw_obj_end(&e->w);
-    int n = mg_jsonw_finish(&e->w);
-    if (n > 0)
-        mg_rundir_event(&ag->rd, e->buf, (size_t)n);
-}
-
-static void ev_worker(struct ev *e, const struct mg_agent *ag, const struct worker *w)
-{
-    mg_jsonw_kint(&e->w, "attempt", ag->attempt);
-    mg_jsonw_kint(&e->w, "local_rank", w->local_rank);
-    mg_jsonw_kint(&e->w, "rank", w->rank);
-    mg_jsonw_kint(&e->w, "pid", w->pid);
-}
-
 /* ---- signals ---------------------------------------------------------------------------- */
 
 /* The signals the loop reads from its signalfd. One that was ignored when
@@ -302,12 +264,8 @@ static void kill_all(struct mg_agent *ag, const char *why)
             n++;
         }
     if (n) {
-        struct ev e;
-        ev_begin(&e, "kill");
-        mg_jsonw_kint(&e.w, "attempt", ag->attempt);
-        mg_jsonw_kint(&e.w, "workers", n);
-        mg_jsonw_kstr(&e.w, "reason", why);
-        ev_end(ag, &e);
+        struct mg_ev_kill e = {.attempt = ag->attempt, .workers = n, .reason = why};
+        mg_event_kill(&ag->rd, &e);
     }
 }
 
@@ -316,11 +274,8 @@ static void finish(struct mg_agent *ag, int code);
 static void on_term_signal(struct mg_agent *ag, int sig)
 {
     char name[32];
-    struct ev e;
-    mg_signame(sig, name, sizeof(name));
-    ev_begin(&e, "signal");
-    mg_jsonw_kstr(&e.w, "signal", name);
-    ev_end(ag, &e);
+    struct mg_ev_signal e = {.signal = mg_signame(sig, name, sizeof(name))};
+    mg_event_signal(&ag->rd, &e);
     if (++ag->nterm > 1) {
         note(ag, "%s again: killing the workers now", name);
         kill_all(ag, "second signal");
@@ -383,7 +338,7 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     f->exit_code = mg_status_code(w->wstatus);
     f->signo = WIFSIGNALED(w->wstatus) ? WTERMSIG(w->wstatus) : 0;
     f->exec_errno = w->exec_errno;
-    f->wall_ms = wall_ms();
+    f->wall_ms = mg_wall_ms();
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
     w->failure = r->nfailures++;
@@ -449,24 +404,18 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
             ag->attempt_fatal = 1;
     }
 
-    struct ev e;
-    ev_begin(&e, "worker_exit");
-    ev_worker(&e, ag, w);
-    mg_jsonw_kstr(&e.w, "outcome",
-                  w->outcome == W_SUCCEEDED ? "succeeded"
-                  : w->outcome == W_FAILED  ? "failed"
-                                            : "stopped");
-    mg_jsonw_kint(&e.w, "exit_code", mg_status_code(wstatus));
-    if (WIFSIGNALED(wstatus))
-        mg_jsonw_kstr(&e.w, "signal", mg_signame(WTERMSIG(wstatus), sig, sizeof(sig)));
-    if (w->exec_errno)
-        mg_jsonw_kstr(&e.w, "exec_error", strerror(w->exec_errno));
-    mg_jsonw_kint(&e.w, "duration_ms", w->end_ms - w->start_ms);
-    if (has_ef) {
-        mg_jsonw_key(&e.w, "message");
-        mg_jsonw_strn(&e.w, ef.message, strnlen(ef.message, 1024));
-    }
-    ev_end(ag, &e);
+    struct mg_ev_worker_exit e = {
+        .w = {ag->attempt, w->local_rank, w->rank, w->pid},
+        .outcome = w->outcome == W_SUCCEEDED ? "succeeded"
+                   : w->outcome == W_FAILED  ? "failed"
+                                             : "stopped",
+        .exit_code = mg_status_code(wstatus),
+        .signal = WIFSIGNALED(wstatus) ? mg_signame(WTERMSIG(wstatus), sig, sizeof(sig)) : NULL,
+        .exec_error = w->exec_errno ? strerror(w->exec_errno) : NULL,
+        .duration_ms = w->end_ms - w->start_ms,
+        .message = has_ef ? ef.message : NULL,
+    };
+    mg_event_worker_exit(&ag->rd, &e);
 
     if (w->outcome == W_FAILED && !ag->stopping) {
         describe_exit(w, how, sizeof(how));
@@ -770,19 +719,19 @@ static void spawn_attempt(struct mg_agent *ag)
         setup_stream(ag, w, &w->err, MG_STD_ERR, dir, "stderr.log");
     }
 
-    struct ev e;
-    ev_begin(&e, "attempt_start");
-    mg_jsonw_kint(&e.w, "attempt", ag->attempt);
-    mg_jsonw_kint(&e.w, "restart_count", o->max_restarts - ag->restarts_left);
-    mg_jsonw_kint(&e.w, "round", ag->round);
-    mg_jsonw_kint(&e.w, "nproc", ag->nproc);
-    mg_jsonw_kint(&e.w, "world_size", g->world_size);
-    mg_jsonw_kint(&e.w, "group_rank", g->group_rank);
-    mg_jsonw_kint(&e.w, "group_world_size", g->group_world_size);
-    mg_jsonw_kstr(&e.w, "master_addr", g->master_addr);
-    mg_jsonw_kint(&e.w, "master_port", g->master_port);
-    mg_jsonw_kstr(&e.w, "dir", ag->attempt_dir);
-    ev_end(ag, &e);
+    struct mg_ev_attempt_start e = {
+        .attempt = ag->attempt,
+        .restart_count = o->max_restarts - ag->restarts_left,
+        .round = ag->round,
+        .nproc = ag->nproc,
+        .world_size = g->world_size,
+        .group_rank = g->group_rank,
+        .group_world_size = g->group_world_size,
+        .master_addr = g->master_addr,
+        .master_port = g->master_port,
+        .dir = ag->attempt_dir,
+    };
+    mg_event_attempt_start(&ag->rd, &e);
 
     /* The port was held until now so nobody else could take it. */
     if (g->master_fd >= 0) {
@@ -826,9 +775,8 @@ static void spawn_attempt(struct mg_agent *ag)
         ag->running++;
         ag->open_pipes += 2;
         cleanup_worker_setup(w);
-        ev_begin(&e, "worker_start");
-        ev_worker(&e, ag, w);
-        ev_end(ag, &e);
+        struct mg_ev_worker ws = {ag->attempt, w->local_rank, w->rank, w->pid};
+        mg_event_worker_start(&ag->rd, &ws);
         if (w->exec_errno)
             break; /* the others would fail the same way: it is reaped as a failure */
     }
@@ -864,8 +812,8 @@ static void start_round(struct mg_agent *ag)
 static void finish(struct mg_agent *ag, int code)
 {
     struct mg_agent_result *r = &ag->res;
-    struct ev e;
-    char sig[32];
+    const struct mg_root_cause *rc = &r->root;
+    char sig[32], rsig[32];
 
     if (ag->state == ST_DONE)
         return;
@@ -873,37 +821,31 @@ static void finish(struct mg_agent *ag, int code)
     r->exit_code = code;
     r->signo = ag->term_sig;
     r->ok = code == 0;
-    ev_begin(&e, "run_end");
-    mg_jsonw_kstr(&e.w, "result",
-                  code == 0      ? "succeeded"
+    struct mg_ev_run_end e = {
+        .result = code == 0      ? "succeeded"
                   : ag->term_sig ? "signaled"
                   : r->error     ? "error"
-                                 : "failed");
-    mg_jsonw_kint(&e.w, "exit_code", code);
-    mg_jsonw_kint(&e.w, "rounds", r->rounds);
-    mg_jsonw_kint(&e.w, "restarts", r->restarts);
-    if (ag->term_sig)
-        mg_jsonw_kstr(&e.w, "signal", mg_signame(ag->term_sig, sig, sizeof(sig)));
-    if (r->error)
-        mg_jsonw_kstr(&e.w, "error", r->error_msg);
-    if (r->nfailures) {
-        const struct mg_root_cause *rc = &r->root;
-        mg_jsonw_key(&e.w, "root_cause");
-        mg_jsonw_obj_begin(&e.w);
-        mg_jsonw_kint(&e.w, "attempt", rc->f.attempt);
-        mg_jsonw_kint(&e.w, "rank", rc->f.rank);
-        mg_jsonw_kint(&e.w, "local_rank", rc->f.local_rank);
-        mg_jsonw_kint(&e.w, "pid", rc->f.pid);
-        mg_jsonw_kint(&e.w, "exit_code", rc->f.exit_code);
-        if (rc->f.signo)
-            mg_jsonw_kstr(&e.w, "signal", mg_signame(rc->f.signo, sig, sizeof(sig)));
-        mg_jsonw_kstr(&e.w, "host", rc->host);
-        mg_jsonw_kint(&e.w, "time_ms", rc->f.wall_ms);
-        if (rc->message[0])
-            mg_jsonw_kstr(&e.w, "message", rc->message);
-        mg_jsonw_obj_end(&e.w);
-    }
-    ev_end(ag, &e);
+                                 : "failed",
+        .exit_code = code,
+        .rounds = r->rounds,
+        .restarts = r->restarts,
+        .signal = ag->term_sig ? mg_signame(ag->term_sig, sig, sizeof(sig)) : NULL,
+        .error = r->error ? r->error_msg : NULL,
+        .has_root = r->nfailures > 0,
+        .root =
+            {
+                .attempt = rc->f.attempt,
+                .rank = rc->f.rank,
+                .local_rank = rc->f.local_rank,
+                .pid = rc->f.pid,
+                .exit_code = rc->f.exit_code,
+                .signal = rc->f.signo ? mg_signame(rc->f.signo, rsig, sizeof(rsig)) : NULL,
+                .host = rc->host,
+                .time_ms = rc->f.wall_ms,
+                .message = rc->message[0] ? rc->message : NULL,
+            },
+    };
+    mg_event_run_end(&ag->rd, &e);
     mg_rundir_flush(&ag->rd);
     if (ag->cfg.rdzv->shutdown)
         ag->cfg.rdzv->shutdown(ag->cfg.rdzv_impl, ag, code);
@@ -960,17 +902,16 @@ static void end_attempt(struct mg_agent *ag)
     enum mg_round_result result = ag->attempt_failed           ? MG_ROUND_FAILED
                                   : (ag->stopping || nstopped) ? MG_ROUND_STOPPED
                                                                : MG_ROUND_SUCCEEDED;
-    struct ev e;
-    ev_begin(&e, "attempt_end");
-    mg_jsonw_kint(&e.w, "attempt", ag->attempt);
-    mg_jsonw_kstr(&e.w, "result",
-                  result == MG_ROUND_FAILED    ? "failed"
+    struct mg_ev_attempt_end e = {
+        .attempt = ag->attempt,
+        .result = result == MG_ROUND_FAILED    ? "failed"
                   : result == MG_ROUND_STOPPED ? "stopped"
-                                               : "succeeded");
-    mg_jsonw_kint(&e.w, "failed", nfailed);
-    mg_jsonw_kint(&e.w, "stopped", nstopped);
-    mg_jsonw_kint(&e.w, "duration_ms", ran);
-    ev_end(ag, &e);
+                                               : "succeeded",
+        .failed = nfailed,
+        .stopped = nstopped,
+        .duration_ms = ran,
+    };
+    mg_event_attempt_end(&ag->rd, &e);
     ag->round++;
     ag->hold_req = 0;
     if (ag->cfg.rdzv->round_ended)
@@ -983,7 +924,6 @@ static void after_attempt(struct mg_agent *ag, int64_t ran)
 {
     const struct mg_launch_opts *o = ag->o;
     struct mg_agent_result *r = &ag->res;
-    struct ev e;
 
     if (ag->term_sig) {
         finish(ag, 128 + ag->term_sig);
@@ -1026,12 +966,13 @@ static void after_attempt(struct mg_agent *ag, int64_t ran)
              o->max_restarts);
     else
         note(ag, "restarting the workers (restart %d of %d)", done, o->max_restarts);
-    ev_begin(&e, "restart");
-    mg_jsonw_kint(&e.w, "restart_count", done);
-    mg_jsonw_kint(&e.w, "max_restarts", o->max_restarts);
-    mg_jsonw_kint(&e.w, "backoff_ms", delay);
-    mg_jsonw_kstr(&e.w, "reason", ag->attempt_failed ? "worker failed" : ag->restart_reason);
-    ev_end(ag, &e);
+    struct mg_ev_restart e = {
+        .restart_count = done,
+        .max_restarts = o->max_restarts,
+        .backoff_ms = delay,
+        .reason = ag->attempt_failed ? "worker failed" : ag->restart_reason,
+    };
+    mg_event_restart(&ag->rd, &e);
     if (delay > 0) {
         ag->state = ST_BACKOFF;
         ag->backoff_deadline = mg_now_ms() + delay;
@@ -1201,13 +1142,10 @@ static void handle_signalfd(struct mg_agent *ag)
                 break;
             case SIGUSR1:
             case SIGUSR2: {
-                struct ev e;
                 char name[32];
+                struct mg_ev_signal e = {mg_signame(sig, name, sizeof(name)), 1};
                 signal_workers(ag, sig);
-                ev_begin(&e, "signal");
-                mg_jsonw_kstr(&e.w, "signal", mg_signame(sig, name, sizeof(name)));
-                mg_jsonw_kbool(&e.w, "forwarded_only", 1);
-                ev_end(ag, &e);
+                mg_event_signal(&ag->rd, &e);
                 break;
             }
             case SIGTSTP: /* Ctrl-Z: the workers are in other process groups */
@@ -1492,32 +1430,21 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     long long started = mg_proc_start_time((int)getpid());
     ag->proc_start = started > 0 ? started : 0; /* 0: unknown, never matches a live check */
 
-    struct ev e;
-    ev_begin(&e, "run_start");
-    mg_jsonw_kstr(&e.w, "run_id", cfg->run_id);
-    mg_jsonw_kstr(&e.w, "host", cfg->hostname);
-    mg_jsonw_kint(&e.w, "pid", getpid());
-    mg_jsonw_kint(&e.w, "proc_start", ag->proc_start);
-    mg_jsonw_kstr(&e.w, "version", MG_VERSION);
-    mg_jsonw_kint(&e.w, "nproc", ag->nproc);
-    mg_jsonw_kint(&e.w, "max_restarts", ag->o->max_restarts);
-    mg_jsonw_kstr(&e.w, "role", ag->o->role);
-    mg_jsonw_kstr(&e.w, "rdzv_backend", cfg->rdzv->name);
-    mg_jsonw_kbool(&e.w, "logs_saved", cfg->log_dir_given);
-    mg_jsonw_key(&e.w, "argv");
-    mg_jsonw_arr_begin(&e.w);
-    size_t total = 0;
-    for (int i = 0; i < cfg->argc; i++) {
-        size_t n = strlen(cfg->argv[i]);
-        if (i >= 64 || total + n > 4096) { /* a long command line is cut, marked "..." */
-            mg_jsonw_str(&e.w, "...");
-            break;
-        }
-        total += n;
-        mg_jsonw_str(&e.w, cfg->argv[i]);
-    }
-    mg_jsonw_arr_end(&e.w);
-    ev_end(ag, &e);
+    struct mg_ev_run_start e = {
+        .run_id = cfg->run_id,
+        .host = cfg->hostname,
+        .pid = getpid(),
+        .proc_start = ag->proc_start,
+        .version = MG_VERSION,
+        .nproc = ag->nproc,
+        .max_restarts = ag->o->max_restarts,
+        .role = ag->o->role,
+        .rdzv_backend = cfg->rdzv->name,
+        .logs_saved = cfg->log_dir_given,
+        .argv = cfg->argv,
+        .argc = cfg->argc,
+    };
+    mg_event_run_start(&ag->rd, &e);
     if (mg_rundir_flush(&ag->rd) < 0) {
         rc = ag->rd.ev_err;
         mg_fmt(err, errcap, "cannot write the event log in '%s': %s", ag->rd.dir, mg_strerror(rc));

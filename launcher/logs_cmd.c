@@ -3,7 +3,7 @@
  * (see logs_cmd.h, docs/logs.md). */
 #include "logs_cmd.h"
 #include "errfile.h"
-#include "json.h"
+#include "events.h"
 #include "logdir.h"
 #include "mg_err.h"
 #include "proc.h"
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LINE_CAP       (64 * 1024) /* longest line handled in one piece */
+#define LINE_CAP       (64 * 1024) /* longest log line handled in one piece */
 #define MAX_RUNS       100000
 #define FOLLOW_POLL_MS 100
 
@@ -92,22 +92,6 @@ static void run_free(struct lrun *r)
     r->na = r->acap = 0;
 }
 
-static void jstr(const struct mg_json *d, int obj, const char *key, char *buf, size_t cap)
-{
-    int t = mg_json_get(d, obj, key);
-    if (t >= 0)
-        mg_json_str(d, t, buf, cap);
-}
-
-static long long jint(const struct mg_json *d, int obj, const char *key, long long dflt)
-{
-    long long v;
-    int t = mg_json_get(d, obj, key);
-    if (t >= 0 && mg_json_int(d, t, &v) == 0)
-        return v;
-    return dflt;
-}
-
 static struct lattempt *find_attempt(struct lrun *r, int attempt, int create)
 {
     for (int i = 0; i < r->na; i++)
@@ -151,93 +135,121 @@ static struct lworker *find_worker(struct lattempt *a, int local_rank, int creat
     return w;
 }
 
-static void apply_event(struct lrun *r, const struct mg_json *d)
+/* Copies an event's string (NULL when absent) into a field of the model. */
+static void put(char *buf, size_t cap, const char *s)
 {
-    char ev[32] = "";
-    jstr(d, 0, "event", ev, sizeof(ev));
-    int64_t t = jint(d, 0, "time_ms", 0);
+    if (s)
+        mg_fmt(buf, cap, "%s", s);
+}
 
-    if (strcmp(ev, "run_start") == 0) {
+static void apply_worker_exit(struct lrun *r, struct lattempt *a, struct lworker *w,
+                              const struct mg_ev_worker_exit *x, int64_t t)
+{
+    w->exited = 1;
+    put(w->outcome, sizeof(w->outcome), x->outcome);
+    w->exit_code = x->exit_code;
+    put(w->signal, sizeof(w->signal), x->signal);
+    put(w->message, sizeof(w->message), x->message);
+    put(w->exec_error, sizeof(w->exec_error), x->exec_error);
+    w->duration_ms = x->duration_ms;
+    if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
+        struct lroot *f = &r->first_fail;
+        memset(f, 0, sizeof(*f));
+        r->has_first_fail = 1;
+        f->attempt = a->attempt;
+        f->rank = w->rank;
+        f->local_rank = w->local_rank;
+        f->pid = w->pid;
+        f->exit_code = w->exit_code;
+        mg_fmt(f->signal, sizeof(f->signal), "%s", w->signal);
+        mg_fmt(f->message, sizeof(f->message), "%s", w->message);
+        mg_fmt(f->host, sizeof(f->host), "%s", r->host);
+        f->time_ms = t;
+    }
+}
+
+static void apply_run_end(struct lrun *r, const struct mg_ev_run_end *x)
+{
+    r->ended = 1;
+    put(r->result, sizeof(r->result), x->result);
+    r->exit_code = x->exit_code;
+    put(r->signal, sizeof(r->signal), x->signal);
+    put(r->error, sizeof(r->error), x->error);
+    if (x->has_root) {
+        const struct mg_ev_root_cause *c = &x->root;
+        struct lroot *y = &r->root;
+        memset(y, 0, sizeof(*y));
+        r->has_root = 1;
+        y->attempt = c->attempt;
+        y->rank = c->rank;
+        y->local_rank = c->local_rank;
+        y->pid = c->pid;
+        y->exit_code = c->exit_code;
+        put(y->signal, sizeof(y->signal), c->signal);
+        put(y->message, sizeof(y->message), c->message);
+        put(y->host, sizeof(y->host), c->host);
+        y->time_ms = c->time_ms;
+    }
+}
+
+static void apply_event(struct lrun *r, const struct mg_event *ev)
+{
+    int64_t t = ev->time_ms;
+    struct lattempt *a;
+    struct lworker *w;
+
+    switch (ev->kind) {
+    case MG_EV_RUN_START: {
+        const struct mg_ev_run_start *x = &ev->u.run_start;
         if (!r->invocations++)
             r->start_ms = t;
-        r->pid = (int)jint(d, 0, "pid", 0);
-        r->proc_start = jint(d, 0, "proc_start", 0);
-        jstr(d, 0, "host", r->host, sizeof(r->host));
-        r->nproc = (int)jint(d, 0, "nproc", 0);
-        r->max_restarts = (int)jint(d, 0, "max_restarts", 0);
-        int ls = mg_json_get(d, 0, "logs_saved");
-        mg_json_bool(d, ls, &r->logs_saved);
+        r->pid = x->pid;
+        r->proc_start = x->proc_start;
+        put(r->host, sizeof(r->host), x->host);
+        r->nproc = x->nproc;
+        r->max_restarts = x->max_restarts;
+        r->logs_saved = x->logs_saved;
         r->ended = 0;
         r->has_root = 0;
         r->has_first_fail = 0;
         r->error[0] = r->signal[0] = '\0';
-    } else if (strcmp(ev, "attempt_start") == 0) {
-        struct lattempt *a = find_attempt(r, (int)jint(d, 0, "attempt", -1), 1);
-        if (!a)
+        break;
+    }
+    case MG_EV_ATTEMPT_START:
+        if (!(a = find_attempt(r, ev->u.attempt_start.attempt, 1)))
             return;
-        a->restart_count = (int)jint(d, 0, "restart_count", 0);
-        a->nproc = (int)jint(d, 0, "nproc", 0);
+        a->restart_count = ev->u.attempt_start.restart_count;
+        a->nproc = ev->u.attempt_start.nproc;
         a->start_ms = t;
-    } else if (strcmp(ev, "worker_start") == 0 || strcmp(ev, "worker_exit") == 0) {
-        struct lattempt *a = find_attempt(r, (int)jint(d, 0, "attempt", -1), 1);
-        struct lworker *w = a ? find_worker(a, (int)jint(d, 0, "local_rank", -1), 1) : NULL;
+        break;
+    case MG_EV_WORKER_START:
+    case MG_EV_WORKER_EXIT: {
+        const struct mg_ev_worker *x =
+            ev->kind == MG_EV_WORKER_START ? &ev->u.worker_start : &ev->u.worker_exit.w;
+        a = find_attempt(r, x->attempt, 1);
+        w = a ? find_worker(a, x->local_rank, 1) : NULL;
         if (!w)
             return;
-        w->rank = (int)jint(d, 0, "rank", w->local_rank);
-        w->pid = (int)jint(d, 0, "pid", 0);
-        if (ev[7] == 's') {
+        w->rank = x->rank >= 0 ? x->rank : w->local_rank;
+        w->pid = x->pid;
+        if (ev->kind == MG_EV_WORKER_START)
             w->start_ms = t;
-            return;
-        }
-        w->exited = 1;
-        jstr(d, 0, "outcome", w->outcome, sizeof(w->outcome));
-        w->exit_code = (int)jint(d, 0, "exit_code", 0);
-        jstr(d, 0, "signal", w->signal, sizeof(w->signal));
-        jstr(d, 0, "message", w->message, sizeof(w->message));
-        jstr(d, 0, "exec_error", w->exec_error, sizeof(w->exec_error));
-        w->duration_ms = jint(d, 0, "duration_ms", 0);
-        if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
-            struct lroot *f = &r->first_fail;
-            memset(f, 0, sizeof(*f));
-            r->has_first_fail = 1;
-            f->attempt = a->attempt;
-            f->rank = w->rank;
-            f->local_rank = w->local_rank;
-            f->pid = w->pid;
-            f->exit_code = w->exit_code;
-            mg_fmt(f->signal, sizeof(f->signal), "%s", w->signal);
-            mg_fmt(f->message, sizeof(f->message), "%s", w->message);
-            mg_fmt(f->host, sizeof(f->host), "%s", r->host);
-            f->time_ms = t;
-        }
-    } else if (strcmp(ev, "attempt_end") == 0) {
-        struct lattempt *a = find_attempt(r, (int)jint(d, 0, "attempt", -1), 1);
-        if (!a)
+        else
+            apply_worker_exit(r, a, w, &ev->u.worker_exit, t);
+        break;
+    }
+    case MG_EV_ATTEMPT_END:
+        if (!(a = find_attempt(r, ev->u.attempt_end.attempt, 1)))
             return;
         a->ended = 1;
-        jstr(d, 0, "result", a->result, sizeof(a->result));
-        a->duration_ms = jint(d, 0, "duration_ms", 0);
-    } else if (strcmp(ev, "run_end") == 0) {
-        r->ended = 1;
-        jstr(d, 0, "result", r->result, sizeof(r->result));
-        r->exit_code = (int)jint(d, 0, "exit_code", 0);
-        jstr(d, 0, "signal", r->signal, sizeof(r->signal));
-        jstr(d, 0, "error", r->error, sizeof(r->error));
-        int rc = mg_json_get(d, 0, "root_cause");
-        if (rc >= 0) {
-            struct lroot *x = &r->root;
-            memset(x, 0, sizeof(*x));
-            r->has_root = 1;
-            x->attempt = (int)jint(d, rc, "attempt", -1);
-            x->rank = (int)jint(d, rc, "rank", -1);
-            x->local_rank = (int)jint(d, rc, "local_rank", -1);
-            x->pid = (int)jint(d, rc, "pid", 0);
-            x->exit_code = (int)jint(d, rc, "exit_code", 0);
-            jstr(d, rc, "signal", x->signal, sizeof(x->signal));
-            jstr(d, rc, "message", x->message, sizeof(x->message));
-            jstr(d, rc, "host", x->host, sizeof(x->host));
-            x->time_ms = jint(d, rc, "time_ms", 0);
-        }
+        put(a->result, sizeof(a->result), ev->u.attempt_end.result);
+        a->duration_ms = ev->u.attempt_end.duration_ms;
+        break;
+    case MG_EV_RUN_END:
+        apply_run_end(r, &ev->u.run_end);
+        break;
+    default:
+        break;
     }
 }
 
@@ -270,32 +282,16 @@ static int load_run(struct lrun *r, const char *base, const char *id)
         return -ENOTDIR;
     r->start_ms = (int64_t)st.st_mtime * 1000;
     mg_fmt(path, sizeof(path), "%s/%s", r->dir, MG_EVENTS_FILE);
-    FILE *f = fopen(path, "re");
-    if (f) {
-        char *line = malloc(LINE_CAP);
-        struct mg_json_tok *toks = malloc(512 * sizeof(*toks));
-        if (!line || !toks) {
-            free(line);
-            free(toks);
-            fclose(f);
-            return -ENOMEM;
-        }
+    struct mg_event_reader er;
+    struct mg_event ev;
+    int rc = mg_event_reader_open(&er, path);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc == 0) {
         r->has_events = 1;
-        int skipping = 0;
-        while (fgets(line, LINE_CAP, f)) {
-            size_t n = strlen(line);
-            int whole = n && line[n - 1] == '\n';
-            if (skipping || !whole) { /* too long, or cut at the end of the file */
-                skipping = !whole;
-                continue;
-            }
-            struct mg_json d;
-            if (mg_json_parse(&d, line, n - 1, toks, 512) > 0 && d.toks[0].type == MG_JSON_OBJECT)
-                apply_event(r, &d);
-        }
-        free(line);
-        free(toks);
-        fclose(f);
+        while (mg_event_read(&er, &ev))
+            apply_event(r, &ev);
+        mg_event_reader_close(&er);
     }
     /* Attempts the event log does not mention (no event log, or a torn one). */
     DIR *d = opendir(r->dir);
