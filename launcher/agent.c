@@ -12,6 +12,7 @@
 #include "proc.h"
 #include "sentinel.h"
 #include "spawn.h"
+#include "summary.h"
 #include "workerenv.h"
 
 #include <errno.h>
@@ -30,7 +31,6 @@
 
 #define READ_CHUNK            (64 * 1024)
 #define CONSOLE_BUF           (64 * 1024)
-#define TAIL_BYTES            4096
 #define DRAIN_MS              1000 /* how long pipes may stay open after every worker exited */
 #define PREFIX_MAX            512
 #define MAX_SENTINEL_RESTARTS 10
@@ -68,7 +68,7 @@ struct worker {
     struct stream out, err;
     char prefix[PREFIX_MAX];
     size_t prefix_len;
-    char *tail; /* last TAIL_BYTES of stderr */
+    char *tail; /* last MG_STDERR_TAIL_BYTES of stderr */
     size_t tail_len;
     int tail_cut;
     char **envp;
@@ -357,8 +357,9 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
     error_file_path(ag, w->local_rank, rc->error_file, sizeof(rc->error_file));
     rc->logs_saved = w->out.file_fd != -2 || w->err.file_fd != -2;
     if (w->exec_errno) {
+        mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", strerror(w->exec_errno));
         mg_fmt(rc->message, sizeof(rc->message), "cannot execute '%s': %s", ag->cfg.exec_path,
-               strerror(w->exec_errno));
+               rc->exec_error);
         rc->error_file[0] = '\0';
     } else if (mg_errfile_read(rc->error_file, &ef) == 0) {
         mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
@@ -369,7 +370,7 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
         rc->error_file[0] = '\0';
     }
     if (w->tail)
-        mg_tail_lines(w->tail, w->tail_len, w->tail_cut, 20, rc->stderr_tail,
+        mg_tail_lines(w->tail, w->tail_len, w->tail_cut, MG_STDERR_TAIL_LINES, rc->stderr_tail,
                       sizeof(rc->stderr_tail));
 }
 
@@ -487,16 +488,16 @@ static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end e
 
 static void tail_add(struct worker *w, const char *p, size_t n)
 {
-    if (!w->tail && !(w->tail = malloc(TAIL_BYTES)))
+    if (!w->tail && !(w->tail = malloc(MG_STDERR_TAIL_BYTES)))
         return;
-    if (n >= TAIL_BYTES) {
-        memcpy(w->tail, p + n - TAIL_BYTES, TAIL_BYTES);
-        w->tail_len = TAIL_BYTES;
+    if (n >= MG_STDERR_TAIL_BYTES) {
+        memcpy(w->tail, p + n - MG_STDERR_TAIL_BYTES, MG_STDERR_TAIL_BYTES);
+        w->tail_len = MG_STDERR_TAIL_BYTES;
         w->tail_cut = 1;
         return;
     }
-    if (w->tail_len + n > TAIL_BYTES) {
-        size_t drop = w->tail_len + n - TAIL_BYTES;
+    if (w->tail_len + n > MG_STDERR_TAIL_BYTES) {
+        size_t drop = w->tail_len + n - MG_STDERR_TAIL_BYTES;
         memmove(w->tail, w->tail + drop, w->tail_len - drop);
         w->tail_len -= drop;
         w->tail_cut = 1;

@@ -117,6 +117,7 @@ struct mg_failure {
 /* The root cause (the first failure of the run), in full. */
 struct mg_root_cause {
     struct mg_failure f;
+    char exec_error[128]; /* why the program could not be executed, "" when it could */
     char host[MG_HOST_MAX];
     char error_file[4096];
     char message[2048];

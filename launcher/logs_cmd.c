@@ -580,52 +580,84 @@ static void worker_state(const struct lrun *r, const struct lworker *w, char *bu
         mg_fmt(buf, cap, "%s: exit %d after %s", w->outcome, w->exit_code, dur);
 }
 
-static void print_tail_of(FILE *out, const char *path, int lines, const char *indent);
+/* The last lines of a worker's stderr.log, as the agent keeps them in memory. */
+static void stderr_tail(const char *path, char *out, size_t cap)
+{
+    char buf[MG_STDERR_TAIL_BYTES];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    out[0] = '\0';
+    if (fd < 0)
+        return;
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof(buf) ? end - (off_t)sizeof(buf) : 0;
+    ssize_t n = end > 0 ? pread(fd, buf, sizeof(buf), from) : 0;
+    close(fd);
+    if (n > 0)
+        mg_tail_lines(buf, (size_t)n, from > 0, MG_STDERR_TAIL_LINES, out, cap);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[PATH_MAX + 96];
+    struct stat st;
+    mg_fmt(p, sizeof(p), "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+/* The root cause as the end-of-run summary had it, from what the run left
+ * on disk: the event log's record (or, when the launcher died, its first
+ * failed worker), the error file and the stderr.log of that worker. */
+static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg_root_cause *rc)
+{
+    struct mg_errfile ef;
+    const struct lattempt *a = NULL;
+    memset(rc, 0, sizeof(*rc));
+    for (int i = 0; i < r->na; i++)
+        if (r->a[i].attempt == x->attempt)
+            a = &r->a[i];
+    rc->f.attempt = x->attempt;
+    rc->f.restart_count = a ? a->restart_count : 0;
+    rc->f.rank = x->rank;
+    rc->f.local_rank = x->local_rank;
+    rc->f.pid = x->pid;
+    rc->f.exit_code = x->exit_code;
+    rc->f.signo = x->signal[0] && mg_signum(x->signal) > 0 ? mg_signum(x->signal) : 0;
+    rc->f.wall_ms = x->time_ms;
+    for (int k = 0; a && k < a->nw; k++)
+        if (a->w[k].local_rank == x->local_rank)
+            mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", a->w[k].exec_error);
+    mg_fmt(rc->host, sizeof(rc->host), "%s", x->host);
+    mg_fmt(rc->log_path, sizeof(rc->log_path), "%s/attempt_%d/%d", r->dir, x->attempt,
+           x->local_rank);
+    mg_fmt(rc->error_file, sizeof(rc->error_file), "%s/error.json", rc->log_path);
+    if (mg_errfile_read(rc->error_file, &ef) == 0) {
+        mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
+        mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
+        if (ef.hostname[0])
+            mg_fmt(rc->host, sizeof(rc->host), "%s", ef.hostname);
+    } else {
+        rc->error_file[0] = '\0';
+        mg_fmt(rc->message, sizeof(rc->message), "%s", x->message);
+    }
+    char sp[PATH_MAX + 96];
+    mg_fmt(sp, sizeof(sp), "%s/stderr.log", rc->log_path);
+    stderr_tail(sp, rc->stderr_tail, sizeof(rc->stderr_tail));
+    rc->logs_saved = exists(rc->log_path, "stdout.log") || exists(rc->log_path, "stderr.log");
+}
 
 static void print_root(FILE *out, const struct lrun *r)
 {
     const struct lroot *x = r->has_root ? &r->root : r->has_first_fail ? &r->first_fail : NULL;
-    char t[64], p[PATH_MAX + 64];
-    struct mg_errfile ef;
-    if (!x)
+    struct mg_root_cause *rc;
+    if (!x || !(rc = malloc(sizeof(*rc))))
         return;
-    mg_format_time_ms(x->time_ms, t, sizeof(t));
-    if (r->ended && strcmp(r->result, "succeeded") == 0)
-        fprintf(out, "First failure (the run recovered from it):\n");
-    else
-        fprintf(out, "Root cause (first failure):\n");
-    fprintf(out, "  rank %d (local rank %d, pid %d) on %s, attempt %d, at %s\n", x->rank,
-            x->local_rank, x->pid, x->host[0] ? x->host : "?", x->attempt, t);
-    if (x->signal[0])
-        fprintf(out, "  killed by %s (exit code %d)\n", x->signal, x->exit_code);
-    else
-        fprintf(out, "  exited with code %d\n", x->exit_code);
-    mg_fmt(p, sizeof(p), "%s/attempt_%d/%d", r->dir, x->attempt, x->local_rank);
-    char ep[PATH_MAX + 96];
-    mg_fmt(ep, sizeof(ep), "%s/error.json", p);
-    if (mg_errfile_read(ep, &ef) == 0) {
-        fprintf(out, "  message: %s\n", ef.message);
-        if (ef.traceback[0]) {
-            char tl[2048];
-            mg_tail_lines(ef.traceback, strlen(ef.traceback), 0, 12, tl, sizeof(tl));
-            fprintf(out, "  traceback (end):\n");
-            for (char *s = tl, *nl; *s; s = nl ? nl + 1 : s + strlen(s)) {
-                nl = strchr(s, '\n');
-                fprintf(out, "    %.*s\n", (int)(nl ? nl - s : (long)strlen(s)), s);
-            }
-        }
-    } else if (x->message[0]) {
-        fprintf(out, "  message: %s\n", x->message);
-    } else {
-        char sp[PATH_MAX + 96];
-        mg_fmt(sp, sizeof(sp), "%s/stderr.log", p);
-        struct stat st;
-        if (stat(sp, &st) == 0 && st.st_size > 0) {
-            fprintf(out, "  stderr (last lines):\n");
-            print_tail_of(out, sp, 10, "    ");
-        }
-    }
-    fprintf(out, "  logs: %s\n", p);
+    root_cause_of(r, x, rc);
+    mg_root_cause_print(out,
+                        r->ended && strcmp(r->result, "succeeded") == 0
+                            ? "First failure (the run recovered from it):"
+                            : "Root cause (first failure):",
+                        rc);
+    free(rc);
 }
 
 static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
@@ -845,11 +877,6 @@ static off_t print_file(FILE *out, const char *path, const char *prefix, long ta
     free(lr.buf);
     close(lr.fd);
     return at;
-}
-
-static void print_tail_of(FILE *out, const char *path, int lines, const char *indent)
-{
-    print_file(out, path, indent, lines, NULL);
 }
 
 struct sel_file {
