@@ -308,24 +308,26 @@ static int step(struct mg_agent *ag)
     return 0;
 }
 
-/* The state machine's deadlines, for the loop's poll timeout. */
+static void nearest(int64_t *dl, int64_t d)
+{
+    if (d >= 0 && (*dl < 0 || d < *dl))
+        *dl = d;
+}
+
+/* The state machine's next deadline, for the loop's poll timeout. */
 static int next_deadline_ms(void *ctx)
 {
     struct mg_agent *ag = ctx;
     int64_t dl = -1;
-    int64_t d[4] = {-1, -1, -1, -1};
     if (ag->state == ST_RUNNING && ag->stopping && ag->running > 0 &&
         ag->kill_deadline != INT64_MAX)
-        d[0] = ag->kill_deadline;
+        nearest(&dl, ag->kill_deadline);
     if (ag->state == ST_RUNNING && ag->running == 0)
-        d[1] = ag->drain_deadline;
+        nearest(&dl, ag->drain_deadline);
     if (ag->state == ST_BACKOFF)
-        d[2] = ag->backoff_deadline;
+        nearest(&dl, ag->backoff_deadline);
     if (ag->lingering)
-        d[3] = ag->linger_deadline;
-    for (int i = 0; i < 4; i++)
-        if (d[i] >= 0 && (dl < 0 || d[i] < dl))
-            dl = d[i];
+        nearest(&dl, ag->linger_deadline);
     return mg_ms_until(dl);
 }
 

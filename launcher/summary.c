@@ -1,6 +1,7 @@
-/* The end-of-run failure summary (see summary.h). */
+/* The end-of-run failure summary and the root-cause block that `mglaunch logs`
+ * prints too (see summary.h). */
 #include "summary.h"
-#include "output.h"
+#include "mg_err.h"
 #include "proc.h"
 
 #include <string.h>
