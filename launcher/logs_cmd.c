@@ -4,7 +4,6 @@
  * themselves is logs_follow.c's. */
 #include "logs_cmd.h"
 #include "logs_internal.h"
-#include "errfile.h"
 #include "events.h"
 #include "logdir.h"
 #include "mg_err.h"
@@ -86,6 +85,20 @@ static void put(char *buf, size_t cap, const char *s)
         mg_fmt(buf, cap, "%s", s);
 }
 
+static void set_root(struct lroot *y, const struct mg_ev_root_cause *c)
+{
+    memset(y, 0, sizeof(*y));
+    y->attempt = c->attempt;
+    y->rank = c->rank;
+    y->local_rank = c->local_rank;
+    y->pid = c->pid;
+    y->exit_code = c->exit_code;
+    put(y->signal, sizeof(y->signal), c->signal);
+    put(y->message, sizeof(y->message), c->message);
+    put(y->host, sizeof(y->host), c->host);
+    y->time_ms = c->time_ms;
+}
+
 static void apply_worker_exit(struct lrun *r, struct lattempt *a, struct lworker *w,
                               const struct mg_ev_worker_exit *x, int64_t t)
 {
@@ -97,18 +110,19 @@ static void apply_worker_exit(struct lrun *r, struct lattempt *a, struct lworker
     put(w->exec_error, sizeof(w->exec_error), x->exec_error);
     w->duration_ms = x->duration_ms;
     if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
-        struct lroot *f = &r->first_fail;
-        memset(f, 0, sizeof(*f));
+        struct mg_ev_root_cause c = {
+            .attempt = a->attempt,
+            .rank = w->rank,
+            .local_rank = w->local_rank,
+            .pid = w->pid,
+            .exit_code = w->exit_code,
+            .signal = w->signal,
+            .host = r->host,
+            .time_ms = t,
+            .message = w->message,
+        };
+        set_root(&r->first_fail, &c);
         r->has_first_fail = 1;
-        f->attempt = a->attempt;
-        f->rank = w->rank;
-        f->local_rank = w->local_rank;
-        f->pid = w->pid;
-        f->exit_code = w->exit_code;
-        mg_fmt(f->signal, sizeof(f->signal), "%s", w->signal);
-        mg_fmt(f->message, sizeof(f->message), "%s", w->message);
-        mg_fmt(f->host, sizeof(f->host), "%s", r->host);
-        f->time_ms = t;
     }
 }
 
@@ -120,19 +134,8 @@ static void apply_run_end(struct lrun *r, const struct mg_ev_run_end *x)
     put(r->signal, sizeof(r->signal), x->signal);
     put(r->error, sizeof(r->error), x->error);
     if (x->has_root) {
-        const struct mg_ev_root_cause *c = &x->root;
-        struct lroot *y = &r->root;
-        memset(y, 0, sizeof(*y));
+        set_root(&r->root, &x->root);
         r->has_root = 1;
-        y->attempt = c->attempt;
-        y->rank = c->rank;
-        y->local_rank = c->local_rank;
-        y->pid = c->pid;
-        y->exit_code = c->exit_code;
-        put(y->signal, sizeof(y->signal), c->signal);
-        put(y->message, sizeof(y->message), c->message);
-        put(y->host, sizeof(y->host), c->host);
-        y->time_ms = c->time_ms;
     }
 }
 
@@ -551,7 +554,6 @@ static int exists(const char *dir, const char *name)
  * failed worker), the error file and the stderr.log of that worker. */
 static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg_root_cause *rc)
 {
-    struct mg_errfile ef;
     const struct lattempt *a = NULL;
     memset(rc, 0, sizeof(*rc));
     for (int i = 0; i < r->na; i++)
@@ -572,15 +574,8 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     mg_fmt(rc->log_path, sizeof(rc->log_path), "%s/attempt_%d/%d", r->dir, x->attempt,
            x->local_rank);
     mg_fmt(rc->error_file, sizeof(rc->error_file), "%s/error.json", rc->log_path);
-    if (mg_errfile_read(rc->error_file, &ef) == 0) {
-        mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
-        mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
-        if (ef.hostname[0])
-            mg_fmt(rc->host, sizeof(rc->host), "%s", ef.hostname);
-    } else {
-        rc->error_file[0] = '\0';
+    if (mg_root_cause_errfile(rc) < 0)
         mg_fmt(rc->message, sizeof(rc->message), "%s", x->message);
-    }
     char sp[PATH_MAX + 96];
     mg_fmt(sp, sizeof(sp), "%s/stderr.log", rc->log_path);
     stderr_tail(sp, rc->stderr_tail, sizeof(rc->stderr_tail));

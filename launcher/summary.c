@@ -1,9 +1,11 @@
 /* The end-of-run failure summary and the root-cause block that `mglaunch logs`
  * prints too (see summary.h). */
 #include "summary.h"
+#include "errfile.h"
 #include "mg_err.h"
 #include "proc.h"
 
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -104,6 +106,20 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
         fprintf(f, "  (%d more failures not listed)\n", r->failures_dropped);
 
     mg_root_cause_print(f, "Root cause (first failure):", &r->root);
+}
+
+int mg_root_cause_errfile(struct mg_root_cause *rc)
+{
+    struct mg_errfile ef;
+    if (mg_errfile_read(rc->error_file, &ef) < 0) {
+        rc->error_file[0] = '\0';
+        return -ENOENT;
+    }
+    mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
+    mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
+    if (ef.hostname[0])
+        mg_fmt(rc->host, sizeof(rc->host), "%s", ef.hostname);
+    return 0;
 }
 
 void mg_root_cause_print(FILE *f, const char *heading, const struct mg_root_cause *rc)

@@ -18,6 +18,11 @@
 /* Writes the summary for a run that did not succeed to f. */
 void mg_summary_print(FILE *f, const struct mg_agent_result *r);
 
+/* Takes message, traceback and host (when it names one) from the error file
+ * at rc->error_file; without a readable one, error_file becomes "". Returns 0
+ * when the file was read. */
+int mg_root_cause_errfile(struct mg_root_cause *rc);
+
 /* Writes the root cause block: heading ("Root cause (first failure):"), then
  * rank, host, pid, attempt, time, exit, error file, message and traceback,
  * or else the last lines of stderr, and where the logs are. */

@@ -175,7 +175,6 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
 static void fill_root_cause(struct mg_agent *ag, struct worker *w)
 {
     struct mg_root_cause *rc = &ag->res.root;
-    struct mg_errfile ef;
     if (w->failure != 0)
         return; /* only the very first failure of the run */
     rc->f = ag->res.failures[0];
@@ -188,13 +187,8 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
         mg_fmt(rc->message, sizeof(rc->message), "cannot execute '%s': %s", ag->cfg.exec_path,
                rc->exec_error);
         rc->error_file[0] = '\0';
-    } else if (mg_errfile_read(rc->error_file, &ef) == 0) {
-        mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
-        mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
-        if (ef.hostname[0])
-            mg_fmt(rc->host, sizeof(rc->host), "%s", ef.hostname);
     } else {
-        rc->error_file[0] = '\0';
+        mg_root_cause_errfile(rc);
     }
     if (w->tail)
         mg_tail_lines(w->tail, w->tail_len, w->tail_cut, MG_STDERR_TAIL_LINES, rc->stderr_tail,
