@@ -333,7 +333,8 @@ static const char *const kind_names[] = {
     [MG_EV_RUN_END] = "run_end",
 };
 
-int mg_event_parse(struct mg_event_reader *r, const char *line, size_t len, struct mg_event *ev)
+/* One line, without its '\n': 0, or -MG_EFORMAT when it is not a JSON object. */
+static int parse_line(struct mg_event_reader *r, const char *line, size_t len, struct mg_event *ev)
 {
     struct mg_json d;
     struct parse p = {.d = &d, .r = r};
@@ -401,7 +402,7 @@ int mg_event_reader_open(struct mg_event_reader *r, const char *path)
         mg_event_reader_close(r);
         return -ENOMEM;
     }
-    if (path && !(r->f = fopen(path, "re"))) {
+    if (!(r->f = fopen(path, "re"))) {
         int rc = -errno;
         mg_event_reader_close(r);
         return rc;
@@ -412,14 +413,14 @@ int mg_event_reader_open(struct mg_event_reader *r, const char *path)
 int mg_event_read(struct mg_event_reader *r, struct mg_event *ev)
 {
     int skipping = 0;
-    while (r->f && fgets(r->line, MG_EV_LINE_MAX, r->f)) {
+    while (fgets(r->line, MG_EV_LINE_MAX, r->f)) {
         size_t n = strlen(r->line);
         int whole = n && r->line[n - 1] == '\n';
         if (skipping || !whole) { /* too long, or cut at the end of the file */
             skipping = !whole;
             continue;
         }
-        if (mg_event_parse(r, r->line, n - 1, ev) == 0)
+        if (parse_line(r, r->line, n - 1, ev) == 0)
             return 1;
     }
     return 0;

@@ -150,16 +150,12 @@ struct mg_event_reader {
     char *argv[MG_EV_ARGV_MAX + 2];
 };
 
-/* Opens an event log (path NULL: no file, for mg_event_parse only).
- * Returns 0 or a negative errno (-ENOENT: there is none). */
+/* Opens an event log. Returns 0 or a negative errno (-ENOENT: there is none). */
 int mg_event_reader_open(struct mg_event_reader *r, const char *path);
 /* The next event: 1, or 0 at the end. Lines that are not a JSON object, or
  * are cut (a launcher killed mid-write) or longer than MG_EV_LINE_MAX, are
  * skipped. */
 int mg_event_read(struct mg_event_reader *r, struct mg_event *ev);
-/* Parses one line (without its '\n'). Returns 0, or -MG_EFORMAT when it is
- * not a JSON object. */
-int mg_event_parse(struct mg_event_reader *r, const char *line, size_t len, struct mg_event *ev);
 void mg_event_reader_close(struct mg_event_reader *r);
 
 #endif
