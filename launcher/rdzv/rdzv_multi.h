@@ -1,9 +1,9 @@
 /* The multi-node rendezvous as the agent's backend (struct mg_rdzv_ops in
  * agent.h): static across nodes, c10d on mg's store, etcd. It turns the
  * command line (and, when the flags are absent, SLURM_*) into a rendezvous,
- * drives launcher/rdzv/rdzv_proto.c from the agent's timers, and maps its events
- * onto the agent's calls: group formed, restart (counted or not), fail, and
- * the exit barrier. docs/rendezvous.md is the user's guide. */
+ * drives the protocol (rdzv_proto.h) from the agent's timers, and maps its
+ * events onto the agent's calls: group formed, restart (counted or not),
+ * fail, and the exit barrier. docs/rendezvous.md is the user's guide. */
 #ifndef MG_RDZV_MULTI_H
 #define MG_RDZV_MULTI_H
 

@@ -1,5 +1,5 @@
 /* A scripted rendezvous agent for the protocol tests: joins rounds through
- * launcher/rdzv/rdzv_proto.c exactly as mglaunch does (in steps, one thread; the
+ * launcher/rdzv/rdzv_proto.h exactly as mglaunch does (in steps, one thread; the
  * agent hosting the store serves it between the steps), but instead of
  * running workers it follows a script and prints one line per event on stdout.
  *
