@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct multi {
     struct mg_rdzv *r;
     struct mg_agent *ag;
     enum phase phase;
+    FILE *status;              /* the launcher's console (rdzv.h), or NULL */
     int timer;                 /* the one pending timer, or -1 */
     int poller;                /* the hosted store's, or -1 */
     int abort_fd;              /* a signalfd of the terminating signals (kv.h), or -1 */
@@ -73,6 +75,20 @@ int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
         return 0;
     /* Under srun on several nodes, without --nnodes: the allocation decides. */
     return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
+}
+
+/* A line on the launcher's console, as the agent's own notes. */
+__attribute__((format(printf, 2, 3))) static void note(struct multi *m, const char *fmt, ...)
+{
+    va_list ap;
+    if (!m->status)
+        return;
+    va_start(ap, fmt);
+    fputs("mglaunch: ", m->status);
+    vfprintf(m->status, fmt, ap);
+    fputc('\n', m->status);
+    fflush(m->status);
+    va_end(ap);
 }
 
 static void add_notice(struct multi *m, const char *text)
@@ -184,15 +200,13 @@ static void say_progress(struct multi *m)
     m->progress_ms = now + PROGRESS_EVERY_MS;
     mg_rdzv_join_progress(m->r, &p);
     if (p.joined < 0)
-        fprintf(stderr,
-                "mglaunch: rendezvous: waiting for a place in the job (--nnodes %d:%d); "
-                "join_timeout in %d s\n",
-                p.min, p.max, (p.left_ms + 999) / 1000);
+        note(m, "rendezvous: waiting for a place in the job (--nnodes %d:%d); join_timeout in %d s",
+             p.min, p.max, (p.left_ms + 999) / 1000);
     else
-        fprintf(stderr,
-                "mglaunch: rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
-                ", --nnodes %d:%d; join_timeout in %d s\n",
-                p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
+        note(m,
+             "rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
+             ", --nnodes %d:%d; join_timeout in %d s",
+             p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
 }
 
 static void on_join_step(struct mg_agent *ag, void *ctx)
@@ -460,10 +474,11 @@ const char *mg_rdzv_multi_notice(void *impl)
 
 /* ---- creating -------------------------------------------------------------------------------- */
 
-/* mglaunch's console while it connects (before the agent exists). */
+/* What kv_open has to say while it retries the endpoint (before the agent
+ * exists). */
 static void on_progress(void *ctx, const char *msg)
 {
-    fprintf(stderr, "mglaunch: %s\n", msg);
+    note(ctx, "%s", msg);
 }
 
 /* This node's address for MASTER_ADDR when it is rank 0. */
@@ -490,7 +505,7 @@ static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, stru
     snprintf(out, cap, "%s", m->hostname);
 }
 
-int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
+int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE *status,
                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap)
 {
     struct multi *m = calloc(1, sizeof(*m));
@@ -508,6 +523,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
     m->poller = -1;
     m->abort_fd = -1;
     m->exit_fd = -1;
+    m->status = status;
     gethostname(m->hostname, sizeof(m->hostname) - 1);
     if (!m->hostname[0])
         snprintf(m->hostname, sizeof(m->hostname), "localhost");
@@ -609,6 +625,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
         .abort_fd = -1,
         .node_rank = m->backend == MG_RDZV_STATIC ? node_rank : -1,
         .progress = on_progress,
+        .progress_ctx = m,
     };
     rc = mg_rdzv_backend_open(&s, &kv, &m->host, ns, sizeof(ns), err, errcap);
     if (rc < 0)

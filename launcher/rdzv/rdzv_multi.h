@@ -11,6 +11,7 @@
 #include "opts.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* 1 when the options (or a Slurm allocation of several nodes, when --nnodes
  * is absent) ask for more than the single-node backend; 0 otherwise. */
@@ -18,10 +19,11 @@ int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env);
 
 /* Creates the backend: checks --rdzv_conf, derives what Slurm provides,
  * connects to etcd or the store (hosting it on the endpoint host), retrying
- * name resolution and refused connections until join_timeout. -EINVAL for a
- * bad setting, other codes for a backend that cannot be reached; err says
- * which endpoint and what failed. */
-int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
+ * name resolution and refused connections until join_timeout. status (NULL:
+ * none) is the launcher's console (rdzv.h). -EINVAL for a bad setting, other
+ * codes for a backend that cannot be reached; err says which endpoint and
+ * what failed. */
+int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE *status,
                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap);
 
 /* Checks --rdzv_conf alone (a single-node run does not use it, but a
