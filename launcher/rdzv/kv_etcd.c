@@ -1,6 +1,7 @@
 /* The etcd v3 backend of the rendezvous, over the JSON gateway and a libcurl
  * loaded at run time (see etcd.h). */
 #include "kv_etcd.h"
+#include "base64.h"
 #include "json.h"
 #include "mg_err.h"
 #include "net.h"
@@ -72,80 +73,6 @@ __attribute__((format(printf, 2, 3))) static void seterr(struct mg_etcd *e, cons
     va_start(ap, fmt);
     vsnprintf(e->kv.err, sizeof(e->kv.err), fmt, ap);
     va_end(ap);
-}
-
-/* ---- base64 ------------------------------------------------------------------ */
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t mg_base64_encode(const void *src, size_t n, char *dst)
-{
-    const unsigned char *s = src;
-    size_t o = 0, i;
-    for (i = 0; i + 2 < n; i += 3) {
-        unsigned v = (unsigned)s[i] << 16 | (unsigned)s[i + 1] << 8 | s[i + 2];
-        dst[o++] = b64[v >> 18];
-        dst[o++] = b64[(v >> 12) & 63];
-        dst[o++] = b64[(v >> 6) & 63];
-        dst[o++] = b64[v & 63];
-    }
-    if (i < n) {
-        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0);
-        dst[o++] = b64[v >> 18];
-        dst[o++] = b64[(v >> 12) & 63];
-        dst[o++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-        dst[o++] = '=';
-    }
-    dst[o] = 0;
-    return o;
-}
-
-static int b64val(int ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '+' || ch == '-')
-        return 62;
-    if (ch == '/' || ch == '_')
-        return 63;
-    return -1;
-}
-
-int mg_base64_decode(const char *src, size_t n, void *dst, size_t cap)
-{
-    unsigned char *d = dst;
-    size_t o = 0;
-    unsigned acc = 0;
-    int bits = 0;
-
-    while (n && src[n - 1] == '=')
-        n--;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64val((unsigned char)src[i]);
-        if (v < 0)
-            return -EINVAL;
-        acc = acc << 6 | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o >= cap)
-                return -ENOSPC;
-            d[o++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    if (bits >= 6)
-        return -EINVAL;
-    return (int)o;
-}
-
-static size_t b64len(size_t n)
-{
-    return (n + 2) / 3 * 4;
 }
 
 /* ---- libcurl ----------------------------------------------------------------- */
@@ -383,9 +310,9 @@ struct body {
 
 static int body_begin(struct body *b, size_t payload)
 {
-    b->cap = 512 + 2 * b64len(payload);
+    b->cap = 512 + 2 * mg_base64_len(payload);
     b->json = malloc(b->cap);
-    b->tmp = malloc(b64len(payload) + 8);
+    b->tmp = malloc(mg_base64_len(payload) + 8);
     if (!b->json || !b->tmp) {
         free(b->json);
         free(b->tmp);

@@ -35,9 +35,4 @@ const char *mg_etcd_api_prefix(const struct mg_kv *kv);
 /* The local address of the last connection to etcd. */
 int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len);
 
-/* Base64 (RFC 4648, with padding), exposed for the tests. encode writes
- * 4*ceil(n/3) bytes plus a NUL; decode returns the decoded length or -EINVAL. */
-size_t mg_base64_encode(const void *src, size_t n, char *dst);
-int mg_base64_decode(const char *src, size_t n, void *dst, size_t cap);
-
 #endif

@@ -113,15 +113,6 @@ static struct mg_kv *open_fix(void *ctx)
     return open_kv(endpoint, 2000);
 }
 
-static void b64_case(const char *in, const char *want)
-{
-    char enc[64], dec[64];
-    size_t n = mg_base64_encode(in, strlen(in), enc);
-    is_str(enc, want, "base64('%s')", in);
-    int m = mg_base64_decode(enc, n, dec, sizeof(dec));
-    ok(m == (int)strlen(in) && memcmp(dec, in, (size_t)m) == 0, "  decodes back");
-}
-
 int main(void)
 {
     struct mg_kv *kv, *kv2;
@@ -129,17 +120,6 @@ int main(void)
     size_t len;
     int64_t rev;
     int rc;
-
-    b64_case("", "");
-    b64_case("f", "Zg==");
-    b64_case("fo", "Zm8=");
-    b64_case("foo", "Zm9v");
-    b64_case("foobar", "Zm9vYmFy");
-    {
-        char d[8];
-        ok(mg_base64_decode("Zm9v!", 5, d, sizeof(d)) == -EINVAL, "base64: bad character");
-        ok(mg_base64_decode("Zm9vYmFy", 8, d, 3) == -ENOSPC, "base64: output bound");
-    }
 
     {
         struct mg_etcd_opts o = {.endpoints = "ftp://x:1"};
