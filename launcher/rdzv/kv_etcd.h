@@ -1,7 +1,8 @@
 /* The etcd rendezvous backend: etcd's v3 API through its JSON gateway
- * (kv/range, kv/put, kv/txn, kv/deleterange, lease/grant, lease/keepalive, lease/revoke, watch), over libcurl
- * loaded at run time with dlopen("libcurl.so.4"), so that mglaunch never
- * links libcurl and pays for it only when --rdzv_backend etcd is used.
+ * (kv/range, kv/put, kv/txn, kv/deleterange, lease/grant, lease/keepalive,
+ * lease/revoke, watch), over common/http.h, whose libcurl is loaded at run
+ * time: mglaunch never links libcurl and pays for it only when
+ * --rdzv_backend etcd is used.
  *
  * Keys and values travel base64-encoded, as the gateway requires. Ephemeral
  * keys are attached to one lease per client, granted on first use and renewed
