@@ -9,8 +9,8 @@
  * failure. After a failure, mg_kv_error() says which endpoint and what failed,
  * for the program's error message. A call that blocks gives up with -EINTR
  * as soon as abort_fd is readable (the launcher's terminating signals). */
-#ifndef MG_RDZV_KV_H
-#define MG_RDZV_KV_H
+#ifndef MG_KV_H
+#define MG_KV_H
 
 #include "mg_err.h"
 

@@ -35,7 +35,7 @@ struct mg_etcd {
     struct mg_kv kv;       /* first: the ops see a struct mg_kv * */
     struct mg_http *http;  /* requests (keeps its connection) */
     struct mg_http *watch; /* watches (their connection is dropped when one ends) */
-    char url[MG_ETCD_MAX_ENDPOINTS][URL_MAX];
+    char url[MG_KV_ETCD_MAX_ENDPOINTS][URL_MAX];
     int nurl, cur;
     const char *api; /* gateway prefix once known */
     int timeout_ms, lease_ttl_s;
@@ -779,12 +779,12 @@ static const struct mg_kv_ops etcd_ops = {
     .release = etcd_release,
 };
 
-const char *mg_etcd_api_prefix(const struct mg_kv *kv)
+const char *mg_kv_etcd_api_prefix(const struct mg_kv *kv)
 {
     return ((const struct mg_etcd *)kv)->api;
 }
 
-int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
+int mg_kv_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
 {
     return mg_http_local_addr(((const struct mg_etcd *)kv)->http, buf, len);
 }
@@ -807,8 +807,8 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
             snprintf(err, errlen, "etcd: bad endpoint list '%s'", list);
             return -EINVAL;
         }
-        if (e->nurl == MG_ETCD_MAX_ENDPOINTS) {
-            snprintf(err, errlen, "etcd: more than %d endpoints in '%s'", MG_ETCD_MAX_ENDPOINTS,
+        if (e->nurl == MG_KV_ETCD_MAX_ENDPOINTS) {
+            snprintf(err, errlen, "etcd: more than %d endpoints in '%s'", MG_KV_ETCD_MAX_ENDPOINTS,
                      list);
             return -EINVAL;
         }
@@ -829,7 +829,7 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
         size_t hl = strlen(hostport);
         if (hl && hostport[hl - 1] == '/')
             item[(size_t)(hostport - item) + hl - 1] = 0;
-        if (mg_parse_hostport(hostport, MG_ETCD_DEFAULT_PORT, &hp) < 0) {
+        if (mg_parse_hostport(hostport, MG_KV_ETCD_DEFAULT_PORT, &hp) < 0) {
             snprintf(err, errlen, "etcd: endpoint '%s' is not host:port", item);
             return -EINVAL;
         }
@@ -843,7 +843,7 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
     return 0;
 }
 
-int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *o, char *err, size_t errlen)
+int mg_kv_etcd_open(struct mg_kv **out, const struct mg_kv_etcd_opts *o, char *err, size_t errlen)
 {
     static const char *const headers[] = {
         "Content-Type: application/json",

@@ -39,7 +39,7 @@ struct multi {
     struct mg_rdzv_ops ops; /* multi_ops, with the backend's name */
     struct mg_rdzv_conf conf;
     enum mg_rdzv_backend backend;
-    struct mg_rdzv_host *host;
+    struct mg_kv_host *host;
     struct mg_rdzv *r;
     struct mg_agent *ag;
     enum phase phase;
@@ -138,13 +138,13 @@ static void step_later(struct multi *m, mg_agent_timer_fn fn)
 /* The hosted store as one of the loop's pollers. */
 static int host_fill(void *ctx, struct pollfd *fds, int max)
 {
-    return mg_rdzv_host_pollfds(((struct multi *)ctx)->host, fds, max);
+    return mg_kv_host_pollfds(((struct multi *)ctx)->host, fds, max);
 }
 
 static int host_process(void *ctx, const struct pollfd *fds, int n)
 {
     struct multi *m = ctx;
-    int rc = mg_rdzv_host_process(m->host, fds, n);
+    int rc = mg_kv_host_process(m->host, fds, n);
     if (rc == 1 && m->waiting)
         set_timer(m, mg_now_ms(), m->waiting); /* waiting stays set until the step runs */
     return rc < 0 ? rc : 0;
@@ -152,7 +152,7 @@ static int host_process(void *ctx, const struct pollfd *fds, int n)
 
 static int host_timeout(void *ctx)
 {
-    return mg_rdzv_host_timeout_ms(((struct multi *)ctx)->host);
+    return mg_kv_host_timeout_ms(((struct multi *)ctx)->host);
 }
 
 /* The exit code for a job that failed elsewhere: its root cause's. */
@@ -418,7 +418,7 @@ static void multi_release(void *impl)
     if (!m)
         return;
     mg_rdzv_release(m->r);
-    mg_rdzv_host_release(m->host);
+    mg_kv_host_release(m->host);
     if (m->abort_fd >= 0)
         close(m->abort_fd);
     if (m->exit_fd >= 0)
@@ -598,7 +598,7 @@ static int pick_run_id(const struct mg_launch_opts *o, struct multi *m, const st
 static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char *err,
                         size_t errcap)
 {
-    struct mg_rdzv_setup s = {
+    struct mg_kv_open_opts s = {
         .backend = m->backend,
         .endpoint = p->endpoint,
         .run_id = m->run_id,
@@ -609,7 +609,7 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
         .progress = on_progress,
         .progress_ctx = m,
     };
-    int rc = mg_rdzv_backend_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
+    int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
     if (rc < 0)
         return rc;
 
@@ -647,7 +647,7 @@ static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, stru
         return;
     }
     /* Else the address this node reaches the rendezvous from. */
-    if (mg_rdzv_backend_local_addr(kv, m->host, out, cap) == 0)
+    if (mg_kv_local_addr(kv, m->host, out, cap) == 0)
         return;
     snprintf(out, cap, "%s", m->hostname);
 }
