@@ -58,25 +58,7 @@ struct multi {
     char notice[768];
 };
 
-/* ---- choosing the settings ------------------------------------------------------------ */
-
-static int is_loopback(const char *addr)
-{
-    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
-}
-
-int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
-{
-    struct mg_slurm sl;
-    char err[256];
-
-    if (o->nnodes_max > 1 || strncmp(o->rdzv_backend, "etcd", 4) == 0)
-        return 1;
-    if (o->nnodes_given || o->standalone)
-        return 0;
-    /* Under srun on several nodes, without --nnodes: the allocation decides. */
-    return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
-}
+/* ---- what mglaunch prints ------------------------------------------------------------- */
 
 /* A line on the launcher's console, as the agent's own notes. */
 __attribute__((format(printf, 2, 3))) static void note(struct multi *m, const char *fmt, ...)
@@ -435,31 +417,6 @@ static const struct mg_rdzv_ops multi_ops = {
     .release = multi_release,
 };
 
-int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
-                             size_t errcap)
-{
-    struct mg_rdzv_conf c;
-    enum mg_rdzv_backend b;
-    int rc;
-
-    if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
-        b = MG_RDZV_C10D;
-    mg_rdzv_conf_init(&c);
-    rc = mg_rdzv_conf_parse(&c, o->rdzv_conf, err, errcap);
-    return rc ? rc : mg_rdzv_conf_finish(&c, b, env, err, errcap);
-}
-
-const char *mg_rdzv_multi_run_id(void *impl)
-{
-    return ((struct multi *)impl)->run_id;
-}
-
-const char *mg_rdzv_multi_notice(void *impl)
-{
-    struct multi *m = impl;
-    return m && m->notice[0] ? m->notice : NULL;
-}
-
 /* ---- creating -------------------------------------------------------------------------------- */
 
 /* What mg_rdzv_multi_create works out, step by step, before the rendezvous
@@ -498,6 +455,39 @@ static struct multi *multi_new(FILE *status)
     return m;
 }
 
+int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
+{
+    struct mg_slurm sl;
+    char err[256];
+
+    if (o->nnodes_max > 1 || strncmp(o->rdzv_backend, "etcd", 4) == 0)
+        return 1;
+    if (o->nnodes_given || o->standalone)
+        return 0;
+    /* Under srun on several nodes, without --nnodes: the allocation decides. */
+    return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
+}
+
+/* --rdzv_conf, parsed and checked against the backend. */
+static int read_conf(struct mg_rdzv_conf *c, enum mg_rdzv_backend b, const struct mg_launch_opts *o,
+                     char *const *env, char *err, size_t errcap)
+{
+    mg_rdzv_conf_init(c);
+    int rc = mg_rdzv_conf_parse(c, o->rdzv_conf, err, errcap);
+    return rc ? rc : mg_rdzv_conf_finish(c, b, env, err, errcap);
+}
+
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
+                             size_t errcap)
+{
+    struct mg_rdzv_conf c;
+    enum mg_rdzv_backend b;
+
+    if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
+        b = MG_RDZV_C10D;
+    return read_conf(&c, b, o, env, err, errcap);
+}
+
 /* Without --nnodes, a Slurm allocation says how many nodes there are, which
  * one this is, and where the master is (unless the flags say). */
 static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct multi *m,
@@ -525,14 +515,6 @@ static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct m
         add_notice(m, line);
     }
     return 0;
-}
-
-static int read_conf(const struct mg_launch_opts *o, char *const *env, struct multi *m, char *err,
-                     size_t errcap)
-{
-    mg_rdzv_conf_init(&m->conf);
-    int rc = mg_rdzv_conf_parse(&m->conf, o->rdzv_conf, err, errcap);
-    return rc ? rc : mg_rdzv_conf_finish(&m->conf, m->backend, env, err, errcap);
 }
 
 /* Where the nodes meet: for static, the store rank 0 hosts at --master_addr
@@ -628,6 +610,11 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
     return 0;
 }
 
+static int is_loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
+}
+
 /* This node's address for MASTER_ADDR when it is rank 0. */
 static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, struct mg_kv *kv,
                            const char *static_master, char *out, size_t cap)
@@ -700,7 +687,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
         goto fail;
     }
     if ((rc = take_slurm(o, env, m, &p, err, errcap)) < 0 ||
-        (rc = read_conf(o, env, m, err, errcap)) < 0 ||
+        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0 ||
         (rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
         (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||
         (rc = open_backend(m, &p, &kv, err, errcap)) < 0 ||
@@ -714,4 +701,15 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
 fail:
     multi_release(m); /* m->r is NULL: what is open is the host and abort_fd */
     return rc;
+}
+
+const char *mg_rdzv_multi_run_id(void *impl)
+{
+    return ((struct multi *)impl)->run_id;
+}
+
+const char *mg_rdzv_multi_notice(void *impl)
+{
+    struct multi *m = impl;
+    return m && m->notice[0] ? m->notice : NULL;
 }
