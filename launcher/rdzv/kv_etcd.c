@@ -31,7 +31,7 @@ struct watch {
     char msg[256];
 };
 
-struct mg_etcd {
+struct kv_etcd {
     struct mg_kv kv;       /* first: the ops see a struct mg_kv * */
     struct mg_http *http;  /* requests (keeps its connection) */
     struct mg_http *watch; /* watches (their connection is dropped when one ends) */
@@ -47,7 +47,7 @@ struct mg_etcd {
 
 static const char *const api_prefixes[] = {"/v3/", "/v3beta/", "/v3alpha/"};
 
-__attribute__((format(printf, 2, 3))) static void seterr(struct mg_etcd *e, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void seterr(struct kv_etcd *e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -73,7 +73,7 @@ static const char *hint(enum mg_http_fault f)
 }
 
 /* Says which endpoint and request failed, and how; returns the code. */
-static int http_fail(struct mg_etcd *e, const char *url, const char *op, int rc,
+static int http_fail(struct kv_etcd *e, const char *url, const char *op, int rc,
                      const struct mg_http_response *res)
 {
     seterr(e, "etcd %s: %s: %s%s", url, op, res->error, hint(res->fault));
@@ -82,7 +82,7 @@ static int http_fail(struct mg_etcd *e, const char *url, const char *op, int rc,
 
 /* One POST to every endpoint in turn until one answers. On HTTP 200 the
  * parsed response is in e->doc. */
-static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen)
+static int call(struct kv_etcd *e, const char *op, const char *body, size_t blen)
 {
     char url[URL_MAX + 64];
     int rc = -EIO;
@@ -208,7 +208,7 @@ static int body_end(struct body *b)
 }
 
 /* Ends the body, posts it to the gateway's path and frees it. */
-static int body_call(struct mg_etcd *e, struct body *b, const char *path)
+static int body_call(struct kv_etcd *e, struct body *b, const char *path)
 {
     int n = body_end(b);
     if (n < 0)
@@ -236,7 +236,7 @@ static size_t prefix_end(const char *prefix, char *out)
 /* ---- reading responses --------------------------------------------------------- */
 
 /* Decodes a base64 string member of obj into a malloc'd NUL-terminated buffer. */
-static int member_b64(struct mg_etcd *e, int obj, const char *name, char **out, size_t *len)
+static int member_b64(struct kv_etcd *e, int obj, const char *name, char **out, size_t *len)
 {
     int t = mg_json_get(&e->doc, obj, name);
     *out = NULL;
@@ -269,7 +269,7 @@ static int member_b64(struct mg_etcd *e, int obj, const char *name, char **out, 
     return 0;
 }
 
-static int64_t member_int(struct mg_etcd *e, int obj, const char *name)
+static int64_t member_int(struct kv_etcd *e, int obj, const char *name)
 {
     long long v = 0;
     int t = mg_json_get(&e->doc, obj, name);
@@ -280,7 +280,7 @@ static int64_t member_int(struct mg_etcd *e, int obj, const char *name)
 
 /* ---- leases ------------------------------------------------------------------------ */
 
-static int lease_grant(struct mg_etcd *e)
+static int lease_grant(struct kv_etcd *e)
 {
     char body[64];
     int n = snprintf(body, sizeof(body), "{\"TTL\":\"%d\"}", e->lease_ttl_s);
@@ -297,7 +297,7 @@ static int lease_grant(struct mg_etcd *e)
 
 static int etcd_keepalive(struct mg_kv *kv)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     char body[64];
     int rc, n;
 
@@ -321,7 +321,7 @@ static int etcd_keepalive(struct mg_kv *kv)
 
 static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
     int rc;
@@ -349,7 +349,7 @@ static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, 
     return rc;
 }
 
-static void put_body(struct mg_etcd *e, struct mg_jsonw *w, const char *key, size_t kl,
+static void put_body(struct kv_etcd *e, struct mg_jsonw *w, const char *key, size_t kl,
                      const void *val, size_t len, int flags, char *tmp)
 {
     kb64(w, "key", key, kl, tmp);
@@ -358,7 +358,7 @@ static void put_body(struct mg_etcd *e, struct mg_jsonw *w, const char *key, siz
         kint64(w, "lease", e->lease);
 }
 
-static int need_lease(struct mg_etcd *e, int flags)
+static int need_lease(struct kv_etcd *e, int flags)
 {
     if (!(flags & MG_KV_EPHEMERAL) || e->lease)
         return 0;
@@ -367,7 +367,7 @@ static int need_lease(struct mg_etcd *e, int flags)
 
 static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
     int rc;
@@ -386,7 +386,7 @@ static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t l
 /* A transaction: if key's VALUE equals expected (or, expected NULL, the key
  * does not exist; or, mod_rev >= 0, its MOD revision equals mod_rev) put
  * desired, else read the key. Returns 1 when the put happened. */
-static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t elen,
+static int txn(struct kv_etcd *e, const char *key, const void *expected, size_t elen,
                int64_t mod_rev, const void *desired, size_t dlen, int flags, char **cur,
                size_t *curlen)
 {
@@ -479,12 +479,12 @@ static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t 
 static int etcd_cas(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
                     const void *desired, size_t dlen, int flags, char **cur, size_t *curlen)
 {
-    return txn((struct mg_etcd *)kv, key, expected, elen, -1, desired, dlen, flags, cur, curlen);
+    return txn((struct kv_etcd *)kv, key, expected, elen, -1, desired, dlen, flags, cur, curlen);
 }
 
 static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     char *val = NULL, num[32];
     int64_t rev = 0;
     size_t len;
@@ -529,7 +529,7 @@ static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *r
 
 static int etcd_del(struct mg_kv *kv, const char *key)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
     int rc;
@@ -546,7 +546,7 @@ static int etcd_del(struct mg_kv *kv, const char *key)
 static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_values,
                      struct mg_kv_entry **out, int *count)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(prefix);
     char end[MG_KV_MAX_KEY + 1];
@@ -676,7 +676,7 @@ static int on_watch_data(void *arg, const char *data, size_t n)
 
 static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct watch x = {.line = {.max = WATCH_MSG_MAX}};
     char url[URL_MAX + 64];
     struct body b;
@@ -749,7 +749,7 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
 
 static void etcd_release(struct mg_kv *kv)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     if (!e)
         return;
     if (e->lease && e->http) {
@@ -781,15 +781,15 @@ static const struct mg_kv_ops etcd_ops = {
 
 const char *mg_kv_etcd_api_prefix(const struct mg_kv *kv)
 {
-    return ((const struct mg_etcd *)kv)->api;
+    return ((const struct kv_etcd *)kv)->api;
 }
 
 int mg_kv_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
 {
-    return mg_http_local_addr(((const struct mg_etcd *)kv)->http, buf, len);
+    return mg_http_local_addr(((const struct kv_etcd *)kv)->http, buf, len);
 }
 
-static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *err, size_t errlen)
+static int parse_endpoints(struct kv_etcd *e, const char *list, int tls, char *err, size_t errlen)
 {
     const char *p = list;
     if (!list || !*list) {
@@ -850,7 +850,7 @@ int mg_kv_etcd_open(struct mg_kv **out, const struct mg_kv_etcd_opts *o, char *e
         "Expect:", /* no 100-continue round trip */
         NULL,
     };
-    struct mg_etcd *e = calloc(1, sizeof(*e));
+    struct kv_etcd *e = calloc(1, sizeof(*e));
     struct mg_http_opts ho = {
         .libcurl = o->libcurl,
         .cacert = o->cacert,
