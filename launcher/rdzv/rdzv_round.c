@@ -276,6 +276,9 @@ static void take_round(struct mg_rdzv *r, int64_t round, int64_t restarts, struc
     r->next_tick = r->last_ok + r->conf.heartbeat_interval_ms;
 }
 
+/* ---- joining -------------------------------------------------------------------- */
+
+/* NS/r/ROUND/n: how many nodes joined the round. */
 static int64_t get_count(struct mg_rdzv *r, int64_t round, int *rcp)
 {
     char k[KEY_MAX], *v = NULL;
@@ -294,8 +297,6 @@ static int64_t get_count(struct mg_rdzv *r, int64_t round, int *rcp)
     free(v);
     return c;
 }
-
-/* ---- joining -------------------------------------------------------------------- */
 
 /* One pass of the wait for round R, after joining it. Returns 1 formed (*w
  * filled), STEP_AGAIN when the round went on without us or the state moved
