@@ -263,7 +263,7 @@ static int run(int argc, char **argv)
     if ((code = resolve_log_dir(l)))
         goto out;
 
-    if ((rc = mg_rdzv_create(&l->o, &l->rops, &l->rimpl, err, sizeof(err)))) {
+    if ((rc = mg_rdzv_create(&l->o, stderr, &l->rops, &l->rimpl, err, sizeof(err)))) {
         fprintf(stderr, "mglaunch: %s\n", err);
         l->rops = NULL;
         code = rc == -MG_EUNSUPPORTED || rc == -EINVAL ? 2 : 1;

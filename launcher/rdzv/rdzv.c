@@ -5,8 +5,8 @@
 
 extern char **environ;
 
-int mg_rdzv_create_status(const struct mg_launch_opts *o, FILE *status,
-                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap)
+int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg_rdzv_ops **ops,
+                   void **impl, char *err, size_t errcap)
 {
     if (mg_rdzv_multi_wanted(o, environ))
         return mg_rdzv_multi_create(o, environ, status, ops, impl, err, errcap);
@@ -16,12 +16,6 @@ int mg_rdzv_create_status(const struct mg_launch_opts *o, FILE *status,
     if (rc)
         return rc;
     return mg_rdzv_single_create(o, ops, impl);
-}
-
-int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
-                   char *err, size_t errcap)
-{
-    return mg_rdzv_create_status(o, stderr, ops, impl, err, errcap);
 }
 
 const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl)

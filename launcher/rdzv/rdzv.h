@@ -18,12 +18,8 @@
  * backend tells it, in "mglaunch: ..." lines, that an endpoint is still out of
  * reach while this call retries it, and what a join waits for. err gets a
  * message. */
-int mg_rdzv_create_status(const struct mg_launch_opts *o, FILE *status,
-                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap);
-/* The same with stderr as status: what mglaunch's main calls until it passes
- * its console itself (then this goes). */
-int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
-                   char *err, size_t errcap);
+int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg_rdzv_ops **ops,
+                   void **impl, char *err, size_t errcap);
 /* A note or warning about the rendezvous settings for mglaunch to print, or NULL. */
 const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl);
 /* The run id the nodes agreed on (TORCHELASTIC_RUN_ID, the log directory),
