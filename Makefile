@@ -88,7 +88,9 @@ endif
 COMMON_SRC := $(wildcard common/*.c)
 LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c))
 RUNTIME_SRC := $(filter-out runtime/cuda/%,$(wildcard runtime/*.c runtime/*/*.c))
-MODELS_SRC := $(filter-out models/train.c,$(wildcard models/*.c))
+# The train program: its main and its command line; the rest of models/ is a library.
+TRAIN_SRC := models/train.c models/train_args.c
+MODELS_SRC := $(filter-out $(TRAIN_SRC),$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 
@@ -155,7 +157,7 @@ $(MGLAUNCH): $(call obj,launcher/main.c) $(LIBLAUNCH) $(LIBCOMMON)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LAUNCH_LIBS)
 
-$(TRAIN): $(call obj,models/train.c) $(LIBMODELS) $(LIBMG) $(LIBCOMMON)
+$(TRAIN): $(call obj,$(TRAIN_SRC)) $(LIBMODELS) $(LIBMG) $(LIBCOMMON)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MG_LIBS)

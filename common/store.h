@@ -72,23 +72,15 @@ int mg_store_server_timeout_ms(const struct mg_store_server *srv);
 /* Or serve from a background thread (the runtime's rank 0). */
 int mg_store_server_start_thread(struct mg_store_server *srv);
 
-/* Direct access for the process hosting the server, without a socket. These
- * take the same lock the serving thread uses. The value is copied. A set
- * wakes the clients waiting on the key; the key is never ephemeral.
- * mg_store_server_get returns -MG_ENOKEY for a missing key and -ENOSPC when
- * the value is over cap bytes (*len then says how many are needed). */
-int mg_store_server_set(struct mg_store_server *srv, const char *key, const void *val, size_t len);
-int mg_store_server_get(struct mg_store_server *srv, const char *key, void *buf, size_t cap,
-                        size_t *len);
-
 /* The client operations as local calls of the hosting process: the same
  * rules, bounds and return values as mg_store_set / _get / _add /
  * _compare_set / _delete / _list (one implementation serves both), answered
- * at once, never parked, no socket. A change wakes the remote clients waiting
- * on the key, as theirs would. MG_STORE_EPHEMERAL makes the hosting process
- * the key's owner: it goes with mg_store_server_local_drop (or the server).
- * local_get also reports a missing key's revision (that of its deletion, as a
- * watch would) in *rev; values read are malloc'd and NUL-terminated. */
+ * at once, never parked, no socket, under the lock the serving thread takes.
+ * A change wakes the remote clients waiting on the key, as theirs would.
+ * MG_STORE_EPHEMERAL makes the hosting process the key's owner: it goes with
+ * mg_store_server_local_drop (or the server). local_get also reports a
+ * missing key's revision (that of its deletion, as a watch would) in *rev;
+ * values read are malloc'd and NUL-terminated. */
 int mg_store_server_local_set(struct mg_store_server *srv, const char *key, const void *val,
                               size_t len, int flags);
 int mg_store_server_local_get(struct mg_store_server *srv, const char *key, void **val, size_t *len,

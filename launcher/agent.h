@@ -1,10 +1,11 @@
 /* The agent: mglaunch's supervisor for the workers of one node.
  *
- * One thread, one poll() loop. The loop watches a signalfd, every worker's
- * stdout and stderr pipe, and whatever descriptors the rendezvous backend
- * registers (pollers); its timeout is the nearest deadline (SIGKILL after the
- * grace period, restart backoff, pipe drain, backend timers). Signals are
- * blocked and read from the signalfd, so nothing runs in signal context.
+ * One thread, one poll() loop (loop.h). The loop watches a signalfd, every
+ * worker's stdout and stderr pipe, and whatever descriptors the rendezvous
+ * backend registers (pollers); its timeout is the nearest deadline (SIGKILL
+ * after the grace period, restart backoff, pipe drain, backend timers).
+ * Signals are blocked and read from the signalfd, so nothing runs in signal
+ * context.
  *
  * Each round: the rendezvous backend forms the group (mg_agent_group_formed),
  * the agent claims a new attempt directory, builds every worker's argv and
@@ -15,10 +16,14 @@
  * Multi-node backends plug in through struct mg_rdzv_ops plus the calls in the
  * "for rendezvous backends" section; they never block the loop for long
  * (docs/rendezvous.md, "The agent's loop"). The rendezvous store the agent
- * may host is one of the loop's pollers: there is no other thread. */
+ * may host is one of the loop's pollers: there is no other thread.
+ *
+ * agent.c holds the rounds and this API, workers.c the worker processes and
+ * their output (agent_internal.h), events.c the event log it writes. */
 #ifndef MG_AGENT_H
 #define MG_AGENT_H
 
+#include "loop.h"
 #include "net.h"
 #include "opts.h"
 
@@ -117,6 +122,7 @@ struct mg_failure {
 /* The root cause (the first failure of the run), in full. */
 struct mg_root_cause {
     struct mg_failure f;
+    char exec_error[128]; /* why the program could not be executed, "" when it could */
     char host[MG_HOST_MAX];
     char error_file[4096];
     char message[2048];
@@ -197,27 +203,24 @@ void mg_agent_excuse_failure(struct mg_agent *ag, const char *reason);
 void mg_agent_linger(struct mg_agent *ag, int64_t deadline_ms);
 void mg_agent_linger_end(struct mg_agent *ag);
 
-/* A source of descriptors for the loop, e.g. the store server
- * (mg_store_server_pollfds / _process / _timeout_ms have these shapes). */
+/* A source of descriptors for the agent's loop: the fields of struct
+ * mg_poller (loop.h), which says what each does. The store server's
+ * mg_store_server_pollfds / _process / _timeout_ms have these shapes. */
 struct mg_agent_poller {
-    /* Fills up to max pollfds; returns how many, or -ENOSPC to get more room. */
     int (*fill)(void *ctx, struct pollfd *fds, int max);
-    /* Handles the poll results for the fds it filled. */
     int (*process)(void *ctx, const struct pollfd *fds, int n);
-    /* Milliseconds until it needs to run without I/O, or -1. Optional. */
     int (*timeout_ms)(void *ctx);
     void *ctx;
 };
 
-#define MG_AGENT_MAX_POLLERS 8
-#define MG_AGENT_MAX_TIMERS  32
-
-/* Returns an id (>= 0) for mg_agent_remove_poller, or -ENOSPC. */
+/* Returns an id (>= 0) for mg_agent_remove_poller, or -ENOSPC when the
+ * loop's MG_LOOP_MAX_POLLERS are taken (the agent's own pipes hold one). */
 int mg_agent_add_poller(struct mg_agent *ag, const struct mg_agent_poller *p);
 void mg_agent_remove_poller(struct mg_agent *ag, int id);
 
 typedef void (*mg_agent_timer_fn)(struct mg_agent *ag, void *ctx);
-/* Calls fn once at deadline_ms (mg_now_ms() clock). Returns an id, or -ENOSPC. */
+/* Calls fn once at deadline_ms (mg_now_ms() clock). Returns an id, or
+ * -ENOSPC when the loop's MG_LOOP_MAX_TIMERS are taken. */
 int mg_agent_add_timer(struct mg_agent *ag, int64_t deadline_ms, mg_agent_timer_fn fn, void *ctx);
 void mg_agent_cancel_timer(struct mg_agent *ag, int id);
 

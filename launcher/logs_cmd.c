@@ -1,9 +1,10 @@
-/* `mglaunch logs`: lists runs, attempts and ranks from the event logs, shows
- * the root cause, and prints, tails, greps or follows per-rank log files
- * (see logs_cmd.h, docs/logs.md). */
+/* `mglaunch logs`: its options, the runs as their event logs and
+ * directories tell them, and the listing of runs, attempts and ranks with
+ * the root cause (see logs_cmd.h, docs/logs.md). Printing the log files
+ * themselves is logs_follow.c's. */
 #include "logs_cmd.h"
-#include "errfile.h"
-#include "json.h"
+#include "logs_internal.h"
+#include "events.h"
 #include "logdir.h"
 #include "mg_err.h"
 #include "proc.h"
@@ -14,98 +15,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <regex.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define LINE_CAP       (64 * 1024) /* longest line handled in one piece */
-#define MAX_RUNS       100000
-#define FOLLOW_POLL_MS 100
+#define MAX_RUNS 100000
 
 /* ---- what the event log says ----------------------------------------------------- */
 
-struct lworker {
-    int local_rank, rank, pid;
-    int64_t start_ms;
-    int exited;
-    char outcome[16];
-    int exit_code;
-    char signal[24];
-    char message[256];
-    char exec_error[96];
-    int64_t duration_ms;
-};
-
-struct lattempt {
-    int attempt, restart_count, nproc;
-    int64_t start_ms;
-    int ended;
-    char result[16];
-    int64_t duration_ms;
-    struct lworker *w;
-    int nw, cap;
-};
-
-struct lroot {
-    int attempt, rank, local_rank, pid, exit_code;
-    char signal[24];
-    char message[512];
-    char host[256];
-    int64_t time_ms;
-};
-
-struct lrun {
-    char id[256];
-    char dir[PATH_MAX];
-    int has_events;
-    int64_t start_ms;
-    int pid;
-    long long proc_start;
-    char host[256];
-    int nproc, max_restarts, invocations, logs_saved;
-    int ended;
-    char result[16];
-    int exit_code;
-    char signal[24];
-    char error[256];
-    int has_root;
-    struct lroot root;
-    int has_first_fail;
-    struct lroot first_fail; /* fallback root cause when the launcher died */
-    struct lattempt *a;
-    int na, acap;
-    int alive;
-};
-
-static void run_free(struct lrun *r)
+void mg_logs_run_free(struct lrun *r)
 {
     for (int i = 0; i < r->na; i++)
         free(r->a[i].w);
     free(r->a);
     r->a = NULL;
     r->na = r->acap = 0;
-}
-
-static void jstr(const struct mg_json *d, int obj, const char *key, char *buf, size_t cap)
-{
-    int t = mg_json_get(d, obj, key);
-    if (t >= 0)
-        mg_json_str(d, t, buf, cap);
-}
-
-static long long jint(const struct mg_json *d, int obj, const char *key, long long dflt)
-{
-    long long v;
-    int t = mg_json_get(d, obj, key);
-    if (t >= 0 && mg_json_int(d, t, &v) == 0)
-        return v;
-    return dflt;
 }
 
 static struct lattempt *find_attempt(struct lrun *r, int attempt, int create)
@@ -151,93 +78,125 @@ static struct lworker *find_worker(struct lattempt *a, int local_rank, int creat
     return w;
 }
 
-static void apply_event(struct lrun *r, const struct mg_json *d)
+/* Copies an event's string (NULL when absent) into a field of the model. */
+static void put(char *buf, size_t cap, const char *s)
 {
-    char ev[32] = "";
-    jstr(d, 0, "event", ev, sizeof(ev));
-    int64_t t = jint(d, 0, "time_ms", 0);
+    if (s)
+        mg_fmt(buf, cap, "%s", s);
+}
 
-    if (strcmp(ev, "run_start") == 0) {
+static void set_root(struct lroot *y, const struct mg_ev_root_cause *c)
+{
+    memset(y, 0, sizeof(*y));
+    y->attempt = c->attempt;
+    y->rank = c->rank;
+    y->local_rank = c->local_rank;
+    y->pid = c->pid;
+    y->exit_code = c->exit_code;
+    put(y->signal, sizeof(y->signal), c->signal);
+    put(y->message, sizeof(y->message), c->message);
+    put(y->host, sizeof(y->host), c->host);
+    y->time_ms = c->time_ms;
+}
+
+static void apply_worker_exit(struct lrun *r, struct lattempt *a, struct lworker *w,
+                              const struct mg_ev_worker_exit *x, int64_t t)
+{
+    w->exited = 1;
+    put(w->outcome, sizeof(w->outcome), x->outcome);
+    w->exit_code = x->exit_code;
+    put(w->signal, sizeof(w->signal), x->signal);
+    put(w->message, sizeof(w->message), x->message);
+    put(w->exec_error, sizeof(w->exec_error), x->exec_error);
+    w->duration_ms = x->duration_ms;
+    if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
+        struct mg_ev_root_cause c = {
+            .attempt = a->attempt,
+            .rank = w->rank,
+            .local_rank = w->local_rank,
+            .pid = w->pid,
+            .exit_code = w->exit_code,
+            .signal = w->signal,
+            .host = r->host,
+            .time_ms = t,
+            .message = w->message,
+        };
+        set_root(&r->first_fail, &c);
+        r->has_first_fail = 1;
+    }
+}
+
+static void apply_run_end(struct lrun *r, const struct mg_ev_run_end *x)
+{
+    r->ended = 1;
+    put(r->result, sizeof(r->result), x->result);
+    r->exit_code = x->exit_code;
+    put(r->signal, sizeof(r->signal), x->signal);
+    put(r->error, sizeof(r->error), x->error);
+    if (x->has_root) {
+        set_root(&r->root, &x->root);
+        r->has_root = 1;
+    }
+}
+
+static void apply_event(struct lrun *r, const struct mg_event *ev)
+{
+    int64_t t = ev->time_ms;
+    struct lattempt *a;
+    struct lworker *w;
+
+    switch (ev->kind) {
+    case MG_EV_RUN_START: {
+        const struct mg_ev_run_start *x = &ev->u.run_start;
         if (!r->invocations++)
             r->start_ms = t;
-        r->pid = (int)jint(d, 0, "pid", 0);
-        r->proc_start = jint(d, 0, "proc_start", 0);
-        jstr(d, 0, "host", r->host, sizeof(r->host));
-        r->nproc = (int)jint(d, 0, "nproc", 0);
-        r->max_restarts = (int)jint(d, 0, "max_restarts", 0);
-        int ls = mg_json_get(d, 0, "logs_saved");
-        mg_json_bool(d, ls, &r->logs_saved);
+        r->pid = x->pid;
+        r->proc_start = x->proc_start;
+        put(r->host, sizeof(r->host), x->host);
+        r->nproc = x->nproc;
+        r->max_restarts = x->max_restarts;
+        r->logs_saved = x->logs_saved;
         r->ended = 0;
         r->has_root = 0;
         r->has_first_fail = 0;
         r->error[0] = r->signal[0] = '\0';
-    } else if (strcmp(ev, "attempt_start") == 0) {
-        struct lattempt *a = find_attempt(r, (int)jint(d, 0, "attempt", -1), 1);
-        if (!a)
+        break;
+    }
+    case MG_EV_ATTEMPT_START:
+        if (!(a = find_attempt(r, ev->u.attempt_start.attempt, 1)))
             return;
-        a->restart_count = (int)jint(d, 0, "restart_count", 0);
-        a->nproc = (int)jint(d, 0, "nproc", 0);
+        a->restart_count = ev->u.attempt_start.restart_count;
+        a->nproc = ev->u.attempt_start.nproc;
         a->start_ms = t;
-    } else if (strcmp(ev, "worker_start") == 0 || strcmp(ev, "worker_exit") == 0) {
-        struct lattempt *a = find_attempt(r, (int)jint(d, 0, "attempt", -1), 1);
-        struct lworker *w = a ? find_worker(a, (int)jint(d, 0, "local_rank", -1), 1) : NULL;
+        break;
+    case MG_EV_WORKER_START:
+    case MG_EV_WORKER_EXIT: {
+        const struct mg_ev_worker *x =
+            ev->kind == MG_EV_WORKER_START ? &ev->u.worker_start : &ev->u.worker_exit.w;
+        a = find_attempt(r, x->attempt, 1);
+        w = a ? find_worker(a, x->local_rank, 1) : NULL;
         if (!w)
             return;
-        w->rank = (int)jint(d, 0, "rank", w->local_rank);
-        w->pid = (int)jint(d, 0, "pid", 0);
-        if (ev[7] == 's') {
+        w->rank = x->rank >= 0 ? x->rank : w->local_rank;
+        w->pid = x->pid;
+        if (ev->kind == MG_EV_WORKER_START)
             w->start_ms = t;
-            return;
-        }
-        w->exited = 1;
-        jstr(d, 0, "outcome", w->outcome, sizeof(w->outcome));
-        w->exit_code = (int)jint(d, 0, "exit_code", 0);
-        jstr(d, 0, "signal", w->signal, sizeof(w->signal));
-        jstr(d, 0, "message", w->message, sizeof(w->message));
-        jstr(d, 0, "exec_error", w->exec_error, sizeof(w->exec_error));
-        w->duration_ms = jint(d, 0, "duration_ms", 0);
-        if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
-            struct lroot *f = &r->first_fail;
-            memset(f, 0, sizeof(*f));
-            r->has_first_fail = 1;
-            f->attempt = a->attempt;
-            f->rank = w->rank;
-            f->local_rank = w->local_rank;
-            f->pid = w->pid;
-            f->exit_code = w->exit_code;
-            mg_fmt(f->signal, sizeof(f->signal), "%s", w->signal);
-            mg_fmt(f->message, sizeof(f->message), "%s", w->message);
-            mg_fmt(f->host, sizeof(f->host), "%s", r->host);
-            f->time_ms = t;
-        }
-    } else if (strcmp(ev, "attempt_end") == 0) {
-        struct lattempt *a = find_attempt(r, (int)jint(d, 0, "attempt", -1), 1);
-        if (!a)
+        else
+            apply_worker_exit(r, a, w, &ev->u.worker_exit, t);
+        break;
+    }
+    case MG_EV_ATTEMPT_END:
+        if (!(a = find_attempt(r, ev->u.attempt_end.attempt, 1)))
             return;
         a->ended = 1;
-        jstr(d, 0, "result", a->result, sizeof(a->result));
-        a->duration_ms = jint(d, 0, "duration_ms", 0);
-    } else if (strcmp(ev, "run_end") == 0) {
-        r->ended = 1;
-        jstr(d, 0, "result", r->result, sizeof(r->result));
-        r->exit_code = (int)jint(d, 0, "exit_code", 0);
-        jstr(d, 0, "signal", r->signal, sizeof(r->signal));
-        jstr(d, 0, "error", r->error, sizeof(r->error));
-        int rc = mg_json_get(d, 0, "root_cause");
-        if (rc >= 0) {
-            struct lroot *x = &r->root;
-            memset(x, 0, sizeof(*x));
-            r->has_root = 1;
-            x->attempt = (int)jint(d, rc, "attempt", -1);
-            x->rank = (int)jint(d, rc, "rank", -1);
-            x->local_rank = (int)jint(d, rc, "local_rank", -1);
-            x->pid = (int)jint(d, rc, "pid", 0);
-            x->exit_code = (int)jint(d, rc, "exit_code", 0);
-            jstr(d, rc, "signal", x->signal, sizeof(x->signal));
-            jstr(d, rc, "message", x->message, sizeof(x->message));
-            jstr(d, rc, "host", x->host, sizeof(x->host));
-            x->time_ms = jint(d, rc, "time_ms", 0);
-        }
+        put(a->result, sizeof(a->result), ev->u.attempt_end.result);
+        a->duration_ms = ev->u.attempt_end.duration_ms;
+        break;
+    case MG_EV_RUN_END:
+        apply_run_end(r, &ev->u.run_end);
+        break;
+    default:
+        break;
     }
 }
 
@@ -252,14 +211,12 @@ static int launcher_alive(const struct lrun *r)
     return mg_proc_start_time(r->pid) == r->proc_start;
 }
 
-/* Reads the event log (skipping lines that are cut or not JSON) and, for runs
- * without one, the attempt directories. */
-static int load_run(struct lrun *r, const char *base, const char *id)
+int mg_logs_load_run(struct lrun *r, const char *base, const char *id)
 {
     char path[PATH_MAX + 32];
     struct stat st;
 
-    run_free(r);
+    mg_logs_run_free(r);
     memset(r, 0, sizeof(*r));
     mg_fmt(r->id, sizeof(r->id), "%s", id);
     if ((size_t)mg_fmt(r->dir, sizeof(r->dir), "%s/%s", base, id) >= sizeof(r->dir))
@@ -270,32 +227,16 @@ static int load_run(struct lrun *r, const char *base, const char *id)
         return -ENOTDIR;
     r->start_ms = (int64_t)st.st_mtime * 1000;
     mg_fmt(path, sizeof(path), "%s/%s", r->dir, MG_EVENTS_FILE);
-    FILE *f = fopen(path, "re");
-    if (f) {
-        char *line = malloc(LINE_CAP);
-        struct mg_json_tok *toks = malloc(512 * sizeof(*toks));
-        if (!line || !toks) {
-            free(line);
-            free(toks);
-            fclose(f);
-            return -ENOMEM;
-        }
+    struct mg_event_reader er;
+    struct mg_event ev;
+    int rc = mg_event_reader_open(&er, path);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc == 0) {
         r->has_events = 1;
-        int skipping = 0;
-        while (fgets(line, LINE_CAP, f)) {
-            size_t n = strlen(line);
-            int whole = n && line[n - 1] == '\n';
-            if (skipping || !whole) { /* too long, or cut at the end of the file */
-                skipping = !whole;
-                continue;
-            }
-            struct mg_json d;
-            if (mg_json_parse(&d, line, n - 1, toks, 512) > 0 && d.toks[0].type == MG_JSON_OBJECT)
-                apply_event(r, &d);
-        }
-        free(line);
-        free(toks);
-        fclose(f);
+        while (mg_event_read(&er, &ev))
+            apply_event(r, &ev);
+        mg_event_reader_close(&er);
     }
     /* Attempts the event log does not mention (no event log, or a torn one). */
     DIR *d = opendir(r->dir);
@@ -357,21 +298,6 @@ static void run_status(const struct lrun *r, char *buf, size_t cap)
 }
 
 /* ---- options ------------------------------------------------------------------------ */
-
-struct logs_opts {
-    const char *dir;
-    const char *run;
-    int attempt; /* -1 last, -2 all */
-    int attempt_given;
-    int ranks[256];
-    int nranks;
-    int streams; /* 1 out, 2 err, 3 both */
-    long tail;   /* -1: all */
-    int follow;
-    const char *grep;
-    int content;
-    int help;
-};
 
 static const char logs_usage[] =
     "usage: mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
@@ -503,11 +429,6 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
 
 /* ---- listing ------------------------------------------------------------------------- */
 
-struct run_ent {
-    char id[256];
-    int64_t start_ms;
-};
-
 static int cmp_run(const void *a, const void *b)
 {
     const struct run_ent *x = a, *y = b;
@@ -561,6 +482,26 @@ static int list_runs(const char *dir, struct run_ent **out, int *n)
     return 0;
 }
 
+int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
+{
+    struct lrun r;
+    int rc = list_runs(dir, runs, n);
+    if (rc || *n == 0) {
+        mg_fmt(err, cap, rc ? "cannot read '%s': %s" : "no runs in '%s'%s", dir,
+               rc ? mg_strerror(rc) : "");
+        free(*runs);
+        *runs = NULL;
+        return rc ? rc : -ENOENT;
+    }
+    memset(&r, 0, sizeof(r));
+    for (int i = 0; i < *n; i++)
+        if (mg_logs_load_run(&r, dir, (*runs)[i].id) == 0)
+            (*runs)[i].start_ms = r.start_ms;
+    mg_logs_run_free(&r);
+    qsort(*runs, (size_t)*n, sizeof(**runs), cmp_run);
+    return 0;
+}
+
 static void worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
 {
     char dur[32];
@@ -584,52 +525,76 @@ static void worker_state(const struct lrun *r, const struct lworker *w, char *bu
         mg_fmt(buf, cap, "%s: exit %d after %s", w->outcome, w->exit_code, dur);
 }
 
-static void print_tail_of(FILE *out, const char *path, int lines, const char *indent);
+/* The last lines of a worker's stderr.log, as the agent keeps them in memory. */
+static void stderr_tail(const char *path, char *out, size_t cap)
+{
+    char buf[MG_STDERR_TAIL_BYTES];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    out[0] = '\0';
+    if (fd < 0)
+        return;
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof(buf) ? end - (off_t)sizeof(buf) : 0;
+    ssize_t n = end > 0 ? pread(fd, buf, sizeof(buf), from) : 0;
+    close(fd);
+    if (n > 0)
+        mg_tail_lines(buf, (size_t)n, from > 0, MG_STDERR_TAIL_LINES, out, cap);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[PATH_MAX + 96];
+    struct stat st;
+    mg_fmt(p, sizeof(p), "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+/* The root cause as the end-of-run summary had it, from what the run left
+ * on disk: the event log's record (or, when the launcher died, its first
+ * failed worker), the error file and the stderr.log of that worker. */
+static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg_root_cause *rc)
+{
+    const struct lattempt *a = NULL;
+    memset(rc, 0, sizeof(*rc));
+    for (int i = 0; i < r->na; i++)
+        if (r->a[i].attempt == x->attempt)
+            a = &r->a[i];
+    rc->f.attempt = x->attempt;
+    rc->f.restart_count = a ? a->restart_count : 0;
+    rc->f.rank = x->rank;
+    rc->f.local_rank = x->local_rank;
+    rc->f.pid = x->pid;
+    rc->f.exit_code = x->exit_code;
+    rc->f.signo = x->signal[0] && mg_signum(x->signal) > 0 ? mg_signum(x->signal) : 0;
+    rc->f.wall_ms = x->time_ms;
+    for (int k = 0; a && k < a->nw; k++)
+        if (a->w[k].local_rank == x->local_rank)
+            mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", a->w[k].exec_error);
+    mg_fmt(rc->host, sizeof(rc->host), "%s", x->host);
+    mg_fmt(rc->log_path, sizeof(rc->log_path), "%s/attempt_%d/%d", r->dir, x->attempt,
+           x->local_rank);
+    mg_fmt(rc->error_file, sizeof(rc->error_file), "%s/error.json", rc->log_path);
+    if (mg_root_cause_errfile(rc) < 0)
+        mg_fmt(rc->message, sizeof(rc->message), "%s", x->message);
+    char sp[PATH_MAX + 96];
+    mg_fmt(sp, sizeof(sp), "%s/stderr.log", rc->log_path);
+    stderr_tail(sp, rc->stderr_tail, sizeof(rc->stderr_tail));
+    rc->logs_saved = exists(rc->log_path, "stdout.log") || exists(rc->log_path, "stderr.log");
+}
 
 static void print_root(FILE *out, const struct lrun *r)
 {
     const struct lroot *x = r->has_root ? &r->root : r->has_first_fail ? &r->first_fail : NULL;
-    char t[64], p[PATH_MAX + 64];
-    struct mg_errfile ef;
-    if (!x)
+    struct mg_root_cause *rc;
+    if (!x || !(rc = malloc(sizeof(*rc))))
         return;
-    mg_format_time_ms(x->time_ms, t, sizeof(t));
-    if (r->ended && strcmp(r->result, "succeeded") == 0)
-        fprintf(out, "First failure (the run recovered from it):\n");
-    else
-        fprintf(out, "Root cause (first failure):\n");
-    fprintf(out, "  rank %d (local rank %d, pid %d) on %s, attempt %d, at %s\n", x->rank,
-            x->local_rank, x->pid, x->host[0] ? x->host : "?", x->attempt, t);
-    if (x->signal[0])
-        fprintf(out, "  killed by %s (exit code %d)\n", x->signal, x->exit_code);
-    else
-        fprintf(out, "  exited with code %d\n", x->exit_code);
-    mg_fmt(p, sizeof(p), "%s/attempt_%d/%d", r->dir, x->attempt, x->local_rank);
-    char ep[PATH_MAX + 96];
-    mg_fmt(ep, sizeof(ep), "%s/error.json", p);
-    if (mg_errfile_read(ep, &ef) == 0) {
-        fprintf(out, "  message: %s\n", ef.message);
-        if (ef.traceback[0]) {
-            char tl[2048];
-            mg_tail_lines(ef.traceback, strlen(ef.traceback), 0, 12, tl, sizeof(tl));
-            fprintf(out, "  traceback (end):\n");
-            for (char *s = tl, *nl; *s; s = nl ? nl + 1 : s + strlen(s)) {
-                nl = strchr(s, '\n');
-                fprintf(out, "    %.*s\n", (int)(nl ? nl - s : (long)strlen(s)), s);
-            }
-        }
-    } else if (x->message[0]) {
-        fprintf(out, "  message: %s\n", x->message);
-    } else {
-        char sp[PATH_MAX + 96];
-        mg_fmt(sp, sizeof(sp), "%s/stderr.log", p);
-        struct stat st;
-        if (stat(sp, &st) == 0 && st.st_size > 0) {
-            fprintf(out, "  stderr (last lines):\n");
-            print_tail_of(out, sp, 10, "    ");
-        }
-    }
-    fprintf(out, "  logs: %s\n", p);
+    root_cause_of(r, x, rc);
+    mg_root_cause_print(out,
+                        r->ended && strcmp(r->result, "succeeded") == 0
+                            ? "First failure (the run recovered from it):"
+                            : "Root cause (first failure):",
+                        rc);
+    free(rc);
 }
 
 static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
@@ -672,29 +637,17 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
 static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap)
 {
     struct run_ent *runs = NULL;
-    int n = 0, rc = list_runs(dir, &runs, &n);
     struct lrun r;
-    memset(&r, 0, sizeof(r));
-    if (rc) {
-        mg_fmt(err, cap, "cannot read '%s': %s", dir, mg_strerror(rc));
+    int n = 0, rc = mg_logs_runs(dir, &runs, &n, err, cap);
+    if (rc)
         return rc;
-    }
-    if (n == 0) {
-        free(runs);
-        mg_fmt(err, cap, "no runs in '%s'", dir);
-        return -ENOENT;
-    }
-    /* start times from the event logs, then oldest first */
-    for (int i = 0; i < n; i++)
-        if (load_run(&r, dir, runs[i].id) == 0)
-            runs[i].start_ms = r.start_ms;
-    qsort(runs, (size_t)n, sizeof(*runs), cmp_run);
+    memset(&r, 0, sizeof(r));
     const char *sel = lo->run ? lo->run : runs[n - 1].id;
     fprintf(out, "  %-34s %-23s %-28s %s\n", "RUN", "STARTED", "STATUS", "ATTEMPTS");
     int found = 0;
     for (int i = 0; i < n; i++) {
         char st[128], t[64];
-        if (load_run(&r, dir, runs[i].id))
+        if (mg_logs_load_run(&r, dir, runs[i].id))
             continue;
         run_status(&r, st, sizeof(st));
         mg_format_time_ms(r.start_ms, t, sizeof(t));
@@ -705,12 +658,12 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
     }
     fprintf(out, "\n");
     if (!found) {
-        run_free(&r);
+        mg_logs_run_free(&r);
         free(runs);
         mg_fmt(err, cap, "no run '%s' in '%s'", sel, dir);
         return -ENOENT;
     }
-    rc = load_run(&r, dir, sel);
+    rc = mg_logs_load_run(&r, dir, sel);
     if (rc == 0) {
         if (lo->attempt_given && lo->attempt >= 0 && !find_attempt(&r, lo->attempt, 0)) {
             mg_fmt(err, cap, "no attempt %d in run '%s'", lo->attempt, sel);
@@ -723,353 +676,8 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
             print_root(out, &r);
         }
     }
-    run_free(&r);
+    mg_logs_run_free(&r);
     free(runs);
-    return rc;
-}
-
-/* ---- file contents --------------------------------------------------------------------- */
-
-struct lreader {
-    int fd;
-    char *buf;
-    size_t start, end;
-    int eof;
-};
-
-/* Next line (without its '\n'); a line longer than LINE_CAP comes in pieces. */
-static int lr_next(struct lreader *lr, const char **line, size_t *len)
-{
-    for (;;) {
-        char *nl = memchr(lr->buf + lr->start, '\n', lr->end - lr->start);
-        if (nl) {
-            *line = lr->buf + lr->start;
-            *len = (size_t)(nl - *line);
-            lr->start += *len + 1;
-            return 1;
-        }
-        if (lr->end - lr->start == LINE_CAP || (lr->eof && lr->end > lr->start)) {
-            *line = lr->buf + lr->start;
-            *len = lr->end - lr->start;
-            lr->start = lr->end;
-            return 1;
-        }
-        if (lr->eof)
-            return 0;
-        memmove(lr->buf, lr->buf + lr->start, lr->end - lr->start);
-        lr->end -= lr->start;
-        lr->start = 0;
-        ssize_t r = read(lr->fd, lr->buf + lr->end, LINE_CAP - lr->end);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            lr->eof = 1;
-        else
-            lr->end += (size_t)r;
-    }
-}
-
-static int matches(const regex_t *re, const char *line, size_t len)
-{
-    if (!re)
-        return 1;
-    char stackbuf[1024];
-    char *s = len < sizeof(stackbuf) ? stackbuf : malloc(len + 1);
-    if (!s)
-        return 0;
-    memcpy(s, line, len);
-    s[len] = '\0';
-    int m = regexec(re, s, 0, NULL, 0) == 0;
-    if (s != stackbuf)
-        free(s);
-    return m;
-}
-
-/* Byte offset where the last n lines of fd begin (scanning back from its end). */
-static off_t tail_offset(int fd, long n)
-{
-    char buf[8192];
-    off_t end = lseek(fd, 0, SEEK_END), pos = end;
-    long seen = 0;
-    if (end <= 0 || n <= 0)
-        return end < 0 ? 0 : end;
-    /* A final line end does not start a line. */
-    if (pread(fd, buf, 1, end - 1) == 1 && buf[0] == '\n')
-        pos = end - 1;
-    while (pos > 0) {
-        size_t k = pos > (off_t)sizeof(buf) ? sizeof(buf) : (size_t)pos;
-        if (pread(fd, buf, k, pos - (off_t)k) != (ssize_t)k)
-            return 0;
-        for (size_t i = k; i > 0; i--)
-            if (buf[i - 1] == '\n' && ++seen == n)
-                return pos - (off_t)k + (off_t)i;
-        pos -= (off_t)k;
-    }
-    return 0;
-}
-
-/* Prints the selected lines of one file; returns the offset read up to. */
-static off_t print_file(FILE *out, const char *path, const char *prefix, long tail,
-                        const regex_t *re)
-{
-    struct lreader lr = {.fd = open(path, O_RDONLY | O_CLOEXEC)};
-    const char *line;
-    size_t len;
-    long skip = 0;
-    if (lr.fd < 0)
-        return -1;
-    lr.buf = malloc(LINE_CAP);
-    if (!lr.buf) {
-        close(lr.fd);
-        return -1;
-    }
-    if (tail >= 0 && !re) {
-        lseek(lr.fd, tail_offset(lr.fd, tail), SEEK_SET);
-        if (tail == 0)
-            lseek(lr.fd, 0, SEEK_END);
-    } else if (tail >= 0) {
-        long total = 0; /* two passes: count the matches, then print the last ones */
-        while (lr_next(&lr, &line, &len))
-            total += matches(re, line, len);
-        skip = total > tail ? total - tail : 0;
-        lseek(lr.fd, 0, SEEK_SET);
-        lr.start = lr.end = 0;
-        lr.eof = 0;
-    }
-    while (lr_next(&lr, &line, &len)) {
-        if (!matches(re, line, len))
-            continue;
-        if (skip > 0) {
-            skip--;
-            continue;
-        }
-        fprintf(out, "%s%.*s\n", prefix, (int)len, line);
-    }
-    off_t at = lseek(lr.fd, 0, SEEK_CUR) - (off_t)(lr.end - lr.start);
-    free(lr.buf);
-    close(lr.fd);
-    return at;
-}
-
-static void print_tail_of(FILE *out, const char *path, int lines, const char *indent)
-{
-    print_file(out, path, indent, lines, NULL);
-}
-
-struct sel_file {
-    char path[PATH_MAX + 64];
-    char prefix[96];
-    int attempt;
-    off_t pos;
-    char *partial; /* follow: a line without its end yet */
-    size_t plen;
-};
-
-/* The local ranks of attempt a that --rank selects (global ranks). */
-static int rank_selected(const struct logs_opts *lo, const struct lworker *w)
-{
-    if (!lo->nranks)
-        return 1;
-    for (int i = 0; i < lo->nranks; i++)
-        if (lo->ranks[i] == w->rank)
-            return 1;
-    return 0;
-}
-
-static int collect_files(const struct logs_opts *lo, const struct lrun *r, int attempt,
-                         struct sel_file **files, int *nf, int *cap, int many_attempts)
-{
-    const struct lattempt *a = NULL;
-    for (int i = 0; i < r->na; i++)
-        if (r->a[i].attempt == attempt)
-            a = &r->a[i];
-    if (!a)
-        return -ENOENT;
-    for (int k = 0; k < a->nw; k++) {
-        const struct lworker *w = &a->w[k];
-        if (!rank_selected(lo, w))
-            continue;
-        for (int s = 1; s <= 2; s++) {
-            if (!(lo->streams & s))
-                continue;
-            if (*nf == *cap) {
-                int ncap = *cap ? *cap * 2 : 16;
-                struct sel_file *v = realloc(*files, (size_t)ncap * sizeof(*v));
-                if (!v)
-                    return -ENOMEM;
-                *files = v;
-                *cap = ncap;
-            }
-            struct sel_file *f = &(*files)[(*nf)++];
-            memset(f, 0, sizeof(*f));
-            f->attempt = attempt;
-            mg_fmt(f->path, sizeof(f->path), "%s/attempt_%d/%d/%s", r->dir, attempt, w->local_rank,
-                   s == 1 ? "stdout.log" : "stderr.log");
-            if (many_attempts)
-                mg_fmt(f->prefix, sizeof(f->prefix), "[attempt_%d %d:%s] ", attempt, w->local_rank,
-                       s == 1 ? "out" : "err");
-            else
-                mg_fmt(f->prefix, sizeof(f->prefix), "[%d:%s] ", w->local_rank,
-                       s == 1 ? "out" : "err");
-        }
-    }
-    return 0;
-}
-
-/* New complete lines of a followed file. */
-static void follow_read(FILE *out, struct sel_file *f, const regex_t *re, int final)
-{
-    char buf[16384];
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    if (!f->partial && !(f->partial = malloc(LINE_CAP))) {
-        close(fd);
-        return;
-    }
-    for (;;) {
-        ssize_t n = pread(fd, buf, sizeof(buf), f->pos);
-        if (n <= 0)
-            break;
-        f->pos += n;
-        for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] == '\n' || f->plen == LINE_CAP) {
-                if (matches(re, f->partial, f->plen))
-                    fprintf(out, "%s%.*s\n", f->prefix, (int)f->plen, f->partial);
-                f->plen = 0;
-                if (buf[i] == '\n')
-                    continue;
-            }
-            f->partial[f->plen++] = buf[i];
-        }
-    }
-    close(fd);
-    if (final && f->plen) {
-        if (matches(re, f->partial, f->plen))
-            fprintf(out, "%s%.*s\n", f->prefix, (int)f->plen, f->partial);
-        f->plen = 0;
-    }
-}
-
-static int do_content(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap)
-{
-    struct lrun r;
-    struct run_ent *runs = NULL;
-    struct sel_file *files = NULL;
-    int nf = 0, fcap = 0, rc, n = 0;
-    regex_t re;
-    const regex_t *rep = NULL;
-    const char *id = lo->run;
-
-    memset(&r, 0, sizeof(r));
-    if (lo->grep) {
-        int e = regcomp(&re, lo->grep, REG_EXTENDED | REG_NOSUB);
-        if (e) {
-            char msg[128];
-            regerror(e, &re, msg, sizeof(msg));
-            mg_fmt(err, cap, "invalid value '%s' for --grep: %s", lo->grep, msg);
-            return -EINVAL;
-        }
-        rep = &re;
-    }
-    if (!id) { /* the latest run */
-        rc = list_runs(dir, &runs, &n);
-        if (rc || n == 0) {
-            mg_fmt(err, cap, rc ? "cannot read '%s': %s" : "no runs in '%s'%s", dir,
-                   rc ? mg_strerror(rc) : "");
-            rc = rc ? rc : -ENOENT;
-            goto out;
-        }
-        for (int i = 0; i < n; i++)
-            if (load_run(&r, dir, runs[i].id) == 0)
-                runs[i].start_ms = r.start_ms;
-        qsort(runs, (size_t)n, sizeof(*runs), cmp_run);
-        id = runs[n - 1].id;
-    }
-    if ((rc = load_run(&r, dir, id))) {
-        mg_fmt(err, cap, "no run '%s' in '%s'", id, dir);
-        goto out;
-    }
-    if (r.na == 0) {
-        mg_fmt(err, cap, "run '%s' has no attempts yet", id);
-        rc = -ENOENT;
-        goto out;
-    }
-    int attempt = lo->attempt >= 0 ? lo->attempt : r.a[r.na - 1].attempt;
-    if (lo->attempt == -2) {
-        for (int i = 0; i < r.na && !rc; i++)
-            rc = collect_files(lo, &r, r.a[i].attempt, &files, &nf, &fcap, 1);
-    } else {
-        rc = collect_files(lo, &r, attempt, &files, &nf, &fcap, 0);
-        if (rc == -ENOENT)
-            mg_fmt(err, cap, "no attempt %d in run '%s'", attempt, id);
-    }
-    if (rc)
-        goto out;
-    int present = 0;
-    for (int i = 0; i < nf; i++)
-        present += access(files[i].path, R_OK) == 0;
-    if (nf == 0 || (present == 0 && !lo->follow)) {
-        mg_fmt(err, cap,
-               nf ? "no log files saved for this selection in '%s' (the run used neither "
-                    "--log_dir nor -r/-t)"
-                  : "no rank matches the selection in '%s'",
-               r.dir);
-        rc = -ENOENT;
-        goto out;
-    }
-    if (nf == 1)
-        files[0].prefix[0] = '\0'; /* one file: its lines as they are */
-    for (int i = 0; i < nf; i++) {
-        off_t at = print_file(out, files[i].path, files[i].prefix, lo->tail, rep);
-        files[i].pos = at < 0 ? 0 : at;
-    }
-    fflush(out);
-    if (!lo->follow)
-        goto out;
-
-    /* Follow: new lines as they come; a new attempt is followed too, unless
-     * --attempt pinned one; stop when the run ends or its launcher is gone. */
-    for (;;) {
-        struct timespec ts = {0, FOLLOW_POLL_MS * 1000000L};
-        nanosleep(&ts, NULL);
-        struct lrun now;
-        memset(&now, 0, sizeof(now));
-        int ended = load_run(&now, dir, id) != 0 || now.ended || !now.alive;
-        for (int i = 0; i < nf; i++)
-            follow_read(out, &files[i], rep, 0);
-        if (!lo->attempt_given && now.na && now.a[now.na - 1].attempt != attempt) {
-            for (int i = 0; i < nf; i++) {
-                follow_read(out, &files[i], rep, 1);
-                free(files[i].partial);
-            }
-            nf = 0;
-            attempt = now.a[now.na - 1].attempt;
-            fprintf(out, "==> attempt_%d <==\n", attempt);
-            collect_files(lo, &now, attempt, &files, &nf, &fcap, 0);
-            for (int i = 0; i < nf; i++) {
-                if (nf == 1)
-                    files[i].prefix[0] = '\0';
-                follow_read(out, &files[i], rep, 0);
-            }
-        }
-        fflush(out);
-        run_free(&now);
-        if (ended) {
-            for (int i = 0; i < nf; i++)
-                follow_read(out, &files[i], rep, 1);
-            break;
-        }
-    }
-    fflush(out);
-out:
-    for (int i = 0; i < nf; i++)
-        free(files[i].partial);
-    free(files);
-    free(runs);
-    run_free(&r);
-    if (rep)
-        regfree(&re);
     return rc;
 }
 
@@ -1093,7 +701,8 @@ int mg_logs_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         }
         dir = defdir;
     }
-    rc = lo.content ? do_content(out, &lo, dir, err, errcap) : do_list(out, &lo, dir, err, errcap);
+    rc = lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
+                    : do_list(out, &lo, dir, err, errcap);
     fflush(out);
     return rc == -ENOENT ? (err[0] ? -ENOENT : 1) : rc;
 }

@@ -13,7 +13,8 @@
 #include "mg_err.h"
 #include "opts.h"
 #include "output.h"
-#include "proc.h"
+#include "gpus.h"
+#include "workerenv.h"
 #include "rdzv.h"
 #include "summary.h"
 
@@ -74,27 +75,12 @@ static const char usage[] =
     "\n"
     "Documentation: docs/cli.md, docs/environment.md, docs/logs.md, man mglaunch.\n";
 
-static int cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 static void host_info(struct mg_host_info *h, char *why, size_t cap)
 {
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    int sys = mg_gpu_count_system(NULL, NULL);
-    h->ncpu = cpu_count();
-    h->ngpu = mg_gpu_count_visible(cvd, sys);
-    h->no_gpu_why = NULL;
-    if (h->ngpu == 0) {
-        if (sys == 0)
-            snprintf(why, cap, "no NVIDIA GPU in /proc/driver/nvidia/gpus or /dev/nvidia*");
-        else
-            snprintf(why, cap, "CUDA_VISIBLE_DEVICES='%s' hides all %d GPU%s", cvd ? cvd : "", sys,
-                     sys == 1 ? "" : "s");
-        h->no_gpu_why = why;
-    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    h->ncpu = n > 0 ? (int)n : 1;
+    h->ngpu = mg_gpu_count_usable(why, cap);
+    h->no_gpu_why = h->ngpu ? NULL : why;
 }
 
 static void self_dir(char *buf, size_t cap)
@@ -119,152 +105,188 @@ static void raise_fd_limit(int nproc)
     }
 }
 
-static int run(int argc, char **argv)
-{
+/* What one `mglaunch PROGRAM` invocation holds until it exits. */
+struct launch {
     struct mg_launch_opts o;
-    struct mg_host_info host;
-    char err[MG_ERRMSG_LEN], why[200];
-    int rc;
+    struct mg_prog prog;
+    char **wargv; /* the lead arguments (python3 -u) and the program's */
+    int wargc;
+    char hostname[MG_HOST_MAX];
+    char run_id[MG_RUN_ID_MAX + 1];
+    char log_dir[PATH_MAX];
+    const struct mg_rdzv_ops *rops;
+    void *rimpl;
+    int stdin_fd;
+};
 
-    rc = mg_opts_parse(&o, argc, argv, environ, err, sizeof(err));
-    if (rc) {
-        fprintf(stderr, "mglaunch: %s\n", err);
-        mg_opts_release(&o);
-        return 2;
-    }
-    if (o.help) {
-        fputs(usage, stdout);
-        return 0;
-    }
-    if (o.version) {
-        printf("mglaunch %s\n", MG_VERSION);
-        return 0;
-    }
-    memset(&host, 0, sizeof(host));
-    if (o.nproc_kind != MG_NPROC_NUM)
-        host_info(&host, why, sizeof(why));
-    if ((rc = mg_opts_resolve(&o, &host, err, sizeof(err)))) {
-        fprintf(stderr, "mglaunch: %s\n", err);
-        mg_opts_release(&o);
-        return 2;
-    }
-
-    /* The program and the full worker argv. */
+/* The program and the full worker argv. Returns 0 or mglaunch's exit code. */
+static int resolve_program(struct launch *l)
+{
+    const struct mg_launch_opts *o = &l->o;
     char sdir[PATH_MAX];
     self_dir(sdir, sizeof(sdir));
-    struct mg_prog prog;
     struct mg_prog_req preq = {
-        .program = o.prog_argv[0],
-        .module = o.module,
-        .no_python = o.no_python,
+        .program = o->prog_argv[0],
+        .module = o->module,
+        .no_python = o->no_python,
         .python = getenv("PYTHON_EXEC"),
         .path_env = getenv("PATH"),
         .self_dir = sdir[0] ? sdir : NULL,
     };
-    if (mg_prog_resolve(&preq, &prog) == -ENOENT) {
-        if (prog.nlead)
+    if (mg_prog_resolve(&preq, &l->prog) == -ENOENT) {
+        if (l->prog.nlead)
             fprintf(stderr, "mglaunch: python interpreter '%s' not found (set PYTHON_EXEC)\n",
-                    prog.path);
-        else if (strchr(o.prog_argv[0], '/'))
-            fprintf(stderr, "mglaunch: program '%s' does not exist\n", o.prog_argv[0]);
+                    l->prog.path);
+        else if (strchr(o->prog_argv[0], '/'))
+            fprintf(stderr, "mglaunch: program '%s' does not exist\n", o->prog_argv[0]);
         else
-            fprintf(stderr, "mglaunch: program '%s' not found in PATH or in %s\n", o.prog_argv[0],
+            fprintf(stderr, "mglaunch: program '%s' not found in PATH or in %s\n", o->prog_argv[0],
                     sdir[0] ? sdir : "mglaunch's directory");
-        mg_opts_release(&o);
         return 2;
     }
-    int wargc = prog.nlead + o.prog_argc;
-    char **wargv = calloc((size_t)wargc + 1, sizeof(char *));
-    if (!wargv) {
+    l->wargc = l->prog.nlead + o->prog_argc;
+    l->wargv = calloc((size_t)l->wargc + 1, sizeof(char *));
+    if (!l->wargv) {
         fprintf(stderr, "mglaunch: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < prog.nlead; i++)
-        wargv[i] = (char *)prog.lead[i];
-    for (int i = 0; i < o.prog_argc; i++)
-        wargv[prog.nlead + i] = o.prog_argv[i];
+    for (int i = 0; i < l->prog.nlead; i++)
+        l->wargv[i] = (char *)l->prog.lead[i];
+    for (int i = 0; i < o->prog_argc; i++)
+        l->wargv[l->prog.nlead + i] = o->prog_argv[i];
+    return 0;
+}
 
-    char hostname[MG_HOST_MAX] = "localhost";
-    gethostname(hostname, sizeof(hostname) - 1);
-    char run_id[MG_RUN_ID_MAX + 1];
-    if (o.rdzv_id)
-        snprintf(run_id, sizeof(run_id), "%s", o.rdzv_id);
-    else
-        mg_run_id_generate(run_id, sizeof(run_id));
-    char log_dir[PATH_MAX], cwd[PATH_MAX];
-    if (o.log_dir) {
-        /* Absolute, so TORCHELASTIC_ERROR_FILE works for a worker that changes directory. */
-        if (o.log_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
-            rc = mg_fmt(log_dir, sizeof(log_dir), "%s/%s", cwd, o.log_dir);
-        else
-            rc = mg_fmt(log_dir, sizeof(log_dir), "%s", o.log_dir);
-        if (rc < 0) {
-            fprintf(stderr, "mglaunch: invalid value for --log_dir: path too long\n");
-            free(wargv);
-            return 2;
+/* --log_dir made absolute, or the private default. Returns 0 or mglaunch's exit code. */
+static int resolve_log_dir(struct launch *l)
+{
+    const char *given = l->o.log_dir;
+    char cwd[PATH_MAX];
+    int rc;
+    if (!given) {
+        if ((rc = mg_logdir_default(l->log_dir, sizeof(l->log_dir)))) {
+            fprintf(stderr, "mglaunch: cannot use the default log directory '%s': %s\n", l->log_dir,
+                    mg_strerror(rc));
+            return 1;
         }
-    } else if ((rc = mg_logdir_default(log_dir, sizeof(log_dir)))) {
-        fprintf(stderr, "mglaunch: cannot use the default log directory '%s': %s\n", log_dir,
-                mg_strerror(rc));
-        free(wargv);
-        return 1;
+        return 0;
     }
-
-    const struct mg_rdzv_ops *rops;
-    void *rimpl;
-    if ((rc = mg_rdzv_create(&o, &rops, &rimpl, err, sizeof(err)))) {
-        fprintf(stderr, "mglaunch: %s\n", err);
-        free(wargv);
-        return rc == -MG_EUNSUPPORTED || rc == -EINVAL ? 2 : 1;
+    /* Absolute, so TORCHELASTIC_ERROR_FILE works for a worker that changes directory. */
+    if (given[0] != '/' && getcwd(cwd, sizeof(cwd)))
+        rc = mg_fmt(l->log_dir, sizeof(l->log_dir), "%s/%s", cwd, given);
+    else
+        rc = mg_fmt(l->log_dir, sizeof(l->log_dir), "%s", given);
+    if (rc < 0) {
+        fprintf(stderr, "mglaunch: invalid value for --log_dir: path too long\n");
+        return 2;
     }
-    const char *notice = mg_rdzv_notice(rops, rimpl);
-    if (notice)
-        fprintf(stderr, "mglaunch: %s\n", notice);
-    const char *agreed = mg_rdzv_run_id(rops, rimpl);
-    if (agreed)
-        snprintf(run_id, sizeof(run_id), "%s", agreed);
-    raise_fd_limit(o.nproc);
-    /* A worker group in the background cannot read the terminal; give it nothing. */
-    int stdin_fd = -1;
-    if (isatty(0))
-        stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return 0;
+}
 
-    struct mg_agent_config cfg = {
-        .opts = &o,
-        .run_id = run_id,
-        .hostname = hostname,
-        .exec_path = prog.path,
-        .argv = wargv,
-        .argc = wargc,
+static struct mg_agent_config build_config(const struct launch *l)
+{
+    return (struct mg_agent_config){
+        .opts = &l->o,
+        .run_id = l->run_id,
+        .hostname = l->hostname,
+        .exec_path = l->prog.path,
+        .argv = l->wargv,
+        .argc = l->wargc,
         .environ = environ,
-        .log_dir = log_dir,
-        .log_dir_given = o.log_dir != NULL,
-        .stdin_fd = stdin_fd,
+        .log_dir = l->log_dir,
+        .log_dir_given = l->o.log_dir != NULL,
+        .stdin_fd = l->stdin_fd,
         .out_fd = 1,
         .err_fd = 2,
         .status = stderr,
         .sentinel = 1,
-        .rdzv = rops,
-        .rdzv_impl = rimpl,
+        .rdzv = l->rops,
+        .rdzv_impl = l->rimpl,
     };
+}
+
+/* Runs the agent and prints the summary of a run that did not succeed. */
+static int supervise(const struct launch *l)
+{
+    struct mg_agent_config cfg = build_config(l);
     struct mg_agent *ag;
-    int code;
-    if ((rc = mg_agent_create(&ag, &cfg, err, sizeof(err)))) {
+    char err[MG_ERRMSG_LEN];
+    int rc = mg_agent_create(&ag, &cfg, err, sizeof(err));
+    if (rc) {
         fprintf(stderr, "mglaunch: %s\n", err);
-        code = 1;
-    } else {
-        code = mg_agent_run(ag);
-        const struct mg_agent_result *res = mg_agent_result(ag);
-        if (!res->ok)
-            mg_summary_print(stderr, res);
-        mg_agent_release(ag);
+        return 1;
     }
-    if (rops->release)
-        rops->release(rimpl);
-    if (stdin_fd >= 0)
-        close(stdin_fd);
-    free(wargv);
-    mg_opts_release(&o);
+    int code = mg_agent_run(ag);
+    const struct mg_agent_result *res = mg_agent_result(ag);
+    if (!res->ok)
+        mg_summary_print(stderr, res);
+    mg_agent_release(ag);
+    return code;
+}
+
+static int run(int argc, char **argv)
+{
+    struct launch launch = {.stdin_fd = -1}, *l = &launch;
+    struct mg_host_info host = {0};
+    char err[MG_ERRMSG_LEN], why[200];
+    int rc, code;
+
+    if (mg_opts_parse(&l->o, argc, argv, environ, err, sizeof(err))) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        code = 2;
+        goto out;
+    }
+    if (l->o.help || l->o.version) {
+        if (l->o.help)
+            fputs(usage, stdout);
+        else
+            printf("mglaunch %s\n", MG_VERSION);
+        code = 0;
+        goto out;
+    }
+    if (l->o.nproc_kind != MG_NPROC_NUM)
+        host_info(&host, why, sizeof(why));
+    if (mg_opts_resolve(&l->o, &host, err, sizeof(err))) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        code = 2;
+        goto out;
+    }
+    if ((code = resolve_program(l)))
+        goto out;
+
+    mg_fmt(l->hostname, sizeof(l->hostname), "localhost");
+    gethostname(l->hostname, sizeof(l->hostname) - 1);
+    if (l->o.rdzv_id)
+        snprintf(l->run_id, sizeof(l->run_id), "%s", l->o.rdzv_id);
+    else
+        mg_run_id_generate(l->run_id, sizeof(l->run_id));
+    if ((code = resolve_log_dir(l)))
+        goto out;
+
+    if ((rc = mg_rdzv_create(&l->o, stderr, &l->rops, &l->rimpl, err, sizeof(err)))) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        l->rops = NULL;
+        code = rc == -MG_EUNSUPPORTED || rc == -EINVAL ? 2 : 1;
+        goto out;
+    }
+    const char *notice = mg_rdzv_notice(l->rops, l->rimpl);
+    if (notice)
+        fprintf(stderr, "mglaunch: %s\n", notice);
+    const char *agreed = mg_rdzv_run_id(l->rops, l->rimpl);
+    if (agreed)
+        snprintf(l->run_id, sizeof(l->run_id), "%s", agreed);
+    raise_fd_limit(l->o.nproc);
+    /* A worker group in the background cannot read the terminal; give it nothing. */
+    if (isatty(0))
+        l->stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    code = supervise(l);
+out:
+    if (l->rops && l->rops->release)
+        l->rops->release(l->rimpl);
+    if (l->stdin_fd >= 0)
+        close(l->stdin_fd);
+    free(l->wargv);
+    mg_opts_release(&l->o);
     return code;
 }
 

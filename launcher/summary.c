@@ -1,8 +1,11 @@
-/* The end-of-run failure summary (see summary.h). */
+/* The end-of-run failure summary and the root-cause block that `mglaunch logs`
+ * prints too (see summary.h). */
 #include "summary.h"
-#include "output.h"
+#include "errfile.h"
+#include "mg_err.h"
 #include "proc.h"
 
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,17 +33,21 @@ void mg_format_duration_ms(int64_t ms, char *buf, size_t cap)
         mg_fmt(buf, cap, "%lldh%02lldm", (long long)(ms / 3600000), (long long)(ms / 60000 % 60));
 }
 
-void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
+static void describe(int exit_code, int signo, const char *exec_error, char *buf, size_t cap)
 {
     char sig[32];
-    if (fl->exec_errno)
-        mg_fmt(buf, cap, "could not be executed: %s (exit code %d)", strerror(fl->exec_errno),
-               fl->exit_code);
-    else if (fl->signo)
-        mg_fmt(buf, cap, "was killed by %s (exit code %d)", mg_signame(fl->signo, sig, sizeof(sig)),
-               fl->exit_code);
+    if (exec_error && exec_error[0])
+        mg_fmt(buf, cap, "could not be executed: %s (exit code %d)", exec_error, exit_code);
+    else if (signo)
+        mg_fmt(buf, cap, "was killed by %s (exit code %d)", mg_signame(signo, sig, sizeof(sig)),
+               exit_code);
     else
-        mg_fmt(buf, cap, "exited with code %d", fl->exit_code);
+        mg_fmt(buf, cap, "exited with code %d", exit_code);
+}
+
+void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
+{
+    describe(fl->exit_code, fl->signo, fl->exec_errno ? strerror(fl->exec_errno) : NULL, buf, cap);
 }
 
 /* Prints text with every line indented. */
@@ -98,12 +105,31 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
     if (r->failures_dropped)
         fprintf(f, "  (%d more failures not listed)\n", r->failures_dropped);
 
-    const struct mg_root_cause *rc = &r->root;
-    mg_failure_describe(&rc->f, d, sizeof(d));
+    mg_root_cause_print(f, "Root cause (first failure):", &r->root);
+}
+
+int mg_root_cause_errfile(struct mg_root_cause *rc)
+{
+    struct mg_errfile ef;
+    if (mg_errfile_read(rc->error_file, &ef) < 0) {
+        rc->error_file[0] = '\0';
+        return -ENOENT;
+    }
+    mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
+    mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
+    if (ef.hostname[0])
+        mg_fmt(rc->host, sizeof(rc->host), "%s", ef.hostname);
+    return 0;
+}
+
+void mg_root_cause_print(FILE *f, const char *heading, const struct mg_root_cause *rc)
+{
+    char d[256], t[64];
+    describe(rc->f.exit_code, rc->f.signo, rc->exec_error, d, sizeof(d));
     mg_format_time_ms(rc->f.wall_ms, t, sizeof(t));
-    fprintf(f, "Root cause (first failure):\n");
+    fprintf(f, "%s\n", heading);
     fprintf(f, "  rank      : %d (local rank %d)\n", rc->f.rank, rc->f.local_rank);
-    fprintf(f, "  host      : %s\n", rc->host);
+    fprintf(f, "  host      : %s\n", rc->host[0] ? rc->host : "?");
     fprintf(f, "  pid       : %d\n", (int)rc->f.pid);
     fprintf(f, "  attempt   : %d (restart %d)\n", rc->f.attempt, rc->f.restart_count);
     fprintf(f, "  time      : %s\n", t);

@@ -8,10 +8,14 @@
  *
  * Both match the PyTorch definitions in tests/golden/gen.py layer for layer,
  * including the state_dict names of their tensors. Inputs are 1x28x28 images
- * (the MLP reads them as 784 features), outputs 10 logits. */
+ * (the MLP reads them as 784 features), outputs 10 logits.
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_MODELS_H
 #define MG_MODELS_H
 
+#include "mg_err.h"
 #include "model.h"
 
 #define MG_MLP_MAX_HIDDEN 8

@@ -1,6 +1,6 @@
 /* The model zoo (see models.h): layer lists for mlp and cnn. */
 #include "models.h"
-#include "rtutil.h"
+#include "mg_err.h"
 
 #include <errno.h>
 #include <string.h>
@@ -53,7 +53,8 @@ int mg_model_create(struct mg_model *m, struct mg_backend *be, const char *name,
     } else if (!strcmp(name, "cnn")) {
         n = build_cnn(specs);
     } else {
-        return mg_errf(err, -ENOENT, "unknown model '%s' (known: %s)", name, mg_model_names());
+        return mg_seterr(err, MG_ERRMSG_LEN, -ENOENT, "unknown model '%s' (known: %s)", name,
+                         mg_model_names());
     }
     return mg_model_init(m, be, name, dims, MG_MODEL_CLASSES, specs, n, max_batch, err);
 }

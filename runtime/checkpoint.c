@@ -150,20 +150,21 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
     int fd = -1, rc;
 
     if (nsections < 0 || nsections > MG_CKPT_MAX_SECTIONS)
-        return mg_errf(err, -MG_ETOOBIG, "too many checkpoint sections (%d)", nsections);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG, "too many checkpoint sections (%d)",
+                         nsections);
     if (info.version == 0)
         info.version = MG_CKPT_VERSION;
     if (info.version < MG_CKPT_VERSION_MIN || info.version > MG_CKPT_VERSION)
-        return mg_errf(err, -MG_EVERSION, "cannot write checkpoint format version %u",
-                       info.version);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EVERSION,
+                         "cannot write checkpoint format version %u", info.version);
     rc = mg_mkdir_p(dir, 0755);
     if (rc < 0)
-        return mg_errf(err, rc, "cannot create checkpoint directory '%s': %s", dir,
-                       mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot create checkpoint directory '%s': %s", dir,
+                         mg_strerror(rc));
     mg_ckpt_path(dir, info.step, path, sizeof(path));
     rc = open_tmp(path, tmp, sizeof(tmp), &fd);
     if (rc < 0)
-        return mg_errf(err, rc, "cannot create '%s': %s", tmp, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot create '%s': %s", tmp, mg_strerror(rc));
     w = calloc(1, sizeof(*w));
     if (!w) {
         rc = -ENOMEM;
@@ -195,7 +196,7 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
     free(w);
     rc = commit_tmp(fd, tmp, path, dir);
     if (rc < 0)
-        return mg_errf(err, rc, "cannot write '%s': %s", path, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot write '%s': %s", path, mg_strerror(rc));
     return 0;
 
 deflate_end:
@@ -205,7 +206,7 @@ free_w:
 close:
     close(fd);
     unlink(tmp);
-    return mg_errf(err, rc, "cannot write '%s': %s", tmp, mg_strerror(rc));
+    return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot write '%s': %s", tmp, mg_strerror(rc));
 }
 
 int mg_ckpt_mark_complete(const char *dir, uint64_t step, char *err)
@@ -215,17 +216,17 @@ int mg_ckpt_mark_complete(const char *dir, uint64_t step, char *err)
     mg_ckpt_marker_path(dir, step, path, sizeof(path));
     rc = open_tmp(path, tmp, sizeof(tmp), &fd);
     if (rc < 0)
-        return mg_errf(err, rc, "cannot create '%s': %s", tmp, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot create '%s': %s", tmp, mg_strerror(rc));
     int len = snprintf(text, sizeof(text), "mg checkpoint complete: step %" PRIu64 "\n", step);
     rc = mg_write_full(fd, text, (size_t)len, -1);
     if (rc < 0) {
         close(fd);
         unlink(tmp);
-        return mg_errf(err, rc, "cannot write '%s': %s", tmp, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot write '%s': %s", tmp, mg_strerror(rc));
     }
     rc = commit_tmp(fd, tmp, path, dir);
     if (rc < 0)
-        return mg_errf(err, rc, "cannot write '%s': %s", path, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot write '%s': %s", path, mg_strerror(rc));
     return 0;
 }
 
@@ -255,22 +256,25 @@ static int parse_sections(struct mg_ckpt_file *f, const char *path, char *err)
         return -ENOMEM;
     for (;;) {
         if (f->info.raw_bytes - off < SECTION_HDR)
-            return mg_errf(err, -MG_EFORMAT, "'%s': section table ends early", path);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': section table ends early",
+                             path);
         const unsigned char *h = f->raw + off;
         uint32_t tag = mg_get_u32(h);
         uint64_t len = mg_get_u64(h + 8);
         off += SECTION_HDR;
         if (tag == MG_CKPT_TAG_END) {
             if (len != 0 || off != f->info.raw_bytes)
-                return mg_errf(err, -MG_EFORMAT, "'%s': data after the end section", path);
+                return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                                 "'%s': data after the end section", path);
             return 0;
         }
         if (len > f->info.raw_bytes - off)
-            return mg_errf(err, -MG_EFORMAT,
-                           "'%s': section %d (tag %u) is %" PRIu64 " bytes, past the end", path,
-                           f->nsections, tag, len);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                             "'%s': section %d (tag %u) is %" PRIu64 " bytes, past the end", path,
+                             f->nsections, tag, len);
         if (f->nsections >= MG_CKPT_MAX_SECTIONS)
-            return mg_errf(err, -MG_ETOOBIG, "'%s': over %d sections", path, MG_CKPT_MAX_SECTIONS);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG, "'%s': over %d sections", path,
+                             MG_CKPT_MAX_SECTIONS);
         if ((size_t)f->nsections == cap) {
             struct mg_ckpt_section *s = realloc(f->sections, 2 * cap * sizeof(*s));
             if (!s)
@@ -296,40 +300,43 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        return mg_errf(err, rc, "'%s': cannot open: %s", path, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot open: %s", path, mg_strerror(rc));
     }
     if (fstat(fd, &st) < 0) {
         rc = -errno;
-        mg_errf(err, rc, "'%s': %s", path, mg_strerror(rc));
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': %s", path, mg_strerror(rc));
         goto close;
     }
     rc = read_all(fd, hdr, sizeof(hdr), &got);
     if (rc < 0) {
-        mg_errf(err, rc, "'%s': cannot read: %s", path, mg_strerror(rc));
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot read: %s", path, mg_strerror(rc));
         goto close;
     }
     if (got < 8 || memcmp(hdr, mg_ckpt_magic, 8) != 0) {
-        rc = mg_errf(err, -MG_EFORMAT, "'%s': not an mg checkpoint (bad magic)", path);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': not an mg checkpoint (bad magic)",
+                       path);
         goto close;
     }
     if (got < sizeof(hdr)) {
-        rc = mg_errf(err, -MG_ETRUNC, "'%s': truncated inside the header (%zu bytes)", path, got);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETRUNC,
+                       "'%s': truncated inside the header (%zu bytes)", path, got);
         goto close;
     }
     out->info.version = mg_get_u32(hdr + 8);
     if (out->info.version < MG_CKPT_VERSION_MIN || out->info.version > MG_CKPT_VERSION) {
-        rc = mg_errf(err, -MG_EVERSION,
-                     "'%s': checkpoint format version %u, this build reads versions %d to %d", path,
-                     out->info.version, MG_CKPT_VERSION_MIN, MG_CKPT_VERSION);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EVERSION,
+                       "'%s': checkpoint format version %u, this build reads versions %d to %d",
+                       path, out->info.version, MG_CKPT_VERSION_MIN, MG_CKPT_VERSION);
         goto close;
     }
     if (mg_get_u32(hdr + 60) != (uint32_t)crc32(0, hdr, 60)) {
-        rc = mg_errf(err, -MG_ECRC, "'%s': header checksum mismatch (corrupt header)", path);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ECRC,
+                       "'%s': header checksum mismatch (corrupt header)", path);
         goto close;
     }
     if (mg_get_u32(hdr + 12) != MG_CKPT_HEADER_SIZE) {
-        rc = mg_errf(err, -MG_EFORMAT, "'%s': header size %u, expected %d", path,
-                     mg_get_u32(hdr + 12), MG_CKPT_HEADER_SIZE);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': header size %u, expected %d", path,
+                       mg_get_u32(hdr + 12), MG_CKPT_HEADER_SIZE);
         goto close;
     }
     out->info.payload_bytes = mg_get_u64(hdr + 16);
@@ -339,29 +346,32 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
     out->info.world_size = mg_get_u32(hdr + 48);
     uint32_t want_crc = mg_get_u32(hdr + 52);
     if (out->info.raw_bytes > MG_CKPT_MAX_RAW || out->info.payload_bytes > MG_CKPT_MAX_RAW) {
-        rc = mg_errf(err, -MG_ETOOBIG, "'%s': payload of %" PRIu64 " bytes is over the limit", path,
-                     out->info.raw_bytes);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
+                       "'%s': payload of %" PRIu64 " bytes is over the limit", path,
+                       out->info.raw_bytes);
         goto close;
     }
     uint64_t want_size = MG_CKPT_HEADER_SIZE + out->info.payload_bytes;
     if ((uint64_t)st.st_size != want_size) {
-        rc = mg_errf(err, (uint64_t)st.st_size < want_size ? -MG_ETRUNC : -MG_EFORMAT,
-                     "'%s': %s: %lld bytes, the header says %" PRIu64, path,
-                     (uint64_t)st.st_size < want_size ? "truncated" : "longer than its header says",
-                     (long long)st.st_size, want_size);
+        rc = mg_seterr(
+            err, MG_ERRMSG_LEN, (uint64_t)st.st_size < want_size ? -MG_ETRUNC : -MG_EFORMAT,
+            "'%s': %s: %lld bytes, the header says %" PRIu64, path,
+            (uint64_t)st.st_size < want_size ? "truncated" : "longer than its header says",
+            (long long)st.st_size, want_size);
         goto close;
     }
     zbuf = malloc(out->info.payload_bytes + 1);
     out->raw = malloc(out->info.raw_bytes + 1);
     if (!zbuf || !out->raw) {
-        rc = mg_errf(err, -ENOMEM, "'%s': out of memory", path);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "'%s': out of memory", path);
         goto free_bufs;
     }
     rc = read_all(fd, zbuf, out->info.payload_bytes, &got);
     if (rc == 0 && got != out->info.payload_bytes)
         rc = -MG_ETRUNC;
     if (rc < 0) {
-        mg_errf(err, rc, "'%s': cannot read the payload: %s", path, mg_strerror(rc));
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot read the payload: %s", path,
+                  mg_strerror(rc));
         goto free_bufs;
     }
     uint32_t crc = 0;
@@ -370,12 +380,13 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
         crc = (uint32_t)crc32(crc, zbuf + off, (uInt)(n > (1u << 30) ? (1u << 30) : n));
     }
     if (crc != want_crc) {
-        rc = mg_errf(err, -MG_ECRC, "'%s': payload checksum mismatch (corrupt data)", path);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ECRC,
+                       "'%s': payload checksum mismatch (corrupt data)", path);
         goto free_bufs;
     }
     z_stream zs = {0};
     if (inflateInit(&zs) != Z_OK) {
-        rc = mg_errf(err, -ENOMEM, "'%s': out of memory", path);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "'%s': out of memory", path);
         goto free_bufs;
     }
     uint64_t in_off = 0, out_off = 0;
@@ -396,9 +407,9 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
     }
     inflateEnd(&zs);
     if (zr != Z_STREAM_END || out_off != out->info.raw_bytes || in_off != out->info.payload_bytes) {
-        rc = mg_errf(err, -MG_EFORMAT,
-                     "'%s': bad compressed payload (%" PRIu64 " of %" PRIu64 " bytes inflated)",
-                     path, out_off, out->info.raw_bytes);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                       "'%s': bad compressed payload (%" PRIu64 " of %" PRIu64 " bytes inflated)",
+                       path, out_off, out->info.raw_bytes);
         goto free_bufs;
     }
     free(zbuf);

@@ -10,9 +10,14 @@
  * checkpoints count; readers try the newest first and fall back to older ones.
  *
  * This module knows nothing of models: the trainer decides what goes in the
- * sections (trainer.h). */
+ * sections (trainer.h).
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_CHECKPOINT_H
 #define MG_CHECKPOINT_H
+
+#include "mg_err.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,7 +3,6 @@
 #include "cpu_kernels.h"
 #include "mg_err.h"
 #include "rng.h"
-#include "rtutil.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -30,46 +29,47 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
     unsigned char hdr[4 + 4 * MG_IDX_MAX_DIMS];
     memset(out, 0, sizeof(*out));
     if (want_ndim < 1 || want_ndim > MG_IDX_MAX_DIMS)
-        return mg_errf(err, -EINVAL, "'%s': cannot read %d-dimensional IDX data", path, want_ndim);
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "'%s': cannot read %d-dimensional IDX data",
+                         path, want_ndim);
     errno = 0;
     gzFile f = gzopen(path, "rb");
     if (!f) {
         rc = errno ? -errno : -ENOMEM;
-        return mg_errf(err, rc, "'%s': cannot open: %s", path, mg_strerror(rc));
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot open: %s", path, mg_strerror(rc));
     }
     int got = gzread(f, hdr, 4);
     if (got < 0)
         goto gz_error;
     if (got < 4) {
-        rc = mg_errf(err, -MG_ETRUNC, "'%s': truncated: %d bytes, shorter than an IDX header", path,
-                     got);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETRUNC,
+                       "'%s': truncated: %d bytes, shorter than an IDX header", path, got);
         goto close;
     }
     if (hdr[0] != 0 || hdr[1] != 0) {
-        rc = mg_errf(err, -MG_EFORMAT,
-                     "'%s': bad magic 0x%02x%02x%02x%02x: not an IDX file (want 0x0000 then type "
-                     "and dimension count)",
-                     path, hdr[0], hdr[1], hdr[2], hdr[3]);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                       "'%s': bad magic 0x%02x%02x%02x%02x: not an IDX file (want 0x0000 then type "
+                       "and dimension count)",
+                       path, hdr[0], hdr[1], hdr[2], hdr[3]);
         goto close;
     }
     if (hdr[2] != 0x08) {
-        rc = mg_errf(err, -MG_EFORMAT,
-                     "'%s': element type 0x%02x is not supported (want 0x08, unsigned byte)", path,
-                     hdr[2]);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                       "'%s': element type 0x%02x is not supported (want 0x08, unsigned byte)",
+                       path, hdr[2]);
         goto close;
     }
     if (hdr[3] != want_ndim) {
-        rc = mg_errf(err, -MG_EFORMAT, "'%s': has %d dimensions, expected %d", path, hdr[3],
-                     want_ndim);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': has %d dimensions, expected %d",
+                       path, hdr[3], want_ndim);
         goto close;
     }
     got = gzread(f, hdr + 4, (unsigned)(4 * want_ndim));
     if (got < 0)
         goto gz_error;
     if (got < 4 * want_ndim) {
-        rc =
-            mg_errf(err, -MG_ETRUNC, "'%s': truncated inside the header (%d of %d dimension bytes)",
-                    path, got, 4 * want_ndim);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETRUNC,
+                       "'%s': truncated inside the header (%d of %d dimension bytes)", path, got,
+                       4 * want_ndim);
         goto close;
     }
     size_t size = 1;
@@ -77,14 +77,14 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
         const unsigned char *p = hdr + 4 + 4 * i;
         uint32_t d = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
         if (d == 0 || d > (uint32_t)INT32_MAX) {
-            rc = mg_errf(err, -MG_EFORMAT, "'%s': dimension %d is %u", path, i, d);
+            rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': dimension %d is %u", path, i, d);
             goto close;
         }
         out->dims[i] = (int)d;
         size *= d;
         if (size > MG_IDX_MAX_BYTES) {
-            rc = mg_errf(err, -MG_ETOOBIG, "'%s': data over the %zu-byte limit", path,
-                         MG_IDX_MAX_BYTES);
+            rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG, "'%s': data over the %zu-byte limit",
+                           path, MG_IDX_MAX_BYTES);
             goto close;
         }
     }
@@ -92,7 +92,8 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
     out->size = size;
     out->data = malloc(size);
     if (!out->data) {
-        rc = mg_errf(err, -ENOMEM, "'%s': out of memory for %zu bytes", path, size);
+        rc =
+            mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "'%s': out of memory for %zu bytes", path, size);
         goto close;
     }
     size_t have = 0;
@@ -111,9 +112,9 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
         char why[160] = "";
         if (zerr)
             snprintf(why, sizeof(why), " (%s)", zmsg);
-        rc = mg_errf(err, -MG_ETRUNC,
-                     "'%s': truncated: the header promises %zu data bytes, the file has %zu%s",
-                     path, size, have, why);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETRUNC,
+                       "'%s': truncated: the header promises %zu data bytes, the file has %zu%s",
+                       path, size, have, why);
         goto close;
     }
     unsigned char extra;
@@ -121,8 +122,8 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err)
     if (got < 0)
         goto gz_error;
     if (got > 0) {
-        rc = mg_errf(err, -MG_EFORMAT,
-                     "'%s': longer than its header says (more than %zu data bytes)", path, size);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                       "'%s': longer than its header says (more than %zu data bytes)", path, size);
         goto close;
     }
     gzclose(f);
@@ -132,9 +133,9 @@ gz_error : {
     int zerr;
     const char *zmsg = zmessage(f, path, &zerr);
     if (zerr == Z_ERRNO)
-        rc = mg_errf(err, -errno, "'%s': cannot read: %s", path, strerror(errno));
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -errno, "'%s': cannot read: %s", path, strerror(errno));
     else
-        rc = mg_errf(err, -MG_EFORMAT, "'%s': corrupt gzip data: %s", path, zmsg);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': corrupt gzip data: %s", path, zmsg);
 }
 close:
     gzclose(f);
@@ -204,7 +205,8 @@ static int find_file(const char *dir, const char *name, char *path, size_t len, 
     if (stat(path, &st) == 0)
         return 0;
     int rc = -errno;
-    return mg_errf(err, rc, "'%s': cannot find %s or %s.gz: %s", dir, name, name, mg_strerror(rc));
+    return mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot find %s or %s.gz: %s", dir, name, name,
+                     mg_strerror(rc));
 }
 
 static int load_idx_pair(struct mg_dataset *ds, const char *dir, int train, long limit, char *err)
@@ -229,14 +231,14 @@ static int load_idx_pair(struct mg_dataset *ds, const char *dir, int train, long
     if (rc < 0)
         goto release_img;
     if (lab.dims[0] != img.dims[0]) {
-        rc = mg_errf(err, -MG_ESHAPE, "'%s' has %d labels but '%s' has %d images", lpath,
-                     lab.dims[0], ipath, img.dims[0]);
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE, "'%s' has %d labels but '%s' has %d images",
+                       lpath, lab.dims[0], ipath, img.dims[0]);
         goto release_lab;
     }
     for (int i = 0; i < lab.dims[0]; i++)
         if (lab.data[i] >= 10) {
-            rc = mg_errf(err, -MG_EFORMAT, "'%s': label %d of sample %d is not in 0..9", lpath,
-                         lab.data[i], i);
+            rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                           "'%s': label %d of sample %d is not in 0..9", lpath, lab.data[i], i);
             goto release_lab;
         }
     ds->n = img.dims[0];
@@ -306,11 +308,11 @@ int mg_dataset_load(struct mg_dataset *ds, enum mg_data_kind kind, const char *d
     case MG_DATA_SYNTHETIC:
         rc = make_synthetic(ds, train, limit);
         if (rc < 0)
-            mg_errf(err, rc, "out of memory for the synthetic dataset");
+            mg_seterr(err, MG_ERRMSG_LEN, rc, "out of memory for the synthetic dataset");
         set_norm(ds, 0.5f, 0.5f);
         break;
     default:
-        return mg_errf(err, -EINVAL, "unknown dataset");
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "unknown dataset");
     }
     if (rc < 0)
         mg_dataset_release(ds);

@@ -13,9 +13,14 @@
  *
  * Normalization is torchvision's ToTensor + Normalize:
  * (x / 255 - mean) / std, with fashion-mnist (0.2860, 0.3530),
- * mnist (0.1307, 0.3081), synthetic (0.5, 0.5). */
+ * mnist (0.1307, 0.3081), synthetic (0.5, 0.5).
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_DATA_H
 #define MG_DATA_H
+
+#include "mg_err.h"
 
 #include <stddef.h>
 #include <stdint.h>

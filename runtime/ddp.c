@@ -405,10 +405,8 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
 {
     struct mg_ddp_opts o = opts ? *opts : (struct mg_ddp_opts){0};
     struct mg_ddp *d = calloc(1, sizeof(*d));
-    if (!d) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!d)
+        return mg_seterr(err, errlen, -ENOMEM, "out of memory");
     d->comm = comm;
     d->m = m;
     d->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : MG_COMM_DEFAULT_TIMEOUT;
@@ -428,9 +426,9 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
         if (!rc)
             rc = pthread_create(&d->thread, NULL, comm_thread, d);
         if (rc) {
-            snprintf(err, errlen, "cannot start the communication thread: %s", strerror(rc));
             free(d);
-            return -rc;
+            return mg_seterr(err, errlen, -rc, "cannot start the communication thread: %s",
+                             strerror(rc));
         }
     }
     *out = d;

@@ -15,16 +15,6 @@
 #define MAX_PARAMS ((size_t)1 << 32)
 #define MAX_ARENA  ((size_t)64 << 30)
 
-void mg_tensor_shape_str(const struct mg_tensor *t, char *buf, size_t len)
-{
-    size_t off = 0;
-    off += (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < t->ndim && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, i ? ", %d" : "%d", t->shape[i]);
-    if (off < len)
-        snprintf(buf + off, len - off, "]");
-}
-
 static void conv_dims(const struct mg_layer *l, int n, struct mg_conv2d_dims *d)
 {
     *d = (struct mg_conv2d_dims){
@@ -54,10 +44,11 @@ static void pool_dims(const struct mg_layer *l, int n, struct mg_pool2d_dims *d)
     mg_pool2d_dims_finish(d);
 }
 
+/* The index of the new tensor, or -MG_ETOOBIG past MG_MAX_TENSORS. */
 static int add_tensor(struct mg_model *m, int layer, const char *what, int ndim, const int *shape)
 {
     if (m->ntensors >= MG_MAX_TENSORS)
-        return -1;
+        return -MG_ETOOBIG;
     struct mg_tensor *t = &m->params[m->ntensors];
     snprintf(t->name, sizeof(t->name), "%d.%s", layer, what);
     t->ndim = ndim;
@@ -85,11 +76,12 @@ static int infer_shapes(struct mg_model *m, char *err)
         switch (s->kind) {
         case MG_LAYER_LINEAR: {
             if (dims[1] != 1 || dims[2] != 1)
-                return mg_errf(err, -MG_ESHAPE,
-                               "layer %d (linear): input is %dx%dx%d; add a flatten before it", i,
-                               dims[0], dims[1], dims[2]);
+                return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                                 "layer %d (linear): input is %dx%dx%d; add a flatten before it", i,
+                                 dims[0], dims[1], dims[2]);
             if (s->out <= 0)
-                return mg_errf(err, -EINVAL, "layer %d (linear): out_features must be > 0", i);
+                return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
+                                 "layer %d (linear): out_features must be > 0", i);
             int ws[2] = {s->out, dims[0]}, bs[1] = {s->out};
             l->param_offset = m->nparams;
             l->weight = add_tensor(m, i, "weight", 2, ws);
@@ -101,10 +93,10 @@ static int infer_shapes(struct mg_model *m, char *err)
             struct mg_conv2d_dims d;
             conv_dims(l, 1, &d);
             if (s->out <= 0 || s->kernel <= 0 || s->stride < 0 || mg_conv2d_dims_finish(&d) < 0)
-                return mg_errf(err, -MG_ESHAPE,
-                               "layer %d (conv2d): kernel %d stride %d padding %d does not fit "
-                               "input %dx%dx%d",
-                               i, s->kernel, d.stride, s->padding, dims[0], dims[1], dims[2]);
+                return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                                 "layer %d (conv2d): kernel %d stride %d padding %d does not fit "
+                                 "input %dx%dx%d",
+                                 i, s->kernel, d.stride, s->padding, dims[0], dims[1], dims[2]);
             int ws[4] = {s->out, dims[0], s->kernel, s->kernel}, bs[1] = {s->out};
             l->param_offset = m->nparams;
             l->weight = add_tensor(m, i, "weight", 4, ws);
@@ -118,9 +110,9 @@ static int infer_shapes(struct mg_model *m, char *err)
             struct mg_pool2d_dims d;
             pool_dims(l, 1, &d);
             if (s->kernel <= 0 || s->stride < 0 || mg_pool2d_dims_finish(&d) < 0)
-                return mg_errf(err, -MG_ESHAPE,
-                               "layer %d (maxpool2d): kernel %d does not fit input %dx%dx%d", i,
-                               s->kernel, dims[0], dims[1], dims[2]);
+                return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                                 "layer %d (maxpool2d): kernel %d does not fit input %dx%dx%d", i,
+                                 s->kernel, dims[0], dims[1], dims[2]);
             dims[1] = d.oh;
             dims[2] = d.ow;
             break;
@@ -131,16 +123,19 @@ static int infer_shapes(struct mg_model *m, char *err)
             break;
         case MG_LAYER_DROPOUT:
             if (!(s->p >= 0.0f && s->p < 1.0f))
-                return mg_errf(err, -EINVAL, "layer %d (dropout): p must be in [0, 1)", i);
+                return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
+                                 "layer %d (dropout): p must be in [0, 1)", i);
             break;
         case MG_LAYER_RELU:
             break;
         default:
-            return mg_errf(err, -EINVAL, "layer %d: unknown kind %d", i, (int)s->kind);
+            return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "layer %d: unknown kind %d", i,
+                             (int)s->kind);
         }
         if ((s->kind == MG_LAYER_LINEAR || s->kind == MG_LAYER_CONV2D) &&
             (l->weight < 0 || l->bias < 0))
-            return mg_errf(err, -EINVAL, "too many parameter tensors (max %d)", MG_MAX_TENSORS);
+            return mg_seterr(err, MG_ERRMSG_LEN, l->weight < 0 ? l->weight : l->bias,
+                             "too many parameter tensors (max %d)", MG_MAX_TENSORS);
         if (l->weight >= 0) {
             l->param_count = m->nparams - l->param_offset;
             seen_params = 1;
@@ -149,11 +144,13 @@ static int infer_shapes(struct mg_model *m, char *err)
         l->in_size = (size_t)l->in_dims[0] * l->in_dims[1] * l->in_dims[2];
         l->out_size = (size_t)dims[0] * dims[1] * dims[2];
         if (m->nparams > MAX_PARAMS)
-            return mg_errf(err, -MG_ETOOBIG, "model has over %zu parameters", MAX_PARAMS);
+            return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG, "model has over %zu parameters",
+                             MAX_PARAMS);
     }
     if (dims[0] != m->classes || dims[1] != 1 || dims[2] != 1)
-        return mg_errf(err, -MG_ESHAPE, "the last layer gives %dx%dx%d values, not %d classes",
-                       dims[0], dims[1], dims[2], m->classes);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                         "the last layer gives %dx%dx%d values, not %d classes", dims[0], dims[1],
+                         dims[2], m->classes);
     return 0;
 }
 
@@ -222,7 +219,8 @@ static size_t layout_arena(struct mg_model *m, char *base)
         case MG_LAYER_LINEAR:
         case MG_LAYER_DROPOUT:
             if (l->spec.kind == MG_LAYER_LINEAR) {
-                size_t s = m->be->ops->linear_scratch(m->be, m->max_batch, (int)l->in_size, l->spec.out);
+                size_t s =
+                    m->be->ops->linear_scratch(m->be, m->max_batch, (int)l->in_size, l->spec.out);
                 if (s > scratch)
                     scratch = s;
             }
@@ -267,9 +265,10 @@ int mg_model_init(struct mg_model *m, struct mg_backend *be, const char *name, c
     m->be = be;
     snprintf(m->name, sizeof(m->name), "%s", name);
     if (nspecs <= 0 || nspecs > MG_MAX_LAYERS)
-        return mg_errf(err, -EINVAL, "a model has 1 to %d layers, not %d", MG_MAX_LAYERS, nspecs);
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "a model has 1 to %d layers, not %d",
+                         MG_MAX_LAYERS, nspecs);
     if (max_batch <= 0 || classes <= 0 || in_dims[0] <= 0 || in_dims[1] <= 0 || in_dims[2] <= 0)
-        return mg_errf(err, -EINVAL, "bad batch size, class count or input shape");
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "bad batch size, class count or input shape");
     memcpy(m->in_dims, in_dims, sizeof(m->in_dims));
     m->classes = classes;
     m->max_batch = max_batch;
@@ -283,8 +282,8 @@ int mg_model_init(struct mg_model *m, struct mg_backend *be, const char *name, c
     mark_sparse(m);
     m->arena_bytes = layout_arena(m, NULL);
     if (m->arena_bytes > MAX_ARENA)
-        return mg_errf(err, -MG_ETOOBIG, "activations for batch %d need %zu bytes", max_batch,
-                       m->arena_bytes);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG, "activations for batch %d need %zu bytes",
+                         max_batch, m->arena_bytes);
 
     rc = -ENOMEM;
     m->param_buf = be->ops->alloc(be, m->nparams * sizeof(float));
@@ -309,8 +308,9 @@ int mg_model_init(struct mg_model *m, struct mg_backend *be, const char *name, c
     return 0;
 fail:
     mg_model_release(m);
-    return mg_errf(err, rc, "out of memory for a model of %zu parameters, batch %d", m->nparams,
-                   max_batch);
+    return mg_seterr(err, MG_ERRMSG_LEN, rc,
+                     "out of memory for a model of %zu parameters, batch %d", m->nparams,
+                     max_batch);
 }
 
 void mg_model_release(struct mg_model *m)
@@ -418,13 +418,13 @@ void mg_model_forward(struct mg_model *m, int n, int train)
         switch (l->spec.kind) {
         case MG_LAYER_LINEAR:
             be->ops->linear_forward(be, y, x, tensor_data(m, l->weight), tensor_data(m, l->bias), n,
-                               (int)l->in_size, l->spec.out, l->fused_relu);
+                                    (int)l->in_size, l->spec.out, l->fused_relu);
             break;
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims d;
             conv_dims(l, n, &d);
-            be->ops->conv2d_forward(be, &d, y, x, tensor_data(m, l->weight), tensor_data(m, l->bias),
-                               l->fused_relu, m->scratch);
+            be->ops->conv2d_forward(be, &d, y, x, tensor_data(m, l->weight),
+                                    tensor_data(m, l->bias), l->fused_relu, m->scratch);
             break;
         }
         case MG_LAYER_MAXPOOL2D: {
@@ -445,7 +445,7 @@ void mg_model_forward(struct mg_model *m, int n, int train)
         case MG_LAYER_DROPOUT:
             if (train && l->spec.p > 0.0f) {
                 be->ops->dropout_forward(be, y, l->mask, x, cnt, l->spec.p, m->dropout_rng.seed,
-                                    m->dropout_rng.offset);
+                                         m->dropout_rng.offset);
                 m->dropout_rng.offset += cnt;
                 l->dropped = 1;
             } else {
@@ -496,16 +496,16 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
         case MG_LAYER_LINEAR:
             if (l->fused_relu)
                 be->ops->relu_backward(be, d, d, l->y, cnt);
-            be->ops->linear_backward(be, dx, m->grads[l->weight].data, m->grads[l->bias].data, d, l->x,
-                                m->params[l->weight].data, n, (int)l->in_size, l->spec.out,
-                                accumulate, m->scratch);
+            be->ops->linear_backward(be, dx, m->grads[l->weight].data, m->grads[l->bias].data, d,
+                                     l->x, m->params[l->weight].data, n, (int)l->in_size,
+                                     l->spec.out, accumulate, m->scratch);
             break;
         case MG_LAYER_CONV2D: {
             struct mg_conv2d_dims cd;
             conv_dims(l, n, &cd);
-            be->ops->conv2d_backward(be, &cd, dx, m->grads[l->weight].data, m->grads[l->bias].data, d,
-                                l->x, m->params[l->weight].data, l->y, l->fused_relu, accumulate,
-                                l->sparse_dy, m->scratch);
+            be->ops->conv2d_backward(be, &cd, dx, m->grads[l->weight].data, m->grads[l->bias].data,
+                                     d, l->x, m->params[l->weight].data, l->y, l->fused_relu,
+                                     accumulate, l->sparse_dy, m->scratch);
             break;
         }
         case MG_LAYER_MAXPOOL2D: {

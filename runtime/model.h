@@ -11,11 +11,15 @@
  *
  * Activations, activation gradients, the loss buffers and the conv scratch
  * share a third allocation sized for max_batch, so a training step allocates
- * nothing. All buffers are device memory of the model's backend. */
+ * nothing. All buffers are device memory of the model's backend.
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_MODEL_H
 #define MG_MODEL_H
 
 #include "backend.h"
+#include "mg_err.h"
 #include "rng.h"
 #include "tensor.h"
 
@@ -94,8 +98,9 @@ struct mg_model {
 
 /* Builds the model: checks every layer's shape, lays out the parameters and
  * allocates the three buffers. `in_dims` is one sample (C, H, W); the last
- * layer must produce `classes` values. Returns 0, -EINVAL / -MG_ESHAPE with a
- * message in err, or -ENOMEM. Parameters start at zero (see mg_model_init_params). */
+ * layer must produce `classes` values. Returns 0, -EINVAL / -MG_ESHAPE /
+ * -MG_ETOOBIG (over a cap: tensors, parameters, activations) with a message
+ * in err, or -ENOMEM. Parameters start at zero (see mg_model_init_params). */
 int mg_model_init(struct mg_model *m, struct mg_backend *be, const char *name, const int in_dims[3],
                   int classes, const struct mg_layer_spec *specs, int nspecs, int max_batch,
                   char *err);

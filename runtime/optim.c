@@ -1,6 +1,6 @@
 /* SGD, AdamW and the learning-rate schedules (see optim.h). */
 #include "optim.h"
-#include "rtutil.h"
+#include "mg_err.h"
 
 #include <errno.h>
 #include <math.h>
@@ -19,19 +19,20 @@ void mg_optim_defaults(struct mg_optim_config *cfg, enum mg_optim_kind kind)
 int mg_optim_check(const struct mg_optim_config *c, char *err)
 {
     if (c->kind != MG_OPTIM_SGD && c->kind != MG_OPTIM_ADAMW)
-        return mg_errf(err, -EINVAL, "unknown optimizer");
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "unknown optimizer");
     if (!(c->weight_decay >= 0.0) || !isfinite(c->weight_decay))
-        return mg_errf(err, -EINVAL, "weight decay must be >= 0");
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "weight decay must be >= 0");
     if (c->kind == MG_OPTIM_SGD) {
         if (!(c->momentum >= 0.0 && c->momentum < 1.0))
-            return mg_errf(err, -EINVAL, "momentum must be in [0, 1)");
+            return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "momentum must be in [0, 1)");
         if (c->nesterov && c->momentum == 0.0)
-            return mg_errf(err, -EINVAL, "nesterov momentum requires a momentum > 0");
+            return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
+                             "nesterov momentum requires a momentum > 0");
     } else {
         if (!(c->beta1 >= 0.0 && c->beta1 < 1.0) || !(c->beta2 >= 0.0 && c->beta2 < 1.0))
-            return mg_errf(err, -EINVAL, "adamw betas must be in [0, 1)");
+            return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "adamw betas must be in [0, 1)");
         if (!(c->eps > 0.0) || !isfinite(c->eps))
-            return mg_errf(err, -EINVAL, "adamw eps must be > 0");
+            return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "adamw eps must be > 0");
     }
     return 0;
 }
@@ -86,11 +87,11 @@ void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads
     float *p = params + offset;
     const float *g = grads + offset;
     if (c->kind == MG_OPTIM_ADAMW)
-        be->ops->adamw_step(be, p, g, o->state + offset, o->state + o->n + offset, count, lr, c->beta1,
-                       c->beta2, c->eps, c->weight_decay, o->steps + 1);
+        be->ops->adamw_step(be, p, g, o->state + offset, o->state + o->n + offset, count, lr,
+                            c->beta1, c->beta2, c->eps, c->weight_decay, o->steps + 1);
     else
         be->ops->sgd_step(be, p, g, o->state ? o->state + offset : NULL, count, lr, c->momentum,
-                     c->weight_decay, c->nesterov, o->steps == 0);
+                          c->weight_decay, c->nesterov, o->steps == 0);
 }
 
 void mg_optim_step(struct mg_optim *o, float *params, const float *grads, double lr)

@@ -12,11 +12,15 @@
  *   constant  base;
  *   step    base * gamma ^ floor((step - warmup) / step_size);
  *   cosine  min_lr + (base - min_lr) * (1 + cos(pi * t)) / 2,
- *           t = (step - warmup) / (total - warmup), clamped to [0, 1]. */
+ *           t = (step - warmup) / (total - warmup), clamped to [0, 1].
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_OPTIM_H
 #define MG_OPTIM_H
 
 #include "backend.h"
+#include "mg_err.h"
 
 #include <stddef.h>
 #include <stdint.h>

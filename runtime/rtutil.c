@@ -1,19 +1,7 @@
 /* Small helpers shared by libmg's runtime files (see rtutil.h). */
 #include "rtutil.h"
-#include "mg_err.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <time.h>
-
-int mg_errf(char *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    mg_vseterr(err, MG_ERRMSG_LEN, code, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 static inline uint64_t mix64(uint64_t h)
 {

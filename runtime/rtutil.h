@@ -1,9 +1,8 @@
-/* Small helpers shared by libmg's runtime files: error messages for the caller,
- * a fast 64-bit hash of a byte range, little-endian packing. */
+/* Small helpers shared by libmg's runtime files: a fast 64-bit hash of a byte
+ * range, little-endian packing, a monotonic clock. (Error messages for the
+ * caller use common's mg_seterr, in mg_err.h.) */
 #ifndef MG_RTUTIL_H
 #define MG_RTUTIL_H
-
-#include "mg_err.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,10 +11,6 @@
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "libmg's file formats are written in host order and assume a little-endian host"
 #endif
-
-/* Writes a message into err (MG_ERRMSG_LEN bytes) when err is not NULL;
- * returns code, so a caller can write `return mg_errf(err, -EINVAL, ...)`. */
-__attribute__((format(printf, 3, 4))) int mg_errf(char *err, int code, const char *fmt, ...);
 
 /* 64-bit hash of a byte range ("mg hash64 v1", documented in docs/checkpoint-format.md).
  * Bit-identical inputs give identical hashes on every machine. */

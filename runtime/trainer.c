@@ -1,43 +1,18 @@
-/* Training steps, evaluation and checkpoint content (see trainer.h). */
+/* Training steps and evaluation (see trainer.h); what a checkpoint holds is
+ * trainer_ckpt.c's. */
 #include "trainer.h"
 #include "mg_err.h"
+#include "trainer_internal.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define META_BYTES      256
-#define OPTIM_HDR_BYTES 24
-
-long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
-                               int accum)
+long mg_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch, int accum)
 {
     long per_rank = drop_last ? dataset_n / world : ((long)dataset_n + world - 1) / world;
     long batches = (per_rank + batch - 1) / batch;
     return (epochs * batches + accum - 1) / accum;
-}
-
-uint64_t mg_run_id_hash(const char *run_id)
-{
-    if (!run_id || !*run_id || strcmp(run_id, "none") == 0)
-        return 0;
-    uint64_t h = mg_hash64(run_id, strlen(run_id));
-    return h == 0 || h == UINT64_MAX ? 1 : h;
-}
-
-static enum mg_sampler_mode train_mode(const struct mg_train_config *cfg)
-{
-    return cfg->drop_last ? MG_SAMPLER_DROP_LAST : MG_SAMPLER_PAD;
-}
-
-/* Micro-batches of a pass from position start (the same on every rank: the
- * training sampler pads or drops, it is never uneven). */
-static long pass_batches(long n, int world, enum mg_sampler_mode mode, int batch, long start)
-{
-    long len = mg_sampler_pass_len(n, 0, world, mode, start);
-    return (len + batch - 1) / batch;
 }
 
 long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs)
@@ -50,12 +25,6 @@ long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs)
         micro += (epochs - t->epoch - 1) * t->batches_per_epoch;
     }
     return t->step + (micro + t->cfg.accum_steps - 1) / t->cfg.accum_steps;
-}
-
-static uint64_t dropout_seed(uint64_t seed, int rank)
-{
-    /* distinct streams per rank; independent of the shuffle's mt19937 */
-    return (seed ^ 0x64726f706f7574ULL) * 0x9e3779b97f4a7c15ULL + (uint64_t)rank;
 }
 
 int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_dataset *train,
@@ -71,31 +40,34 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     if (hooks)
         t->hooks = *hooks;
     if (cfg->batch_size <= 0 || cfg->batch_size > m->max_batch)
-        return mg_errf(err, -EINVAL, "batch size %d is not in 1..%d", cfg->batch_size,
-                       m->max_batch);
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "batch size %d is not in 1..%d",
+                         cfg->batch_size, m->max_batch);
     if (cfg->accum_steps < 1)
-        return mg_errf(err, -EINVAL, "accumulation steps must be >= 1");
+        return mg_seterr(err, MG_ERRMSG_LEN, -EINVAL, "accumulation steps must be >= 1");
     size_t sample = (size_t)m->in_dims[0] * m->in_dims[1] * m->in_dims[2];
     if (mg_dataset_sample_size(train) != sample || (test && mg_dataset_sample_size(test) != sample))
-        return mg_errf(err, -MG_ESHAPE, "model %s takes %zu values per sample, the data has %zu",
-                       m->name, sample, mg_dataset_sample_size(train));
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE,
+                         "model %s takes %zu values per sample, the data has %zu", m->name, sample,
+                         mg_dataset_sample_size(train));
     if (train->classes != m->classes)
-        return mg_errf(err, -MG_ESHAPE, "model %s has %d classes, the data %d", m->name, m->classes,
-                       train->classes);
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE, "model %s has %d classes, the data %d",
+                         m->name, m->classes, train->classes);
     rc = mg_optim_check(&cfg->optim, err);
     if (rc < 0)
         return rc;
-    rc = mg_sampler_init(&t->sampler, train->n, cfg->rank, cfg->world, 1, train_mode(cfg),
+    rc = mg_sampler_init(&t->sampler, train->n, cfg->rank, cfg->world, 1, mg_train_mode(cfg),
                          cfg->seed);
     if (rc < 0) {
-        mg_errf(err, rc, "cannot shard %d training samples over %d ranks", train->n, cfg->world);
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot shard %d training samples over %d ranks",
+                  train->n, cfg->world);
         goto fail;
     }
     if (test) {
         rc = mg_sampler_init(&t->eval_sampler, test->n, cfg->rank, cfg->world, 0, MG_SAMPLER_UNEVEN,
                              0);
         if (rc < 0) {
-            mg_errf(err, rc, "cannot shard %d test samples over %d ranks", test->n, cfg->world);
+            mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot shard %d test samples over %d ranks", test->n,
+                      cfg->world);
             goto fail;
         }
         mg_sampler_set_epoch(&t->eval_sampler, 0);
@@ -104,17 +76,17 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     t->pass_batches = t->batches_per_epoch;
     rc = mg_optim_init(&t->opt, m->be, &cfg->optim, m->nparams);
     if (rc < 0) {
-        mg_errf(err, rc, "out of memory for the optimizer state");
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "out of memory for the optimizer state");
         goto fail;
     }
     t->x_host = malloc(sizeof(float) * sample * (size_t)m->max_batch);
     t->y_host = malloc(sizeof(int32_t) * (size_t)m->max_batch);
     t->host_state = malloc(sizeof(float) * (m->nparams + t->opt.state_count) + 1);
     if (!t->x_host || !t->y_host || !t->host_state) {
-        rc = mg_errf(err, -ENOMEM, "out of memory for batch buffers");
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory for batch buffers");
         goto fail;
     }
-    m->dropout_rng.seed = dropout_seed(cfg->seed, cfg->rank);
+    m->dropout_rng.seed = mg_dropout_seed(cfg->seed, cfg->rank);
     m->dropout_rng.offset = 0;
     return 0;
 fail:
@@ -267,460 +239,4 @@ int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
     out->correct = (long)sums[1];
     out->count = (long)sums[2];
     return 0;
-}
-
-void mg_trainer_rank_state(const struct mg_trainer *t, struct mg_rank_state *out)
-{
-    out->rank = (uint32_t)t->cfg.rank;
-    out->dropout = t->model->dropout_rng;
-}
-
-void mg_rank_state_pack(const struct mg_rank_state *s, unsigned char out[MG_RANK_STATE_BYTES])
-{
-    memset(out, 0, MG_RANK_STATE_BYTES);
-    mg_put_u32(out, s->rank);
-    mg_put_u64(out + 8, s->dropout.seed);
-    mg_put_u64(out + 16, s->dropout.offset);
-}
-
-int mg_rank_state_unpack(const unsigned char *in, size_t len, struct mg_rank_state *out)
-{
-    if (len < 24)
-        return -MG_EFORMAT;
-    out->rank = mg_get_u32(in);
-    out->dropout.seed = mg_get_u64(in + 8);
-    out->dropout.offset = mg_get_u64(in + 16);
-    return 0;
-}
-
-/* Positions of the current epoch's order taken by every rank so far. */
-static long epoch_position(const struct mg_trainer *t)
-{
-    long len =
-        mg_sampler_pass_len(t->train->n, 0, t->cfg.world, train_mode(&t->cfg), t->epoch_start);
-    long taken = t->batch_in_epoch * (long)t->cfg.batch_size;
-    return t->epoch_start + (taken < len ? taken : len) * t->cfg.world;
-}
-
-static void pack_meta(const struct mg_trainer *t, unsigned char *p)
-{
-    const struct mg_model *m = t->model;
-    double lr = t->cfg.sched.base_lr;
-    uint64_t lr_bits;
-    memcpy(&lr_bits, &lr, 8);
-    memset(p, 0, META_BYTES);
-    memcpy(p, m->name, strnlen(m->name, MG_NAME_MAX - 1));
-    mg_put_u64(p + 32, (uint64_t)t->step);
-    mg_put_u64(p + 40, (uint64_t)t->epoch);
-    mg_put_u64(p + 48, (uint64_t)t->batch_in_epoch);
-    mg_put_u64(p + 56, t->samples_seen);
-    mg_put_u64(p + 64, t->cfg.seed);
-    mg_put_u32(p + 72, (uint32_t)t->cfg.world);
-    mg_put_u32(p + 76, (uint32_t)t->cfg.batch_size);
-    mg_put_u32(p + 80, (uint32_t)t->cfg.accum_steps);
-    mg_put_u32(p + 84, (uint32_t)t->cfg.drop_last);
-    mg_put_u64(p + 88, (uint64_t)t->train->n);
-    mg_put_u64(p + 96, m->nparams);
-    mg_put_u32(p + 104, (uint32_t)m->ntensors);
-    mg_put_u32(p + 108, (uint32_t)t->cfg.optim.kind);
-    mg_put_u64(p + 112, lr_bits);
-    mg_put_u32(p + 120, (uint32_t)t->cfg.sched.kind);
-    mg_put_u64(p + 128, (uint64_t)t->cfg.total_steps);
-    mg_put_u64(p + 136, (uint64_t)t->epoch_start); /* version 2 */
-    mg_put_u64(p + 144, (uint64_t)t->cfg.global_batch);
-    mg_put_u64(p + 152, t->cfg.run_id_hash);
-    mg_put_u64(p + 160, (uint64_t)epoch_position(t));
-}
-
-int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
-                    int nranks, char *err)
-{
-    struct mg_model *m = t->model;
-    unsigned char meta[META_BYTES], ohdr[OPTIM_HDR_BYTES];
-    unsigned char *tensors = NULL, *rank_blobs = NULL;
-    struct mg_ckpt_section *secs = NULL;
-    struct mg_rank_state own;
-    int rc, n = 0;
-
-    if (!ranks) {
-        mg_trainer_rank_state(t, &own);
-        ranks = &own;
-        nranks = 1;
-    }
-    tensors = calloc((size_t)m->ntensors, MG_TENSOR_REC_BYTES);
-    rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
-    secs = calloc((size_t)nranks + 5, sizeof(*secs));
-    if (!tensors || !rank_blobs || !secs) {
-        rc = mg_errf(err, -ENOMEM, "out of memory writing a checkpoint");
-        goto out;
-    }
-    pack_meta(t, meta);
-    for (int i = 0; i < m->ntensors; i++)
-        mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
-    float *hp = t->host_state, *hs = t->host_state + m->nparams;
-    mg_model_get_params(m, hp);
-    if (t->opt.state_count)
-        m->be->ops->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
-    rc = m->be->ops->sync(m->be);
-    if (rc < 0) {
-        mg_errf(err, rc, "cannot copy the parameters from the device: %s", mg_strerror(rc));
-        goto out;
-    }
-    mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
-    mg_put_u32(ohdr + 4, 0);
-    mg_put_u64(ohdr + 8, t->opt.steps);
-    mg_put_u64(ohdr + 16, t->opt.state_count);
-
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
-                                         (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, tensors};
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), hp};
-    /* OPTIM is its header then the state: two sections with the same tag would be
-     * ambiguous, so the header goes in index 0 and the state in index 1 */
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, ohdr};
-    secs[n++] =
-        (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), hs};
-    for (int r = 0; r < nranks; r++) {
-        unsigned char *b = rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
-        mg_rank_state_pack(&ranks[r], b);
-        secs[n++] =
-            (struct mg_ckpt_section){MG_CKPT_TAG_RANK, ranks[r].rank, MG_RANK_STATE_BYTES, b};
-    }
-    struct mg_ckpt_info info = {
-        /* version 1 readers read everything but a pass that began mid-epoch */
-        .version = t->epoch_start ? 2 : 1,
-        .step = (uint64_t)t->step,
-        .nparams = m->nparams,
-        .world_size = (uint32_t)t->cfg.world,
-    };
-    rc = mg_ckpt_write(dir, &info, secs, n, err);
-out:
-    free(tensors);
-    free(rank_blobs);
-    free(secs);
-    return rc;
-}
-
-static const struct mg_ckpt_section *need(const struct mg_ckpt_file *f, uint32_t tag,
-                                          uint32_t index, uint64_t min_len, const char *path,
-                                          const char *what, char *err, int *rc)
-{
-    const struct mg_ckpt_section *s = mg_ckpt_find(f, tag, index);
-    if (!s || s->len < min_len) {
-        *rc = mg_errf(err, -MG_EFORMAT, "'%s': %s section %s", path, what,
-                      s ? "too short" : "missing");
-        return NULL;
-    }
-    return s;
-}
-
-static int check_meta(const struct mg_trainer *t, const unsigned char *p, const char *path,
-                      char *err)
-{
-    const struct mg_model *m = t->model;
-    char name[MG_NAME_MAX + 1] = {0};
-    memcpy(name, p, MG_NAME_MAX);
-#define MISMATCH(what, fmt, a, b)                                                                  \
-    mg_errf(err, -MG_ECONFIG, "'%s': written with " what " " fmt ", this run has " what " " fmt,   \
-            path, a, b)
-    if (strcmp(name, m->name) != 0)
-        return mg_errf(err, -MG_ESHAPE, "'%s': holds model '%s', this run trains '%s'", path, name,
-                       m->name);
-    if (mg_get_u32(p + 104) != (uint32_t)m->ntensors)
-        return mg_errf(err, -MG_ESHAPE,
-                       "'%s': holds %" PRIu64 " parameters in %u tensors, the model has %zu in %d",
-                       path, mg_get_u64(p + 96), mg_get_u32(p + 104), m->nparams, m->ntensors);
-    return 0;
-}
-
-/* Everything but the model's shape (checked tensor by tensor in between). A
- * world size of its own is no mismatch: the load reshards. The batch per rank
- * may then differ only as this run's --global-batch-size makes it, when that
- * is the checkpoint's global batch too. */
-static int check_config(const struct mg_trainer *t, const unsigned char *p, const char *path,
-                        char *err)
-{
-    unsigned world = mg_get_u32(p + 72), batch = mg_get_u32(p + 76);
-    if (world == 0 || batch == 0)
-        return mg_errf(err, -MG_EFORMAT, "'%s': world size %u, batch size %u", path, world, batch);
-    if (batch != (uint32_t)t->cfg.batch_size && world == (uint32_t)t->cfg.world)
-        return MISMATCH("batch size", "%u", batch, (unsigned)t->cfg.batch_size);
-    if (world != (uint32_t)t->cfg.world) {
-        uint64_t had = mg_get_u64(p + 144);
-        uint64_t global = had ? had : (uint64_t)batch * world;
-        char was[96];
-        if (had)
-            snprintf(was, sizeof(was), "--global-batch-size %" PRIu64, had);
-        else
-            snprintf(was, sizeof(was), "batch size %u per process x %u processes", batch, world);
-        if (t->cfg.global_batch && (uint64_t)t->cfg.global_batch != global)
-            return mg_errf(err, -MG_ECONFIG,
-                           "'%s': written with %s, a global batch of %" PRIu64
-                           "; this run has --global-batch-size %ld",
-                           path, was, global, t->cfg.global_batch);
-        if (!t->cfg.global_batch && batch != (uint32_t)t->cfg.batch_size)
-            return mg_errf(err, -MG_ECONFIG,
-                           "'%s': written with %s, this run has batch size %d per process: "
-                           "pass --batch-size %u (the effective batch then follows the world "
-                           "size) or --global-batch-size %" PRIu64 " (it stays)",
-                           path, was, t->cfg.batch_size, batch, global);
-    }
-    if (mg_get_u32(p + 80) != (uint32_t)t->cfg.accum_steps)
-        return MISMATCH("accumulation steps", "%u", mg_get_u32(p + 80),
-                        (unsigned)t->cfg.accum_steps);
-    if (mg_get_u32(p + 84) != (uint32_t)t->cfg.drop_last)
-        return MISMATCH("drop_last", "%u", mg_get_u32(p + 84), (unsigned)t->cfg.drop_last);
-    if (mg_get_u64(p + 64) != t->cfg.seed)
-        return MISMATCH("seed", "%" PRIu64, mg_get_u64(p + 64), t->cfg.seed);
-    if (mg_get_u64(p + 88) != (uint64_t)t->train->n)
-        return MISMATCH("training samples", "%" PRIu64, mg_get_u64(p + 88), (uint64_t)t->train->n);
-    if (mg_get_u32(p + 108) != (uint32_t)t->cfg.optim.kind)
-        return MISMATCH("optimizer", "%s", mg_optim_name(mg_get_u32(p + 108)),
-                        mg_optim_name(t->cfg.optim.kind));
-#undef MISMATCH
-    return 0;
-}
-
-/* The data position a checkpoint continues from (trainer.h, "Resharding"):
- * with the same world size its own pass, batch for batch; with another, a
- * pass from the position the old ranks had reached together. */
-static int restore_position(struct mg_trainer *t, const struct mg_ckpt_file *f,
-                            const unsigned char *meta, const char *path, char *err)
-{
-    struct mg_resume_info *ri = &t->resumed;
-    long n = t->train->n;
-    enum mg_sampler_mode mode = train_mode(&t->cfg);
-    long epoch = (long)mg_get_u64(meta + 40), b = (long)mg_get_u64(meta + 48);
-    uint64_t start = f->info.version >= 2 ? mg_get_u64(meta + 136) : 0;
-    if (start >= (uint64_t)n || epoch < 0 || b < 0)
-        return mg_errf(err, -MG_EFORMAT,
-                       "'%s': data position past the end (epoch %ld, batch %ld from position "
-                       "%" PRIu64 " of %ld)",
-                       path, epoch, b, start, n);
-    long old_len = mg_sampler_pass_len(n, 0, ri->world, mode, (long)start);
-    long old_batches = (old_len + ri->batch_size - 1) / ri->batch_size;
-    long taken = b < old_batches ? b * ri->batch_size : old_len;
-    ri->position = (long)start + taken * ri->world;
-    ri->left = ri->position < n ? n - ri->position : 0;
-    if (!ri->resharded) {
-        t->epoch = epoch;
-        t->epoch_start = (long)start;
-        t->batch_in_epoch = b;
-        t->pass_batches = pass_batches(n, t->cfg.world, mode, t->cfg.batch_size, (long)start);
-        ri->epoch = epoch + (b >= t->pass_batches);
-        ri->per_rank = old_len - taken;
-        return 0;
-    }
-    long per_rank =
-        b < old_batches ? mg_sampler_pass_len(n, 0, t->cfg.world, mode, ri->position) : 0;
-    if (per_rank > 0) {
-        t->epoch = epoch;
-        t->epoch_start = ri->position;
-    } else {
-        /* the epoch is done (or what is left is dropped): the next one, from its start */
-        t->epoch = epoch + 1;
-        t->epoch_start = 0;
-        ri->left = 0;
-    }
-    t->batch_in_epoch = 0;
-    t->pass_batches = pass_batches(n, t->cfg.world, mode, t->cfg.batch_size, t->epoch_start);
-    ri->epoch = t->epoch;
-    ri->per_rank = per_rank;
-    return 0;
-}
-
-/* This rank's dropout stream: its own from the checkpoint; after a reshard,
- * the stream of (seed, rank) from the furthest offset any old rank reached. */
-static int restore_rank_state(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
-                              char *err)
-{
-    struct mg_model *m = t->model;
-    struct mg_rank_state rs;
-    int rc = 0;
-    if (!t->resumed.resharded) {
-        const struct mg_ckpt_section *s =
-            need(f, MG_CKPT_TAG_RANK, (uint32_t)t->cfg.rank, 24, path, "RANK", err, &rc);
-        if (!s)
-            return rc;
-        mg_rank_state_unpack(s->data, s->len, &rs);
-        m->dropout_rng = rs.dropout;
-        return 0;
-    }
-    uint64_t furthest = 0;
-    int found = 0;
-    for (int i = 0; i < f->nsections; i++) {
-        const struct mg_ckpt_section *s = &f->sections[i];
-        if (s->tag != MG_CKPT_TAG_RANK || mg_rank_state_unpack(s->data, s->len, &rs) < 0)
-            continue;
-        found = 1;
-        if (rs.dropout.offset > furthest)
-            furthest = rs.dropout.offset;
-    }
-    if (!found)
-        return mg_errf(err, -MG_EFORMAT, "'%s': RANK section missing", path);
-    m->dropout_rng.seed = dropout_seed(t->cfg.seed, t->cfg.rank);
-    m->dropout_rng.offset = furthest;
-    return 0;
-}
-
-static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
-                     char *err)
-{
-    struct mg_model *m = t->model;
-    const struct mg_ckpt_section *s;
-    int rc = 0;
-    s = need(f, MG_CKPT_TAG_META, 0, META_BYTES, path, "META", err, &rc);
-    if (!s)
-        return rc;
-    const unsigned char *meta = s->data;
-    rc = check_meta(t, meta, path, err);
-    if (rc < 0)
-        return rc;
-    s = need(f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, path,
-             "TENSORS", err, &rc);
-    if (!s)
-        return rc;
-    for (int i = 0; i < m->ntensors; i++) {
-        const unsigned char *r = (const unsigned char *)s->data + (size_t)i * MG_TENSOR_REC_BYTES;
-        struct mg_tensor c = {0};
-        const struct mg_tensor *x = &m->params[i];
-        memcpy(c.name, r, MG_NAME_MAX - 1);
-        c.ndim = (int)mg_get_u32(r + MG_NAME_MAX);
-        int same = strcmp(c.name, x->name) == 0 && c.ndim == x->ndim;
-        for (int d = 0; d < MG_MAX_DIMS && d < c.ndim; d++) {
-            c.shape[d] = (int)mg_get_u32(r + MG_NAME_MAX + 4 + 4 * d);
-            same = same && d < x->ndim && c.shape[d] == x->shape[d];
-        }
-        if (!same) {
-            char a[64], b[64];
-            c.ndim = c.ndim > MG_MAX_DIMS ? MG_MAX_DIMS : c.ndim;
-            mg_tensor_shape_str(&c, a, sizeof(a));
-            mg_tensor_shape_str(x, b, sizeof(b));
-            return mg_errf(err, -MG_ESHAPE,
-                           "'%s': model shape mismatch: tensor %d is %s %s in the checkpoint, %s "
-                           "%s in the model",
-                           path, i, c.name, a, x->name, b);
-        }
-    }
-    rc = check_config(t, meta, path, err);
-    if (rc < 0)
-        return rc;
-    const struct mg_ckpt_section *params =
-        need(f, MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), path, "PARAMS", err, &rc);
-    if (!params)
-        return rc;
-    s = need(f, MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, path, "OPTIM", err, &rc);
-    if (!s)
-        return rc;
-    const unsigned char *oh = s->data;
-    if (mg_get_u64(oh + 16) != t->opt.state_count)
-        return mg_errf(err, -MG_ECONFIG,
-                       "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
-                       "(different momentum setting?)",
-                       path, mg_get_u64(oh + 16), t->opt.state_count);
-    const struct mg_ckpt_section *ostate =
-        need(f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
-             err, &rc);
-    if (!ostate)
-        return rc;
-
-    struct mg_resume_info *ri = &t->resumed;
-    uint64_t lr_bits = mg_get_u64(meta + 112);
-    memset(ri, 0, sizeof(*ri));
-    ri->world = (int)mg_get_u32(meta + 72);
-    ri->batch_size = (int)mg_get_u32(meta + 76);
-    ri->accum_steps = (int)mg_get_u32(meta + 80);
-    ri->global_batch = (long)mg_get_u64(meta + 144);
-    memcpy(&ri->lr, &lr_bits, 8);
-    ri->run_id_hash = mg_get_u64(meta + 152);
-    ri->resharded = ri->world != t->cfg.world;
-    /* everything is checked before anything changes: a refused file leaves the trainer as it was */
-    struct mg_trainer before = *t;
-    rc = restore_position(t, f, meta, path, err);
-    if (rc == 0)
-        rc = restore_rank_state(t, f, path, err);
-    if (rc < 0) {
-        *t = before;
-        t->resumed.loaded = 0;
-        return rc;
-    }
-    mg_model_set_params(m, params->data);
-    if (t->opt.state_count)
-        m->be->ops->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
-    t->opt.steps = mg_get_u64(oh + 8);
-    t->step = (long)mg_get_u64(meta + 32);
-    t->samples_seen = mg_get_u64(meta + 56);
-    ri->loaded = 1;
-    mg_model_zero_grad(m);
-    return m->be->ops->sync(m->be);
-}
-
-int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
-{
-    struct mg_ckpt_file f;
-    int rc = mg_ckpt_read(path, &f, err);
-    if (rc < 0)
-        return rc;
-    rc = load_file(t, &f, path, err);
-    mg_ckpt_file_release(&f);
-    return rc;
-}
-
-static int is_corruption(int rc)
-{
-    return rc == -MG_EFORMAT || rc == -MG_ETRUNC || rc == -MG_ECRC || rc == -MG_EVERSION ||
-           rc == -MG_ETOOBIG || rc == -ENOENT || rc == -EIO;
-}
-
-int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t only_run,
-                             struct mg_resume_report *rep, char *err)
-{
-    uint64_t *steps = calloc(MG_CKPT_MAX_LIST, sizeof(*steps));
-    int rc, last = 0;
-    memset(rep, 0, sizeof(*rep));
-    if (!steps)
-        return mg_errf(err, -ENOMEM, "out of memory");
-    int n = mg_ckpt_list(dir, steps, MG_CKPT_MAX_LIST);
-    if (n < 0) {
-        rc = mg_errf(err, n, "cannot list checkpoint directory '%s': %s", dir, mg_strerror(n));
-        goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        char path[MG_CKPT_PATH_MAX], msg[MG_ERRMSG_LEN];
-        struct mg_ckpt_file f;
-        mg_ckpt_path(dir, steps[i], path, sizeof(path));
-        rc = mg_ckpt_read(path, &f, msg);
-        if (rc == 0) {
-            const struct mg_ckpt_section *meta = mg_ckpt_find(&f, MG_CKPT_TAG_META, 0);
-            if (only_run && meta && meta->len >= META_BYTES &&
-                mg_get_u64((const unsigned char *)meta->data + 152) != only_run) {
-                mg_ckpt_file_release(&f);
-                rep->other_run = 1;
-                rep->step = steps[i];
-                snprintf(rep->path, sizeof(rep->path), "%s", path);
-                goto out;
-            }
-            rc = load_file(t, &f, path, msg);
-            mg_ckpt_file_release(&f);
-        }
-        if (rc == 0) {
-            rep->found = 1;
-            rep->step = steps[i];
-            snprintf(rep->path, sizeof(rep->path), "%s", path);
-            goto out;
-        }
-        if (!is_corruption(rc)) {
-            mg_errf(err, rc, "%s", msg);
-            goto out;
-        }
-        if (rep->nskipped < MG_RESUME_MAX_SKIPPED)
-            memcpy(rep->skipped[rep->nskipped++], msg, sizeof(msg));
-        last = rc;
-    }
-    rc = n > 0 ? mg_errf(err, last, "no intact checkpoint in '%s' (newest problem: %s)", dir,
-                         rep->skipped[0])
-               : 0;
-out:
-    free(steps);
-    return rc;
 }

@@ -1,4 +1,6 @@
-/* The training loop's building blocks, shaped for data parallelism.
+/* The training loop's building blocks, shaped for data parallelism: the
+ * steps and evaluation (trainer.c), and what a checkpoint holds and how a run
+ * resumes from one (trainer_ckpt.c).
  *
  * One optimizer step (mg_trainer_step) is:
  *   for each of accum_steps micro-batches: gather the batch this rank's
@@ -32,15 +34,18 @@
  * Checkpoint content (sections of checkpoint.h, layouts in
  * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM and one RANK
  * section per rank (its dropout generator). Restoring all of it makes a
- * resumed run bit-identical to one that never stopped. */
+ * resumed run bit-identical to one that never stopped.
+ *
+ * A function with a `char *err` argument writes what went wrong there: a
+ * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
 #ifndef MG_TRAINER_H
 #define MG_TRAINER_H
 
 #include "checkpoint.h"
 #include "data.h"
+#include "mg_err.h"
 #include "model.h"
 #include "optim.h"
-#include "rtutil.h"
 #include "sampler.h"
 
 #include <stdint.h>
@@ -129,17 +134,15 @@ struct mg_trainer {
     float *host_state; /* [nparams + optimizer state] for checkpoints */
 };
 
-/* Optimizer steps that E epochs take for this configuration. */
-long mg_train_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
-                               int accum);
-/* The same from the trainer's current position (after a resume): the step at
- * which `epochs` epochs are complete. Equals mg_train_steps_for_epochs for a
- * run that never changed world size; never less than the current step. */
-long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs);
+/* ---- steps and evaluation (trainer.c) ------------------------------------------- */
 
-/* The hash checkpoints record for a launcher's run id (TORCHELASTIC_RUN_ID):
- * 0 for NULL, "" and "none" (no job identity). */
-uint64_t mg_run_id_hash(const char *run_id);
+/* Optimizer steps that E epochs take for this configuration. */
+long mg_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch,
+                         int accum);
+/* The same from the trainer's current position (after a resume): the step at
+ * which `epochs` epochs are complete. Equals mg_steps_for_epochs for a run
+ * that never changed world size; never less than the current step. */
+long mg_trainer_steps_for_epochs(const struct mg_trainer *t, long epochs);
 
 /* Sets up the optimizer and samplers for a model whose parameters are already
  * initialized (mg_model_init_params). test may be NULL. hooks may be NULL. */
@@ -156,6 +159,12 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st);
 /* Whole test set, sharded across ranks without padding; sums reduced with
  * hooks.reduce_sums when set, so every rank gets the global figures. */
 int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out);
+
+/* ---- checkpoint content and resume (trainer_ckpt.c) ----------------------------- */
+
+/* The hash checkpoints record for a launcher's run id (TORCHELASTIC_RUN_ID):
+ * 0 for NULL, "" and "none" (no job identity). */
+uint64_t mg_run_id_hash(const char *run_id);
 
 /* Pure function of the trainer state: what this rank puts in its RANK section. */
 void mg_trainer_rank_state(const struct mg_trainer *t, struct mg_rank_state *out);

@@ -1,5 +1,6 @@
 /* The key-value operations the rendezvous is built on, as a small backend
- * interface that both the mg store (common/store.h) and etcd v3 provide:
+ * interface that mg's store (common/store.h: kv_store.c as its client,
+ * kv_hosted.c in the process that hosts it) and etcd v3 (kv_etcd.c) provide:
  * get with a modification revision, set (optionally ephemeral: tied to this
  * client's lease or connection), compare-and-swap, atomic add, delete, list
  * by prefix, wait for a key to change, and lease renewal.
@@ -9,8 +10,8 @@
  * failure. After a failure, mg_kv_error() says which endpoint and what failed,
  * for the program's error message. A call that blocks gives up with -EINTR
  * as soon as abort_fd is readable (the launcher's terminating signals). */
-#ifndef MG_RDZV_KV_H
-#define MG_RDZV_KV_H
+#ifndef MG_KV_H
+#define MG_KV_H
 
 #include "mg_err.h"
 

@@ -1,15 +1,14 @@
-/* The etcd v3 backend of the rendezvous, over the JSON gateway and a libcurl
- * loaded at run time (see etcd.h). */
+/* The etcd v3 backend of the rendezvous, over the JSON gateway (see
+ * kv_etcd.h); HTTP is common/http.c's. */
 #include "kv_etcd.h"
+#include "base64.h"
+#include "http.h"
 #include "json.h"
 #include "mg_err.h"
 #include "net.h"
 
-#include <curl/curl.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,19 +18,6 @@
 #define WATCH_MSG_MAX (4u << 20)  /* largest single watch message */
 #define ADD_MAX_TRIES 10000       /* compare-and-swap retries of one add under contention */
 #define URL_MAX       (MG_HOST_MAX + 64)
-
-/* The few libcurl entry points used, resolved with dlsym. */
-struct curl_fns {
-    void *dl;
-    CURL *(*easy_init)(void);
-    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
-    CURLcode (*easy_perform)(CURL *);
-    void (*easy_cleanup)(CURL *);
-    const char *(*easy_strerror)(CURLcode);
-    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
-    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
-    void (*slist_free_all)(struct curl_slist *);
-};
 
 struct buf {
     char *p;
@@ -45,28 +31,23 @@ struct watch {
     char msg[256];
 };
 
-struct mg_etcd {
-    struct mg_kv kv; /* first: the ops see a struct mg_kv * */
-    struct curl_fns c;
-    CURL *h;  /* requests (keeps its connection) */
-    CURL *wh; /* watches (their connection is dropped when one ends) */
-    struct curl_slist *hdrs;
-    char url[MG_ETCD_MAX_ENDPOINTS][URL_MAX];
+struct kv_etcd {
+    struct mg_kv kv;       /* first: the ops see a struct mg_kv * */
+    struct mg_http *http;  /* requests (keeps its connection) */
+    struct mg_http *watch; /* watches (their connection is dropped when one ends) */
+    char url[MG_KV_ETCD_MAX_ENDPOINTS][URL_MAX];
     int nurl, cur;
     const char *api; /* gateway prefix once known */
-    char cacert[1024], cert[1024], key[1024];
     int timeout_ms, lease_ttl_s;
     int64_t lease;
-    struct buf resp;
-    struct mg_json doc;
+    struct mg_json doc; /* the last response, parsed */
     struct mg_json_tok *toks;
     int ntoks;
-    char curl_err[CURL_ERROR_SIZE];
 };
 
 static const char *const api_prefixes[] = {"/v3/", "/v3beta/", "/v3alpha/"};
 
-__attribute__((format(printf, 2, 3))) static void seterr(struct mg_etcd *e, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void seterr(struct kv_etcd *e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -74,217 +55,35 @@ __attribute__((format(printf, 2, 3))) static void seterr(struct mg_etcd *e, cons
     va_end(ap);
 }
 
-/* ---- base64 ------------------------------------------------------------------ */
+/* ---- requests ---------------------------------------------------------------- */
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t mg_base64_encode(const void *src, size_t n, char *dst)
+/* What a failed request means for etcd, in words. */
+static const char *hint(enum mg_http_fault f)
 {
-    const unsigned char *s = src;
-    size_t o = 0, i;
-    for (i = 0; i + 2 < n; i += 3) {
-        unsigned v = (unsigned)s[i] << 16 | (unsigned)s[i + 1] << 8 | s[i + 2];
-        dst[o++] = b64[v >> 18];
-        dst[o++] = b64[(v >> 12) & 63];
-        dst[o++] = b64[(v >> 6) & 63];
-        dst[o++] = b64[v & 63];
-    }
-    if (i < n) {
-        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0);
-        dst[o++] = b64[v >> 18];
-        dst[o++] = b64[(v >> 12) & 63];
-        dst[o++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-        dst[o++] = '=';
-    }
-    dst[o] = 0;
-    return o;
-}
-
-static int b64val(int ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '+' || ch == '-')
-        return 62;
-    if (ch == '/' || ch == '_')
-        return 63;
-    return -1;
-}
-
-int mg_base64_decode(const char *src, size_t n, void *dst, size_t cap)
-{
-    unsigned char *d = dst;
-    size_t o = 0;
-    unsigned acc = 0;
-    int bits = 0;
-
-    while (n && src[n - 1] == '=')
-        n--;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64val((unsigned char)src[i]);
-        if (v < 0)
-            return -EINVAL;
-        acc = acc << 6 | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o >= cap)
-                return -ENOSPC;
-            d[o++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    if (bits >= 6)
-        return -EINVAL;
-    return (int)o;
-}
-
-static size_t b64len(size_t n)
-{
-    return (n + 2) / 3 * 4;
-}
-
-/* ---- libcurl ----------------------------------------------------------------- */
-
-static int load_curl(struct curl_fns *c, const char *lib, char *err, size_t errlen)
-{
-    c->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!c->dl) {
-        snprintf(err, errlen,
-                 "the etcd backend needs libcurl at run time: cannot load %s (%s); install "
-                 "libcurl4 (Debian: apt-get install libcurl4)",
-                 lib, dlerror());
-        return -MG_EUNSUPPORTED;
-    }
-#define SYM(field, name)                                                                           \
-    do {                                                                                           \
-        *(void **)&c->field = dlsym(c->dl, name);                                                  \
-        if (!c->field) {                                                                           \
-            snprintf(err, errlen, "%s has no symbol %s", lib, name);                               \
-            dlclose(c->dl);                                                                        \
-            c->dl = NULL;                                                                          \
-            return -MG_EUNSUPPORTED;                                                               \
-        }                                                                                          \
-    } while (0)
-    SYM(easy_init, "curl_easy_init");
-    SYM(easy_setopt, "curl_easy_setopt");
-    SYM(easy_perform, "curl_easy_perform");
-    SYM(easy_cleanup, "curl_easy_cleanup");
-    SYM(easy_strerror, "curl_easy_strerror");
-    SYM(easy_getinfo, "curl_easy_getinfo");
-    SYM(slist_append, "curl_slist_append");
-    SYM(slist_free_all, "curl_slist_free_all");
-#undef SYM
-    return 0;
-}
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct buf *b = arg;
-    size_t n = size * nmemb;
-    if (b->len + n + 1 > b->max)
-        return 0; /* over the cap: libcurl fails the transfer */
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return 0;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return n;
-}
-
-/* libcurl's progress callback, which it calls about once a second even
- * while nothing moves: gives up the transfer once abort_fd is readable. */
-static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow)
-{
-    const struct mg_etcd *e = arg;
-    struct pollfd p = {.fd = e->kv.abort_fd, .events = POLLIN};
-    return e->kv.abort_fd >= 0 && poll(&p, 1, 0) > 0;
-}
-
-static void common_opts(struct mg_etcd *e, CURL *h)
-{
-    struct curl_fns *c = &e->c;
-    c->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    c->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    c->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-    c->easy_setopt(h, CURLOPT_XFERINFODATA, e);
-    c->easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    c->easy_setopt(h, CURLOPT_HTTPHEADER, e->hdrs);
-    c->easy_setopt(h, CURLOPT_ERRORBUFFER, e->curl_err);
-    /* etcd is reached directly; an http_proxy meant for the web must not apply. */
-    c->easy_setopt(h, CURLOPT_PROXY, "");
-    if (e->cacert[0])
-        c->easy_setopt(h, CURLOPT_CAINFO, e->cacert);
-    if (e->cert[0])
-        c->easy_setopt(h, CURLOPT_SSLCERT, e->cert);
-    if (e->key[0])
-        c->easy_setopt(h, CURLOPT_SSLKEY, e->key);
-}
-
-/* What a transfer error means for etcd, in words. */
-static const char *curl_hint(CURLcode rc, const char *detail)
-{
-    if (strstr(detail, "SSL") || strstr(detail, "certificate") ||
-        rc == CURLE_PEER_FAILED_VERIFICATION)
+    switch (f) {
+    case MG_HTTP_FAULT_TLS:
         return "; a TLS problem: check --rdzv_conf cacert, cert and key";
-    switch (rc) {
-    case CURLE_PARTIAL_FILE:
-    case CURLE_GOT_NOTHING:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
+    case MG_HTTP_FAULT_CLOSED:
         return "; etcd closed the connection (stopped or restarting?)";
-    case CURLE_OPERATION_TIMEDOUT:
+    case MG_HTTP_FAULT_TIMEOUT:
         return "; etcd did not answer in time";
     default:
         return "";
     }
 }
 
-static int curl_code_err(CURLcode rc)
+/* Says which endpoint and request failed, and how; returns the code. */
+static int http_fail(struct kv_etcd *e, const char *url, const char *op, int rc,
+                     const struct mg_http_response *res)
 {
-    switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-        return -ENOENT;
-    case CURLE_COULDNT_CONNECT:
-        return -ECONNREFUSED;
-    case CURLE_OPERATION_TIMEDOUT:
-        return -ETIMEDOUT;
-    case CURLE_OUT_OF_MEMORY:
-        return -ENOMEM;
-    case CURLE_ABORTED_BY_CALLBACK:
-        return -EINTR; /* abort_fd */
-    default:
-        return -EIO;
-    }
-}
-
-/* Says which endpoint and request failed in libcurl, and how; returns the code. */
-static int curl_fail(struct mg_etcd *e, const char *url, const char *op, CURLcode cc)
-{
-    seterr(e, "etcd %s: %s: %s%s%s%s%s", url, op, e->c.easy_strerror(cc),
-           e->curl_err[0] ? " (" : "", e->curl_err, e->curl_err[0] ? ")" : "",
-           curl_hint(cc, e->curl_err));
-    return curl_code_err(cc);
+    seterr(e, "etcd %s: %s: %s%s", url, op, res->error, hint(res->fault));
+    return rc;
 }
 
 /* One POST to every endpoint in turn until one answers. On HTTP 200 the
  * parsed response is in e->doc. */
-static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen)
+static int call(struct kv_etcd *e, const char *op, const char *body, size_t blen)
 {
-    struct curl_fns *c = &e->c;
     char url[URL_MAX + 64];
     int rc = -EIO;
 
@@ -293,45 +92,44 @@ static int call(struct mg_etcd *e, const char *op, const char *body, size_t blen
         int np = e->api ? 1 : (int)(sizeof(api_prefixes) / sizeof(api_prefixes[0]));
         for (int p = 0; p < np; p++) {
             const char *api = e->api ? e->api : api_prefixes[p];
-            long status = 0;
-            CURLcode cc;
+            struct mg_http_request req = {
+                .url = url,
+                .body = body,
+                .body_len = blen,
+                .timeout_ms = e->timeout_ms,
+                .abort_fd = e->kv.abort_fd,
+            };
+            struct mg_http_response res;
 
             snprintf(url, sizeof(url), "%s%s%s", e->url[i], api, op);
-            e->resp.len = 0;
-            e->curl_err[0] = 0;
-            c->easy_setopt(e->h, CURLOPT_URL, url);
-            c->easy_setopt(e->h, CURLOPT_POSTFIELDS, body);
-            c->easy_setopt(e->h, CURLOPT_POSTFIELDSIZE, (long)blen);
-            c->easy_setopt(e->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
-            cc = c->easy_perform(e->h);
-            if (cc == CURLE_ABORTED_BY_CALLBACK) {
+            int hrc = mg_http_request(e->http, &req, &res);
+            if (hrc == -EINTR) {
                 seterr(e, "etcd %s: %s: interrupted (a signal)", e->url[i], op);
                 return -EINTR;
             }
-            if (cc != CURLE_OK) {
-                rc = curl_fail(e, e->url[i], op, cc);
+            if (hrc < 0) {
+                rc = http_fail(e, e->url[i], op, hrc, &res);
                 break; /* this endpoint does not answer: try the next */
             }
-            c->easy_getinfo(e->h, CURLINFO_RESPONSE_CODE, &status);
+            long status = res.status;
             if (status == 404 && !e->api) {
                 seterr(e, "etcd %s: %s: HTTP 404 (no v3 JSON gateway at %s)", e->url[i], op, api);
                 rc = -MG_EUNSUPPORTED;
                 continue; /* an older etcd: try the next gateway prefix */
             }
-            int nt =
-                mg_json_parse(&e->doc, e->resp.p ? e->resp.p : "", e->resp.len, e->toks, e->ntoks);
-            if (nt == -MG_ETOOBIG && e->resp.len / 2 + 16 > (size_t)e->ntoks) {
-                int want = (int)(e->resp.len / 2 + 16);
+            int nt = mg_json_parse(&e->doc, res.body, res.len, e->toks, e->ntoks);
+            if (nt == -MG_ETOOBIG && res.len / 2 + 16 > (size_t)e->ntoks) {
+                int want = (int)(res.len / 2 + 16);
                 struct mg_json_tok *t = realloc(e->toks, (size_t)want * sizeof(*t));
                 if (!t)
                     return -ENOMEM;
                 e->toks = t;
                 e->ntoks = want;
-                nt = mg_json_parse(&e->doc, e->resp.p, e->resp.len, e->toks, e->ntoks);
+                nt = mg_json_parse(&e->doc, res.body, res.len, e->toks, e->ntoks);
             }
             if (nt < 0) {
                 seterr(e, "etcd %s: %s: HTTP %ld with a response that is not JSON (%.80s)",
-                       e->url[i], op, status, e->resp.p ? e->resp.p : "");
+                       e->url[i], op, status, res.body);
                 return -MG_EPROTO;
             }
             if (status != 200) {
@@ -383,9 +181,9 @@ struct body {
 
 static int body_begin(struct body *b, size_t payload)
 {
-    b->cap = 512 + 2 * b64len(payload);
+    b->cap = 512 + 2 * mg_base64_len(payload);
     b->json = malloc(b->cap);
-    b->tmp = malloc(b64len(payload) + 8);
+    b->tmp = malloc(mg_base64_len(payload) + 8);
     if (!b->json || !b->tmp) {
         free(b->json);
         free(b->tmp);
@@ -410,7 +208,7 @@ static int body_end(struct body *b)
 }
 
 /* Ends the body, posts it to the gateway's path and frees it. */
-static int body_call(struct mg_etcd *e, struct body *b, const char *path)
+static int body_call(struct kv_etcd *e, struct body *b, const char *path)
 {
     int n = body_end(b);
     if (n < 0)
@@ -438,7 +236,7 @@ static size_t prefix_end(const char *prefix, char *out)
 /* ---- reading responses --------------------------------------------------------- */
 
 /* Decodes a base64 string member of obj into a malloc'd NUL-terminated buffer. */
-static int member_b64(struct mg_etcd *e, int obj, const char *name, char **out, size_t *len)
+static int member_b64(struct kv_etcd *e, int obj, const char *name, char **out, size_t *len)
 {
     int t = mg_json_get(&e->doc, obj, name);
     *out = NULL;
@@ -471,7 +269,7 @@ static int member_b64(struct mg_etcd *e, int obj, const char *name, char **out, 
     return 0;
 }
 
-static int64_t member_int(struct mg_etcd *e, int obj, const char *name)
+static int64_t member_int(struct kv_etcd *e, int obj, const char *name)
 {
     long long v = 0;
     int t = mg_json_get(&e->doc, obj, name);
@@ -482,7 +280,7 @@ static int64_t member_int(struct mg_etcd *e, int obj, const char *name)
 
 /* ---- leases ------------------------------------------------------------------------ */
 
-static int lease_grant(struct mg_etcd *e)
+static int lease_grant(struct kv_etcd *e)
 {
     char body[64];
     int n = snprintf(body, sizeof(body), "{\"TTL\":\"%d\"}", e->lease_ttl_s);
@@ -499,7 +297,7 @@ static int lease_grant(struct mg_etcd *e)
 
 static int etcd_keepalive(struct mg_kv *kv)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     char body[64];
     int rc, n;
 
@@ -523,7 +321,7 @@ static int etcd_keepalive(struct mg_kv *kv)
 
 static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
     int rc;
@@ -551,7 +349,7 @@ static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, 
     return rc;
 }
 
-static void put_body(struct mg_etcd *e, struct mg_jsonw *w, const char *key, size_t kl,
+static void put_body(struct kv_etcd *e, struct mg_jsonw *w, const char *key, size_t kl,
                      const void *val, size_t len, int flags, char *tmp)
 {
     kb64(w, "key", key, kl, tmp);
@@ -560,7 +358,7 @@ static void put_body(struct mg_etcd *e, struct mg_jsonw *w, const char *key, siz
         kint64(w, "lease", e->lease);
 }
 
-static int need_lease(struct mg_etcd *e, int flags)
+static int need_lease(struct kv_etcd *e, int flags)
 {
     if (!(flags & MG_KV_EPHEMERAL) || e->lease)
         return 0;
@@ -569,7 +367,7 @@ static int need_lease(struct mg_etcd *e, int flags)
 
 static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
     int rc;
@@ -588,7 +386,7 @@ static int etcd_set(struct mg_kv *kv, const char *key, const void *val, size_t l
 /* A transaction: if key's VALUE equals expected (or, expected NULL, the key
  * does not exist; or, mod_rev >= 0, its MOD revision equals mod_rev) put
  * desired, else read the key. Returns 1 when the put happened. */
-static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t elen,
+static int txn(struct kv_etcd *e, const char *key, const void *expected, size_t elen,
                int64_t mod_rev, const void *desired, size_t dlen, int flags, char **cur,
                size_t *curlen)
 {
@@ -681,12 +479,12 @@ static int txn(struct mg_etcd *e, const char *key, const void *expected, size_t 
 static int etcd_cas(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
                     const void *desired, size_t dlen, int flags, char **cur, size_t *curlen)
 {
-    return txn((struct mg_etcd *)kv, key, expected, elen, -1, desired, dlen, flags, cur, curlen);
+    return txn((struct kv_etcd *)kv, key, expected, elen, -1, desired, dlen, flags, cur, curlen);
 }
 
 static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     char *val = NULL, num[32];
     int64_t rev = 0;
     size_t len;
@@ -731,7 +529,7 @@ static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *r
 
 static int etcd_del(struct mg_kv *kv, const char *key)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(key);
     int rc;
@@ -748,7 +546,7 @@ static int etcd_del(struct mg_kv *kv, const char *key)
 static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_values,
                      struct mg_kv_entry **out, int *count)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct body b;
     size_t kl = strlen(prefix);
     char end[MG_KV_MAX_KEY + 1];
@@ -842,24 +640,24 @@ static int watch_message(struct watch *w, const char *msg, size_t len)
     return 0;
 }
 
-static size_t on_watch_data(char *data, size_t size, size_t nmemb, void *arg)
+/* The watch stream as it arrives (mg_http_request.on_data). */
+static int on_watch_data(void *arg, const char *data, size_t n)
 {
     struct watch *w = arg;
     struct buf *b = &w->line;
-    size_t n = size * nmemb;
     for (size_t i = 0; i < n; i++) {
         if (data[i] != '\n') {
             if (b->len + 2 > b->max) {
                 snprintf(w->msg, sizeof(w->msg), "watch: a message over %zu bytes", b->max);
                 w->err = -MG_ETOOBIG;
-                return 0;
+                return w->err;
             }
             if (b->len + 2 > b->cap) {
                 size_t cap = b->cap ? b->cap * 2 : 4096;
                 char *p = realloc(b->p, cap);
                 if (!p) {
                     w->err = -ENOMEM;
-                    return 0;
+                    return w->err;
                 }
                 b->p = p;
                 b->cap = cap;
@@ -871,21 +669,19 @@ static size_t on_watch_data(char *data, size_t size, size_t nmemb, void *arg)
         int stop = b->len ? watch_message(w, b->p, b->len) : 0;
         b->len = 0;
         if (stop)
-            return 0; /* ends the transfer: the answer is known */
+            return w->err ? w->err : 1; /* ends the request: the answer is known */
     }
-    return n;
+    return 0;
 }
 
 static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
-    struct curl_fns *c = &e->c;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     struct watch x = {.line = {.max = WATCH_MSG_MAX}};
     char url[URL_MAX + 64];
     struct body b;
     size_t kl = strlen(key);
     int rc, n;
-    CURLcode cc;
 
     if (since_rev <= 0) {
         /* Waiting for the key to exist: it may already. */
@@ -923,14 +719,17 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
         return n;
 
     snprintf(url, sizeof(url), "%s%swatch", e->url[e->cur], e->api);
-    e->curl_err[0] = 0;
-    c->easy_setopt(e->wh, CURLOPT_URL, url);
-    c->easy_setopt(e->wh, CURLOPT_POSTFIELDS, b.json);
-    c->easy_setopt(e->wh, CURLOPT_POSTFIELDSIZE, (long)n);
-    c->easy_setopt(e->wh, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-    c->easy_setopt(e->wh, CURLOPT_WRITEFUNCTION, on_watch_data);
-    c->easy_setopt(e->wh, CURLOPT_WRITEDATA, &x);
-    cc = c->easy_perform(e->wh);
+    struct mg_http_request req = {
+        .url = url,
+        .body = b.json,
+        .body_len = (size_t)n,
+        .timeout_ms = timeout_ms,
+        .abort_fd = kv->abort_fd,
+        .on_data = on_watch_data,
+        .ctx = &x,
+    };
+    struct mg_http_response res;
+    rc = mg_http_request(e->watch, &req, &res);
     free(b.json);
     free(x.line.p);
     if (x.err) {
@@ -939,21 +738,21 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
     }
     if (x.changed)
         return 1;
-    if (cc == CURLE_OPERATION_TIMEDOUT && x.created)
+    if (rc == -ETIMEDOUT && x.created)
         return 0;
-    if (cc == CURLE_OK) {
+    if (rc == 0) {
         seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);
         return -EIO;
     }
-    return curl_fail(e, e->url[e->cur], "watch", cc);
+    return http_fail(e, e->url[e->cur], "watch", rc, &res);
 }
 
 static void etcd_release(struct mg_kv *kv)
 {
-    struct mg_etcd *e = (struct mg_etcd *)kv;
+    struct kv_etcd *e = (struct kv_etcd *)kv;
     if (!e)
         return;
-    if (e->lease && e->h) {
+    if (e->lease && e->http) {
         /* Revoking deletes our ephemeral keys now, not a TTL later. */
         char body[64];
         int n = snprintf(body, sizeof(body), "{\"ID\":\"%" PRId64 "\"}", e->lease);
@@ -961,15 +760,8 @@ static void etcd_release(struct mg_kv *kv)
             e->timeout_ms = 2000;
         call(e, "lease/revoke", body, (size_t)n);
     }
-    if (e->h)
-        e->c.easy_cleanup(e->h);
-    if (e->wh)
-        e->c.easy_cleanup(e->wh);
-    if (e->hdrs)
-        e->c.slist_free_all(e->hdrs);
-    if (e->c.dl)
-        dlclose(e->c.dl);
-    free(e->resp.p);
+    mg_http_close(e->http);
+    mg_http_close(e->watch);
     free(e->toks);
     free(e);
 }
@@ -987,22 +779,17 @@ static const struct mg_kv_ops etcd_ops = {
     .release = etcd_release,
 };
 
-const char *mg_etcd_api_prefix(const struct mg_kv *kv)
+const char *mg_kv_etcd_api_prefix(const struct mg_kv *kv)
 {
-    return ((const struct mg_etcd *)kv)->api;
+    return ((const struct kv_etcd *)kv)->api;
 }
 
-int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
+int mg_kv_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len)
 {
-    const struct mg_etcd *e = (const struct mg_etcd *)kv;
-    char *ip = NULL;
-    if (e->c.easy_getinfo(e->h, CURLINFO_LOCAL_IP, &ip) != CURLE_OK || !ip || !*ip)
-        return -ENOTCONN;
-    snprintf(buf, len, "%s", ip);
-    return 0;
+    return mg_http_local_addr(((const struct kv_etcd *)kv)->http, buf, len);
 }
 
-static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *err, size_t errlen)
+static int parse_endpoints(struct kv_etcd *e, const char *list, int tls, char *err, size_t errlen)
 {
     const char *p = list;
     if (!list || !*list) {
@@ -1020,8 +807,8 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
             snprintf(err, errlen, "etcd: bad endpoint list '%s'", list);
             return -EINVAL;
         }
-        if (e->nurl == MG_ETCD_MAX_ENDPOINTS) {
-            snprintf(err, errlen, "etcd: more than %d endpoints in '%s'", MG_ETCD_MAX_ENDPOINTS,
+        if (e->nurl == MG_KV_ETCD_MAX_ENDPOINTS) {
+            snprintf(err, errlen, "etcd: more than %d endpoints in '%s'", MG_KV_ETCD_MAX_ENDPOINTS,
                      list);
             return -EINVAL;
         }
@@ -1042,7 +829,7 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
         size_t hl = strlen(hostport);
         if (hl && hostport[hl - 1] == '/')
             item[(size_t)(hostport - item) + hl - 1] = 0;
-        if (mg_parse_hostport(hostport, MG_ETCD_DEFAULT_PORT, &hp) < 0) {
+        if (mg_parse_hostport(hostport, MG_KV_ETCD_DEFAULT_PORT, &hp) < 0) {
             snprintf(err, errlen, "etcd: endpoint '%s' is not host:port", item);
             return -EINVAL;
         }
@@ -1056,9 +843,24 @@ static int parse_endpoints(struct mg_etcd *e, const char *list, int tls, char *e
     return 0;
 }
 
-int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *o, char *err, size_t errlen)
+int mg_kv_etcd_open(struct mg_kv **out, const struct mg_kv_etcd_opts *o, char *err, size_t errlen)
 {
-    struct mg_etcd *e = calloc(1, sizeof(*e));
+    static const char *const headers[] = {
+        "Content-Type: application/json",
+        "Expect:", /* no 100-continue round trip */
+        NULL,
+    };
+    struct kv_etcd *e = calloc(1, sizeof(*e));
+    struct mg_http_opts ho = {
+        .libcurl = o->libcurl,
+        .cacert = o->cacert,
+        .cert = o->cert,
+        .key = o->key,
+        .proxy = "", /* etcd is reached directly; an http_proxy meant for the web must not apply */
+        .headers = headers,
+        .body_max = RESP_MAX,
+    };
+    char why[MG_ERRMSG_LEN];
     int tls, rc;
 
     *out = NULL;
@@ -1066,37 +868,30 @@ int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *o, char *err, si
         return -ENOMEM;
     e->kv.ops = &etcd_ops;
     e->kv.abort_fd = -1;
-    e->resp.max = RESP_MAX;
     e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
     e->lease_ttl_s = o->lease_ttl_ms > 0 ? (o->lease_ttl_ms + 999) / 1000 : 5;
     if (e->lease_ttl_s < 2)
         e->lease_ttl_s = 2;
-    snprintf(e->cacert, sizeof(e->cacert), "%s", o->cacert ? o->cacert : "");
-    snprintf(e->cert, sizeof(e->cert), "%s", o->cert ? o->cert : "");
-    snprintf(e->key, sizeof(e->key), "%s", o->key ? o->key : "");
-    tls = e->cacert[0] || e->cert[0];
+    tls = (o->cacert && *o->cacert) || (o->cert && *o->cert);
     rc = parse_endpoints(e, o->endpoints, tls, err, errlen);
     if (rc < 0)
         goto fail;
-    rc = load_curl(&e->c, o->libcurl ? o->libcurl : "libcurl.so.4", err, errlen);
-    if (rc < 0)
+    rc = mg_http_open(&e->http, &ho, why, sizeof(why));
+    if (rc == 0)
+        rc = mg_http_open(&e->watch, &ho, why, sizeof(why));
+    if (rc < 0) {
+        snprintf(err, errlen, "%s%s",
+                 rc == -MG_EUNSUPPORTED ? "the etcd backend needs libcurl at run time: " : "etcd: ",
+                 why);
         goto fail;
-    e->h = e->c.easy_init();
-    e->wh = e->c.easy_init();
-    e->hdrs = e->c.slist_append(NULL, "Content-Type: application/json");
-    if (e->hdrs)
-        e->hdrs = e->c.slist_append(e->hdrs, "Expect:"); /* no 100-continue round trip */
+    }
     e->ntoks = 1024;
     e->toks = malloc((size_t)e->ntoks * sizeof(*e->toks));
-    if (!e->h || !e->wh || !e->hdrs || !e->toks) {
+    if (!e->toks) {
         snprintf(err, errlen, "etcd: out of memory setting up libcurl");
         rc = -ENOMEM;
         goto fail;
     }
-    common_opts(e, e->h);
-    common_opts(e, e->wh);
-    e->c.easy_setopt(e->h, CURLOPT_WRITEFUNCTION, on_body);
-    e->c.easy_setopt(e->h, CURLOPT_WRITEDATA, &e->resp);
     *out = &e->kv;
     return 0;
 fail:

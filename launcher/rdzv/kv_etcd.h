@@ -1,20 +1,21 @@
 /* The etcd rendezvous backend: etcd's v3 API through its JSON gateway
- * (kv/range, kv/put, kv/txn, kv/deleterange, lease/grant, lease/keepalive, lease/revoke, watch), over libcurl
- * loaded at run time with dlopen("libcurl.so.4"), so that mglaunch never
- * links libcurl and pays for it only when --rdzv_backend etcd is used.
+ * (kv/range, kv/put, kv/txn, kv/deleterange, lease/grant, lease/keepalive,
+ * lease/revoke, watch), over common/http.h, whose libcurl is loaded at run
+ * time: mglaunch never links libcurl and pays for it only when
+ * --rdzv_backend etcd is used.
  *
  * Keys and values travel base64-encoded, as the gateway requires. Ephemeral
  * keys are attached to one lease per client, granted on first use and renewed
  * by the keepalive op; release revokes it, which deletes them at once. */
-#ifndef MG_ETCD_H
-#define MG_ETCD_H
+#ifndef MG_KV_ETCD_H
+#define MG_KV_ETCD_H
 
 #include "kv.h"
 
-#define MG_ETCD_MAX_ENDPOINTS 16
-#define MG_ETCD_DEFAULT_PORT  2379
+#define MG_KV_ETCD_MAX_ENDPOINTS 16
+#define MG_KV_ETCD_DEFAULT_PORT  2379
 
-struct mg_etcd_opts {
+struct mg_kv_etcd_opts {
     /* "host", "host:port", "http://host:port" or "https://host:port", several
      * separated by commas (tried in turn when one does not answer). */
     const char *endpoints;
@@ -27,17 +28,13 @@ struct mg_etcd_opts {
 /* Creates the client (no request is sent yet). On failure returns a negative
  * code and writes why into err: a malformed endpoint (-EINVAL), or libcurl
  * missing (-MG_EUNSUPPORTED). */
-int mg_etcd_open(struct mg_kv **out, const struct mg_etcd_opts *opts, char *err, size_t errlen);
+int mg_kv_etcd_open(struct mg_kv **out, const struct mg_kv_etcd_opts *opts, char *err,
+                    size_t errlen);
 
 /* The gateway path prefix in use ("/v3/", or "/v3beta/" for etcd 3.3),
  * known after the first successful request; NULL before. */
-const char *mg_etcd_api_prefix(const struct mg_kv *kv);
+const char *mg_kv_etcd_api_prefix(const struct mg_kv *kv);
 /* The local address of the last connection to etcd. */
-int mg_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len);
-
-/* Base64 (RFC 4648, with padding), exposed for the tests. encode writes
- * 4*ceil(n/3) bytes plus a NUL; decode returns the decoded length or -EINVAL. */
-size_t mg_base64_encode(const void *src, size_t n, char *dst);
-int mg_base64_decode(const char *src, size_t n, void *dst, size_t cap);
+int mg_kv_etcd_local_addr(const struct mg_kv *kv, char *buf, size_t len);
 
 #endif

@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct kv_local {
+struct kv_hosted {
     struct mg_kv kv; /* first */
     struct mg_store_server *srv;
     char where[MG_HOST_MAX + 32];
 };
 
-static int fail(struct kv_local *l, const char *op, int rc)
+static int fail(struct kv_hosted *l, const char *op, int rc)
 {
     snprintf(l->kv.err, sizeof(l->kv.err), "store %s (hosted here): %s: %s", l->where, op,
              mg_strerror(rc));
@@ -23,7 +23,7 @@ static int fail(struct kv_local *l, const char *op, int rc)
 
 static int lget(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     void *v = NULL;
     size_t n = 0;
     int64_t r = 0;
@@ -45,7 +45,7 @@ static int lget(struct mg_kv *kv, const char *key, char **val, size_t *len, int6
 
 static int lset(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     int rc = mg_store_server_local_set(l->srv, key, val, len,
                                        flags & MG_KV_EPHEMERAL ? MG_STORE_EPHEMERAL : 0);
     return rc < 0 ? fail(l, "set", rc) : 0;
@@ -54,7 +54,7 @@ static int lset(struct mg_kv *kv, const char *key, const void *val, size_t len, 
 static int lcas(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
                 const void *desired, size_t dlen, int flags, char **cur, size_t *curlen)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     void *c = NULL;
     size_t cl = 0;
     int rc = mg_store_server_local_compare_set(l->srv, key, expected, elen, desired, dlen,
@@ -70,7 +70,7 @@ static int lcas(struct mg_kv *kv, const char *key, const void *expected, size_t 
 
 static int ladd(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     int rc = mg_store_server_local_add(l->srv, key, delta, result);
     if (rc == -ERANGE)
         rc = -EINVAL; /* as the other backends: not an integer */
@@ -79,7 +79,7 @@ static int ladd(struct mg_kv *kv, const char *key, int64_t delta, int64_t *resul
 
 static int ldel(struct mg_kv *kv, const char *key)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     int rc = mg_store_server_local_delete(l->srv, key);
     return rc < 0 ? fail(l, "delete", rc) : rc;
 }
@@ -87,7 +87,7 @@ static int ldel(struct mg_kv *kv, const char *key)
 static int llist(struct mg_kv *kv, const char *prefix, int max, int want_values,
                  struct mg_kv_entry **out, int *count)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     char **keys = NULL;
     int n = 0, rc;
 
@@ -105,7 +105,7 @@ static int llist(struct mg_kv *kv, const char *prefix, int max, int want_values,
  * store, and calls again when it changed. */
 static int lwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     int64_t rev = 0;
     int rc = mg_store_server_local_get(l->srv, key, NULL, NULL, &rev);
     if (rc < 0 && rc != -MG_ENOKEY)
@@ -122,15 +122,15 @@ static int lkeepalive(struct mg_kv *kv)
 
 static void lrelease(struct mg_kv *kv)
 {
-    struct kv_local *l = (struct kv_local *)kv;
+    struct kv_hosted *l = (struct kv_hosted *)kv;
     if (!l)
         return;
     mg_store_server_local_drop(l->srv);
     free(l);
 }
 
-static const struct mg_kv_ops local_ops = {
-    .name = "local",
+static const struct mg_kv_ops hosted_ops = {
+    .name = "hosted",
     .get = lget,
     .set = lset,
     .cas = lcas,
@@ -142,16 +142,16 @@ static const struct mg_kv_ops local_ops = {
     .release = lrelease,
 };
 
-int mg_kv_local_open(struct mg_kv **out, struct mg_store_server *srv, const char *where)
+int mg_kv_hosted_open(struct mg_kv **out, struct mg_store_server *srv, const char *where)
 {
-    struct kv_local *l = calloc(1, sizeof(*l));
+    struct kv_hosted *l = calloc(1, sizeof(*l));
     *out = NULL;
     if (!l)
         return -ENOMEM;
-    l->kv.ops = &local_ops;
+    l->kv.ops = &hosted_ops;
     l->kv.abort_fd = -1; /* nothing here blocks */
     l->srv = srv;
-    snprintf(l->where, sizeof(l->where), "%s", where ? where : "local");
+    snprintf(l->where, sizeof(l->where), "%s", where ? where : "hosted");
     *out = &l->kv;
     return 0;
 }

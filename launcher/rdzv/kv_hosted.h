@@ -8,14 +8,14 @@
  * again when the store changed (mg_store_server_revision) or a deadline of
  * the rendezvous passed. Ephemeral keys belong to the hosting process and go
  * when the backend is released; keepalive has nothing to renew. */
-#ifndef MG_RDZV_LOCAL_H
-#define MG_RDZV_LOCAL_H
+#ifndef MG_KV_HOSTED_H
+#define MG_KV_HOSTED_H
 
 #include "kv.h"
 #include "store.h"
 
 /* The backend over srv, which must outlive it. where names the store in
  * messages (the endpoint, "host:port"). */
-int mg_kv_local_open(struct mg_kv **out, struct mg_store_server *srv, const char *where);
+int mg_kv_hosted_open(struct mg_kv **out, struct mg_store_server *srv, const char *where);
 
 #endif

@@ -1,5 +1,6 @@
-/* Opening the rendezvous backends, with retries while the endpoint's name does
- * not resolve or nothing listens yet (see kv_open.h). */
+/* Opening the rendezvous' key-value backend, with retries while the
+ * endpoint's name does not resolve or nothing listens yet; hosting the store
+ * (see kv_open.h). */
 #include "kv_open.h"
 #include "kv_etcd.h"
 #include "mg_err.h"
@@ -51,10 +52,10 @@ static int lease_ms(const struct mg_rdzv_conf *c)
 }
 
 /* Tells the caller, once, that the endpoint is still out of reach. */
-static void progress(const struct mg_rdzv_setup *s, int64_t start, int *told, const char *why)
+static void progress(const struct mg_kv_open_opts *s, int64_t start, int *told, const char *why)
 {
     char msg[700];
-    if (*told || !s->progress || mg_now_ms() - start < MG_RDZV_PROGRESS_MS)
+    if (*told || !s->progress || mg_now_ms() - start < MG_KV_OPEN_PROGRESS_MS)
         return;
     *told = 1;
     snprintf(msg, sizeof(msg), "%s; retrying until join_timeout (%gs)", why,
@@ -91,7 +92,7 @@ static int check_run_id(const char *id, char *err, size_t errlen)
     return 0;
 }
 
-int mg_rdzv_is_local_host(const char *host)
+int mg_kv_is_local_host(const char *host)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG}, *res, *ai;
     int local = 0;
@@ -114,11 +115,11 @@ int mg_rdzv_is_local_host(const char *host)
     return local;
 }
 
-static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const char *ns, char *err,
+static int open_etcd(const struct mg_kv_open_opts *s, struct mg_kv **kv, const char *ns, char *err,
                      size_t errlen)
 {
     const struct mg_rdzv_conf *c = s->conf;
-    struct mg_etcd_opts o = {
+    struct mg_kv_etcd_opts o = {
         .endpoints = s->endpoint,
         .cacert = c->cacert,
         .cert = c->cert,
@@ -130,7 +131,7 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
     int delay = 50, rc, told = 0;
     int64_t start = mg_now_ms();
 
-    rc = mg_etcd_open(kv, &o, err, errlen);
+    rc = mg_kv_etcd_open(kv, &o, err, errlen);
     if (rc < 0)
         return rc;
     snprintf(probe, sizeof(probe), "%s/state", ns);
@@ -157,12 +158,12 @@ static int open_etcd(const struct mg_rdzv_setup *s, struct mg_kv **kv, const cha
  * milliseconds each, between the agent's other work. */
 #define HOST_READ_BYTES (64u << 10)
 
-struct mg_rdzv_host {
+struct mg_kv_host {
     struct mg_store_server *srv;
     int port;
     char where[MG_HOST_MAX + 16]; /* the endpoint, for messages */
     char addr[MG_HOST_MAX];       /* where this host leaves from towards it, or "" */
-    struct pollfd *fds;           /* mg_rdzv_host_serve's */
+    struct pollfd *fds;           /* mg_kv_host_serve's */
     int nfds;
 };
 
@@ -189,13 +190,13 @@ static void route_addr(const struct mg_hostport *hp, char *out, size_t cap)
 }
 
 /* Hosts the store on this agent: served from the caller's poll loop
- * (mg_rdzv_host_pollfds / _process), used through the in-process backend. */
-static int host_store(const struct mg_rdzv_setup *s, const struct mg_hostport *hp,
-                      struct mg_rdzv_host **out, char *err, size_t errlen)
+ * (mg_kv_host_pollfds / _process), used through the in-process backend. */
+static int host_store(const struct mg_kv_open_opts *s, const struct mg_hostport *hp,
+                      struct mg_kv_host **out, char *err, size_t errlen)
 {
     struct mg_store_server_opts so = {
         .port = hp->port, .token = s->conf->token, .read_bytes_per_turn = HOST_READ_BYTES};
-    struct mg_rdzv_host *h = calloc(1, sizeof(*h));
+    struct mg_kv_host *h = calloc(1, sizeof(*h));
     int rc;
 
     if (!h)
@@ -226,14 +227,14 @@ static int host_store(const struct mg_rdzv_setup *s, const struct mg_hostport *h
  * connecting to it and looking for that connection among the store's. The
  * connection is retried as a client's would be, until the deadline. 1 or 0,
  * or a negative code with err set. */
-static int leads_here(const struct mg_rdzv_setup *s, const struct mg_hostport *hp,
-                      struct mg_rdzv_host *h, char *err, size_t errlen)
+static int leads_here(const struct mg_kv_open_opts *s, const struct mg_hostport *hp,
+                      struct mg_kv_host *h, char *err, size_t errlen)
 {
     int told = 0, rc;
     int64_t start = mg_now_ms();
     char why[MG_HOST_MAX + 160];
 
-    if (mg_rdzv_is_local_host(hp->host))
+    if (mg_kv_is_local_host(hp->host))
         return 1;
     for (;;) {
         int64_t dl = mg_now_ms() + 1000;
@@ -260,7 +261,7 @@ static int leads_here(const struct mg_rdzv_setup *s, const struct mg_hostport *h
     return rc;
 }
 
-static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct mg_rdzv_host **host,
+static int open_store(const struct mg_kv_open_opts *s, struct mg_kv **kv, struct mg_kv_host **host,
                       char *err, size_t errlen)
 {
     const struct mg_rdzv_conf *c = s->conf;
@@ -269,25 +270,25 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
     int64_t start = mg_now_ms();
     char last[512] = "";
 
-    if (mg_parse_hostport(s->endpoint, MG_RDZV_DEFAULT_PORT, &hp) < 0) {
+    if (mg_parse_hostport(s->endpoint, MG_KV_STORE_DEFAULT_PORT, &hp) < 0) {
         snprintf(err, errlen, "--rdzv_endpoint '%s': expected host[:port]", s->endpoint);
         return -EINVAL;
     }
     if (s->backend == MG_RDZV_STATIC)
         hosting = c->is_host >= 0 ? c->is_host : s->node_rank == 0;
     else
-        hosting = c->is_host >= 0 ? c->is_host : mg_rdzv_is_local_host(hp.host);
+        hosting = c->is_host >= 0 ? c->is_host : mg_kv_is_local_host(hp.host);
     if (hosting) {
         rc = host_store(s, &hp, host, err, errlen);
         if (rc == 0) {
             rc = leads_here(s, &hp, *host, err, errlen);
             if (rc == 1) {
-                rc = mg_kv_local_open(kv, (*host)->srv, (*host)->where);
+                rc = mg_kv_hosted_open(kv, (*host)->srv, (*host)->where);
                 if (rc == 0)
                     return 0;
                 snprintf(err, errlen, "cannot open the hosted store: %s", mg_strerror(rc));
             }
-            mg_rdzv_host_release(*host);
+            mg_kv_host_release(*host);
             *host = NULL;
             if (rc < 0)
                 return rc;
@@ -321,14 +322,13 @@ static int open_store(const struct mg_rdzv_setup *s, struct mg_kv **kv, struct m
         }
     }
     gave_up(err, errlen, last, rc);
-    mg_rdzv_host_release(*host);
+    mg_kv_host_release(*host);
     *host = NULL;
     return rc;
 }
 
-int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
-                         struct mg_rdzv_host **host, char *ns, size_t nslen, char *err,
-                         size_t errlen)
+int mg_kv_open(const struct mg_kv_open_opts *s, struct mg_kv **kv, struct mg_kv_host **host,
+               char *ns, size_t nslen, char *err, size_t errlen)
 {
     int rc;
 
@@ -349,8 +349,7 @@ int mg_rdzv_backend_open(const struct mg_rdzv_setup *s, struct mg_kv **kv,
     return -EINVAL;
 }
 
-int mg_rdzv_backend_local_addr(struct mg_kv *kv, const struct mg_rdzv_host *host, char *buf,
-                               size_t len)
+int mg_kv_local_addr(struct mg_kv *kv, const struct mg_kv_host *host, char *buf, size_t len)
 {
     if (host) {
         if (!host->addr[0])
@@ -361,16 +360,16 @@ int mg_rdzv_backend_local_addr(struct mg_kv *kv, const struct mg_rdzv_host *host
     if (strcmp(kv->ops->name, "store") == 0)
         return mg_sock_local_addr(mg_kv_store_fd(kv), buf, len);
     if (strcmp(kv->ops->name, "etcd") == 0)
-        return mg_etcd_local_addr(kv, buf, len);
+        return mg_kv_etcd_local_addr(kv, buf, len);
     return -MG_EUNSUPPORTED;
 }
 
-int mg_rdzv_host_pollfds(struct mg_rdzv_host *h, struct pollfd *fds, int max)
+int mg_kv_host_pollfds(struct mg_kv_host *h, struct pollfd *fds, int max)
 {
     return h ? mg_store_server_pollfds(h->srv, fds, max) : 0;
 }
 
-int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n)
+int mg_kv_host_process(struct mg_kv_host *h, const struct pollfd *fds, int n)
 {
     if (!h)
         return 0;
@@ -381,12 +380,12 @@ int mg_rdzv_host_process(struct mg_rdzv_host *h, const struct pollfd *fds, int n
     return mg_store_server_revision(h->srv) != before;
 }
 
-int mg_rdzv_host_timeout_ms(const struct mg_rdzv_host *h)
+int mg_kv_host_timeout_ms(const struct mg_kv_host *h)
 {
     return h ? mg_store_server_timeout_ms(h->srv) : -1;
 }
 
-int mg_rdzv_host_serve(struct mg_rdzv_host *h, int timeout_ms)
+int mg_kv_host_serve(struct mg_kv_host *h, int timeout_ms)
 {
     int64_t deadline = mg_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     if (!h) {
@@ -414,7 +413,7 @@ int mg_rdzv_host_serve(struct mg_rdzv_host *h, int timeout_ms)
         int rc = poll(h->fds, (nfds_t)n, t);
         if (rc < 0 && errno != EINTR)
             return -errno;
-        rc = mg_rdzv_host_process(h, h->fds, rc > 0 ? n : 0);
+        rc = mg_kv_host_process(h, h->fds, rc > 0 ? n : 0);
         if (rc != 0)
             return rc;
         if (mg_now_ms() >= deadline)
@@ -422,12 +421,12 @@ int mg_rdzv_host_serve(struct mg_rdzv_host *h, int timeout_ms)
     }
 }
 
-int mg_rdzv_host_port(const struct mg_rdzv_host *h)
+int mg_kv_host_port(const struct mg_kv_host *h)
 {
     return h ? h->port : 0;
 }
 
-void mg_rdzv_host_release(struct mg_rdzv_host *h)
+void mg_kv_host_release(struct mg_kv_host *h)
 {
     if (!h)
         return;

@@ -1,6 +1,6 @@
 /* The mg store client as a rendezvous key-value backend (kv.h). */
-#ifndef MG_RDZV_STORE_H
-#define MG_RDZV_STORE_H
+#ifndef MG_KV_STORE_H
+#define MG_KV_STORE_H
 
 #include "kv.h"
 

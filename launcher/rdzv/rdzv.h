@@ -1,23 +1,25 @@
-/* Rendezvous backends: how the agent forms the group at each round.
- *
- * Implemented here: "local", the single-node case (--nnodes 1 with
- * --rdzv_backend static or c10d, or --standalone): this node is group rank 0
- * of 1, WORLD_SIZE is nproc, MASTER_ADDR is --master_addr (default
- * 127.0.0.1), and MASTER_PORT is --master_port or, by default, a free port
- * the backend binds and hands to the agent (mg_group.master_fd) so it stays
- * reserved until the workers start.
- *
- * Multi-node backends (static across nodes, c10d on mg's store, etcd) add a
- * case to mg_rdzv_create and implement struct mg_rdzv_ops (agent.h). */
+/* The rendezvous: how the agent forms the group of workers at each round.
+ * mg_rdzv_create picks the backend for the options: the single-node one
+ * (rdzv_single.h) for --nnodes 1 or --standalone, the multi-node one
+ * (rdzv_multi.h: static across nodes, c10d on mg's store, etcd) for several
+ * nodes, etcd, or a Slurm allocation of several nodes. Both implement struct
+ * mg_rdzv_ops (agent.h), which the agent drives; the calls below are what
+ * mglaunch asks of the chosen backend besides. */
 #ifndef MG_RDZV_H
 #define MG_RDZV_H
 
 #include "agent.h"
 #include "opts.h"
 
-/* Picks and creates the backend for the options. err gets a message. */
-int mg_rdzv_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops, void **impl,
-                   char *err, size_t errcap);
+#include <stdio.h>
+
+/* Picks and creates the backend for the options. status is the launcher's
+ * console for its own messages, as mg_agent_config.status (NULL: none): the
+ * backend tells it, in "mglaunch: ..." lines, that an endpoint is still out of
+ * reach while this call retries it, and what a join waits for. err gets a
+ * message. */
+int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg_rdzv_ops **ops,
+                   void **impl, char *err, size_t errcap);
 /* A note or warning about the rendezvous settings for mglaunch to print, or NULL. */
 const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl);
 /* The run id the nodes agreed on (TORCHELASTIC_RUN_ID, the log directory),

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +36,14 @@ enum phase {
 };
 
 struct multi {
+    struct mg_rdzv_ops ops; /* multi_ops, with the backend's name */
     struct mg_rdzv_conf conf;
     enum mg_rdzv_backend backend;
-    struct mg_rdzv_host *host;
+    struct mg_kv_host *host;
     struct mg_rdzv *r;
     struct mg_agent *ag;
     enum phase phase;
+    FILE *status;              /* the launcher's console (rdzv.h), or NULL */
     int timer;                 /* the one pending timer, or -1 */
     int poller;                /* the hosted store's, or -1 */
     int abort_fd;              /* a signalfd of the terminating signals (kv.h), or -1 */
@@ -55,24 +58,20 @@ struct multi {
     char notice[768];
 };
 
-/* ---- choosing the settings ------------------------------------------------------------ */
+/* ---- what mglaunch prints ------------------------------------------------------------- */
 
-static int is_loopback(const char *addr)
+/* A line on the launcher's console, as the agent's own notes. */
+__attribute__((format(printf, 2, 3))) static void note(struct multi *m, const char *fmt, ...)
 {
-    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
-}
-
-int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
-{
-    struct mg_slurm sl;
-    char err[256];
-
-    if (o->nnodes_max > 1 || strncmp(o->rdzv_backend, "etcd", 4) == 0)
-        return 1;
-    if (o->nnodes_given || o->standalone)
-        return 0;
-    /* Under srun on several nodes, without --nnodes: the allocation decides. */
-    return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
+    va_list ap;
+    if (!m->status)
+        return;
+    va_start(ap, fmt);
+    fputs("mglaunch: ", m->status);
+    vfprintf(m->status, fmt, ap);
+    fputc('\n', m->status);
+    fflush(m->status);
+    va_end(ap);
 }
 
 static void add_notice(struct multi *m, const char *text)
@@ -121,13 +120,13 @@ static void step_later(struct multi *m, mg_agent_timer_fn fn)
 /* The hosted store as one of the loop's pollers. */
 static int host_fill(void *ctx, struct pollfd *fds, int max)
 {
-    return mg_rdzv_host_pollfds(((struct multi *)ctx)->host, fds, max);
+    return mg_kv_host_pollfds(((struct multi *)ctx)->host, fds, max);
 }
 
 static int host_process(void *ctx, const struct pollfd *fds, int n)
 {
     struct multi *m = ctx;
-    int rc = mg_rdzv_host_process(m->host, fds, n);
+    int rc = mg_kv_host_process(m->host, fds, n);
     if (rc == 1 && m->waiting)
         set_timer(m, mg_now_ms(), m->waiting); /* waiting stays set until the step runs */
     return rc < 0 ? rc : 0;
@@ -135,7 +134,7 @@ static int host_process(void *ctx, const struct pollfd *fds, int n)
 
 static int host_timeout(void *ctx)
 {
-    return mg_rdzv_host_timeout_ms(((struct multi *)ctx)->host);
+    return mg_kv_host_timeout_ms(((struct multi *)ctx)->host);
 }
 
 /* The exit code for a job that failed elsewhere: its root cause's. */
@@ -184,15 +183,13 @@ static void say_progress(struct multi *m)
     m->progress_ms = now + PROGRESS_EVERY_MS;
     mg_rdzv_join_progress(m->r, &p);
     if (p.joined < 0)
-        fprintf(stderr,
-                "mglaunch: rendezvous: waiting for a place in the job (--nnodes %d:%d); "
-                "join_timeout in %d s\n",
-                p.min, p.max, (p.left_ms + 999) / 1000);
+        note(m, "rendezvous: waiting for a place in the job (--nnodes %d:%d); join_timeout in %d s",
+             p.min, p.max, (p.left_ms + 999) / 1000);
     else
-        fprintf(stderr,
-                "mglaunch: rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
-                ", --nnodes %d:%d; join_timeout in %d s\n",
-                p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
+        note(m,
+             "rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
+             ", --nnodes %d:%d; join_timeout in %d s",
+             p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
 }
 
 static void on_join_step(struct mg_agent *ag, void *ctx)
@@ -403,7 +400,7 @@ static void multi_release(void *impl)
     if (!m)
         return;
     mg_rdzv_release(m->r);
-    mg_rdzv_host_release(m->host);
+    mg_kv_host_release(m->host);
     if (m->abort_fd >= 0)
         close(m->abort_fd);
     if (m->exit_fd >= 0)
@@ -411,59 +408,211 @@ static void multi_release(void *impl)
     free(m);
 }
 
-static const struct mg_rdzv_ops ops_static = {
-    .name = "static",
+/* One table for the three backends; each instance names its own (the agent
+ * prints the name and logs it as rdzv_backend). */
+static const struct mg_rdzv_ops multi_ops = {
     .next_round = multi_next_round,
     .round_ended = multi_round_ended,
     .shutdown = multi_shutdown,
     .release = multi_release,
 };
-static const struct mg_rdzv_ops ops_c10d = {
-    .name = "c10d",
-    .next_round = multi_next_round,
-    .round_ended = multi_round_ended,
-    .shutdown = multi_shutdown,
-    .release = multi_release,
+
+/* ---- creating -------------------------------------------------------------------------------- */
+
+/* What mg_rdzv_multi_create works out, step by step, before the rendezvous
+ * exists. */
+struct plan {
+    int min, max;  /* --nnodes, or the Slurm allocation's */
+    int node_rank; /* static: this node's; -1: assigned by the rendezvous */
+    int node_rank_given;
+    const char *master_addr;
+    int slurm; /* mg_slurm_detect: 1 in an allocation */
+    struct mg_slurm sl;
+    char endpoint[MG_HOST_MAX + 16];
+    char ns[MG_KV_MAX_KEY]; /* the key namespace of the run */
 };
-static const struct mg_rdzv_ops ops_etcd = {
-    .name = "etcd",
-    .next_round = multi_next_round,
-    .round_ended = multi_round_ended,
-    .shutdown = multi_shutdown,
-    .release = multi_release,
-};
+
+/* What kv_open has to say while it retries the endpoint (before the agent
+ * exists). */
+static void on_progress(void *ctx, const char *msg)
+{
+    note(ctx, "%s", msg);
+}
+
+static struct multi *multi_new(FILE *status)
+{
+    struct multi *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    m->timer = -1;
+    m->poller = -1;
+    m->abort_fd = -1;
+    m->exit_fd = -1;
+    m->status = status;
+    gethostname(m->hostname, sizeof(m->hostname) - 1);
+    if (!m->hostname[0])
+        snprintf(m->hostname, sizeof(m->hostname), "localhost");
+    return m;
+}
+
+int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
+{
+    struct mg_slurm sl;
+    char err[256];
+
+    if (o->nnodes_max > 1 || strncmp(o->rdzv_backend, "etcd", 4) == 0)
+        return 1;
+    if (o->nnodes_given || o->standalone)
+        return 0;
+    /* Under srun on several nodes, without --nnodes: the allocation decides. */
+    return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
+}
+
+/* --rdzv_conf, parsed and checked against the backend. */
+static int read_conf(struct mg_rdzv_conf *c, enum mg_rdzv_backend b, const struct mg_launch_opts *o,
+                     char *const *env, char *err, size_t errcap)
+{
+    mg_rdzv_conf_init(c);
+    int rc = mg_rdzv_conf_parse(c, o->rdzv_conf, err, errcap);
+    return rc ? rc : mg_rdzv_conf_finish(c, b, env, err, errcap);
+}
 
 int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
                              size_t errcap)
 {
     struct mg_rdzv_conf c;
     enum mg_rdzv_backend b;
-    int rc;
 
     if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
         b = MG_RDZV_C10D;
-    mg_rdzv_conf_init(&c);
-    rc = mg_rdzv_conf_parse(&c, o->rdzv_conf, err, errcap);
-    return rc ? rc : mg_rdzv_conf_finish(&c, b, env, err, errcap);
+    return read_conf(&c, b, o, env, err, errcap);
 }
 
-const char *mg_rdzv_multi_run_id(void *impl)
+/* Without --nnodes, a Slurm allocation says how many nodes there are, which
+ * one this is, and where the master is (unless the flags say). */
+static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct multi *m,
+                      struct plan *p, char *err, size_t errcap)
 {
-    return ((struct multi *)impl)->run_id;
+    char line[512];
+
+    p->slurm = mg_slurm_detect(env, &p->sl, err, errcap);
+    if (o->nnodes_given)
+        return 0;
+    if (p->slurm < 0)
+        return p->slurm;
+    if (p->slurm == 1) {
+        p->min = p->max = p->sl.nnodes;
+        if (!p->node_rank_given) {
+            p->node_rank = p->sl.node_rank;
+            p->node_rank_given = 1;
+        }
+        if (!p->master_addr)
+            p->master_addr = p->sl.master_addr;
+        snprintf(line, sizeof(line),
+                 "Slurm: --nnodes %d, --node_rank %d, --master_addr %s (from SLURM_*; give the "
+                 "flags to override)",
+                 p->max, p->node_rank, p->master_addr);
+        add_notice(m, line);
+    }
+    return 0;
 }
 
-const char *mg_rdzv_multi_notice(void *impl)
+/* Where the nodes meet: for static, the store rank 0 hosts at --master_addr
+ * and --master_port; otherwise --rdzv_endpoint. */
+static int pick_endpoint(const struct mg_launch_opts *o, struct multi *m, struct plan *p, char *err,
+                         size_t errcap)
 {
-    struct multi *m = impl;
-    return m && m->notice[0] ? m->notice : NULL;
+    if (m->backend != MG_RDZV_STATIC) {
+        if (!o->rdzv_endpoint || !*o->rdzv_endpoint)
+            return mg_seterr(
+                err, errcap, -EINVAL,
+                "--rdzv_endpoint is required with --rdzv_backend %s (host:port of the %s)",
+                mg_rdzv_backend_name(m->backend),
+                m->backend == MG_RDZV_ETCD ? "etcd server" : "agent hosting the store");
+        snprintf(p->endpoint, sizeof(p->endpoint), "%s", o->rdzv_endpoint);
+        p->node_rank = -1; /* assigned by the rendezvous */
+        return 0;
+    }
+    const char *a = p->master_addr ? p->master_addr : "127.0.0.1";
+    int port = o->master_port > 0 ? o->master_port : STATIC_DEFAULT_PORT;
+    mg_format_hostport(p->endpoint, sizeof(p->endpoint), a, port);
+    if (!p->node_rank_given && p->max > 1)
+        add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "
+                      "this node takes rank 0; give each node its own --node_rank");
+    if (p->node_rank >= p->max)
+        return mg_seterr(err, errcap, -EINVAL, "--node_rank %d: must be less than --nnodes %d",
+                         p->node_rank, p->max);
+    if (p->min != p->max)
+        return mg_seterr(err, errcap, -EINVAL,
+                         "--nnodes %d:%d: the static backend needs a fixed node count; use c10d "
+                         "or etcd for an elastic range",
+                         p->min, p->max);
+    return 0;
 }
 
-/* ---- creating -------------------------------------------------------------------------------- */
-
-/* mglaunch's console while it connects (before the agent exists). */
-static void on_progress(void *ctx, const char *msg)
+/* The run id namespaces everything: nodes of one job must share it,
+ * different jobs must not. */
+static int pick_run_id(const struct mg_launch_opts *o, struct multi *m, const struct plan *p,
+                       char *err, size_t errcap)
 {
-    fprintf(stderr, "mglaunch: %s\n", msg);
+    if (o->rdzv_id) {
+        snprintf(m->run_id, sizeof(m->run_id), "%s", o->rdzv_id);
+    } else if (p->slurm == 1 && p->sl.job_id[0]) {
+        snprintf(m->run_id, sizeof(m->run_id), "slurm-%s", p->sl.job_id);
+    } else if (m->backend == MG_RDZV_ETCD) {
+        return mg_seterr(
+            err, errcap, -EINVAL,
+            "--rdzv_id is required with --rdzv_backend etcd: every node of a job must pass "
+            "the same id, and different jobs different ones; without it, jobs sharing this "
+            "etcd would share their rendezvous (torchrun's default 'none' does that)");
+    } else {
+        snprintf(m->run_id, sizeof(m->run_id), "none");
+        if (m->backend == MG_RDZV_C10D)
+            add_notice(m, "warning: no --rdzv_id: using 'none'; a second job given the same "
+                          "--rdzv_endpoint would join this one. Pass the same --rdzv_id to every "
+                          "node of a job (for example the scheduler's job id).");
+    }
+    return 0;
+}
+
+/* Connects to the backend (hosting the store on the endpoint host), retrying
+ * until join_timeout. */
+static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char *err,
+                        size_t errcap)
+{
+    struct mg_kv_open_opts s = {
+        .backend = m->backend,
+        .endpoint = p->endpoint,
+        .run_id = m->run_id,
+        .conf = &m->conf,
+        .deadline_ms = mg_now_ms() + m->conf.join_timeout_ms,
+        .abort_fd = -1,
+        .node_rank = m->backend == MG_RDZV_STATIC ? p->node_rank : -1,
+        .progress = on_progress,
+        .progress_ctx = m,
+    };
+    int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
+    if (rc < 0)
+        return rc;
+
+    /* A remote backend that stops answering holds a request up to its
+     * timeout: a terminating signal cuts that short (the agent blocks these
+     * signals and reads them from its own signalfd; this one is only polled). */
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGINT);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGHUP);
+    sigaddset(&term, SIGQUIT);
+    m->abort_fd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
+    (*kv)->abort_fd = m->abort_fd;
+    m->kv = *kv;
+    return 0;
+}
+
+static int is_loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
 }
 
 /* This node's address for MASTER_ADDR when it is rank 0. */
@@ -485,176 +634,82 @@ static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, stru
         return;
     }
     /* Else the address this node reaches the rendezvous from. */
-    if (mg_rdzv_backend_local_addr(kv, m->host, out, cap) == 0)
+    if (mg_kv_local_addr(kv, m->host, out, cap) == 0)
         return;
     snprintf(out, cap, "%s", m->hostname);
 }
 
-int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
-                         const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap)
+/* Starts the protocol over the backend, which it takes over (and releases on
+ * failure). */
+static int start_rdzv(const struct mg_launch_opts *o, struct multi *m, const struct plan *p,
+                      struct mg_kv *kv, char *err, size_t errcap)
 {
-    struct multi *m = calloc(1, sizeof(*m));
-    struct mg_slurm sl;
-    int min = o->nnodes_min, max = o->nnodes_max, node_rank = o->node_rank, slurm, rc;
-    int node_rank_given = o->node_rank_given;
-    const char *master_addr = o->master_addr;
-    char endpoint[MG_HOST_MAX + 16], run_id[MG_RDZV_RUN_ID_MAX + 1], ns[MG_KV_MAX_KEY];
-    char advertise[MG_HOST_MAX], line[512];
-    struct mg_kv *kv = NULL;
-
-    if (!m)
-        return -ENOMEM;
-    m->timer = -1;
-    m->poller = -1;
-    m->abort_fd = -1;
-    m->exit_fd = -1;
-    gethostname(m->hostname, sizeof(m->hostname) - 1);
-    if (!m->hostname[0])
-        snprintf(m->hostname, sizeof(m->hostname), "localhost");
-
-    rc = mg_rdzv_backend_parse(o->rdzv_backend, &m->backend);
-    if (rc < 0) {
-        snprintf(err, errcap, "--rdzv_backend %s: expected static, c10d or etcd", o->rdzv_backend);
-        goto fail;
-    }
-
-    slurm = mg_slurm_detect(env, &sl, err, errcap);
-    if (slurm < 0 && !o->nnodes_given) {
-        rc = slurm;
-        goto fail;
-    }
-    if (slurm == 1 && !o->nnodes_given) {
-        min = max = sl.nnodes;
-        if (!node_rank_given) {
-            node_rank = sl.node_rank;
-            node_rank_given = 1;
-        }
-        if (!master_addr)
-            master_addr = sl.master_addr;
-        snprintf(line, sizeof(line),
-                 "Slurm: --nnodes %d, --node_rank %d, --master_addr %s (from SLURM_*; give the "
-                 "flags to override)",
-                 max, node_rank, master_addr);
-        add_notice(m, line);
-    }
-
-    mg_rdzv_conf_init(&m->conf);
-    rc = mg_rdzv_conf_parse(&m->conf, o->rdzv_conf, err, errcap);
-    if (rc == 0)
-        rc = mg_rdzv_conf_finish(&m->conf, m->backend, env, err, errcap);
-    if (rc < 0)
-        goto fail;
-
-    /* Where the nodes meet. */
-    if (m->backend == MG_RDZV_STATIC) {
-        const char *a = master_addr ? master_addr : "127.0.0.1";
-        int port = o->master_port > 0 ? o->master_port : STATIC_DEFAULT_PORT;
-        mg_format_hostport(endpoint, sizeof(endpoint), a, port);
-        if (!node_rank_given && max > 1)
-            add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "
-                          "this node takes rank 0; give each node its own --node_rank");
-        if (node_rank >= max) {
-            snprintf(err, errcap, "--node_rank %d: must be less than --nnodes %d", node_rank, max);
-            rc = -EINVAL;
-            goto fail;
-        }
-        if (min != max) {
-            snprintf(err, errcap,
-                     "--nnodes %d:%d: the static backend needs a fixed node count; use c10d or "
-                     "etcd for an elastic range",
-                     min, max);
-            rc = -EINVAL;
-            goto fail;
-        }
-    } else {
-        if (!o->rdzv_endpoint || !*o->rdzv_endpoint) {
-            snprintf(err, errcap,
-                     "--rdzv_endpoint is required with --rdzv_backend %s (host:port of the %s)",
-                     mg_rdzv_backend_name(m->backend),
-                     m->backend == MG_RDZV_ETCD ? "etcd server" : "agent hosting the store");
-            rc = -EINVAL;
-            goto fail;
-        }
-        snprintf(endpoint, sizeof(endpoint), "%s", o->rdzv_endpoint);
-        node_rank = -1; /* assigned by the rendezvous */
-    }
-
-    /* The run id namespaces everything: nodes of one job must share it,
-     * different jobs must not. */
-    if (o->rdzv_id) {
-        snprintf(run_id, sizeof(run_id), "%s", o->rdzv_id);
-    } else if (slurm == 1 && sl.job_id[0]) {
-        snprintf(run_id, sizeof(run_id), "slurm-%s", sl.job_id);
-    } else if (m->backend == MG_RDZV_ETCD) {
-        snprintf(err, errcap,
-                 "--rdzv_id is required with --rdzv_backend etcd: every node of a job must pass "
-                 "the same id, and different jobs different ones; without it, jobs sharing this "
-                 "etcd would share their rendezvous (torchrun's default 'none' does that)");
-        rc = -EINVAL;
-        goto fail;
-    } else {
-        snprintf(run_id, sizeof(run_id), "none");
-        if (m->backend == MG_RDZV_C10D)
-            add_notice(m, "warning: no --rdzv_id: using 'none'; a second job given the same "
-                          "--rdzv_endpoint would join this one. Pass the same --rdzv_id to every "
-                          "node of a job (for example the scheduler's job id).");
-    }
-
-    struct mg_rdzv_setup s = {
-        .backend = m->backend,
-        .endpoint = endpoint,
-        .run_id = run_id,
-        .conf = &m->conf,
-        .deadline_ms = mg_now_ms() + m->conf.join_timeout_ms,
-        .abort_fd = -1,
-        .node_rank = m->backend == MG_RDZV_STATIC ? node_rank : -1,
-        .progress = on_progress,
-    };
-    rc = mg_rdzv_backend_open(&s, &kv, &m->host, ns, sizeof(ns), err, errcap);
-    if (rc < 0)
-        goto fail;
-
-    /* A remote backend that stops answering holds a request up to its
-     * timeout: a terminating signal cuts that short (the agent blocks these
-     * signals and reads them from its own signalfd; this one is only polled). */
-    sigset_t term;
-    sigemptyset(&term);
-    sigaddset(&term, SIGINT);
-    sigaddset(&term, SIGTERM);
-    sigaddset(&term, SIGHUP);
-    sigaddset(&term, SIGQUIT);
-    m->abort_fd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
-    kv->abort_fd = m->abort_fd;
-    m->kv = kv;
-    pick_advertise(o, m, kv, m->host && m->backend == MG_RDZV_STATIC ? master_addr : NULL,
+    char advertise[MG_HOST_MAX];
+    pick_advertise(o, m, kv, m->host && m->backend == MG_RDZV_STATIC ? p->master_addr : NULL,
                    advertise, sizeof(advertise));
     struct mg_rdzv_opts ro = {
         .kv = kv,
-        .ns = ns,
-        .min_nodes = min,
-        .max_nodes = max,
-        .node_rank = m->backend == MG_RDZV_STATIC ? node_rank : -1,
+        .ns = p->ns,
+        .min_nodes = p->min,
+        .max_nodes = p->max,
+        .node_rank = m->backend == MG_RDZV_STATIC ? p->node_rank : -1,
         .nproc = o->nproc,
         .max_restarts = o->max_restarts,
         .hostname = m->hostname,
         .advertise = advertise,
         .conf = &m->conf,
     };
-    rc = mg_rdzv_new(&m->r, &ro, err, errcap);
-    if (rc < 0) {
+    int rc = mg_rdzv_new(&m->r, &ro, err, errcap);
+    if (rc < 0)
         kv->ops->release(kv);
+    return rc;
+}
+
+int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE *status,
+                         const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap)
+{
+    struct multi *m = multi_new(status);
+    struct plan p = {
+        .min = o->nnodes_min,
+        .max = o->nnodes_max,
+        .node_rank = o->node_rank,
+        .node_rank_given = o->node_rank_given,
+        .master_addr = o->master_addr,
+    };
+    struct mg_kv *kv = NULL;
+    int rc;
+
+    if (!m)
+        return -ENOMEM;
+    rc = mg_rdzv_backend_parse(o->rdzv_backend, &m->backend);
+    if (rc < 0) {
+        snprintf(err, errcap, "--rdzv_backend %s: expected static, c10d or etcd", o->rdzv_backend);
         goto fail;
     }
-    snprintf(m->run_id, sizeof(m->run_id), "%s", run_id);
-    *ops = m->backend == MG_RDZV_STATIC ? &ops_static
-           : m->backend == MG_RDZV_C10D ? &ops_c10d
-                                        : &ops_etcd;
+    if ((rc = take_slurm(o, env, m, &p, err, errcap)) < 0 ||
+        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0 ||
+        (rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
+        (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||
+        (rc = open_backend(m, &p, &kv, err, errcap)) < 0 ||
+        (rc = start_rdzv(o, m, &p, kv, err, errcap)) < 0)
+        goto fail;
+    m->ops = multi_ops;
+    m->ops.name = mg_rdzv_backend_name(m->backend);
+    *ops = &m->ops;
     *impl = m;
     return 0;
 fail:
-    mg_rdzv_host_release(m->host);
-    if (m->abort_fd >= 0)
-        close(m->abort_fd);
-    free(m);
+    multi_release(m); /* m->r is NULL: what is open is the host and abort_fd */
     return rc;
+}
+
+const char *mg_rdzv_multi_run_id(void *impl)
+{
+    return ((struct multi *)impl)->run_id;
+}
+
+const char *mg_rdzv_multi_notice(void *impl)
+{
+    struct multi *m = impl;
+    return m && m->notice[0] ? m->notice : NULL;
 }

@@ -1,9 +1,9 @@
 /* The multi-node rendezvous as the agent's backend (struct mg_rdzv_ops in
  * agent.h): static across nodes, c10d on mg's store, etcd. It turns the
  * command line (and, when the flags are absent, SLURM_*) into a rendezvous,
- * drives launcher/rdzv/rdzv_proto.c from the agent's timers, and maps its events
- * onto the agent's calls: group formed, restart (counted or not), fail, and
- * the exit barrier. docs/rendezvous.md is the user's guide. */
+ * drives the protocol (rdzv_proto.h) from the agent's timers, and maps its
+ * events onto the agent's calls: group formed, restart (counted or not),
+ * fail, and the exit barrier. docs/rendezvous.md is the user's guide. */
 #ifndef MG_RDZV_MULTI_H
 #define MG_RDZV_MULTI_H
 
@@ -11,6 +11,7 @@
 #include "opts.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* 1 when the options (or a Slurm allocation of several nodes, when --nnodes
  * is absent) ask for more than the single-node backend; 0 otherwise. */
@@ -18,10 +19,11 @@ int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env);
 
 /* Creates the backend: checks --rdzv_conf, derives what Slurm provides,
  * connects to etcd or the store (hosting it on the endpoint host), retrying
- * name resolution and refused connections until join_timeout. -EINVAL for a
- * bad setting, other codes for a backend that cannot be reached; err says
- * which endpoint and what failed. */
-int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env,
+ * name resolution and refused connections until join_timeout. status (NULL:
+ * none) is the launcher's console (rdzv.h). -EINVAL for a bad setting, other
+ * codes for a backend that cannot be reached; err says which endpoint and
+ * what failed. */
+int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE *status,
                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap);
 
 /* Checks --rdzv_conf alone (a single-node run does not use it, but a

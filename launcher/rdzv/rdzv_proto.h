@@ -1,5 +1,5 @@
 /* Multi-node rendezvous: forms the group of agents round by round over a
- * key-value backend (rdzv_kv.h: the mg store or etcd), watches the members'
+ * key-value backend (kv.h: the mg store or etcd), watches the members'
  * liveness while the workers run, and coordinates restarts and the exit
  * barrier across nodes. docs/rendezvous.md describes the protocol for users.
  *
@@ -7,7 +7,9 @@
  *   NS/state            "ROUND RESTARTS STATUS CAUSE": the current round, the
  *                       failure restarts so far, r(unning) / d(one) / f(ailed),
  *                       and why the round last moved (f failure, x node died,
- *                       j node waiting). Changed only by compare-and-swap.
+ *                       j node waiting; once a round after a failure closes: c
+ *                       the restart counted, m it did not, a node was gone).
+ *                       Changed only by compare-and-swap.
  *   NS/fail             the root cause, when STATUS is f.
  *   NS/a/ID             one per live agent, ephemeral (lease or connection):
  *                       its descriptor. Its disappearance is a node's death.
@@ -15,6 +17,8 @@
  *   NS/r/ROUND/n        count of joins (atomic add).
  *   NS/r/ROUND/close    the formed round: ranks, world size, master address;
  *                       written once, by compare-and-swap from absent.
+ *   NS/r/ROUND/failure  the round's first worker failure (the root cause,
+ *                       should the job end on it).
  *   NS/r/ROUND/done/ID  agent ID's workers all succeeded in the round.
  *
  * A round closes when MAX agents joined, or when at least MIN did and the
@@ -168,8 +172,9 @@ const char *mg_rdzv_message(const struct mg_rdzv *r);
  * there is one, -MG_ENOKEY otherwise. */
 int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f);
 
-/* The rank order as a pure function, exposed for the unit tests: sorts n
- * descriptors (see rdzv.c) in place into rank order. */
+/* A node's descriptor (NS/a/ID, NS/r/ROUND/j/ID, a line of the close record)
+ * and the rank order, a pure function exposed for the unit tests: sorts n
+ * descriptors in place into rank order (see above). */
 struct mg_rdzv_desc {
     char id[MG_RDZV_ID_MAX];
     char host[MG_HOST_MAX];

@@ -1,7 +1,9 @@
-/* The backend-independent part of the communication interface: argument
- * checks and the broken state around every collective, the options read from
- * the environment (MG_COMM, MG_COMM_TIMEOUT, ...), operation descriptions for
- * messages, and the world-size-1 backend. */
+/* The backend-independent part of the communication interface: which
+ * communicator a job gets (mg_comm_create), the options read from the
+ * environment (MG_COMM, MG_COMM_TIMEOUT, ...), argument checks and the broken
+ * state around every collective, and operation descriptions for messages.
+ * The backends: comm_single.c (world size 1), comm_cpu*.c, NCCL in the CUDA
+ * plugin. */
 #include "comm.h"
 #include "comm_internal.h"
 #include "mg_err.h"
@@ -69,24 +71,23 @@ int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
 {
     const char *v;
     if ((v = getenv("MG_COMM")) && mg_comm_mode_parse(v, &opts->mode)) {
-        snprintf(err, errlen, "MG_COMM='%s': expected auto, cpu, shm, tcp or nccl", v);
-        return -EINVAL;
+        return mg_seterr(err, errlen, -EINVAL, "MG_COMM='%s': expected auto, cpu, shm, tcp or nccl",
+                         v);
     }
     static const char *const timeouts[] = {"MG_COMM_TIMEOUT", "MG_COMM_INIT_TIMEOUT"};
     int *timeout_ms[] = {&opts->timeout_ms, &opts->init_timeout_ms};
     for (int i = 0; i < 2; i++)
         if ((v = getenv(timeouts[i])) && *v && parse_seconds(v, timeout_ms[i])) {
-            snprintf(err, errlen, "%s='%.32s': expected a number of seconds > 0", timeouts[i], v);
-            return -EINVAL;
+            return mg_seterr(err, errlen, -EINVAL, "%s='%.32s': expected a number of seconds > 0",
+                             timeouts[i], v);
         }
     if ((v = getenv("MG_COMM_SPIN_US")) && *v) {
         char *end;
         errno = 0;
         long x = strtol(v, &end, 10);
         if (errno || end == v || *end || x < 0 || x > 1000000) {
-            snprintf(err, errlen, "MG_COMM_SPIN_US='%s': expected microseconds from 0 to 1000000",
-                     v);
-            return -EINVAL;
+            return mg_seterr(err, errlen, -EINVAL,
+                             "MG_COMM_SPIN_US='%s': expected microseconds from 0 to 1000000", v);
         }
         opts->spin_us = x ? (int)x : -1;
     }
@@ -95,16 +96,14 @@ int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen)
         errno = 0;
         unsigned long long x = strtoull(v, &end, 10);
         if (errno || end == v || *end || x < 4096 || x > (64ull << 20)) {
-            snprintf(err, errlen, "MG_COMM_TCP_SEGMENT='%s': expected bytes from 4096 to 67108864",
-                     v);
-            return -EINVAL;
+            return mg_seterr(err, errlen, -EINVAL,
+                             "MG_COMM_TCP_SEGMENT='%s': expected bytes from 4096 to 67108864", v);
         }
         opts->tcp_segment = (size_t)x;
     }
     if ((v = getenv("MG_COMM_ZEROCOPY")) && *v) {
         if (strcmp(v, "0") && strcmp(v, "1")) {
-            snprintf(err, errlen, "MG_COMM_ZEROCOPY='%s': expected 0 or 1", v);
-            return -EINVAL;
+            return mg_seterr(err, errlen, -EINVAL, "MG_COMM_ZEROCOPY='%s': expected 0 or 1", v);
         }
         opts->no_zerocopy = *v == '0';
     }
@@ -266,72 +265,4 @@ void mg_comm_release(struct mg_comm *c)
 const char *mg_comm_errmsg(const struct mg_comm *c)
 {
     return c ? c->errmsg : "";
-}
-
-/* ---- world size 1 ------------------------------------------------------------------ */
-
-static int single_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
-                            int timeout_ms)
-{
-    return 0; /* the average of one value is itself */
-}
-
-static int single_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
-{
-    return 0;
-}
-
-static int single_allgather(struct mg_comm *c, const void *send, void *recv, size_t len,
-                            int timeout_ms)
-{
-    if (len && send != recv)
-        memmove(recv, send, len);
-    return 0;
-}
-
-static int single_barrier(struct mg_comm *c, int timeout_ms)
-{
-    return 0;
-}
-
-static void single_release(struct mg_comm *c)
-{
-    free(c);
-}
-
-static int single_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
-{
-    *out = mg_comm_plain_alloc(bytes);
-    return *out ? 0 : -ENOMEM;
-}
-
-static void single_mem_free(struct mg_comm *c, void *p)
-{
-    free(p);
-}
-
-static const struct mg_comm_ops single_ops = {
-    .name = "single",
-    .allreduce = single_allreduce,
-    .broadcast = single_broadcast,
-    .allgather = single_allgather,
-    .barrier = single_barrier,
-    .release = single_release,
-    .mem_alloc = single_mem_alloc,
-    .mem_free = single_mem_free,
-};
-
-int mg_comm_single_create(struct mg_comm **out)
-{
-    struct mg_comm *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    c->ops = &single_ops;
-    c->rank = c->local_rank = 0;
-    c->world = c->local_world = c->nhosts = 1;
-    c->rank_ordered = 1;
-    c->timeout_ms = MG_COMM_TIMEOUT_DEFAULT_MS;
-    snprintf(c->desc, sizeof(c->desc), "single process");
-    *out = c;
-    return 0;
 }

@@ -1,9 +1,11 @@
 /* The communication interface of libmg: collectives between the ranks of a
  * job, behind a small struct of function pointers chosen once at startup.
  *
- * Backends: the CPU backend (comm_cpu.c: shared memory between the ranks of a
- * host, a pipelined TCP ring between hosts, hierarchical when a job has both)
- * and, later, NCCL. The world-size-1 backend does nothing, quickly.
+ * Backends, one of which mg_comm_create() picks: the CPU backend (comm_cpu.c,
+ * set up by comm_cpu_boot.c: shared memory between the ranks of a host, a
+ * pipelined TCP ring between hosts, hierarchical when a job has both) and
+ * NCCL (mg_comm_nccl_create, from the CUDA plugin). The world-size-1 backend
+ * (comm_single.c) does nothing, quickly.
  *
  * Contract for every backend:
  * - Every rank calls the same collectives in the same order with the same
@@ -116,10 +118,9 @@ struct mg_comm_opts {
 };
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
- * MG_COMM_INIT_TIMEOUT (seconds,
- * may be fractional), MG_COMM_HOST, MG_COMM_ADDR, MG_COMM_SPIN_US,
- * MG_COMM_TCP_SEGMENT, MG_COMM_ZEROCOPY. On a bad value returns
- * -EINVAL and writes a message naming the variable into err. */
+ * MG_COMM_INIT_TIMEOUT (seconds, may be fractional), MG_COMM_HOST,
+ * MG_COMM_ADDR, MG_COMM_SPIN_US, MG_COMM_TCP_SEGMENT, MG_COMM_ZEROCOPY. On a
+ * bad value returns -EINVAL and writes a message naming the variable into err. */
 int mg_comm_opts_from_env(struct mg_comm_opts *opts, char *err, size_t errlen);
 
 /* The communicator opts->mode asks for (MG_COMM_AUTO: NCCL when opts->on_cuda,
@@ -150,7 +151,8 @@ static inline int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *sto
 }
 #endif
 
-/* World size 1: every collective is a no-op (with the same argument checks). */
+/* World size 1 (comm_single.c): every collective is a no-op (with the same
+ * argument checks). */
 int mg_comm_single_create(struct mg_comm **out);
 
 /* Convenience wrappers; they check arguments and the broken state. */

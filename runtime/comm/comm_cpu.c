@@ -1,7 +1,7 @@
 /* The CPU communication backend: the collectives of a job laid out on hosts,
  * composed from the shared-memory group (comm_shm.c) and the TCP ring
- * (comm_ring.c). comm_cpu_boot.c finds the layout through the store and builds the
- * pieces; mg_comm_cpu_assemble puts them together.
+ * (comm_ring.c). comm_cpu_boot.c finds the layout through the store and builds
+ * the pieces; mg_comm_cpu_assemble puts them together.
  *
  *   one host, several ranks             shared memory
  *   one rank per host, or MG_COMM=tcp   a TCP ring over all ranks

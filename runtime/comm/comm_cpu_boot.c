@@ -8,10 +8,13 @@
  * and a per-job nonce chosen by rank 0 (restarts and concurrent jobs never
  * collide), publishes the name; the name is unlinked once every local rank
  * has attached (or by whichever local rank gives up before that): nothing is
- * left in /dev/shm even when the job is SIGKILLed. Ring
- * members connect to the next member and accept from the previous one; a
- * hello carrying the nonce and the rank keeps stray connections out. A final
- * barrier over the new communicator proves every path works. */
+ * left in /dev/shm even when the job is SIGKILLed. Ring members connect to the
+ * next member and accept from the previous one; a hello carrying the nonce and
+ * the rank keeps stray connections out. A final barrier over the new
+ * communicator proves every path works.
+ *
+ * mg_comm_cpu_create takes these as named steps over one struct boot, which
+ * a failed step leaves for boot_release() to undo. */
 #include "comm.h"
 #include "comm_internal.h"
 #include "mg_err.h"
@@ -146,13 +149,6 @@ static int accept_prev(int lfd, int want_rank, uint64_t nonce, int64_t deadline_
     }
 }
 
-static int get_key(struct mg_store *st, const char *key, void **val, size_t *len,
-                   int64_t deadline_ms)
-{
-    int left = mg_ms_until(deadline_ms);
-    return mg_store_get(st, key, val, len, left < 1 ? 1 : left);
-}
-
 /* Connects to the next ring member and says hello. */
 static int connect_next(const struct rank_info *ri, int rank, uint64_t nonce, int64_t deadline)
 {
@@ -174,78 +170,89 @@ static int connect_next(const struct rank_info *ri, int rank, uint64_t nonce, in
     return fd;
 }
 
-int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
-                       const struct mg_comm_opts *opts, char *err, size_t errlen)
+/* What the bootstrap has learned and holds so far, step by step; boot_release()
+ * undoes whatever a failed step leaves. */
+struct boot {
+    const struct mg_comm_opts *opts;
+    struct mg_store *store;
+    int rank, world;
+    int timeout_ms;   /* the communicator's default collective timeout */
+    int64_t deadline; /* of the whole setup */
+    char *err;
+    size_t errlen;
+    uint64_t nonce;
+    int lfd; /* listening for the previous ring member */
+    struct rank_info *info;
+    int *host_of;     /* [world]: host of each rank, numbered by lowest rank */
+    int *first;       /* [nhosts]: lowest rank of each host */
+    int *local_ranks; /* [nlocal]: the ranks of this host */
+    int *ring_ranks;  /* [world] */
+    int nhosts, nlocal, my_host, local_rank;
+    int all_ring; /* MG_COMM=tcp */
+    char shm_name[160];
+    int shm_named; /* shm_name is still in /dev/shm */
+    struct mg_shm *shm;
+    struct mg_ring *ring;
+};
+
+__attribute__((format(printf, 3, 4))) static int boot_err(struct boot *b, int rc, const char *fmt,
+                                                          ...)
 {
-    int world = opts->world, rank = opts->rank, rc = 0, lfd = -1, next_fd = -1, prev_fd = -1;
-    int timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : MG_COMM_TIMEOUT_DEFAULT_MS;
-    int64_t deadline =
-        mg_now_ms() + (opts->init_timeout_ms > 0 ? opts->init_timeout_ms : timeout_ms);
-    struct rank_info *info = NULL;
-    int *host_of = NULL, *first = NULL, *ring_ranks = NULL, *local_ranks = NULL;
-    struct mg_shm *shm = NULL;
-    struct mg_ring *ring = NULL;
-    struct mg_comm *c = NULL;
-    char key[128], text[INFO_MAX], shm_name[160] = "";
-    void *val = NULL;
-    size_t vlen;
-    uint64_t nonce = 0;
-    int shm_named = 0, port = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    mg_vseterr(b->err, b->errlen, rc, fmt, ap);
+    va_end(ap);
+    return rc;
+}
 
-    if (world < 2 || world > MAX_WORLD || rank < 0 || rank >= world || !store) {
-        mg_seterr(err, errlen, 0, "invalid rank %d / world size %d for the cpu communicator", rank,
-                  world);
-        return -EINVAL;
-    }
-    info = calloc((size_t)world, sizeof(*info));
-    host_of = calloc((size_t)world, sizeof(int));
-    first = calloc((size_t)world, sizeof(int));
-    ring_ranks = calloc((size_t)world, sizeof(int));
-    local_ranks = calloc((size_t)world, sizeof(int));
-    if (!info || !host_of || !first || !ring_ranks || !local_ranks) {
-        rc = -ENOMEM;
-        mg_seterr(err, errlen, 0, "out of memory");
-        goto out;
-    }
+static int get_key(struct boot *b, const char *key, void **val)
+{
+    size_t len;
+    int left = mg_ms_until(b->deadline);
+    return mg_store_get(b->store, key, val, &len, left < 1 ? 1 : left);
+}
 
-    /* The job's nonce, chosen by rank 0. */
-    if (rank == 0) {
-        if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
-            nonce = (uint64_t)mg_now_us() ^ ((uint64_t)getpid() << 32);
-        snprintf(text, sizeof(text), "%016" PRIx64, nonce);
-        rc = mg_store_set(store, KEY_PREFIX "nonce", text, strlen(text), 0);
-        if (rc) {
-            mg_seterr(err, errlen, 0, "publishing the communicator's nonce in the store: %s",
-                      mg_strerror(rc));
-            goto out;
-        }
-    } else {
-        rc = get_key(store, KEY_PREFIX "nonce", &val, &vlen, deadline);
-        if (rc) {
-            mg_seterr(err, errlen, 0, "waiting for rank 0 to set up the communicator: %s", why(rc));
-            goto out;
-        }
-        nonce = strtoull(val, NULL, 16);
-        free(val);
-        val = NULL;
+/* The job's nonce, chosen by rank 0. */
+static int agree_nonce(struct boot *b)
+{
+    char text[32];
+    void *val;
+    int rc;
+    if (b->rank == 0) {
+        if (getrandom(&b->nonce, sizeof(b->nonce), 0) != sizeof(b->nonce))
+            b->nonce = (uint64_t)mg_now_us() ^ ((uint64_t)getpid() << 32);
+        snprintf(text, sizeof(text), "%016" PRIx64, b->nonce);
+        rc = mg_store_set(b->store, KEY_PREFIX "nonce", text, strlen(text), 0);
+        if (rc)
+            return boot_err(b, rc, "publishing the communicator's nonce in the store: %s",
+                            mg_strerror(rc));
+        return 0;
     }
+    rc = get_key(b, KEY_PREFIX "nonce", &val);
+    if (rc)
+        return boot_err(b, rc, "waiting for rank 0 to set up the communicator: %s", why(rc));
+    b->nonce = strtoull(val, NULL, 16);
+    free(val);
+    return 0;
+}
 
-    /* What this rank is, and where its ring connection can reach it. */
-    lfd = mg_listen_tcp(NULL, 0, 64, &port);
-    if (lfd < 0) {
-        rc = lfd;
-        mg_seterr(err, errlen, 0, "cannot listen for ring connections: %s", mg_strerror(rc));
-        goto out;
-    }
-    mg_set_nonblock(lfd, 1);
-    struct rank_info *me = &info[rank];
+/* What this rank is, and where its ring connection can reach it. */
+static int publish_self(struct boot *b)
+{
+    const struct mg_comm_opts *opts = b->opts;
+    struct rank_info *me = &b->info[b->rank];
+    char key[128], text[INFO_MAX];
+    int port = 0, rc;
+
+    int fd = mg_listen_tcp(NULL, 0, 64, &port);
+    if (fd < 0)
+        return boot_err(b, fd, "cannot listen for ring connections: %s", mg_strerror(fd));
+    b->lfd = fd;
+    mg_set_nonblock(b->lfd, 1);
     if (opts->host_id) {
-        if (strlen(opts->host_id) > HOST_ID_MAX || strchr(opts->host_id, '\n')) {
-            rc = -EINVAL;
-            mg_seterr(err, errlen, 0, "host id '%.40s...' is too long or has a newline",
-                      opts->host_id);
-            goto out;
-        }
+        if (strlen(opts->host_id) > HOST_ID_MAX || strchr(opts->host_id, '\n'))
+            return boot_err(b, -EINVAL, "host id '%.40s...' is too long or has a newline",
+                            opts->host_id);
         snprintf(me->host_id, sizeof(me->host_id), "%s", opts->host_id);
     } else {
         default_host_id(me->host_id, sizeof(me->host_id));
@@ -255,220 +262,264 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     me->hostname[strcspn(me->hostname, "\n")] = '\0';
     me->pid = (int)getpid();
     if (opts->advertise) {
-        if (strlen(opts->advertise) >= sizeof(me->addr) || strchr(opts->advertise, '\n')) {
-            rc = -EINVAL;
-            mg_seterr(err, errlen, 0, "MG_COMM_ADDR '%.40s...' is too long", opts->advertise);
-            goto out;
-        }
+        if (strlen(opts->advertise) >= sizeof(me->addr) || strchr(opts->advertise, '\n'))
+            return boot_err(b, -EINVAL, "MG_COMM_ADDR '%.40s...' is too long", opts->advertise);
         snprintf(me->addr, sizeof(me->addr), "%s", opts->advertise);
     } else {
-        rc = mg_sock_local_addr(mg_store_fd(store), me->addr, sizeof(me->addr));
-        if (rc) {
-            mg_seterr(err, errlen, 0, "cannot find this host's address: %s", mg_strerror(rc));
-            goto out;
-        }
+        rc = mg_sock_local_addr(mg_store_fd(b->store), me->addr, sizeof(me->addr));
+        if (rc)
+            return boot_err(b, rc, "cannot find this host's address: %s", mg_strerror(rc));
     }
     me->port = port;
     snprintf(text, sizeof(text), "1\n%s\n%s\n%d\n%s\n%d\n", me->host_id, me->hostname, me->pid,
              me->addr, me->port);
-    snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", rank);
-    rc = mg_store_set(store, key, text, strlen(text), 0);
-    if (rc) {
-        mg_seterr(err, errlen, 0, "publishing rank %d's address in the store: %s", rank,
-                  mg_strerror(rc));
-        goto out;
-    }
-    for (int r = 0; r < world; r++) {
-        if (r == rank)
+    snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", b->rank);
+    rc = mg_store_set(b->store, key, text, strlen(text), 0);
+    if (rc)
+        return boot_err(b, rc, "publishing rank %d's address in the store: %s", b->rank,
+                        mg_strerror(rc));
+    return 0;
+}
+
+/* Every other rank's record, in rank order. */
+static int read_peers(struct boot *b)
+{
+    char key[128];
+    void *val;
+    for (int r = 0; r < b->world; r++) {
+        if (r == b->rank)
             continue;
         snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", r);
-        rc = get_key(store, key, &val, &vlen, deadline);
-        if (rc) {
-            mg_seterr(err, errlen, 0, "waiting for rank %d to join the communicator: %s", r,
-                      why(rc));
-            goto out;
-        }
-        rc = parse_info(val, &info[r]);
+        int rc = get_key(b, key, &val);
+        if (rc)
+            return boot_err(b, rc, "waiting for rank %d to join the communicator: %s", r, why(rc));
+        rc = parse_info(val, &b->info[r]);
         free(val);
-        val = NULL;
-        if (rc) {
-            mg_seterr(err, errlen, 0, "rank %d published a malformed address in the store", r);
-            goto out;
-        }
+        if (rc)
+            return boot_err(b, rc, "rank %d published a malformed address in the store", r);
     }
+    return 0;
+}
 
-    /* Hosts numbered in order of their lowest rank. */
-    int nh = 0, nl = 0, my_host;
-    for (int r = 0; r < world; r++) {
+/* Hosts numbered in order of their lowest rank; this host's ranks. Every rank
+ * derives the same layout from the same records. */
+static int plan_hosts(struct boot *b)
+{
+    const struct rank_info *info = b->info;
+    int nh = 0, nl = 0;
+    for (int r = 0; r < b->world; r++) {
         int h = 0;
-        while (h < nh && strcmp(info[first[h]].host_id, info[r].host_id))
+        while (h < nh && strcmp(info[b->first[h]].host_id, info[r].host_id))
             h++;
         if (h == nh)
-            first[nh++] = r;
-        host_of[r] = h;
+            b->first[nh++] = r;
+        b->host_of[r] = h;
     }
-    my_host = host_of[rank];
-    for (int r = 0; r < world; r++)
-        if (host_of[r] == my_host)
-            local_ranks[nl++] = r;
-    int local_rank = 0;
-    while (local_ranks[local_rank] != rank)
-        local_rank++;
+    b->nhosts = nh;
+    b->my_host = b->host_of[b->rank];
+    for (int r = 0; r < b->world; r++)
+        if (b->host_of[r] == b->my_host)
+            b->local_ranks[nl++] = r;
+    b->nlocal = nl;
+    b->local_rank = 0;
+    while (b->local_ranks[b->local_rank] != b->rank)
+        b->local_rank++;
 
-    int all_ring = opts->mode == MG_COMM_TCP;
-    if (opts->mode == MG_COMM_SHM && nh > 1) {
-        rc = -MG_ECONFIG;
-        mg_seterr(err, errlen, 0,
-                  "MG_COMM=shm needs every rank on one host, but the ranks are on %d hosts "
-                  "(rank 0 on %s, rank %d on %s); use MG_COMM=auto or tcp",
-                  nh, info[0].hostname, first[1], info[first[1]].hostname);
-        goto out;
+    b->all_ring = b->opts->mode == MG_COMM_TCP;
+    if (b->opts->mode == MG_COMM_SHM && nh > 1)
+        return boot_err(b, -MG_ECONFIG,
+                        "MG_COMM=shm needs every rank on one host, but the ranks are on %d hosts "
+                        "(rank 0 on %s, rank %d on %s); use MG_COMM=auto or tcp",
+                        nh, info[0].hostname, b->first[1], info[b->first[1]].hostname);
+    return 0;
+}
+
+/* Shared memory within the host: the leader creates and publishes the
+ * segment, the others attach; its name goes once all are in. */
+static int attach_shm(struct boot *b)
+{
+    const struct mg_comm_opts *opts = b->opts;
+    char key[128], run[48];
+    void *val;
+    int rc;
+    if (b->all_ring || b->nlocal <= 1)
+        return 0;
+    if (b->nlocal > MG_SHM_MAX_LOCAL)
+        return boot_err(b, -MG_ECONFIG, "%d ranks on host %s: at most %d can share memory",
+                        b->nlocal, b->info[b->rank].hostname, MG_SHM_MAX_LOCAL);
+    sanitize(opts->run_id && *opts->run_id ? opts->run_id : "none", run, sizeof(run));
+    snprintf(b->shm_name, sizeof(b->shm_name), "/mg-%s-r%d-%016" PRIx64 "-h%d", run,
+             opts->restart_count, b->nonce, b->my_host);
+    struct mg_shm_cfg cfg = {.nlocal = b->nlocal,
+                             .local_rank = b->local_rank,
+                             .ranks = b->local_ranks,
+                             .spin_us = opts->spin_us > 0   ? opts->spin_us
+                                        : opts->spin_us < 0 ? 0
+                                                            : -1};
+    snprintf(key, sizeof(key), KEY_PREFIX "shm/%d", b->my_host);
+    if (b->local_rank == 0) {
+        rc = mg_shm_create(&b->shm, b->shm_name, b->nonce, &cfg);
+        if (rc)
+            return boot_err(b, rc, "cannot create shared memory segment /dev/shm%s: %s",
+                            b->shm_name, mg_strerror(rc));
+        b->shm_named = 1;
+        rc = mg_store_set(b->store, key, b->shm_name, strlen(b->shm_name), 0);
+        if (rc)
+            return boot_err(b, rc, "publishing the shared memory name: %s", mg_strerror(rc));
+    } else {
+        rc = get_key(b, key, &val);
+        if (rc)
+            return boot_err(b, rc, "waiting for rank %d to create shared memory: %s",
+                            b->local_ranks[0], why(rc));
+        snprintf(b->shm_name, sizeof(b->shm_name), "%s", (char *)val);
+        free(val);
+        rc = mg_shm_attach(&b->shm, b->shm_name, b->nonce, &cfg);
+        if (rc)
+            return boot_err(b, rc, "cannot attach shared memory segment /dev/shm%s: %s",
+                            b->shm_name, mg_strerror(rc));
+        b->shm_named = 1;
     }
+    struct mg_fault f = {0};
+    rc = mg_shm_wait_attached(b->shm, b->deadline, &f);
+    if (rc)
+        return boot_err(b, rc, "waiting for rank %d to attach shared memory: %s", f.peer, why(rc));
+    /* Everyone is in: the name can go (any local rank may remove it, and
+     * one that fails before this point does, so nothing leaks). */
+    mg_shm_unlink(b->shm_name);
+    b->shm_named = 0;
+    return 0;
+}
 
-    /* Shared memory within the host. */
-    if (!all_ring && nl > 1) {
-        if (nl > MG_SHM_MAX_LOCAL) {
-            rc = -MG_ECONFIG;
-            mg_seterr(err, errlen, 0, "%d ranks on host %s: at most %d can share memory", nl,
-                      me->hostname, MG_SHM_MAX_LOCAL);
-            goto out;
-        }
-        char run[48];
-        sanitize(opts->run_id && *opts->run_id ? opts->run_id : "none", run, sizeof(run));
-        snprintf(shm_name, sizeof(shm_name), "/mg-%s-r%d-%016" PRIx64 "-h%d", run,
-                 opts->restart_count, nonce, my_host);
-        struct mg_shm_cfg cfg = {.nlocal = nl,
-                                 .local_rank = local_rank,
-                                 .ranks = local_ranks,
-                                 .spin_us = opts->spin_us > 0   ? opts->spin_us
-                                            : opts->spin_us < 0 ? 0
-                                                                : -1};
-        snprintf(key, sizeof(key), KEY_PREFIX "shm/%d", my_host);
-        if (local_rank == 0) {
-            rc = mg_shm_create(&shm, shm_name, nonce, &cfg);
-            if (rc) {
-                mg_seterr(err, errlen, 0, "cannot create shared memory segment /dev/shm%s: %s",
-                          shm_name, mg_strerror(rc));
-                goto out;
-            }
-            shm_named = 1;
-            rc = mg_store_set(store, key, shm_name, strlen(shm_name), 0);
-            if (rc) {
-                mg_seterr(err, errlen, 0, "publishing the shared memory name: %s", mg_strerror(rc));
-                goto out;
-            }
-        } else {
-            rc = get_key(store, key, &val, &vlen, deadline);
-            if (rc) {
-                mg_seterr(err, errlen, 0, "waiting for rank %d to create shared memory: %s",
-                          local_ranks[0], why(rc));
-                goto out;
-            }
-            snprintf(shm_name, sizeof(shm_name), "%s", (char *)val);
-            free(val);
-            val = NULL;
-            rc = mg_shm_attach(&shm, shm_name, nonce, &cfg);
-            if (rc) {
-                mg_seterr(err, errlen, 0, "cannot attach shared memory segment /dev/shm%s: %s",
-                          shm_name, mg_strerror(rc));
-                goto out;
-            }
-            shm_named = 1;
-        }
-        struct mg_fault f = {0};
-        rc = mg_shm_wait_attached(shm, deadline, &f);
-        if (rc) {
-            mg_seterr(err, errlen, 0, "waiting for rank %d to attach shared memory: %s", f.peer,
-                      why(rc));
-            goto out;
-        }
-        /* Everyone is in: the name can go (any local rank may remove it, and
-         * one that fails before this point does, so nothing leaks). */
-        mg_shm_unlink(shm_name);
-        shm_named = 0;
-    }
-
-    /* The ring: every rank (tcp, or one rank per host) or the host leaders. */
-    int nring = 0, ring_idx = -1;
-    if (all_ring || nh == world) {
-        for (int r = 0; r < world; r++)
-            ring_ranks[nring++] = r;
-        ring_idx = rank;
-    } else if (nh > 1) {
-        for (int h = 0; h < nh; h++)
-            ring_ranks[nring++] = first[h];
-        if (local_rank == 0)
-            ring_idx = my_host;
+/* The ring: every rank (tcp, or one rank per host) or the host leaders. Each
+ * member connects to the next and accepts the previous; the listening socket
+ * is no longer needed after this step. */
+static int connect_ring(struct boot *b)
+{
+    const struct rank_info *info = b->info;
+    int nring = 0, ring_idx = -1, next_fd = -1, prev_fd = -1, rc = 0;
+    if (b->all_ring || b->nhosts == b->world) {
+        for (int r = 0; r < b->world; r++)
+            b->ring_ranks[nring++] = r;
+        ring_idx = b->rank;
+    } else if (b->nhosts > 1) {
+        for (int h = 0; h < b->nhosts; h++)
+            b->ring_ranks[nring++] = b->first[h];
+        if (b->local_rank == 0)
+            ring_idx = b->my_host;
     }
     if (ring_idx >= 0) {
-        int nxt = ring_ranks[(ring_idx + 1) % nring];
-        int prv = ring_ranks[(ring_idx + nring - 1) % nring];
-        next_fd = connect_next(&info[nxt], rank, nonce, deadline);
-        if (next_fd < 0) {
-            rc = next_fd;
-            mg_seterr(err, errlen, 0, "cannot connect to rank %d at %s:%d (host %s): %s", nxt,
-                      info[nxt].addr, info[nxt].port, info[nxt].hostname, why(rc));
-            goto out;
-        }
-        rc = accept_prev(lfd, prv, nonce, deadline, &prev_fd);
+        int nxt = b->ring_ranks[(ring_idx + 1) % nring];
+        int prv = b->ring_ranks[(ring_idx + nring - 1) % nring];
+        next_fd = connect_next(&info[nxt], b->rank, b->nonce, b->deadline);
+        if (next_fd < 0)
+            return boot_err(b, next_fd, "cannot connect to rank %d at %s:%d (host %s): %s", nxt,
+                            info[nxt].addr, info[nxt].port, info[nxt].hostname, why(next_fd));
+        rc = accept_prev(b->lfd, prv, b->nonce, b->deadline, &prev_fd);
         if (rc) {
-            mg_seterr(err, errlen, 0, "waiting for rank %d (host %s) to connect: %s", prv,
-                      info[prv].hostname, why(rc));
-            goto out;
+            boot_err(b, rc, "waiting for rank %d (host %s) to connect: %s", prv, info[prv].hostname,
+                     why(rc));
+            close(next_fd);
+            return rc;
         }
-        rc =
-            mg_ring_create(&ring, nring, ring_idx, ring_ranks, next_fd, prev_fd, opts->tcp_segment);
+        rc = mg_ring_create(&b->ring, nring, ring_idx, b->ring_ranks, next_fd, prev_fd,
+                            b->opts->tcp_segment);
         if (rc) {
-            mg_seterr(err, errlen, 0, "cannot set up the ring: %s", mg_strerror(rc));
-            goto out;
+            boot_err(b, rc, "cannot set up the ring: %s", mg_strerror(rc));
+            close(next_fd);
+            close(prev_fd);
+            return rc;
         }
-        next_fd = prev_fd = -1;
     }
-    close(lfd);
-    lfd = -1;
+    close(b->lfd);
+    b->lfd = -1;
+    return 0;
+}
 
-    struct mg_cpu_parts parts = {.rank = rank,
-                                 .world = world,
-                                 .host_of = host_of,
-                                 .all_ring = all_ring,
-                                 .shm = shm,
-                                 .ring = ring,
-                                 .timeout_ms = timeout_ms,
-                                 .no_zerocopy = opts->no_zerocopy};
-    rc = mg_comm_cpu_assemble(&c, &parts);
-    if (rc) {
-        mg_seterr(err, errlen, 0, "cannot assemble the communicator: %s", mg_strerror(rc));
-        goto out;
-    }
-    shm = NULL;
-    ring = NULL;
-    /* Prove that every path works, within the setup deadline. */
-    int left = mg_ms_until(deadline);
+/* The communicator from its pieces, and a barrier over it that proves every
+ * path works, within the setup deadline. */
+static int assemble_and_check(struct boot *b, struct mg_comm **out)
+{
+    struct mg_cpu_parts parts = {.rank = b->rank,
+                                 .world = b->world,
+                                 .host_of = b->host_of,
+                                 .all_ring = b->all_ring,
+                                 .shm = b->shm,
+                                 .ring = b->ring,
+                                 .timeout_ms = b->timeout_ms,
+                                 .no_zerocopy = b->opts->no_zerocopy};
+    struct mg_comm *c;
+    int rc = mg_comm_cpu_assemble(&c, &parts);
+    if (rc)
+        return boot_err(b, rc, "cannot assemble the communicator: %s", mg_strerror(rc));
+    b->shm = NULL;
+    b->ring = NULL;
+    int left = mg_ms_until(b->deadline);
     rc = mg_comm_cpu_check(c, left > 0 ? left : 1);
     if (rc) {
-        mg_seterr(err, errlen, 0, "%s", mg_comm_errmsg(c));
-        goto out;
+        boot_err(b, rc, "%s", mg_comm_errmsg(c));
+        mg_comm_release(c);
+        return rc;
     }
     *out = c;
-    c = NULL;
+    return 0;
+}
 
-out:
-    if (shm_named)
-        mg_shm_unlink(shm_name);
-    mg_comm_release(c);
-    mg_shm_release(shm);
-    mg_ring_release(ring);
-    free(val);
-    if (lfd >= 0)
-        close(lfd);
-    if (next_fd >= 0)
-        close(next_fd);
-    if (prev_fd >= 0)
-        close(prev_fd);
-    free(info);
-    free(host_of);
-    free(first);
-    free(ring_ranks);
-    free(local_ranks);
+static void boot_release(struct boot *b)
+{
+    if (b->shm_named)
+        mg_shm_unlink(b->shm_name);
+    mg_shm_release(b->shm);
+    mg_ring_release(b->ring);
+    if (b->lfd >= 0)
+        close(b->lfd);
+    free(b->info);
+    free(b->host_of);
+    free(b->first);
+    free(b->ring_ranks);
+    free(b->local_ranks);
+}
+
+int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
+                       const struct mg_comm_opts *opts, char *err, size_t errlen)
+{
+    int world = opts->world, rank = opts->rank;
+    if (world < 2 || world > MAX_WORLD || rank < 0 || rank >= world || !store)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "invalid rank %d / world size %d for the cpu communicator", rank, world);
+    int timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : MG_COMM_TIMEOUT_DEFAULT_MS;
+    struct boot b = {
+        .opts = opts,
+        .store = store,
+        .rank = rank,
+        .world = world,
+        .timeout_ms = timeout_ms,
+        .deadline = mg_now_ms() + (opts->init_timeout_ms > 0 ? opts->init_timeout_ms : timeout_ms),
+        .err = err,
+        .errlen = errlen,
+        .lfd = -1,
+        .info = calloc((size_t)world, sizeof(struct rank_info)),
+        .host_of = calloc((size_t)world, sizeof(int)),
+        .first = calloc((size_t)world, sizeof(int)),
+        .local_ranks = calloc((size_t)world, sizeof(int)),
+        .ring_ranks = calloc((size_t)world, sizeof(int)),
+    };
+    int rc = 0;
+    if (!b.info || !b.host_of || !b.first || !b.local_ranks || !b.ring_ranks)
+        rc = boot_err(&b, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = agree_nonce(&b);
+    if (!rc)
+        rc = publish_self(&b);
+    if (!rc)
+        rc = read_peers(&b);
+    if (!rc)
+        rc = plan_hosts(&b);
+    if (!rc)
+        rc = attach_shm(&b);
+    if (!rc)
+        rc = connect_ring(&b);
+    if (!rc)
+        rc = assemble_and_check(&b, out);
+    boot_release(&b);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* Run-time loading and configuration of the BLAS (see blas.h). */
 #include "blas.h"
-#include "rtutil.h"
+#include "mg_err.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -56,8 +56,9 @@ static void load_once(void)
     }
     env_pop(&env_threads);
     if (!h) {
-        blas_rc = mg_errf(blas_err, -ENOENT, "cannot load a BLAS (libopenblas.so.0): %s",
-                          first_err ? first_err : "not found");
+        blas_rc = mg_seterr(blas_err, sizeof(blas_err), -ENOENT,
+                            "cannot load a BLAS (libopenblas.so.0): %s",
+                            first_err ? first_err : "not found");
         return;
     }
     *(void **)&blas.sgemm = dlsym(h, "cblas_sgemm");
@@ -65,7 +66,8 @@ static void load_once(void)
     char *(*corename)(void);
     *(void **)&corename = dlsym(h, "openblas_get_corename");
     if (!blas.sgemm) {
-        blas_rc = mg_errf(blas_err, -ENOENT, "%s has no cblas_sgemm", blas.library);
+        blas_rc =
+            mg_seterr(blas_err, sizeof(blas_err), -ENOENT, "%s has no cblas_sgemm", blas.library);
         return;
     }
     if (corename && corename())
@@ -77,9 +79,7 @@ int mg_blas_load(int threads, const struct mg_blas **out, char *err)
     blas_threads = threads;
     pthread_once(&blas_once, load_once);
     if (blas_rc < 0) {
-        if (err)
-            snprintf(err, MG_ERRMSG_LEN, "%s", blas_err);
-        return blas_rc;
+        return mg_seterr(err, MG_ERRMSG_LEN, blas_rc, "%s", blas_err);
     }
     if (blas.set_num_threads)
         blas.set_num_threads(threads > 0 ? threads : 1);

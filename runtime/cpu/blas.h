@@ -11,6 +11,8 @@
 #ifndef MG_BLAS_H
 #define MG_BLAS_H
 
+#include "mg_err.h"
+
 enum {
     MG_BLAS_ROW_MAJOR = 101,
     MG_BLAS_NO_TRANS = 111,
@@ -25,7 +27,8 @@ struct mg_blas {
     char core[32];                  /* OpenBLAS kernel family, "" for another BLAS */
 };
 
-/* Loads the BLAS once per process (later calls return the same one). */
+/* Loads the BLAS once per process (later calls return the same one). On
+ * failure the message is in err (MG_ERRMSG_LEN bytes). */
 int mg_blas_load(int threads, const struct mg_blas **out, char *err);
 
 #endif

@@ -1,6 +1,6 @@
 /* The CPU backend's own kernels (see cpu_kernels.h). Built with -O3 and
- * -ffp-contract=off (Makefile): no FMA contraction, so the AVX-512, AVX2 and
- * baseline clones produce identical results. */
+ * -ffp-contract=off (Makefile): no FMA contraction, so the AVX2 and baseline
+ * clones produce identical results. */
 #include "cpu_kernels.h"
 #include "rng.h"
 

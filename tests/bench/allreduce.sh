@@ -13,54 +13,32 @@
 # buffer) and on the zero-copy path. Bus bandwidth = size / time x 2(n-1)/n,
 # which is size / time for 2 ranks. (Up to 64 KB both paths are the same one
 # flag round.)
-set -u
-TOP=$(cd "$(dirname "$0")/../.." && pwd)
-MG_BUILD=${MG_BUILD:-build}
-case $MG_BUILD in /*) ;; *) MG_BUILD=$TOP/$MG_BUILD ;; esac
-RANKBIN=$MG_BUILD/tests/helpers/comm_rank
-FREEPORT=$MG_BUILD/tests/helpers/freeport
-PY=/usr/bin/python3
-[ -x "$RANKBIN" ] || { echo "allreduce.sh: $RANKBIN missing: run make first" >&2; exit 2; }
+. "$(dirname "$0")/../lib/bench.sh"
+RANKBIN=$HELPERS/comm_rank
+need "$RANKBIN"
 
 SIZES=${*:-4096 16384 65536 262144 1048576 4194304 16777216 67108864}
-W=$(mktemp -d "${TMPDIR:-/tmp}/mgbench.XXXXXX")
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # run2 OUT CMD...: two ranks of CMD on localhost; rank 0's stdout to OUT.
 run2() {
     out=$1
     shift
-    port=$("$FREEPORT")
-    pids=""
-    for r in 0 1; do
-        RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=$port TORCHELASTIC_USE_AGENT_STORE=False OMP_NUM_THREADS=1 \
-            "$@" >"$W/out.$r" 2>"$W/err.$r" &
-        pids="$pids $!"
-    done
     rc=0
-    for p in $pids; do wait "$p" || rc=1; done
-    pids=""
-    cat "$W/err.0" "$W/err.1" >&2
-    cp "$W/out.0" "$out"
+    run_ranks 2 "$T/rank" "$@" || rc=1
+    cat "$T/rank.err.0" "$T/rank.err.1" >&2
+    cp "$T/rank.out.0" "$out"
     return $rc
 }
 
-echo "allreduce, 2 ranks on $(hostname) ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "allreduce, 2 ranks on $(host_line)"
 fail=0
-run2 "$W/shm" env MG_COMM=auto "$RANKBIN" bench $SIZES || { echo "mg (shm) FAILED" >&2; fail=1; }
-run2 "$W/zc" env MG_COMM=auto "$RANKBIN" bench --registered $SIZES ||
+run2 "$T/shm" env MG_COMM=auto "$RANKBIN" bench $SIZES || { echo "mg (shm) FAILED" >&2; fail=1; }
+run2 "$T/zc" env MG_COMM=auto "$RANKBIN" bench --registered $SIZES ||
     { echo "mg (shm, registered) FAILED" >&2; fail=1; }
-run2 "$W/tcp" env MG_COMM=tcp "$RANKBIN" bench $SIZES || { echo "mg (tcp) FAILED" >&2; fail=1; }
+run2 "$T/tcp" env MG_COMM=tcp "$RANKBIN" bench $SIZES || { echo "mg (tcp) FAILED" >&2; fail=1; }
 have_gloo=0
-if $PY -c 'import torch.distributed' 2>/dev/null; then
-    if run2 "$W/gloo" $PY "$TOP/tests/bench/gloo_allreduce.py" $SIZES; then
+if have_torch; then
+    if run2 "$T/gloo" $PY "$TOP/tests/bench/gloo_allreduce.py" $SIZES; then
         have_gloo=1
     else
         echo "gloo reference FAILED" >&2
@@ -75,7 +53,7 @@ echo "memcpy bandwidth (64 MB, one core): $memcpy GB/s"
 echo "loopback TCP bandwidth (one stream, 1 MB writes): $tcpbw GB/s"
 echo
 
-awk -v have_gloo=$have_gloo -v memcpy="$memcpy" -v tcpbw="$tcpbw" -v W="$W" '
+awk -v have_gloo=$have_gloo -v memcpy="$memcpy" -v tcpbw="$tcpbw" -v W="$T" '
 function human(b) { return b >= 1048576 ? sprintf("%d MB", b / 1048576) : sprintf("%d KB", b / 1024) }
 BEGIN {
     while ((getline l < (W "/shm")) > 0) { split(l, f, " "); shm[f[1]] = f[2]; order[++n] = f[1] }

@@ -18,15 +18,8 @@
 # the CNN; mg's 2-process scaling efficiency over its 1-process run >= 85%; the
 # 2-process CNN test accuracy within 0.5 points of the 1-process run.
 # Each figure is checked for sense (finite, positive; accuracy above chance).
-set -u
-TOP=$(cd "$(dirname "$0")/../.." && pwd)
-MG_BUILD=${MG_BUILD:-build}
-case $MG_BUILD in /*) ;; *) MG_BUILD=$TOP/$MG_BUILD ;; esac
-TRAIN=$MG_BUILD/bin/train
-MGLAUNCH=$MG_BUILD/bin/mglaunch
-FREEPORT=$MG_BUILD/tests/helpers/freeport
-PY=/usr/bin/python3
-[ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || { echo "ddp.sh: build train and mglaunch first (make)" >&2; exit 2; }
+. "$(dirname "$0")/../lib/bench.sh"
+need "$TRAIN" "$MGLAUNCH"
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     { echo "ddp.sh: Fashion-MNIST missing (apt-get install dataset-fashion-mnist)" >&2; exit 2; }
 
@@ -47,15 +40,6 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-W=$(mktemp -d "${TMPDIR:-/tmp}/mgddp.XXXXXX")
-export TMPDIR=$W # mglaunch's default log directory lands here and goes with it
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 export OMP_NUM_THREADS=1
 fail=0
 
@@ -63,54 +47,43 @@ fail=0
 mg_rate() {
     n=$1
     shift
-    "$MGLAUNCH" --nproc_per_node "$n" "$TRAIN" --log-every 1000000 "$@" >"$W/mg.out" 2>&1 ||
-        { sed 's/^/  mg: /' "$W/mg.out" >&2; fail=1; echo 0; return; }
-    sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' "$W/mg.out" | tail -n 1
+    "$MGLAUNCH" --nproc_per_node "$n" "$TRAIN" --log-every 1000000 "$@" >"$T/mg.out" 2>&1 ||
+        { sed 's/^/  mg: /' "$T/mg.out" >&2; fail=1; echo 0; return; }
+    sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' "$T/mg.out" | tail -n 1
 }
 # pair_rate ARGS...: the summed samples/s of two independent 1-process runs at
 # the same time, without communication: what this machine gives two processes
 # at all (shared caches, memory bandwidth, a busy neighbour on a VM). mg's
 # 2-process rate over it is what communication costs.
 pair_rate() {
-    "$TRAIN" --log-every 1000000 "$@" >"$W/pair.a" 2>&1 &
-    pa=$!
-    pids=$pa
-    "$TRAIN" --log-every 1000000 "$@" >"$W/pair.b" 2>&1 || fail=1
-    wait "$pa" || fail=1
-    pids=""
-    cat "$W/pair.a" "$W/pair.b" | sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' |
+    spawn "$TRAIN" --log-every 1000000 "$@" >"$T/pair.a" 2>&1
+    "$TRAIN" --log-every 1000000 "$@" >"$T/pair.b" 2>&1 || fail=1
+    reap || fail=1
+    cat "$T/pair.a" "$T/pair.b" | sed -n 's/.*train: done: .*(\([0-9.]*\) samples\/s).*/\1/p' |
         awk '{ s += $1; n++ } END { print (n == 2) ? s : 0 }'
 }
-mg_acc() { sed -n 's/.*train: done: test accuracy \([0-9.]*\).*/\1/p' "$W/mg.out" | tail -n 1; }
+mg_acc() { sed -n 's/.*train: done: test accuracy \([0-9.]*\).*/\1/p' "$T/mg.out" | tail -n 1; }
 
+# median_mean: the median of the numbers on stdin, the mean of the two middle
+# ones for an even count (--repeat's runs)
+median_mean() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print 0 }'; }
+
+use_torch=0
+[ $MG_ONLY = 1 ] || ! have_torch || use_torch=1
 # torch_rate NPROC ARGS...: samples/s of ddp_ref.py
-# median of the numbers on stdin
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print 0 }'; }
-
-have_torch=0
-[ $MG_ONLY = 1 ] || ! $PY -c 'import torch.distributed' 2>/dev/null || have_torch=1
 torch_rate() {
     n=$1
     shift
-    [ $have_torch = 1 ] || { echo 0; return; }
-    port=$("$FREEPORT")
-    pids=""
-    for r in $(seq 0 $((n - 1))); do
-        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            $PY "$TOP/tests/bench/ddp_ref.py" "$@" >"$W/torch.$r" 2>"$W/torch.err.$r" &
-        pids="$pids $!"
-    done
-    rc=0
-    for p in $pids; do wait "$p" || rc=1; done
-    pids=""
-    [ $rc = 0 ] || { cat "$W"/torch.err.* >&2; fail=1; echo 0; return; }
-    sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' "$W/torch.0"
+    [ $use_torch = 1 ] || { echo 0; return; }
+    run_ranks "$n" "$T/torch" $PY "$TOP/tests/bench/ddp_ref.py" "$@" ||
+        { cat "$T"/torch.err.* >&2; fail=1; echo 0; return; }
+    sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' "$T/torch.out.0"
 }
 
-echo "DDP training, $(hostname) ($(getconf _NPROCESSORS_ONLN) cores), $(date -u +%Y-%m-%dT%H:%M:%SZ); batch 64 per process, 1 thread each"
+echo "DDP training, $(host_line); batch 64 per process, 1 thread each"
 if [ $MG_ONLY = 1 ]; then
     echo "(--mg-only: no PyTorch columns)"
-elif [ $have_torch = 0 ]; then
+elif [ $use_torch = 0 ]; then
     echo "(python3-torch not installed: no PyTorch columns; scripts/deps.sh --bench installs it)"
 fi
 [ "$REPEAT" = 1 ] || echo "(mg figures: medians of $REPEAT runs each)"
@@ -120,22 +93,22 @@ printf '%s\n' "------+----------------------------------------+-----------------
 for model in mlp cnn; do
     steps=$MLP_STEPS
     [ $model = cnn ] && steps=$CNN_STEPS
-    : >"$W/runs1"
-    : >"$W/runs2"
-    : >"$W/runsp"
+    : >"$T/runs1"
+    : >"$T/runs2"
+    : >"$T/runsp"
     for i in $(seq "$REPEAT"); do
-        mg_rate 1 --model $model --steps "$steps" --batch-size 64 >>"$W/runs1"
-        mg_rate 2 --model $model --steps "$steps" --batch-size 64 >>"$W/runs2"
-        pair_rate --model $model --steps "$steps" --batch-size 64 >>"$W/runsp"
+        mg_rate 1 --model $model --steps "$steps" --batch-size 64 >>"$T/runs1"
+        mg_rate 2 --model $model --steps "$steps" --batch-size 64 >>"$T/runs2"
+        pair_rate --model $model --steps "$steps" --batch-size 64 >>"$T/runsp"
     done
-    m1=$(median <"$W/runs1")
-    m2=$(median <"$W/runs2")
-    mp=$(median <"$W/runsp")
+    m1=$(median_mean <"$T/runs1")
+    m2=$(median_mean <"$T/runs2")
+    mp=$(median_mean <"$T/runsp")
     [ "$REPEAT" = 1 ] ||
-        echo "$model: 1 process $(tr '\n' ' ' <"$W/runs1")| 2 processes $(tr '\n' ' ' <"$W/runs2")| 2 alone $(tr '\n' ' ' <"$W/runsp")" >>"$W/runs"
+        echo "$model: 1 process $(tr '\n' ' ' <"$T/runs1")| 2 processes $(tr '\n' ' ' <"$T/runs2")| 2 alone $(tr '\n' ' ' <"$T/runsp")" >>"$T/runs"
     awk -v model=$model -v m2="$m2" -v mp="$mp" 'BEGIN { if (mp > 0)
         printf "%s: 2 independent processes at once (no communication): %.0f; mg 2 proc = %.0f%% of that\n",
-               model, mp, 100 * m2 / mp }' >>"$W/pairs"
+               model, mp, 100 * m2 / mp }' >>"$T/pairs"
     t1=$(torch_rate 1 --model $model --steps "$steps" --batch-size 64)
     t2=$(torch_rate 2 --model $model --steps "$steps" --batch-size 64)
     target=3
@@ -148,14 +121,14 @@ for model in mlp cnn; do
         verdict = ((ratio >= target || ratio == 0) && eff >= 0.85) ? "met" : "MISSED"
         printf "%-5s | %12.0f %12.0f %8.0f%% | %12s %12s | %7s %5sx %s\n", model, m1, m2,
                100 * eff, t1s, t2s, rs, target, verdict
-    }' | tee -a "$W/table"
+    }' | tee -a "$T/table"
     for v in "$m1" "$m2"; do
         awk -v v="$v" 'BEGIN { exit !(v > 0) }' || { echo "mg gave no rate for $model" >&2; fail=1; }
     done
 done
 
-[ -s "$W/pairs" ] && { echo; echo "the machine's own 2-process ceiling:"; sed 's/^/  /' "$W/pairs"; }
-[ -s "$W/runs" ] && { echo; echo "runs (samples/s):"; sed 's/^/  /' "$W/runs"; }
+[ -s "$T/pairs" ] && { echo; echo "the machine's own 2-process ceiling:"; sed 's/^/  /' "$T/pairs"; }
+[ -s "$T/runs" ] && { echo; echo "runs (samples/s):"; sed 's/^/  /' "$T/runs"; }
 
 if [ "$ACC_EPOCHS" -gt 0 ]; then
     echo

@@ -7,35 +7,14 @@
 #     backoff (0 ms for a first restart)
 # Every run must succeed and every worker must have run, or the benchmark fails.
 # Knobs: MG_BENCH_REPS (mglaunch runs per point, 20), MG_BENCH_TREPS (torchrun, 3).
-set -u
-TOP=$(cd "$(dirname "$0")/../.." && pwd)
-MG_BUILD=${MG_BUILD:-build}
-case $MG_BUILD in /*) ;; *) MG_BUILD=$TOP/$MG_BUILD ;; esac
-MGLAUNCH=$MG_BUILD/bin/mglaunch
-H=$MG_BUILD/tests/helpers
-FW=$H/fakeworker
-TORCHRUN=${TORCHRUN:-/usr/bin/torchrun}
+. "$(dirname "$0")/../lib/bench.sh"
+FW=$HELPERS/fakeworker
 REPS=${MG_BENCH_REPS:-20}
 TREPS=${MG_BENCH_TREPS:-3}
-OUT=$TOP/tests/bench/out
-T=$(mktemp -d "${TMPDIR:-/tmp}/mgbench.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-export TMPDIR=$T # the launchers' default log and temp directories land here
-mkdir -p "$OUT"
-
-for b in "$MGLAUNCH" "$FW" "$H/timeit"; do
-    [ -x "$b" ] || { echo "launch.sh: $b missing (run make)" >&2; exit 1; }
-done
-have_torchrun=0
-[ -x "$TORCHRUN" ] && have_torchrun=1
+need "$MGLAUNCH" "$FW" "$HELPERS/timeit"
 have_time=0
 [ -x /usr/bin/time ] && have_time=1
 fail=0
-# torchrun 1.13 under Python 3.11 crashes with its default -t 0 (and with -r/-t 3):
-# -r 1 -t 1 is the cheapest setting that runs.
-TR_ARGS="--monitor_interval 0.1 -r 1 -t 1"
 
 ms() { awk -v us="$1" 'BEGIN { printf "%.2f", us / 1000 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0) printf "%.0fx", b / a; else print "-" }'; }
@@ -59,9 +38,8 @@ check_ranks() {
 }
 
 {
-echo "mglaunch $("$MGLAUNCH" --version | cut -d' ' -f2) vs torchrun ($( [ $have_torchrun = 1 ] &&
-    /usr/bin/python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "not installed"))"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M UTC')"
+versions_line
+machine_line
 echo
 echo "startup: --standalone --nproc_per_node N /bin/true (median wall; mglaunch $REPS runs, torchrun $TREPS)"
 printf '  %-4s %14s %14s %9s\n' N mglaunch torchrun ratio
@@ -69,14 +47,14 @@ printf '  %-4s %14s %14s %9s\n' N mglaunch torchrun ratio
 
 for n in 1 2 8 32; do
     check_ranks mg "$n"
-    mg=$("$H/timeit" "$REPS" "$MGLAUNCH" --standalone --nproc_per_node "$n" /bin/true) || fail=1
+    mg=$("$HELPERS/timeit" "$REPS" "$MGLAUNCH" --standalone --nproc_per_node "$n" /bin/true) || fail=1
     mg_us=${mg%% *}
     tr_txt=n/a
     rt=-
-    if [ $have_torchrun = 1 ]; then
+    if have_torchrun; then
         check_ranks tr "$n"
         # shellcheck disable=SC2086
-        tr=$("$H/timeit" "$TREPS" "$TORCHRUN" --standalone --nproc_per_node "$n" $TR_ARGS \
+        tr=$("$HELPERS/timeit" "$TREPS" "$TORCHRUN" --standalone --nproc_per_node "$n" $TR_ARGS \
             --no_python /bin/true) || fail=1
         tr_us=${tr%% *}
         tr_txt="$(ms "$tr_us") ms"
@@ -91,7 +69,7 @@ trss=n/a
 if [ $have_time = 1 ]; then
     mgrss=$(/usr/bin/time -f %M "$MGLAUNCH" --standalone --nproc_per_node 8 /bin/true 2>&1 >/dev/null |
         tail -n 1)
-    if [ $have_torchrun = 1 ]; then
+    if have_torchrun; then
         # shellcheck disable=SC2086
         trss=$(/usr/bin/time -f %M "$TORCHRUN" --standalone --nproc_per_node 8 $TR_ARGS --no_python \
             /bin/true 2>&1 >/dev/null | tail -n 1)
@@ -131,8 +109,6 @@ latency() {
     echo $((($(cat "$d/start") - $(cat "$d/fail")) / 1000))
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-
 {
 echo
 echo "restart latency: rank 0 exits 1 -> its replacement starts (--max_restarts 1; backoff 0 ms"
@@ -152,7 +128,7 @@ for n in 1 8; do
     [ "$n" = 1 ] && lat1=$mg_us
     tr_txt=n/a
     rt=-
-    if [ $have_torchrun = 1 ]; then
+    if have_torchrun; then
         i=0
         : >"$T/lat.tr"
         while [ $i -lt "$TREPS" ]; do

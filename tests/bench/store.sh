@@ -12,36 +12,13 @@
 #
 # storebench checks its results (values read back, the add counter, every
 # rendezvous key seen) and the script fails when a run fails.
-set -u
-TOP=$(cd "$(dirname "$0")/../.." && pwd)
-MG_BUILD=${MG_BUILD:-build}
-case $MG_BUILD in /*) ;; *) MG_BUILD=$TOP/$MG_BUILD ;; esac
-HELPERS=$MG_BUILD/tests/helpers
+. "$(dirname "$0")/../lib/bench.sh"
 OPS1=${OPS1:-20000}
 OPS128=${OPS128:-200}
-PY=/usr/bin/python3
+need "$HELPERS/storesrv" "$HELPERS/storebench"
 
-for h in storesrv storebench; do
-    [ -x "$HELPERS/$h" ] || { echo "store.sh: $HELPERS/$h missing: run make first" >&2; exit 1; }
-done
-T=$(mktemp -d "${TMPDIR:-/tmp}/mgbench.XXXXXX")
-SRV=
-cleanup() {
-    [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-"$HELPERS/storesrv" --port-file "$T/port" &
-SRV=$!
-i=0
-while [ ! -s "$T/port" ]; do
-    i=$((i + 1))
-    [ $i -gt 200 ] && { echo "store.sh: storesrv did not start" >&2; exit 1; }
-    sleep 0.05
-done
+spawn "$HELPERS/storesrv" --port-file "$T/port"
+wait_for 10 test -s "$T/port" || { echo "store.sh: storesrv did not start" >&2; exit 1; }
 ADDR=127.0.0.1:$(cat "$T/port")
 
 # mg: one line per run, "op clients ops/s p50_us p99_us" / "rendezvous n ms ..."
@@ -62,7 +39,7 @@ done
 
 # torch.distributed.TCPStore, same work (no watch in TCPStore: no wake row).
 : >"$T/torch"
-if $PY -c 'import torch.distributed' 2>/dev/null; then
+if have_torch; then
     OPS1=$OPS1 OPS128=$OPS128 $PY - >"$T/torch" 2>"$T/torch.err" <<'PYEOF' || { echo "store.sh: torch reference failed:" >&2; cat "$T/torch.err" >&2; exit 1; }
 import datetime, os, threading, time
 import torch.distributed as dist

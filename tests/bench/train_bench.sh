@@ -21,28 +21,19 @@
 #                 choose OpenBLAS's kernels for both sides (unset: OpenBLAS picks from
 #                 the CPU). PyTorch's Linear uses the same OpenBLAS; its convolutions
 #                 use oneDNN, which always picks its own (AVX-512 where the CPU has it).
-set -u
-TOP=$(cd "$(dirname "$0")/../.." && pwd)
-B=${MG_BUILD:-build}
-case $B in /*) ;; *) B=$TOP/$B ;; esac
-TRAIN=$B/bin/train
-PEAK=$B/tests/helpers/blas_peak
-PY=/usr/bin/python3
+. "$(dirname "$0")/../lib/bench.sh"
+PEAK=$HELPERS/blas_peak
 MODELS=${MODELS:-mlp cnn}
 EPOCHS=${EPOCHS:-5}
 REPEAT=${REPEAT:-1}
-[ -x "$TRAIN" ] || { echo "train_bench: build first (make)" >&2; exit 1; }
-have_torch=1
-[ "${NO_TORCH:-0}" = 1 ] && have_torch=0
-$PY -c 'import torch' 2>/dev/null || have_torch=0
-[ $have_torch = 1 ] || echo "train_bench: PyTorch not available: mg only (apt-get install python3-torch)" >&2
+need "$TRAIN" "$PEAK"
+use_torch=1
+[ "${NO_TORCH:-0}" = 1 ] && use_torch=0
+[ $use_torch = 0 ] || have_torch || use_torch=0
+[ $use_torch = 1 ] || echo "train_bench: PyTorch not available: mg only (apt-get install python3-torch)" >&2
 
 # one thread everywhere, for both sides (PyTorch's BLAS ignores torch.set_num_threads)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 measure_peak() {
     "$PEAK" 1 2>/dev/null | awk '{ m = 0; for (i = 2; i <= NF; i++) if ($i > m) m = $i; print m }'
@@ -63,30 +54,30 @@ for model in $MODELS; do
     cnn) lr=0.02 acc_target=0.90 acc_floor=0.85 ratio_target=1.2 flops=22298112 ;;
     *) echo "train_bench: unknown model $model" >&2; exit 2 ;;
     esac
-    : >"$tmp/mg.$model"
-    : >"$tmp/pt.$model"
+    : >"$T/mg.$model"
+    : >"$T/pt.$model"
     i=0
     while [ $i -lt "$REPEAT" ]; do
         i=$((i + 1))
         "$TRAIN" --model $model --epochs "$EPOCHS" --lr $lr --momentum 0.9 --batch-size 64 \
-            --seed 0 --threads 1 --log-every 100000 >"$tmp/mg.out" 2>&1 ||
-            { cat "$tmp/mg.out" >&2; echo "train_bench: mg $model failed" >&2; exit 1; }
+            --seed 0 --threads 1 --log-every 100000 >"$T/mg.out" 2>&1 ||
+            { cat "$T/mg.out" >&2; echo "train_bench: mg $model failed" >&2; exit 1; }
         sed -n 's/.*done: test accuracy \([0-9.]*\).* samples in [0-9.]* s (\([0-9]*\) samples\/s).*/\1 \2/p' \
-            "$tmp/mg.out" >>"$tmp/mg.$model"
-        if [ $have_torch = 1 ]; then
+            "$T/mg.out" >>"$T/mg.$model"
+        if [ $use_torch = 1 ]; then
             $PY "$TOP/tests/bench/train_ref.py" --model $model --epochs "$EPOCHS" --lr $lr \
-                --momentum 0.9 --batch-size 64 --seed 0 >"$tmp/pt.out" 2>&1 ||
-                { cat "$tmp/pt.out" >&2; echo "train_bench: PyTorch $model failed" >&2; exit 1; }
+                --momentum 0.9 --batch-size 64 --seed 0 >"$T/pt.out" 2>&1 ||
+                { cat "$T/pt.out" >&2; echo "train_bench: PyTorch $model failed" >&2; exit 1; }
             $PY -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(r["test_accuracy"], r["samples_per_s"])' \
-                "$tmp/pt.out" >>"$tmp/pt.$model"
+                "$T/pt.out" >>"$T/pt.$model"
         fi
     done
-    mg_acc=$(cut -d' ' -f1 "$tmp/mg.$model" | head -1)
-    mg_sps=$(cut -d' ' -f2 "$tmp/mg.$model" | best)
+    mg_acc=$(cut -d' ' -f1 "$T/mg.$model" | head -1)
+    mg_sps=$(cut -d' ' -f2 "$T/mg.$model" | best)
     gflops=$(awk -v f=$flops -v s="$mg_sps" 'BEGIN { printf "%.1f", f * s / 1e9 }')
-    if [ $have_torch = 1 ]; then
-        pt_acc=$(cut -d' ' -f1 "$tmp/pt.$model" | head -1)
-        pt_sps=$(cut -d' ' -f2 "$tmp/pt.$model" | best)
+    if [ $use_torch = 1 ]; then
+        pt_acc=$(cut -d' ' -f1 "$T/pt.$model" | head -1)
+        pt_sps=$(cut -d' ' -f2 "$T/pt.$model" | best)
         ratio=$(awk -v a="$mg_sps" -v b="$pt_sps" 'BEGIN { printf "%.2f", a / b }')
     else
         pt_acc=- pt_sps=- ratio=-

@@ -1,5 +1,5 @@
 /* A scripted rendezvous agent for the protocol tests: joins rounds through
- * launcher/rdzv/rdzv_proto.c exactly as mglaunch does (in steps, one thread; the
+ * launcher/rdzv/rdzv_proto.h exactly as mglaunch does (in steps, one thread; the
  * agent hosting the store serves it between the steps), but instead of
  * running workers it follows a script and prints one line per event on stdout.
  *
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 static struct mg_rdzv *rdzv;
-static struct mg_rdzv_host *host;
+static struct mg_kv_host *host;
 static int64_t t0;
 static char *steps;
 
@@ -35,7 +35,7 @@ static char *steps;
 static void between_steps(void)
 {
     if (host)
-        mg_rdzv_host_serve(host, mg_rdzv_wait_ms(rdzv));
+        mg_kv_host_serve(host, mg_rdzv_wait_ms(rdzv));
 }
 
 static int step_block(void)
@@ -50,7 +50,7 @@ static void quit(int code)
         while (!mg_rdzv_close_step(rdzv))
             between_steps();
     mg_rdzv_release(rdzv);
-    mg_rdzv_host_release(host);
+    mg_kv_host_release(host);
     free(steps);
     exit(code);
 }
@@ -119,7 +119,7 @@ static void pause_serving(int ms)
 {
     int64_t end = mg_now_ms() + ms;
     while (mg_now_ms() < end)
-        mg_rdzv_host_serve(host, mg_ms_until(end));
+        mg_kv_host_serve(host, mg_ms_until(end));
 }
 
 /* The event loop of a real agent, minus the workers. */
@@ -130,7 +130,7 @@ static void run(int ms)
         int t = mg_rdzv_timeout_ms(rdzv), left = mg_ms_until(end);
         if (t < 0 || t > left)
             t = left;
-        mg_rdzv_host_serve(host, t);
+        mg_kv_host_serve(host, t);
         enum mg_rdzv_event ev = mg_rdzv_tick(rdzv);
         if (ev == MG_RDZV_RESTART) {
             event("restart");
@@ -216,7 +216,7 @@ int main(int argc, char **argv)
     }
     if (is_host > -2)
         conf.is_host = is_host;
-    struct mg_rdzv_setup s = {
+    struct mg_kv_open_opts s = {
         .backend = b,
         .endpoint = endpoint,
         .run_id = run_id,
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
         .abort_fd = -1,
         .node_rank = node_rank,
     };
-    rc = mg_rdzv_backend_open(&s, &kv, &host, ns, sizeof(ns), err, sizeof(err));
+    rc = mg_kv_open(&s, &kv, &host, ns, sizeof(ns), err, sizeof(err));
     if (rc < 0) {
         printf("error rc=%d (%s) msg=%s\n", rc, mg_strerror(rc), err);
         return 1;

@@ -45,9 +45,13 @@ like "$out" "local rank 1   rank 1    pid [0-9]+ +failed: exit 3 after [^\"]*\"K
 like "$out" "local rank 0   rank 0    pid [0-9]+ +stopped: killed by SIGTERM \\(exit 143\\)" \
     "the stopped rank"
 like "$out" "Root cause \\(first failure\\):
-  rank 1 \\(local rank 1, pid [0-9]+\\) on $(hostname), attempt 0, at " "root cause"
-like "$out" "  message: KeyError: 'lr'" "root cause message from error.json"
-like "$out" "  logs: $L/bad1/attempt_0/1" "root cause logs"
+  rank      : 1 \\(local rank 1\\)
+  host      : $(hostname)
+  pid       : [0-9]+
+  attempt   : 0 \\(restart 0\\)
+  time      : " "root cause"
+like "$out" "  message   : KeyError: 'lr'" "root cause message from error.json"
+like "$out" "  logs      : $L/bad1/attempt_0/1" "root cause logs"
 out=$("$MGLAUNCH" logs "$L" --run ok1)
 like "$out" "run ok1 \\($L/ok1\\)" "--run selects a run"
 out=$("$MGLAUNCH" logs "$L" --attempt 0)

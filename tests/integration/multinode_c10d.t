@@ -18,10 +18,7 @@ C="--nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint $EP"
 # 2 nodes
 node 0 a $C --nnodes 2 --rdzv_id two --rdzv_conf "$MN_HB$HOST0" "$MN_WORKER" --reach
 node 1 b $C --nnodes 2 --rdzv_id two --rdzv_conf "$MN_HB$OTHER" "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "2 nodes x 2 workers on c10d: both agents succeed"
+check_exits "2 nodes x 2 workers on c10d: both agents succeed" "0 0" a b
 check_world "2 nodes: ranks 0..3, world 4, one master, reachable from every host" 4 a b
 if [ "$HOSTS_MODE" = netns ]; then
     like "$(grep -h '^env' "$T/a.out" | head -n 1)" "master=$(host_addr 0):" \
@@ -33,25 +30,16 @@ node 0 a $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB$HOST0" "$MN_WORKER" -
 node 1 b $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB$OTHER" "$MN_WORKER" --reach
 node 2 c $C --nnodes 3 --rdzv_id three --local_addr "$(host_addr 2)" --rdzv_conf "$MN_HB$OTHER" \
     "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-rc_b=$RC
-node_wait c
-is "$rc_a $rc_b $RC" "0 0 0" "3 nodes x 2 workers on c10d: all succeed"
+check_exits "3 nodes x 2 workers on c10d: all succeed" "0 0 0" a b c
 check_world "3 nodes: ranks 0..5, world 6, one master, reachable from every host" 6 a b c
 
 # A wrong token is refused with a clear message; the right ones form the job.
 node 0 a $C --nnodes 2 --rdzv_id tok --rdzv_conf "$MN_HB$HOST0,token=s3cret" "$MN_WORKER" --reach --sleep 1
 node 2 c $C --nnodes 2 --rdzv_id tok --rdzv_conf "$MN_HB$OTHER,token=wrong,join_timeout=3" "$MN_WORKER"
 MG_RDZV_TOKEN=s3cret node 1 b $C --nnodes 2 --rdzv_id tok --rdzv_conf "$MN_HB$OTHER" "$MN_WORKER" --reach
-node_wait c
-is "$RC" 1 "a wrong token: the agent exits 1"
+check_exits "a wrong token: the agent exits 1" 1 c
 ok out_has c "authentication failed"
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "the job with the right token (one via MG_RDZV_TOKEN) runs"
+check_exits "the job with the right token (one via MG_RDZV_TOKEN) runs" "0 0" a b
 check_world "token job: ranks 0..3" 4 a b
 
 # Garbage, an oversized length and a bad handshake against the store while
@@ -66,10 +54,7 @@ like "$out" "reply op=error status=3" "a 4 GiB frame length: answered TOOBIG, co
 out=$(on 2 $RAW send 5858585858585858585858585858585858585858585858585858585858585858585858585858585858585858 expect-eof 5000 2>&1)
 like "$out" "eof after" "a bad magic: dropped"
 node 1 b $C --nnodes 2 --rdzv_id raw --rdzv_conf "$MN_HB$OTHER" "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "garbage from a raw client does not break the rendezvous"
+check_exits "garbage from a raw client does not break the rendezvous" "0 0" a b
 check_world "after the garbage: ranks 0..3" 4 a b
 
 # An endpoint name that does not resolve yet (a Kubernetes service not yet
@@ -84,10 +69,7 @@ if command -v unshare >/dev/null 2>&1 && unshare -m true 2>/dev/null; then
     PID_b=$!
     sleep 1
     echo "$(host_addr 0) mg-late-name" >>"$T/hosts"
-    node_wait a
-    rc_a=$RC
-    node_wait b
-    is "$rc_a $RC" "0 0" "an endpoint name published late is retried until it resolves"
+    check_exits "an endpoint name published late is retried until it resolves" "0 0" a b
     check_world "late name: ranks 0..3" 4 a b
 else
     diag "unshare -m unavailable: the late-name case is not run"
@@ -102,10 +84,7 @@ for i in 0 1; do
         PET_RDZV_ID=pet PET_LOCAL_ADDR="$(host_addr $i)" PET_RDZV_CONF="$MN_HB,is_host=$ih" \
         node $i "p$i" "$MN_WORKER" --reach
 done
-node_wait p0
-rc_a=$RC
-node_wait p1
-is "$rc_a $RC" "0 0" "PET_* variables alone configure a 2-node job"
+check_exits "PET_* variables alone configure a 2-node job" "0 0" p0 p1
 check_world "PET job: ranks 0..3" 4 p0 p1
 like "$(grep -h '^env' "$T/p0.out" | head -n 1)" "master=$(host_addr 0):" \
     "PET_LOCAL_ADDR of rank 0 is MASTER_ADDR"
@@ -113,7 +92,6 @@ like "$(grep -h '^env' "$T/p0.out" | head -n 1)" "master=$(host_addr 0):" \
 # No --rdzv_id: a warning that explains the risk.
 node 0 a $C --nnodes 2 --rdzv_conf "$MN_HB$HOST0" "$MN_WORKER"
 node 1 b $C --nnodes 2 --rdzv_conf "$MN_HB$OTHER" "$MN_WORKER"
-node_wait a
-node_wait b
+nodes_wait a b
 ok out_has a "warning: no --rdzv_id.*same --rdzv_endpoint would join"
 done_testing

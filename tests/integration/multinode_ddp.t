@@ -20,10 +20,7 @@ node 0 a $C --nnodes 2 --nproc_per_node 2 --rdzv_id ddp2 --rdzv_conf "$MN_HB$HOS
     "$TRAIN" $DATA --steps 60 --log-every 30
 node 1 b $C --nnodes 2 --nproc_per_node 2 --rdzv_id ddp2 --rdzv_conf "$MN_HB$OTHER" \
     "$TRAIN" $DATA --steps 60 --log-every 30
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "DDP on 2 hosts x 2 workers: both agents succeed"
+check_exits "DDP on 2 hosts x 2 workers: both agents succeed" "0 0" a b
 ok out_has a "train: 4 processes, cpu: .*4 ranks on 2 hosts"
 ok out_has a "train: done: test accuracy"
 
@@ -37,12 +34,7 @@ ok wait_for 30 out_has a "3 processes"
 node 3 d $C --nnodes 2:3 --nproc_per_node 1 --rdzv_id el --rdzv_conf "$MN_HB$OTHER" $W
 ok wait_for 60 out_has a "^step [3-9]00/1500"
 kill -KILL "$PID_c"
-node_wait a
-rc_a=$RC
-node_wait b
-rc_b=$RC
-node_wait d
-is "$rc_a $rc_b $RC" "0 0 0" "a node SIGKILLed mid-run: the job re-forms and completes"
+check_exits "a node SIGKILLed mid-run: the job re-forms and completes" "0 0 0" a b d
 ok out_has a "re-forming the group"
 ok out_has a "train: resumed from .*step [1-9][0-9]*"
 unlike "$(cat "$T/a.out" "$T/a.err")" "resharding" "the spare keeps the world size: no resharding"

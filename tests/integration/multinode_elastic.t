@@ -27,11 +27,7 @@ node 2 c $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB$OTHER" $W
 ok wait_for 30 out_has a "train: 6 processes"
 ok wait_for 60 sh -c "ls '$CK' 2>/dev/null | grep -q '[.]done$'"
 kill -KILL "$PID_c"
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "2:3, a node SIGKILLed: the survivors re-form and finish the training"
-[ "$rc_a$RC" = 00 ] || node_show a b
+check_exits "2:3, a node SIGKILLed: the survivors re-form and finish the training" "0 0" a b
 # (the survivors' workers usually notice first: their allreduce with the dead ones breaks)
 ok out_has a "re-forming the group"
 ok out_has a "train: 4 processes, cpu: .*4 ranks on 2 hosts|train: 4 processes, cpu: shared memory"
@@ -50,11 +46,9 @@ node 1 b $C --nnodes 3 --rdzv_id min3 --rdzv_conf "$MN_HB$OTHER" $W
 node 2 c $C --nnodes 3 --rdzv_id min3 --rdzv_conf "$MN_HB$OTHER" $W
 ok wait_for 20 sh -c "[ \$(grep -c '^env' $T/a.out $T/b.out $T/c.out | awk -F: '{s+=\$2} END {print s}') -ge 6 ]"
 kill -KILL "$PID_c"
-node_wait b
-rc_b=$RC
-node_wait a
-is "$rc_a$RC" "$rc_a$rc_b" "3:3, a node SIGKILLed: both survivors exit"
-ok test "$RC" -ne 0 -a "$rc_b" -ne 0
+nodes_wait b a
+is "$RC_a" "$RC_b" "3:3, a node SIGKILLed: both survivors exit"
+ok test "$RC_a" -ne 0 -a "$RC_b" -ne 0
 ok out_has b "stopped sending heartbeats; 2 node\(s\) left, fewer than the minimum 3"
 
 # Scale-up: 2 nodes of 2:3 run, a third arrives and the group grows.
@@ -63,12 +57,7 @@ node 0 a $C --nnodes 2:3 --rdzv_id grow --rdzv_conf "$MN_HB$HOST0,last_call_time
 node 1 b $C --nnodes 2:3 --rdzv_id grow --rdzv_conf "$MN_HB$OTHER,last_call_timeout=0.5" $W
 ok wait_for 20 sh -c "[ \$(grep -c '^reach ok' $T/a.out $T/b.out | awk -F: '{s+=\$2} END {print s}') -ge 4 ]"
 node 2 c $C --nnodes 2:3 --rdzv_id grow --rdzv_conf "$MN_HB$OTHER,last_call_timeout=0.5" $W
-node_wait a
-rc_a=$RC
-node_wait b
-rc_b=$RC
-node_wait c
-is "$rc_a $rc_b $RC" "0 0 0" "a node joining mid-run: all three finish"
+check_exits "a node joining mid-run: all three finish" "0 0 0" a b c
 ok out_has a "re-forming the group.*waiting to join"
 is "$(grep '^env' "$T/c.out" | tail -n 1 | sed 's/.* group_rank=\([0-9]*\) .*/\1/')" 2 \
     "the newcomer is node rank 2"
@@ -78,18 +67,12 @@ check_world "the grown group: ranks 0..5" 6 a b c
 W="$MN_WORKER --reach --fail 3:7"
 node 0 a $C --nnodes 2 --max_restarts 1 --rdzv_id fail1 --rdzv_conf "$MN_HB$HOST0" $W
 node 1 b $C --nnodes 2 --max_restarts 1 --rdzv_id fail1 --rdzv_conf "$MN_HB$OTHER" $W
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "rank 3 fails once, --max_restarts 1: both nodes restart and succeed"
+check_exits "rank 3 fails once, --max_restarts 1: both nodes restart and succeed" "0 0" a b
 is "$(grep -c '^env.* restart=1 ' "$T/a.out")" 2 "node 0's workers ran again with TORCHELASTIC_RESTART_COUNT=1"
 
 W="$MN_WORKER --fail 3:7 --sleep 30"
 node 0 a $C --nnodes 2 --max_restarts 0 --rdzv_id fail0 --rdzv_conf "$MN_HB$HOST0" $W
 node 1 b $C --nnodes 2 --max_restarts 0 --rdzv_id fail0 --rdzv_conf "$MN_HB$OTHER" $W
-node_wait b
-rc_b=$RC
-node_wait a
-is "$rc_b $RC" "7 7" "no restarts left: both nodes exit with the failed worker's code"
+check_exits "no restarts left: both nodes exit with the failed worker's code" "7 7" b a
 ok out_has a "rank 3 .* exited with code 7"
 done_testing

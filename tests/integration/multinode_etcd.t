@@ -21,21 +21,13 @@ C="--nproc_per_node 2 --rdzv_backend etcd --rdzv_endpoint $ETCD_EP"
 
 node 0 a $C --nnodes 2 --rdzv_id two --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
 node 1 b $C --nnodes 2 --rdzv_id two --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "2 nodes x 2 workers on etcd: both agents succeed"
+check_exits "2 nodes x 2 workers on etcd: both agents succeed" "0 0" a b
 check_world "2 nodes: ranks 0..3, world 4, one master, reachable from every host" 4 a b
 
 node 0 a $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
 node 1 b $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
 node 2 c $C --nnodes 3 --rdzv_id three --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-rc_b=$RC
-node_wait c
-is "$rc_a $rc_b $RC" "0 0 0" "3 nodes x 2 workers on etcd: all succeed"
+check_exits "3 nodes x 2 workers on etcd: all succeed" "0 0 0" a b c
 check_world "3 nodes: ranks 0..5, world 6, one master, reachable from every host" 6 a b c
 
 # Any node may die with etcd (no agent holds the state): here node 0.
@@ -45,10 +37,7 @@ node 1 b $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB" $W
 node 2 c $C --nnodes 2:3 --rdzv_id kill --rdzv_conf "$MN_HB" $W
 ok wait_for 20 sh -c "[ \$(grep -c '^reach ok' $T/a.out $T/b.out $T/c.out | awk -F: '{s+=\$2} END {print s}') -ge 6 ]"
 kill -KILL "$PID_a"
-node_wait b
-rc_b=$RC
-node_wait c
-is "$rc_b $RC" "0 0" "2:3 on etcd, node 0 SIGKILLed: the survivors re-form and finish"
+check_exits "2:3 on etcd, node 0 SIGKILLed: the survivors re-form and finish" "0 0" b c
 check_world "the survivors: ranks 0..3" 4 b c
 
 # etcd goes away mid-run.
@@ -57,14 +46,10 @@ node 0 a $C --nnodes 2 --rdzv_id gone --rdzv_conf "$MN_HB" $W
 node 1 b $C --nnodes 2 --rdzv_id gone --rdzv_conf "$MN_HB" $W
 ok wait_for 20 sh -c "[ \$(grep -c '^env' $T/a.out $T/b.out | awk -F: '{s+=\$2} END {print s}') -ge 4 ]"
 etcd_stop
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "1 1" "etcd stopped mid-run: the agents stop the job and exit 1"
+check_exits "etcd stopped mid-run: the agents stop the job and exit 1" "1 1" a b
 ok out_has a "lost the rendezvous backend: .*etcd http://$ETCD_EP"
 
 node 0 a $C --nnodes 2 "$MN_WORKER"
-node_wait a
-is "$RC" 2 "etcd without --rdzv_id: refused"
+check_exits "etcd without --rdzv_id: refused" 2 a
 ok out_has a "rdzv_id is required with --rdzv_backend etcd.*share their rendezvous"
 done_testing

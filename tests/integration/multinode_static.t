@@ -16,10 +16,7 @@ C="--nproc_per_node 2 --master_addr $M --master_port $PORT --rdzv_conf $MN_HB"
 
 node 0 a $C --nnodes 2 --node_rank 0 "$MN_WORKER" --reach
 node 1 b $C --nnodes 2 --node_rank 1 "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-is "$rc_a $RC" "0 0" "static, 2 nodes x 2 workers: both succeed"
+check_exits "static, 2 nodes x 2 workers: both succeed" "0 0" a b
 check_world "static 2 nodes: ranks 0..3, world 4, one master, reachable" 4 a b
 is "$(grep '^env' "$T/b.out" | head -n 1 | sed 's/.* group_rank=\([0-9]*\) .*/\1/')" 1 \
     "--node_rank 1 is GROUP_RANK 1"
@@ -29,12 +26,7 @@ node 2 c $C --nnodes 3 --node_rank 2 "$MN_WORKER" --reach
 node 1 b $C --nnodes 3 --node_rank 1 "$MN_WORKER" --reach
 sleep 0.2
 node 0 a $C --nnodes 3 --node_rank 0 "$MN_WORKER" --reach
-node_wait a
-rc_a=$RC
-node_wait b
-rc_b=$RC
-node_wait c
-is "$rc_a $rc_b $RC" "0 0 0" "static, 3 nodes started in reverse: all succeed"
+check_exits "static, 3 nodes started in reverse: all succeed" "0 0 0" a b c
 check_world "static 3 nodes: ranks 0..5" 6 a b c
 is "$(grep '^env' "$T/c.out" | sed 's/.* rank=\([0-9]*\) .*/\1/' | sort -n | tr '\n' ' ')" "4 5 " \
     "node_rank 2 holds global ranks 4 and 5"
@@ -42,10 +34,8 @@ is "$(grep '^env' "$T/c.out" | sed 's/.* rank=\([0-9]*\) .*/\1/' | sort -n | tr 
 # Two nodes claiming one rank: a clear error.
 node 0 a $C --nnodes 2 --node_rank 0 "$MN_WORKER"
 node 1 b $C --nnodes 2 --node_rank 0 "$MN_WORKER"
-node_wait a
-rc_a=$RC
-node_wait b
-ok test "$rc_a" -ne 0 -a "$RC" -ne 0
+nodes_wait a b
+ok test "$RC_a" -ne 0 -a "$RC_b" -ne 0
 ok out_has b "node_rank 0 given to two nodes"
 
 # A Slurm job step of 3 nodes, no flags but the program's.
@@ -57,11 +47,7 @@ for i in 0 1 2; do
     SLURM_JOB_ID=4242 SLURM_NNODES=3 SLURM_NODEID=$i SLURM_JOB_NODELIST="$LIST" \
         node $i "s$i" --nproc_per_node 2 --master_port "$PORT" --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
 done
-for i in 0 1 2; do
-    node_wait "s$i"
-    eval "rc_$i=$RC"
-done
-is "$rc_0 $rc_1 $rc_2" "0 0 0" "Slurm fixture ($LIST): 3 nodes formed from SLURM_* alone"
+check_exits "Slurm fixture ($LIST): 3 nodes formed from SLURM_* alone" "0 0 0" s0 s1 s2
 check_world "Slurm: ranks 0..5, world 6" 6 s0 s1 s2
 is "$(grep '^env' "$T/s2.out" | head -n 1 | sed 's/.* group_rank=\([0-9]*\) .*/\1/')" 2 \
     "SLURM_NODEID 2 is GROUP_RANK 2"

@@ -5,6 +5,11 @@
 #   node I NAME ARGS...   starts `mglaunch ARGS...` on host I in the background;
 #                         output in $T/NAME.out / $T/NAME.err, pid in PID_NAME
 #   node_wait NAME        waits for it; its exit status in $RC
+#   nodes_wait NAMES...   waits for each, in that order; their exit statuses in
+#                         RC_NAME and, space-separated, in $RCS
+#   check_exits DESC WANT NAMES...
+#                         nodes_wait NAMES, then one test: $RCS is WANT ("0 0");
+#                         when it is not, the agents' last lines follow
 #   check_world DESC W NAMES...
 #                         the workers of the agents NAMES together have ranks
 #                         0..W-1 once each, WORLD_SIZE W, one MASTER_ADDR:PORT,
@@ -38,6 +43,24 @@ node() {
 node_wait() {
     eval "wait \$PID_$1"
     RC=$?
+}
+
+nodes_wait() {
+    RCS=
+    for _nw in "$@"; do
+        node_wait "$_nw"
+        eval "RC_$_nw=\$RC"
+        RCS="${RCS:+$RCS }$RC"
+    done
+}
+
+check_exits() {
+    _ce_desc=$1
+    _ce_want=$2
+    shift 2
+    nodes_wait "$@"
+    is "$RCS" "$_ce_want" "$_ce_desc"
+    [ "$RCS" = "$_ce_want" ] || node_show "$@"
 }
 
 out_has() { cat "$T/$1.out" "$T/$1.err" 2>/dev/null | grep -Eq -- "$2"; }

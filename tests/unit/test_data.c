@@ -5,7 +5,6 @@
 #include "data.h"
 #include "gold.h"
 #include "mg_err.h"
-#include "rtutil.h"
 #include "sampler.h"
 #include "tap.h"
 

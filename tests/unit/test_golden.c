@@ -8,7 +8,7 @@
 #include "gold.h"
 #include "models.h"
 #include "optim.h"
-#include "rtutil.h"
+#include "mg_err.h"
 #include "tap.h"
 
 static struct mg_backend *be;

@@ -12,7 +12,7 @@
 #include "backend.h"
 #include "models.h"
 #include "rng.h"
-#include "rtutil.h"
+#include "mg_err.h"
 #include "tap.h"
 
 static struct mg_backend *be;

@@ -1,7 +1,10 @@
-/* Worker process helpers (launcher/proc.h): the worker environment,
- * GPU counting with CUDA_VISIBLE_DEVICES rules, program lookup, spawning
- * with exec-failure reporting, and signal names. */
+/* Worker process helpers: the worker environment and program lookup
+ * (workerenv.h), GPU counting with CUDA_VISIBLE_DEVICES rules (gpus.h),
+ * spawning with exec-failure reporting (spawn.h), and signal names (proc.h). */
+#include "gpus.h"
 #include "proc.h"
+#include "spawn.h"
+#include "workerenv.h"
 #include "tap.h"
 
 #include <errno.h>
@@ -126,6 +129,23 @@ static void test_gpus(void)
     is_int(mg_gpu_count_visible("GPU-abc,MIG-def", 1), 2, "UUIDs count");
     is_int(mg_gpu_count_visible("1, 0", 2), 2, "spaces tolerated");
     is_int(mg_gpu_count_visible("0,x", 2), 1, "stops at garbage");
+
+    struct mg_launch_opts o;
+    char err[256], cvd[MG_GPU_IDS_MAX];
+    char *with[] = {"mglaunch", "--nproc_per_node", "2", "--gpu_ids", "3,1", "prog", NULL};
+    if (mg_opts_parse(&o, 6, with, NULL, err, sizeof(err)))
+        BAIL_OUT("options: %s", err);
+    mg_gpu_visible_devices(&o, 2, cvd, sizeof(cvd));
+    is_str(cvd, "3,1", "--gpu_ids: CUDA_VISIBLE_DEVICES in local-rank order");
+    mg_gpu_visible_devices(&o, 1, cvd, sizeof(cvd));
+    is_str(cvd, "3", "only the local ranks that run");
+    mg_opts_release(&o);
+    char *without[] = {"mglaunch", "prog", NULL};
+    if (mg_opts_parse(&o, 2, without, NULL, err, sizeof(err)))
+        BAIL_OUT("options: %s", err);
+    mg_gpu_visible_devices(&o, 1, cvd, sizeof(cvd));
+    is_str(cvd, "", "no --gpu_ids: the inherited value is left alone");
+    mg_opts_release(&o);
 }
 
 static void test_prog(void)

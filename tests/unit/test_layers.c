@@ -7,7 +7,6 @@
 #include "mg_err.h"
 #include "model.h"
 #include "models.h"
-#include "rtutil.h"
 #include "tap.h"
 
 #include <errno.h>

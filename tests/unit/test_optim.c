@@ -3,7 +3,7 @@
  * timeout: 30 */
 #include "backend.h"
 #include "optim.h"
-#include "rtutil.h"
+#include "mg_err.h"
 #include "tap.h"
 
 #include <errno.h>

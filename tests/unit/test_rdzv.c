@@ -78,9 +78,9 @@ int main(void)
         order(v, 3, "q r p", "a fixed --node_rank (static) decides over everything");
     }
 
-    ok(mg_rdzv_is_local_host("127.0.0.1"), "127.0.0.1 is this machine");
-    ok(mg_rdzv_is_local_host("localhost"), "localhost is this machine");
-    ok(!mg_rdzv_is_local_host("192.0.2.77"), "a TEST-NET address is not");
-    ok(!mg_rdzv_is_local_host("nosuchhost.invalid"), "an unknown name is not");
+    ok(mg_kv_is_local_host("127.0.0.1"), "127.0.0.1 is this machine");
+    ok(mg_kv_is_local_host("localhost"), "localhost is this machine");
+    ok(!mg_kv_is_local_host("192.0.2.77"), "a TEST-NET address is not");
+    ok(!mg_kv_is_local_host("nosuchhost.invalid"), "an unknown name is not");
     return done_testing();
 }

@@ -3,7 +3,7 @@
  * (launcher/rdzv/kv_store.c) and the in-process backend of the agent hosting the
  * store (launcher/rdzv/kv_hosted.c), both on a real server, served here by its
  * thread. Then what is the host's alone: its loop learns of remote changes
- * from mg_rdzv_host_process, with the server driven by one thread as in
+ * from mg_kv_host_process, with the server driven by one thread as in
  * mglaunch; and how it tells whether its endpoint leads to its own store.
  * And the client gives up a call to a store that stopped answering as soon
  * as its abort_fd is readable (the launcher's terminating signals).
@@ -37,8 +37,8 @@ static struct mg_kv *open_client(void *ctx)
 static struct mg_kv *open_local(void *ctx)
 {
     struct mg_kv *kv = NULL;
-    if (mg_kv_local_open(&kv, srv, "127.0.0.1:test") < 0)
-        BAIL_OUT("mg_kv_local_open");
+    if (mg_kv_hosted_open(&kv, srv, "127.0.0.1:test") < 0)
+        BAIL_OUT("mg_kv_hosted_open");
     return kv;
 }
 
@@ -65,9 +65,9 @@ static pid_t remote_set(int p, const char *key, int delay_ms)
 static void host_loop(void)
 {
     struct mg_rdzv_conf conf;
-    struct mg_rdzv_setup s = {
+    struct mg_kv_open_opts s = {
         .backend = MG_RDZV_C10D, .run_id = "hl", .conf = &conf, .abort_fd = -1, .node_rank = -1};
-    struct mg_rdzv_host *h = NULL;
+    struct mg_kv_host *h = NULL;
     struct mg_kv *kv = NULL;
     char ep[64], ns[MG_KV_MAX_KEY], err[512], k[MG_KV_MAX_KEY + 8];
     int rc, st;
@@ -80,15 +80,15 @@ static void host_loop(void)
     snprintf(ep, sizeof(ep), "127.0.0.1:%d", p0);
     s.endpoint = ep;
     s.deadline_ms = mg_now_ms() + 5000;
-    rc = mg_rdzv_backend_open(&s, &kv, &h, ns, sizeof(ns), err, sizeof(err));
+    rc = mg_kv_open(&s, &kv, &h, ns, sizeof(ns), err, sizeof(err));
     ok(rc == 0 && h && kv, "hosting: the backend opens with the store here (%s)", rc ? err : "");
     if (rc)
         return;
-    is_str(kv->ops->name, "local", "hosting: the agent's own backend is the in-process one");
-    is_int(mg_rdzv_host_port(h), p0, "hosting: on the endpoint's port");
+    is_str(kv->ops->name, "hosted", "hosting: the agent's own backend is the in-process one");
+    is_int(mg_kv_host_port(h), p0, "hosting: on the endpoint's port");
     {
         char addr[MG_HOST_MAX];
-        ok(mg_rdzv_backend_local_addr(kv, h, addr, sizeof(addr)) == 0 && !strcmp(addr, "127.0.0.1"),
+        ok(mg_kv_local_addr(kv, h, addr, sizeof(addr)) == 0 && !strcmp(addr, "127.0.0.1"),
            "hosting: advertises the address it reaches the endpoint from");
     }
 
@@ -96,23 +96,23 @@ static void host_loop(void)
     pid_t kid = remote_set(p0, NULL, 0);
     int changed = 0;
     while (waitpid(kid, &st, WNOHANG) == 0)
-        changed |= mg_rdzv_host_serve(h, 20) == 1;
+        changed |= mg_kv_host_serve(h, 20) == 1;
     ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "served by this thread: a remote client pings");
     is_int(changed, 0, "a ping is not a change");
     snprintf(k, sizeof(k), "%s/x", ns);
     kid = remote_set(p0, k, 0);
     changed = 0;
     while (!changed && waitpid(kid, &st, WNOHANG) == 0)
-        changed = mg_rdzv_host_serve(h, 20) == 1;
+        changed = mg_kv_host_serve(h, 20) == 1;
     waitpid(kid, &st, 0);
     is_int(changed, 1, "a remote write: the loop learns the store changed");
     int64_t rev = 0;
     ok(kv->ops->get(kv, k, NULL, NULL, &rev) == 0, "and the in-process backend reads it");
     is_int(kv->ops->wait(kv, k, rev, INT_MAX), 0, "its wait answers at once");
     kv->ops->set(kv, k, "l", 1, 0);
-    is_int(mg_rdzv_host_serve(h, 0), 0, "a local write is not reported as a remote change");
+    is_int(mg_kv_host_serve(h, 0), 0, "a local write is not reported as a remote change");
     kv->ops->release(kv);
-    mg_rdzv_host_release(h);
+    mg_kv_host_release(h);
 }
 
 /* How a hosting agent tells whether its endpoint leads to its own store (a

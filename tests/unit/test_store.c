@@ -65,7 +65,7 @@ static void *later_run(void *arg)
     struct later *l = arg;
     poll(NULL, 0, l->delay_ms);
     if (l->srv) {
-        mg_store_server_set(l->srv, l->key, l->val, strlen(l->val));
+        mg_store_server_local_set(l->srv, l->key, l->val, strlen(l->val), 0);
         return NULL;
     }
     struct mg_store *st = conn(l->port, NULL, 0);
@@ -479,19 +479,22 @@ static void connect_retry(void)
 static void local_access(struct mg_store_server *srv, int port)
 {
     struct mg_store *st = conn(port, NULL, 0);
-    char buf[16];
     size_t len = 0;
-    is_int(mg_store_server_set(srv, "loc", "abc", 3), 0, "local set");
+    int64_t rev = 0, crev = -1;
+    is_int(mg_store_server_local_set(srv, "loc", "abc", 3, 0), 0, "local set");
     void *v;
     mg_store_get(st, "loc", &v, &len, 0);
     is_str(v, "abc", "client sees the local set");
     free(v);
     mg_store_set(st, "rem", "remote", 6, 0);
-    is_int(mg_store_server_get(srv, "rem", buf, sizeof(buf), &len), 0, "local get");
-    ok(len == 6 && memcmp(buf, "remote", 6) == 0, "sees the client's set");
-    is_int(mg_store_server_get(srv, "rem", buf, 3, &len), -ENOSPC, "small buffer: ENOSPC");
-    is_int(len, 6, "with the needed length");
-    is_int(mg_store_server_get(srv, "nokey", buf, sizeof(buf), &len), -MG_ENOKEY, "local miss");
+    v = NULL;
+    is_int(mg_store_server_local_get(srv, "rem", &v, &len, &rev), 0, "local get");
+    ok(v && len == 6 && memcmp(v, "remote", 6) == 0, "sees the client's set");
+    ok(v && ((char *)v)[len] == '\0', "a NUL-terminated copy");
+    mg_store_watch(st, "rem", -1, 0, &crev, NULL, NULL);
+    ok(rev > 0 && rev == crev, "with the key's revision, as a client's watch reports it");
+    free(v);
+    is_int(mg_store_server_local_get(srv, "nokey", &v, &len, NULL), -MG_ENOKEY, "local miss");
     mg_store_release(st);
 }
 
@@ -824,7 +827,7 @@ static void pipelined_backpressure(void)
     size_t vlen = 1 << 20;
     char *val = malloc(vlen);
     memset(val, 'p', vlen);
-    mg_store_server_set(srv, "pipe", val, vlen);
+    mg_store_server_local_set(srv, "pipe", val, vlen, 0);
     free(val);
 
     int fd = mg_connect_tcp("127.0.0.1", port, mg_now_ms() + 2000);

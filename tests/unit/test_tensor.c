@@ -58,9 +58,12 @@ int main(void)
     is_str(s, "[64, 32, 5, 5]", "shape string");
 
     char err[MG_ERRMSG_LEN];
-    is_int(mg_errf(err, -EINVAL, "x=%d", 3), -EINVAL, "mg_errf returns its code");
+    is_int(mg_seterr(err, sizeof(err), -EINVAL, "x=%d", 3), -EINVAL, "mg_seterr returns its code");
     is_str(err, "x=3", "and formats the message");
-    is_int(mg_errf(NULL, -5, "ignored"), -5, "a NULL buffer is allowed");
+    is_int(mg_seterr(NULL, MG_ERRMSG_LEN, -5, "ignored"), -5, "a NULL buffer is allowed");
+    char small[4];
+    mg_seterr(small, sizeof(small), -EINVAL, "%s", "abcdef");
+    is_str(small, "abc", "a message is cut to the buffer it is given");
 
     const struct mg_blas *blas;
     is_int(mg_blas_load(1, &blas, err), 0, "a BLAS loads");

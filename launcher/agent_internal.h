@@ -1,0 +1,168 @@
+/* What the two halves of the agent share, and nobody else: struct mg_agent
+ * with its workers and their output streams. agent.c runs the rounds (the
+ * state machine, restarts, results, the backend API, the life cycle);
+ * workers.c runs the processes of an attempt (setup, spawn, reap, stop, exit
+ * bookkeeping) and routes their output to the log files and the console. */
+#ifndef MG_AGENT_INTERNAL_H
+#define MG_AGENT_INTERNAL_H
+
+#include "agent.h"
+#include "logdir.h"
+#include "loop.h"
+#include "output.h"
+#include "sentinel.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define READ_CHUNK  (64 * 1024)
+#define CONSOLE_BUF (64 * 1024)
+#define DRAIN_MS    1000 /* how long pipes may stay open after every worker exited */
+#define PREFIX_MAX  512
+
+enum stream_console {
+    CON_NONE = -1,
+    CON_OUT = 0,
+    CON_ERR = 1,
+};
+
+struct stream {
+    int fd;      /* pipe read end, -1 once closed */
+    int file_fd; /* stdout.log / stderr.log, -1 once closed, -2 when not saved */
+    int console; /* enum stream_console */
+    int prefixed;
+    struct mg_linebuf lb;
+};
+
+enum outcome {
+    W_IDLE,
+    W_RUNNING,
+    W_SUCCEEDED,
+    W_FAILED,
+    W_STOPPED,
+};
+
+struct worker {
+    int local_rank, rank;
+    pid_t pid;
+    enum outcome outcome;
+    int stop_sent;
+    int wstatus;
+    int exec_errno;
+    int64_t start_ms, end_ms;
+    struct stream out, err;
+    char prefix[PREFIX_MAX];
+    size_t prefix_len;
+    char *tail; /* last MG_STDERR_TAIL_BYTES of stderr */
+    size_t tail_len;
+    int tail_cut;
+    char **envp;
+    char **argv; /* only when an argument uses ${local_rank} */
+    int failure; /* index into the result's failures, or -1 */
+};
+
+struct console {
+    int fd;
+    char *buf;
+    size_t len;
+    int broken;
+    const void *last; /* the stream that wrote the last piece */
+};
+
+enum state {
+    ST_FORMING,
+    ST_RUNNING,
+    ST_BACKOFF,
+    ST_HOLD, /* succeeded; the backend holds the exit (mg_agent_hold_exit) */
+    ST_DONE,
+};
+
+struct mg_agent {
+    struct mg_agent_config cfg;
+    const struct mg_launch_opts *o;
+    int nproc;
+    struct worker *w;
+    struct mg_loop loop;
+    struct mg_rundir rd;
+    struct console con[2];
+    char *rbuf;
+    int *pipe_owner;          /* worker*2+stream of each pipe handed to the loop */
+    char cvd[MG_GPU_IDS_MAX]; /* CUDA_VISIBLE_DEVICES for --gpu_ids, "" = leave alone */
+    struct mg_sentinel sent;
+    int sentinel_restarts;
+
+    enum state state;
+    int group_ready;
+    struct mg_group group;
+    int round;
+    int restarts_left;
+    int attempt;
+    char attempt_dir[PATH_MAX];
+    int64_t attempt_start_ms;
+    int running;    /* started and not yet reaped */
+    int open_pipes; /* pipe read ends still open */
+    int stopping;
+    int64_t kill_deadline, drain_deadline, backoff_deadline;
+    int attempt_failed, attempt_fatal;
+    int restart_req, hold_req;
+    enum mg_restart_kind restart_kind;
+    char restart_reason[256];
+    int term_sig, nterm;
+    int fail_req, fail_code;
+    struct mg_backoff backoff;
+    int lingering; /* ST_DONE, but the backend still needs the loop (mg_agent_linger) */
+    int64_t linger_deadline;
+    struct {
+        mg_agent_timer_fn fn;
+        void *ctx;
+    } timers[MG_LOOP_MAX_TIMERS]; /* the backends' timers, by loop timer id */
+
+    struct mg_agent_result res;
+    int attempts_cap;
+    long long proc_start; /* /proc/self/stat starttime, to tell a dead launcher */
+};
+
+/* How the workers of an attempt ended. */
+struct mg_attempt_tally {
+    int nfailed, nstopped;
+    int first_failure; /* index into the result's failures, or -1 */
+};
+
+/* ---- agent.c ---- */
+
+/* Records the launcher's own failure (the first one wins) for the result. */
+__attribute__((format(printf, 3, 4))) void mg_agent_error(struct mg_agent *ag, int err,
+                                                          const char *fmt, ...);
+
+/* ---- workers.c ---- */
+
+/* A launcher message on cfg.status, after the workers' pending output. */
+__attribute__((format(printf, 2, 3))) void mg_agent_note(struct mg_agent *ag, const char *fmt, ...);
+void mg_workers_flush(struct mg_agent *ag);
+
+/* Resets the workers for the attempt in ag->attempt_dir and builds, before
+ * the first fork, everything each needs: environment, argv, console prefix,
+ * log files. A failure is recorded with mg_agent_error. */
+void mg_workers_prepare(struct mg_agent *ag);
+/* Spawns the prepared workers, until one fails to start (recorded with
+ * mg_agent_error) or cannot be executed (then the others would fail alike). */
+void mg_workers_spawn(struct mg_agent *ag);
+/* Sends sig to every running worker's process group. */
+void mg_workers_signal(struct mg_agent *ag, int sig);
+/* Asks the running workers to stop with sig; SIGKILL at the grace deadline. */
+void mg_workers_stop(struct mg_agent *ag, int sig);
+/* SIGKILL to every running worker now; logs a kill event with why. */
+void mg_workers_kill(struct mg_agent *ag, const char *why);
+/* Collects every exited child (workers and the sentinel). */
+void mg_workers_reap(struct mg_agent *ag);
+/* Once every worker exited: reads the pipes to the end, closes the logs,
+ * counts outcomes and fills the root cause of the run's first failure. */
+void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t);
+/* The loop poller over the workers' pipes. */
+int mg_workers_fill(void *ctx, struct pollfd *fds, int max);
+int mg_workers_process(void *ctx, const struct pollfd *fds, int n);
+/* Kills what still runs and frees the per-worker state. */
+void mg_workers_release(struct mg_agent *ag);
+
+#endif

@@ -1,0 +1,437 @@
+/* The event log's writers and its parser (see events.h, docs/logs.md). */
+#include "events.h"
+#include "json.h"
+#include "mg_err.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EV_TOKS 512 /* run_start, the widest event, needs about 160 */
+
+int64_t mg_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- writing ---------------------------------------------------------------------------- */
+
+struct ev {
+    struct mg_jsonw w;
+    char buf[32768]; /* every field is capped well under this */
+};
+
+static void ev_begin(struct ev *e, const char *name)
+{
+    mg_jsonw_init(&e->w, e->buf, sizeof(e->buf));
+    mg_jsonw_obj_begin(&e->w);
+    mg_jsonw_kstr(&e->w, "event", name);
+    mg_jsonw_kint(&e->w, "time_ms", mg_wall_ms());
+}
+
+static void ev_end(struct mg_rundir *rd, struct ev *e)
+{
+    mg_jsonw_obj_end(&e->w);
+    int n = mg_jsonw_finish(&e->w);
+    if (n > 0)
+        mg_rundir_event(rd, e->buf, (size_t)n);
+}
+
+/* An optional string: left out when NULL. */
+static void opt_str(struct ev *e, const char *key, const char *s)
+{
+    if (s)
+        mg_jsonw_kstr(&e->w, key, s);
+}
+
+static void worker_fields(struct ev *e, const struct mg_ev_worker *w)
+{
+    mg_jsonw_kint(&e->w, "attempt", w->attempt);
+    mg_jsonw_kint(&e->w, "local_rank", w->local_rank);
+    mg_jsonw_kint(&e->w, "rank", w->rank);
+    mg_jsonw_kint(&e->w, "pid", w->pid);
+}
+
+void mg_event_run_start(struct mg_rundir *rd, const struct mg_ev_run_start *x)
+{
+    struct ev e;
+    size_t total = 0;
+    ev_begin(&e, "run_start");
+    mg_jsonw_kstr(&e.w, "run_id", x->run_id);
+    mg_jsonw_kstr(&e.w, "host", x->host);
+    mg_jsonw_kint(&e.w, "pid", x->pid);
+    mg_jsonw_kint(&e.w, "proc_start", x->proc_start);
+    mg_jsonw_kstr(&e.w, "version", x->version);
+    mg_jsonw_kint(&e.w, "nproc", x->nproc);
+    mg_jsonw_kint(&e.w, "max_restarts", x->max_restarts);
+    mg_jsonw_kstr(&e.w, "role", x->role);
+    mg_jsonw_kstr(&e.w, "rdzv_backend", x->rdzv_backend);
+    mg_jsonw_kbool(&e.w, "logs_saved", x->logs_saved);
+    mg_jsonw_key(&e.w, "argv");
+    mg_jsonw_arr_begin(&e.w);
+    for (int i = 0; i < x->argc; i++) {
+        size_t n = strlen(x->argv[i]);
+        if (i >= MG_EV_ARGV_MAX || total + n > MG_EV_ARGV_BYTES) {
+            mg_jsonw_str(&e.w, "...");
+            break;
+        }
+        total += n;
+        mg_jsonw_str(&e.w, x->argv[i]);
+    }
+    mg_jsonw_arr_end(&e.w);
+    ev_end(rd, &e);
+}
+
+void mg_event_attempt_start(struct mg_rundir *rd, const struct mg_ev_attempt_start *x)
+{
+    struct ev e;
+    ev_begin(&e, "attempt_start");
+    mg_jsonw_kint(&e.w, "attempt", x->attempt);
+    mg_jsonw_kint(&e.w, "restart_count", x->restart_count);
+    mg_jsonw_kint(&e.w, "round", x->round);
+    mg_jsonw_kint(&e.w, "nproc", x->nproc);
+    mg_jsonw_kint(&e.w, "world_size", x->world_size);
+    mg_jsonw_kint(&e.w, "group_rank", x->group_rank);
+    mg_jsonw_kint(&e.w, "group_world_size", x->group_world_size);
+    mg_jsonw_kstr(&e.w, "master_addr", x->master_addr);
+    mg_jsonw_kint(&e.w, "master_port", x->master_port);
+    mg_jsonw_kstr(&e.w, "dir", x->dir);
+    ev_end(rd, &e);
+}
+
+void mg_event_worker_start(struct mg_rundir *rd, const struct mg_ev_worker *x)
+{
+    struct ev e;
+    ev_begin(&e, "worker_start");
+    worker_fields(&e, x);
+    ev_end(rd, &e);
+}
+
+void mg_event_worker_exit(struct mg_rundir *rd, const struct mg_ev_worker_exit *x)
+{
+    struct ev e;
+    ev_begin(&e, "worker_exit");
+    worker_fields(&e, &x->w);
+    mg_jsonw_kstr(&e.w, "outcome", x->outcome);
+    mg_jsonw_kint(&e.w, "exit_code", x->exit_code);
+    opt_str(&e, "signal", x->signal);
+    opt_str(&e, "exec_error", x->exec_error);
+    mg_jsonw_kint(&e.w, "duration_ms", x->duration_ms);
+    if (x->message) {
+        mg_jsonw_key(&e.w, "message");
+        mg_jsonw_strn(&e.w, x->message, strnlen(x->message, MG_EV_MESSAGE_MAX));
+    }
+    ev_end(rd, &e);
+}
+
+void mg_event_signal(struct mg_rundir *rd, const struct mg_ev_signal *x)
+{
+    struct ev e;
+    ev_begin(&e, "signal");
+    mg_jsonw_kstr(&e.w, "signal", x->signal);
+    if (x->forwarded_only)
+        mg_jsonw_kbool(&e.w, "forwarded_only", 1);
+    ev_end(rd, &e);
+}
+
+void mg_event_kill(struct mg_rundir *rd, const struct mg_ev_kill *x)
+{
+    struct ev e;
+    ev_begin(&e, "kill");
+    mg_jsonw_kint(&e.w, "attempt", x->attempt);
+    mg_jsonw_kint(&e.w, "workers", x->workers);
+    mg_jsonw_kstr(&e.w, "reason", x->reason);
+    ev_end(rd, &e);
+}
+
+void mg_event_attempt_end(struct mg_rundir *rd, const struct mg_ev_attempt_end *x)
+{
+    struct ev e;
+    ev_begin(&e, "attempt_end");
+    mg_jsonw_kint(&e.w, "attempt", x->attempt);
+    mg_jsonw_kstr(&e.w, "result", x->result);
+    mg_jsonw_kint(&e.w, "failed", x->failed);
+    mg_jsonw_kint(&e.w, "stopped", x->stopped);
+    mg_jsonw_kint(&e.w, "duration_ms", x->duration_ms);
+    ev_end(rd, &e);
+}
+
+void mg_event_restart(struct mg_rundir *rd, const struct mg_ev_restart *x)
+{
+    struct ev e;
+    ev_begin(&e, "restart");
+    mg_jsonw_kint(&e.w, "restart_count", x->restart_count);
+    mg_jsonw_kint(&e.w, "max_restarts", x->max_restarts);
+    mg_jsonw_kint(&e.w, "backoff_ms", x->backoff_ms);
+    mg_jsonw_kstr(&e.w, "reason", x->reason);
+    ev_end(rd, &e);
+}
+
+void mg_event_run_end(struct mg_rundir *rd, const struct mg_ev_run_end *x)
+{
+    struct ev e;
+    ev_begin(&e, "run_end");
+    mg_jsonw_kstr(&e.w, "result", x->result);
+    mg_jsonw_kint(&e.w, "exit_code", x->exit_code);
+    mg_jsonw_kint(&e.w, "rounds", x->rounds);
+    mg_jsonw_kint(&e.w, "restarts", x->restarts);
+    opt_str(&e, "signal", x->signal);
+    opt_str(&e, "error", x->error);
+    if (x->has_root) {
+        const struct mg_ev_root_cause *rc = &x->root;
+        mg_jsonw_key(&e.w, "root_cause");
+        mg_jsonw_obj_begin(&e.w);
+        mg_jsonw_kint(&e.w, "attempt", rc->attempt);
+        mg_jsonw_kint(&e.w, "rank", rc->rank);
+        mg_jsonw_kint(&e.w, "local_rank", rc->local_rank);
+        mg_jsonw_kint(&e.w, "pid", rc->pid);
+        mg_jsonw_kint(&e.w, "exit_code", rc->exit_code);
+        opt_str(&e, "signal", rc->signal);
+        mg_jsonw_kstr(&e.w, "host", rc->host);
+        mg_jsonw_kint(&e.w, "time_ms", rc->time_ms);
+        opt_str(&e, "message", rc->message);
+        mg_jsonw_obj_end(&e.w);
+    }
+    ev_end(rd, &e);
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+struct parse {
+    const struct mg_json *d;
+    struct mg_event_reader *r;
+    size_t used; /* bytes of r->strs taken by this event's strings */
+};
+
+static const char *str_at(struct parse *p, int t)
+{
+    size_t room = MG_EV_LINE_MAX - p->used;
+    char *s = p->r->strs + p->used;
+    if (t < 0 || p->d->toks[t].type != MG_JSON_STRING || room < 1)
+        return NULL;
+    int n = mg_json_str(p->d, t, s, room);
+    if (n < 0)
+        return NULL;
+    p->used += (size_t)n < room ? (size_t)n + 1 : room;
+    return s;
+}
+
+static const char *str(struct parse *p, int obj, const char *key)
+{
+    return str_at(p, mg_json_get(p->d, obj, key));
+}
+
+static long long num(struct parse *p, int obj, const char *key, long long dflt)
+{
+    long long v;
+    int t = mg_json_get(p->d, obj, key);
+    return t >= 0 && mg_json_int(p->d, t, &v) == 0 ? v : dflt;
+}
+
+static int flag(struct parse *p, int obj, const char *key)
+{
+    int v = 0;
+    int t = mg_json_get(p->d, obj, key);
+    if (t >= 0)
+        mg_json_bool(p->d, t, &v);
+    return v;
+}
+
+static void read_worker(struct parse *p, struct mg_ev_worker *w)
+{
+    w->attempt = (int)num(p, 0, "attempt", -1);
+    w->local_rank = (int)num(p, 0, "local_rank", -1);
+    w->rank = (int)num(p, 0, "rank", -1);
+    w->pid = (int)num(p, 0, "pid", 0);
+}
+
+static void read_run_start(struct parse *p, struct mg_ev_run_start *x)
+{
+    x->run_id = str(p, 0, "run_id");
+    x->host = str(p, 0, "host");
+    x->pid = (int)num(p, 0, "pid", 0);
+    x->proc_start = num(p, 0, "proc_start", 0);
+    x->version = str(p, 0, "version");
+    x->nproc = (int)num(p, 0, "nproc", 0);
+    x->max_restarts = (int)num(p, 0, "max_restarts", 0);
+    x->role = str(p, 0, "role");
+    x->rdzv_backend = str(p, 0, "rdzv_backend");
+    x->logs_saved = flag(p, 0, "logs_saved");
+    int arr = mg_json_get(p->d, 0, "argv");
+    x->argc = 0;
+    for (int i = 0; arr >= 0 && i <= MG_EV_ARGV_MAX; i++) {
+        const char *a = str_at(p, mg_json_at(p->d, arr, i));
+        if (!a)
+            break;
+        p->r->argv[x->argc++] = (char *)a;
+    }
+    p->r->argv[x->argc] = NULL;
+    x->argv = p->r->argv;
+}
+
+static void read_attempt_start(struct parse *p, struct mg_ev_attempt_start *x)
+{
+    x->attempt = (int)num(p, 0, "attempt", -1);
+    x->restart_count = (int)num(p, 0, "restart_count", 0);
+    x->round = (int)num(p, 0, "round", 0);
+    x->nproc = (int)num(p, 0, "nproc", 0);
+    x->world_size = (int)num(p, 0, "world_size", 0);
+    x->group_rank = (int)num(p, 0, "group_rank", 0);
+    x->group_world_size = (int)num(p, 0, "group_world_size", 0);
+    x->master_addr = str(p, 0, "master_addr");
+    x->master_port = (int)num(p, 0, "master_port", 0);
+    x->dir = str(p, 0, "dir");
+}
+
+static void read_worker_exit(struct parse *p, struct mg_ev_worker_exit *x)
+{
+    read_worker(p, &x->w);
+    x->outcome = str(p, 0, "outcome");
+    x->exit_code = (int)num(p, 0, "exit_code", 0);
+    x->signal = str(p, 0, "signal");
+    x->exec_error = str(p, 0, "exec_error");
+    x->duration_ms = num(p, 0, "duration_ms", 0);
+    x->message = str(p, 0, "message");
+}
+
+static void read_run_end(struct parse *p, struct mg_ev_run_end *x)
+{
+    x->result = str(p, 0, "result");
+    x->exit_code = (int)num(p, 0, "exit_code", 0);
+    x->rounds = (int)num(p, 0, "rounds", 0);
+    x->restarts = (int)num(p, 0, "restarts", 0);
+    x->signal = str(p, 0, "signal");
+    x->error = str(p, 0, "error");
+    int rc = mg_json_get(p->d, 0, "root_cause");
+    x->has_root = rc >= 0;
+    if (!x->has_root)
+        return;
+    struct mg_ev_root_cause *c = &x->root;
+    c->attempt = (int)num(p, rc, "attempt", -1);
+    c->rank = (int)num(p, rc, "rank", -1);
+    c->local_rank = (int)num(p, rc, "local_rank", -1);
+    c->pid = (int)num(p, rc, "pid", 0);
+    c->exit_code = (int)num(p, rc, "exit_code", 0);
+    c->signal = str(p, rc, "signal");
+    c->host = str(p, rc, "host");
+    c->time_ms = num(p, rc, "time_ms", 0);
+    c->message = str(p, rc, "message");
+}
+
+static const char *const kind_names[] = {
+    [MG_EV_RUN_START] = "run_start",
+    [MG_EV_ATTEMPT_START] = "attempt_start",
+    [MG_EV_WORKER_START] = "worker_start",
+    [MG_EV_WORKER_EXIT] = "worker_exit",
+    [MG_EV_SIGNAL] = "signal",
+    [MG_EV_KILL] = "kill",
+    [MG_EV_ATTEMPT_END] = "attempt_end",
+    [MG_EV_RESTART] = "restart",
+    [MG_EV_RUN_END] = "run_end",
+};
+
+/* One line, without its '\n': 0, or -MG_EFORMAT when it is not a JSON object. */
+static int parse_line(struct mg_event_reader *r, const char *line, size_t len, struct mg_event *ev)
+{
+    struct mg_json d;
+    struct parse p = {.d = &d, .r = r};
+
+    memset(ev, 0, sizeof(*ev));
+    if (mg_json_parse(&d, line, len, r->toks, EV_TOKS) <= 0 || d.toks[0].type != MG_JSON_OBJECT)
+        return -MG_EFORMAT;
+    ev->name = str(&p, 0, "event");
+    ev->time_ms = num(&p, 0, "time_ms", 0);
+    ev->kind = MG_EV_OTHER;
+    for (size_t k = 1; ev->name && k < sizeof(kind_names) / sizeof(kind_names[0]); k++)
+        if (strcmp(ev->name, kind_names[k]) == 0)
+            ev->kind = (enum mg_event_kind)k;
+    switch (ev->kind) {
+    case MG_EV_RUN_START:
+        read_run_start(&p, &ev->u.run_start);
+        break;
+    case MG_EV_ATTEMPT_START:
+        read_attempt_start(&p, &ev->u.attempt_start);
+        break;
+    case MG_EV_WORKER_START:
+        read_worker(&p, &ev->u.worker_start);
+        break;
+    case MG_EV_WORKER_EXIT:
+        read_worker_exit(&p, &ev->u.worker_exit);
+        break;
+    case MG_EV_SIGNAL:
+        ev->u.signal.signal = str(&p, 0, "signal");
+        ev->u.signal.forwarded_only = flag(&p, 0, "forwarded_only");
+        break;
+    case MG_EV_KILL:
+        ev->u.kill.attempt = (int)num(&p, 0, "attempt", -1);
+        ev->u.kill.workers = (int)num(&p, 0, "workers", 0);
+        ev->u.kill.reason = str(&p, 0, "reason");
+        break;
+    case MG_EV_ATTEMPT_END:
+        ev->u.attempt_end.attempt = (int)num(&p, 0, "attempt", -1);
+        ev->u.attempt_end.result = str(&p, 0, "result");
+        ev->u.attempt_end.failed = (int)num(&p, 0, "failed", 0);
+        ev->u.attempt_end.stopped = (int)num(&p, 0, "stopped", 0);
+        ev->u.attempt_end.duration_ms = num(&p, 0, "duration_ms", 0);
+        break;
+    case MG_EV_RESTART:
+        ev->u.restart.restart_count = (int)num(&p, 0, "restart_count", 0);
+        ev->u.restart.max_restarts = (int)num(&p, 0, "max_restarts", 0);
+        ev->u.restart.backoff_ms = num(&p, 0, "backoff_ms", 0);
+        ev->u.restart.reason = str(&p, 0, "reason");
+        break;
+    case MG_EV_RUN_END:
+        read_run_end(&p, &ev->u.run_end);
+        break;
+    case MG_EV_OTHER:
+        break;
+    }
+    return 0;
+}
+
+int mg_event_reader_open(struct mg_event_reader *r, const char *path)
+{
+    memset(r, 0, sizeof(*r));
+    r->line = malloc(MG_EV_LINE_MAX);
+    r->strs = malloc(MG_EV_LINE_MAX);
+    r->toks = malloc(EV_TOKS * sizeof(*r->toks));
+    if (!r->line || !r->strs || !r->toks) {
+        mg_event_reader_close(r);
+        return -ENOMEM;
+    }
+    if (!(r->f = fopen(path, "re"))) {
+        int rc = -errno;
+        mg_event_reader_close(r);
+        return rc;
+    }
+    return 0;
+}
+
+int mg_event_read(struct mg_event_reader *r, struct mg_event *ev)
+{
+    int skipping = 0;
+    while (fgets(r->line, MG_EV_LINE_MAX, r->f)) {
+        size_t n = strlen(r->line);
+        int whole = n && r->line[n - 1] == '\n';
+        if (skipping || !whole) { /* too long, or cut at the end of the file */
+            skipping = !whole;
+            continue;
+        }
+        if (parse_line(r, r->line, n - 1, ev) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+void mg_event_reader_close(struct mg_event_reader *r)
+{
+    if (r->f)
+        fclose(r->f);
+    free(r->line);
+    free(r->strs);
+    free(r->toks);
+    memset(r, 0, sizeof(*r));
+}

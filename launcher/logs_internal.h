@@ -1,0 +1,102 @@
+/* What the two files of `mglaunch logs` share: a run as its event log and
+ * its directories tell it (logs_cmd.c builds it and lists it), and the
+ * options. logs_follow.c prints, tails, greps and follows the log files. */
+#ifndef MG_LOGS_INTERNAL_H
+#define MG_LOGS_INTERNAL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- a run ---- */
+
+struct lworker {
+    int local_rank, rank, pid;
+    int64_t start_ms;
+    int exited;
+    char outcome[16];
+    int exit_code;
+    char signal[24];
+    char message[256];
+    char exec_error[96];
+    int64_t duration_ms;
+};
+
+struct lattempt {
+    int attempt, restart_count, nproc;
+    int64_t start_ms;
+    int ended;
+    char result[16];
+    int64_t duration_ms;
+    struct lworker *w;
+    int nw, cap;
+};
+
+struct lroot {
+    int attempt, rank, local_rank, pid, exit_code;
+    char signal[24];
+    char message[512];
+    char host[256];
+    int64_t time_ms;
+};
+
+struct lrun {
+    char id[256];
+    char dir[PATH_MAX];
+    int has_events;
+    int64_t start_ms;
+    int pid;
+    long long proc_start;
+    char host[256];
+    int nproc, max_restarts, invocations, logs_saved;
+    int ended;
+    char result[16];
+    int exit_code;
+    char signal[24];
+    char error[256];
+    int has_root;
+    struct lroot root;
+    int has_first_fail;
+    struct lroot first_fail; /* fallback root cause when the launcher died */
+    struct lattempt *a;
+    int na, acap;
+    int alive;
+};
+
+/* Builds r from <base>/<id>: its event log (lines cut or not JSON are
+ * skipped) and the attempt directories the log does not mention. */
+int mg_logs_load_run(struct lrun *r, const char *base, const char *id);
+void mg_logs_run_free(struct lrun *r);
+
+struct run_ent {
+    char id[256];
+    int64_t start_ms;
+};
+
+/* The runs in dir, oldest first (by their event logs' start). Returns 0, or
+ * a negative code with err set (-ENOENT: there are none). */
+int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap);
+
+/* ---- options ---- */
+
+struct logs_opts {
+    const char *dir;
+    const char *run;
+    int attempt; /* -1 last, -2 all */
+    int attempt_given;
+    int ranks[256];
+    int nranks;
+    int streams; /* 1 out, 2 err, 3 both */
+    long tail;   /* -1: all */
+    int follow;
+    const char *grep;
+    int content;
+    int help;
+};
+
+/* Prints the selected lines of the selected files, following them with
+ * --follow. Returns 0, or a negative code with err set. */
+int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
+
+#endif

@@ -1,0 +1,139 @@
+/* What the three files of the rendezvous protocol share: struct mg_rdzv, the
+ * state record, and the plumbing both phases use. rdzv_proto.c holds the
+ * records (descriptors, state, failures) and the set-up, rdzv_round.c forms a
+ * round, rdzv_watch.c watches it while the workers run and ends it (the exit
+ * barrier, leaving, closing). rdzv_proto.h has the keys and the rules. Not a
+ * public API. */
+#ifndef MG_RDZV_INTERNAL_H
+#define MG_RDZV_INTERNAL_H
+
+#include "rdzv_proto.h"
+#include "mg_err.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define KEY_MAX   MG_KV_MAX_KEY
+#define CAS_TRIES 64
+
+/* NS/state, parsed. */
+struct rdzv_state {
+    int64_t round, restarts;
+    char status; /* 'r' running, 'd' done, 'f' failed */
+    char cause;  /* why the round last moved (rdzv_proto.h): '-' start, 'f' failure, 'x' node
+                    died, 'j' node waiting to join, 'c' / 'm' a restart counted or not */
+    int64_t rev;
+    char raw[64];
+};
+
+struct mg_rdzv {
+    struct mg_kv *kv;
+    char ns[KEY_MAX / 2];
+    int min, max, fixed, nproc, max_restarts;
+    struct mg_rdzv_conf conf;
+    char id[MG_RDZV_ID_MAX];
+    char host[MG_HOST_MAX];
+    char addr[MG_HOST_MAX];
+    int prev_rank;
+    /* the reserved port of this round */
+    int listen_fd, port;
+    /* the formed round */
+    int formed;
+    int64_t round, restarts;
+    struct mg_rdzv_desc *members;
+    int nmembers;
+    int64_t next_tick, last_ok;
+    /* joining */
+    enum {
+        J_IDLE,
+        J_TOP,
+        J_ROUND
+    } jstate;
+    int64_t jround, jdeadline, last_call;
+    int64_t jcount; /* nodes seen in round jround, -1 before the first count */
+    /* exit barrier, close */
+    int64_t bdeadline, cdeadline;
+    /* after a step that waited: when the next one has something to do even
+     * if the backend does not change */
+    int64_t wake_at;
+    enum mg_rdzv_reason reason;
+    char msg[MG_RDZV_MSG_MAX];
+    int have_fail;
+    struct mg_rdzv_failure fail;
+};
+
+/* The message mg_rdzv_message() returns. */
+__attribute__((format(printf, 2, 3))) static inline void say(struct mg_rdzv *r, const char *fmt,
+                                                             ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+    va_end(ap);
+}
+
+/* A backend failure: the message is the backend's (it names the endpoint). */
+static inline int kvfail(struct mg_rdzv *r, const char *what, int rc)
+{
+    const char *e = mg_kv_error(r->kv);
+    say(r, "%s: %s", what, e[0] ? e : mg_strerror(rc));
+    return rc;
+}
+
+/* buf (KEY_MAX bytes) = NS/<fmt>. */
+__attribute__((format(printf, 3, 4))) static inline void key(const struct mg_rdzv *r, char *buf,
+                                                             const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(buf, KEY_MAX, "%s/", r->ns);
+    va_start(ap, fmt);
+    vsnprintf(buf + n, (size_t)(KEY_MAX - n), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- records (rdzv_proto.c) ---------------------------------------------------- */
+
+/* This agent's descriptor, as it joins a round. */
+void rdzv_my_desc(const struct mg_rdzv *r, struct mg_rdzv_desc *d);
+
+/* Reads NS/state, creating "0 0 r" when the run is new. */
+int rdzv_state_read(struct mg_rdzv *r, struct rdzv_state *s);
+/* Moves the state from *from to *to. 1 when this call did it, 0 when the
+ * state had already changed (then *from holds the new one). */
+int rdzv_state_cas(struct mg_rdzv *r, struct rdzv_state *from, struct rdzv_state *to);
+
+int rdzv_fail_format(const struct mg_rdzv_failure *f, char *buf, size_t len);
+int rdzv_fail_parse(const char *v, struct mg_rdzv_failure *f);
+/* Says why the job failed, from NS/fail. */
+void rdzv_say_failed(struct mg_rdzv *r);
+/* Records the root cause (the first one wins) and marks the job failed. */
+int rdzv_mark_failed(struct mg_rdzv *r, struct rdzv_state *st, const struct mg_rdzv_failure *f);
+/* Member "dead" of the last formed round died and fewer than MIN agents are
+ * left: the job cannot go on. Records that as the root cause. */
+void rdzv_below_min(struct mg_rdzv *r, struct rdzv_state *st, int dead, int na);
+
+/* ---- membership and waiting (rdzv_proto.c) ------------------------------------- */
+
+/* A free port for MASTER_PORT, held until the workers start. */
+int rdzv_reserve_port(struct mg_rdzv *r);
+/* Writes NS/a/ID, this agent's ephemeral key: it is alive. */
+int rdzv_publish_alive(struct mg_rdzv *r);
+/* Keeps this agent's lease alive while it waits (joining, in the barrier). */
+int rdzv_heartbeat_due(struct mg_rdzv *r);
+/* Lists NS/a/ (keys only): the live agents; *skip is the prefix length. */
+int rdzv_list_alive(struct mg_rdzv *r, struct mg_kv_entry **e, int *n, size_t *skip);
+/* Whether a listed key ends in id after the first skip bytes. */
+int rdzv_in_list(const struct mg_kv_entry *e, int n, size_t skip, const char *id);
+/* The index of agent id among n members, or -1. */
+int rdzv_find_member(const struct mg_rdzv_desc *m, int n, const char *id);
+
+/* The earlier of two deadlines, where a negative one is none. */
+int64_t rdzv_earlier(int64_t a, int64_t b);
+/* The end of a step that found nothing to do: waits, at most max_block ms
+ * and not past the step's deadlines, for key to change after since_rev
+ * (0: to exist), and notes when the next step is due without a change. */
+int rdzv_wait_change(struct mg_rdzv *r, const char *k, int64_t since_rev, int64_t deadline,
+                     int64_t other, int max_block, const char *what);
+
+#endif

@@ -1,0 +1,307 @@
+/* The multi-node rendezvous while the workers run (rdzv_proto.h): the
+ * heartbeat, the members' liveness and the job's state on each tick; a local
+ * worker's failure, which re-forms the group on every node; and the end of
+ * the round: the exit barrier, leaving, and the host's close. */
+#include "rdzv_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- liveness ------------------------------------------------------------------- */
+
+int mg_rdzv_timeout_ms(const struct mg_rdzv *r)
+{
+    if (!r->formed)
+        return -1;
+    return mg_ms_until(r->next_tick);
+}
+
+/* The state moved on while this node runs round r->round. */
+static enum mg_rdzv_event state_moved(struct mg_rdzv *r, const struct rdzv_state *st)
+{
+    if (st->status == 'f') {
+        rdzv_say_failed(r);
+        r->formed = 0;
+        return MG_RDZV_FAILED;
+    }
+    if (st->round != r->round) {
+        if (st->restarts > r->restarts || st->cause == 'f') {
+            r->reason = MG_RDZV_R_FAILURE;
+            say(r, "a worker failed on another node (round %" PRId64 ")", st->round);
+        } else if (st->cause == 'x') {
+            r->reason = MG_RDZV_R_NODE_DIED;
+            say(r, "a node stopped sending heartbeats (round %" PRId64 ")", st->round);
+        } else {
+            r->reason = MG_RDZV_R_NODE_JOINED;
+            say(r, "a node is waiting to join (round %" PRId64 ")", st->round);
+        }
+        r->formed = 0;
+        return MG_RDZV_RESTART;
+    }
+    if (st->status == 'd') {
+        say(r, "every node finished");
+        r->formed = 0;
+        return MG_RDZV_DONE;
+    }
+    return MG_RDZV_NONE;
+}
+
+/* A backend error during the run: tolerated until heartbeat_timeout. */
+static enum mg_rdzv_event run_error(struct mg_rdzv *r, int rc)
+{
+    if (rc == -EKEYEXPIRED) {
+        r->reason = MG_RDZV_R_LEASE_LOST;
+        say(r, "this node was declared dead (%s); rejoining", mg_kv_error(r->kv));
+        r->formed = 0;
+        return MG_RDZV_RESTART;
+    }
+    if (mg_now_ms() - r->last_ok >= r->conf.heartbeat_timeout_ms || rc == -MG_ECLOSED ||
+        rc == -ECONNRESET || rc == -EPIPE) {
+        char tmp[MG_RDZV_MSG_MAX];
+        snprintf(tmp, sizeof(tmp), "%s", r->msg);
+        say(r, "lost the rendezvous backend: %s", tmp);
+        r->formed = 0;
+        return MG_RDZV_FAILED;
+    }
+    return MG_RDZV_NONE;
+}
+
+enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
+{
+    struct mg_kv_entry *alive = NULL;
+    struct rdzv_state st;
+    int na = 0, rc, dead = -1;
+    size_t skip;
+
+    if (!r->formed)
+        return MG_RDZV_NONE;
+    int64_t now = mg_now_ms();
+    if (now < r->next_tick)
+        return MG_RDZV_NONE;
+    r->next_tick = now + r->conf.heartbeat_interval_ms;
+
+    rc = r->kv->ops->keepalive(r->kv);
+    if (rc < 0)
+        return run_error(r, kvfail(r, "heartbeat", rc));
+    rc = rdzv_state_read(r, &st);
+    if (rc < 0)
+        return run_error(r, rc);
+    enum mg_rdzv_event ev = state_moved(r, &st);
+    if (ev != MG_RDZV_NONE)
+        return ev;
+    rc = rdzv_list_alive(r, &alive, &na, &skip);
+    if (rc < 0)
+        return run_error(r, rc);
+    r->last_ok = mg_now_ms();
+    for (int i = 0; i < r->nmembers && dead < 0; i++)
+        if (!rdzv_in_list(alive, na, skip, r->members[i].id))
+            dead = i;
+    mg_kv_free_list(alive, na);
+    if (dead < 0)
+        return MG_RDZV_NONE;
+
+    /* A member is gone. */
+    r->reason = MG_RDZV_R_NODE_DIED;
+    const struct mg_rdzv_desc *m = &r->members[dead];
+    if (dead == rdzv_find_member(r->members, r->nmembers, r->id)) {
+        /* Our own key vanished: the backend dropped us. */
+        return run_error(r, -EKEYEXPIRED);
+    }
+    if (na < r->min) {
+        rdzv_below_min(r, &st, dead, na);
+        r->formed = 0;
+        return MG_RDZV_FAILED;
+    }
+    struct rdzv_state to = st;
+    to.round++;
+    to.cause = 'x';
+    rc = rdzv_state_cas(r, &st, &to);
+    if (rc < 0)
+        return run_error(r, rc);
+    say(r, "node %s (rank %d) stopped sending heartbeats", m->host, dead);
+    r->formed = 0;
+    if (rc == 0) {
+        /* Someone else moved the state first: follow it. */
+        ev = state_moved(r, &st);
+        if (ev == MG_RDZV_FAILED || ev == MG_RDZV_DONE)
+            return ev;
+        r->reason = MG_RDZV_R_NODE_DIED;
+    }
+    return MG_RDZV_RESTART;
+}
+
+enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f)
+{
+    char k[KEY_MAX], rec[1024];
+    struct rdzv_state st;
+    int rc = rdzv_state_read(r, &st), n;
+
+    if (rc < 0) {
+        r->formed = 0;
+        return MG_RDZV_FAILED;
+    }
+    /* This round's first failure: the root cause, should the job end on it. */
+    n = rdzv_fail_format(f, rec, sizeof(rec));
+    if (n < 0 || (size_t)n >= sizeof(rec))
+        n = (int)strlen(rec);
+    key(r, k, "r/%" PRId64 "/failure", r->round);
+    r->kv->ops->cas(r->kv, k, NULL, 0, rec, (size_t)n, 0, NULL, NULL);
+    for (int i = 0; i < CAS_TRIES; i++) {
+        if (st.status != 'r' || st.round != r->round) {
+            /* Something else already restarted or ended the job. */
+            enum mg_rdzv_event ev = state_moved(r, &st);
+            return ev == MG_RDZV_NONE ? MG_RDZV_RESTART : ev;
+        }
+        /* Re-form first: the next round counts the restart when every node
+         * comes back, and not when the workers failed because a node died. */
+        struct rdzv_state to = st;
+        to.round++;
+        to.cause = 'f';
+        rc = rdzv_state_cas(r, &st, &to);
+        if (rc < 0) {
+            r->formed = 0;
+            return MG_RDZV_FAILED;
+        }
+        if (rc == 1) {
+            r->reason = MG_RDZV_R_FAILURE;
+            say(r, "a worker failed here (round %" PRId64 ")", r->round);
+            r->formed = 0;
+            return MG_RDZV_RESTART;
+        }
+    }
+    r->formed = 0;
+    return MG_RDZV_FAILED;
+}
+
+/* ---- the exit barrier, leaving, closing ------------------------------------------ */
+
+int mg_rdzv_finish_begin(struct mg_rdzv *r)
+{
+    char k[KEY_MAX];
+    int rc;
+
+    r->bdeadline = mg_now_ms() + r->conf.exit_barrier_timeout_ms;
+    key(r, k, "r/%" PRId64 "/done/%s", r->round, r->id);
+    rc = r->kv->ops->set(r->kv, k, "1", 1, 0);
+    return rc < 0 ? kvfail(r, "announcing that this node finished", rc) : 0;
+}
+
+int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms)
+{
+    struct mg_kv_entry *alive = NULL, *done = NULL;
+    int na = 0, nd = 0, waiting = 0, rc;
+    size_t askip, dskip;
+    struct rdzv_state st;
+    char k[KEY_MAX], first[MG_HOST_MAX] = "";
+    int64_t round = r->round;
+
+    rc = rdzv_heartbeat_due(r);
+    if (rc < 0)
+        return rc;
+    rc = rdzv_state_read(r, &st);
+    if (rc < 0)
+        return rc;
+    if (st.round != round || st.status != 'r') {
+        enum mg_rdzv_event ev = state_moved(r, &st);
+        if (ev != MG_RDZV_NONE)
+            return ev;
+    }
+    rc = rdzv_list_alive(r, &alive, &na, &askip);
+    if (rc < 0)
+        return rc;
+    key(r, k, "r/%" PRId64 "/done/", round);
+    dskip = strlen(k);
+    rc = r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES, 0, &done, &nd);
+    if (rc < 0) {
+        mg_kv_free_list(alive, na);
+        return kvfail(r, "reading the exit barrier", rc);
+    }
+    for (int i = 0; i < r->nmembers; i++) {
+        const char *id = r->members[i].id;
+        /* A dead node is not waited for. */
+        if (!rdzv_in_list(done, nd, dskip, id) && rdzv_in_list(alive, na, askip, id)) {
+            if (!waiting++)
+                snprintf(first, sizeof(first), "%s", r->members[i].host);
+        }
+    }
+    mg_kv_free_list(alive, na);
+    mg_kv_free_list(done, nd);
+    if (!waiting) {
+        struct rdzv_state to = st;
+        to.status = 'd';
+        rc = rdzv_state_cas(r, &st, &to);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && (st.round != round || st.status != 'd')) {
+            enum mg_rdzv_event ev = state_moved(r, &st);
+            return ev != MG_RDZV_NONE ? (int)ev : MG_RDZV_NONE;
+        }
+        say(r, "every node finished");
+        r->formed = 0;
+        return MG_RDZV_DONE;
+    }
+    if (mg_now_ms() >= r->bdeadline) {
+        say(r,
+            "exit barrier: still waiting for %d node(s) (%s%s) after exit_barrier_timeout "
+            "(%gs); leaving",
+            waiting, first, waiting > 1 ? ", ..." : "", r->conf.exit_barrier_timeout_ms / 1000.0);
+        r->formed = 0;
+        return -ETIMEDOUT;
+    }
+    key(r, k, "state");
+    rc = rdzv_wait_change(r, k, st.rev, r->bdeadline, r->next_tick, max_block_ms,
+                          "waiting in the exit barrier");
+    return rc < 0 ? rc : MG_RDZV_NONE;
+}
+
+void mg_rdzv_leave(struct mg_rdzv *r)
+{
+    char k[KEY_MAX];
+    key(r, k, "a/%s", r->id);
+    r->kv->ops->del(r->kv, k);
+    r->formed = 0;
+}
+
+int mg_rdzv_close_begin(struct mg_rdzv *r, int hosting, const char *why)
+{
+    struct rdzv_state st;
+
+    r->formed = 0;
+    r->jstate = J_IDLE;
+    if (!hosting) {
+        mg_rdzv_leave(r);
+        return 1;
+    }
+    r->cdeadline = mg_now_ms() + r->conf.close_timeout_ms;
+    if (rdzv_state_read(r, &st) < 0)
+        return 1;
+    if (st.status == 'r') {
+        struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
+        snprintf(f.host, sizeof(f.host), "%s", r->host);
+        snprintf(f.message, sizeof(f.message), "the agent hosting the rendezvous store exited%s%s",
+                 why && *why ? ": " : "", why ? why : "");
+        char keep[MG_RDZV_MSG_MAX];
+        snprintf(keep, sizeof(keep), "%s", r->msg);
+        rdzv_mark_failed(r, &st, &f);
+        snprintf(r->msg, sizeof(r->msg), "%s", keep);
+    }
+    mg_rdzv_leave(r);
+    return mg_rdzv_close_step(r);
+}
+
+int mg_rdzv_close_step(struct mg_rdzv *r)
+{
+    struct mg_kv_entry *alive = NULL;
+    int na = 0;
+    size_t skip;
+
+    /* The store goes away with this process: let the others read the outcome. */
+    if (mg_now_ms() >= r->cdeadline || rdzv_list_alive(r, &alive, &na, &skip) < 0)
+        return 1;
+    mg_kv_free_list(alive, na);
+    r->wake_at = r->cdeadline;
+    return na == 0;
+}

@@ -1,0 +1,68 @@
+/* vfork + exec of one worker (see spawn.h). */
+#include "spawn.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+/* The child side, between vfork and exec: system calls only. It shares the
+ * parent's memory until it execs, so the parent learns of an exec failure
+ * through *err as soon as vfork returns. */
+static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spawn_req *req,
+                                                            pid_t parent, volatile int *err)
+{
+    sigset_t none;
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    int e;
+
+    setpgid(0, 0);
+    /* Die with the launcher; if it already died, do not start at all. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) {
+        *err = ESRCH;
+        _exit(137);
+    }
+    if (req->sentinel_fd >= 0) {
+        int pgid = (int)getpid();
+        ssize_t rc = write(req->sentinel_fd, &pgid, sizeof(pgid));
+        (void)rc;
+    }
+    if ((req->stdin_fd >= 0 && dup2(req->stdin_fd, 0) < 0) ||
+        (req->stdout_fd >= 0 && dup2(req->stdout_fd, 1) < 0) ||
+        (req->stderr_fd >= 0 && dup2(req->stderr_fd, 2) < 0)) {
+        e = errno;
+        goto fail;
+    }
+    sigaction(SIGPIPE, &dfl, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (!req->path || !*req->path) {
+        e = ENOENT;
+        goto fail;
+    }
+    execve(req->path, req->argv, req->envp);
+    e = errno;
+fail:
+    *err = e;
+    _exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
+}
+
+int mg_spawn(const struct mg_spawn_req *req, struct mg_spawned *out)
+{
+    volatile int err = 0;
+    pid_t parent = getpid();
+
+    /* vfork: no page tables to copy and nothing to copy on write; the parent
+     * waits only until the child has exec'd (or failed to). */
+    pid_t pid = vfork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0)
+        spawn_child(req, parent, &err);
+    /* Also from this side, so the group exists before we ever signal it. */
+    setpgid(pid, pid);
+    out->pid = pid;
+    out->exec_errno = err;
+    return 0;
+}

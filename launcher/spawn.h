@@ -1,0 +1,32 @@
+/* Spawning one worker: vfork and exec, in its own process group, killed when
+ * the launcher dies, with an exec failure reported back to the launcher and
+ * mapped like a shell's (127 for a missing program, 126 when it cannot be
+ * executed). */
+#ifndef MG_SPAWN_H
+#define MG_SPAWN_H
+
+#include <sys/types.h>
+
+struct mg_spawn_req {
+    const char *path; /* execve path */
+    char *const *argv;
+    char *const *envp;
+    int stdin_fd;  /* dup'ed onto 0, or -1 to inherit */
+    int stdout_fd; /* pipe write ends dup'ed onto 1 and 2 */
+    int stderr_fd;
+    int sentinel_fd; /* -1, or where the child announces its process group */
+};
+
+struct mg_spawned {
+    pid_t pid;      /* also the worker's process group id */
+    int exec_errno; /* the exec failed with this errno: the child exits 127/126 */
+};
+
+/* vforks and execs. In the child: own process group, PR_SET_PDEATHSIG
+ * SIGKILL, signal mask and SIGPIPE restored, group announced to the
+ * sentinel, stdio set up, execve. When exec fails, the child stores the errno
+ * in the parent's memory (vfork shares it until exec) and exits 127 (not
+ * found) or 126 (cannot execute); mg_spawn returns with exec_errno set. */
+int mg_spawn(const struct mg_spawn_req *req, struct mg_spawned *out);
+
+#endif

@@ -1,0 +1,489 @@
+/* The train program's command line (see train_args.h): the flags table, the
+ * usage text, parsing, and the checks between flags. */
+#include "train_args.h"
+#include "mg_err.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_EPOCHS 1000000
+
+void train_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " TRAIN_PROG " [options]\n"
+            "Trains a model with libmg and reports its test accuracy. See docs/train.md.\n"
+            "\n"
+            "model and data:\n"
+            "  --model NAME            mlp or cnn (default mlp)\n"
+            "  --hidden N[,N...]       mlp hidden layer sizes (default 256)\n"
+            "  --dropout P             mlp: dropout after each hidden layer (default 0)\n"
+            "  --data NAME             fashion-mnist, mnist or synthetic (default fashion-mnist)\n"
+            "  --data-dir DIR          directory of the IDX files\n"
+            "                          (default /usr/share/datasets/<data>)\n"
+            "  --train-samples N       use the first N training samples (0 = all)\n"
+            "  --test-samples N        use the first N test samples (0 = all)\n"
+            "length and batch:\n"
+            "  --epochs N              passes over the training set (default 1)\n"
+            "  --steps N               optimizer steps instead of epochs\n"
+            "  --batch-size N          samples per micro-batch and process (default 64)\n"
+            "  --accum-steps N         micro-batches per optimizer step (default 1)\n"
+            "  --drop-last             drop the tail that does not divide among processes\n"
+            "optimizer:\n"
+            "  --optimizer NAME        sgd or adamw (default sgd)\n"
+            "  --lr LR                 learning rate (default 0.05 mlp, 0.02 cnn; adamw 0.001)\n"
+            "  --momentum M            sgd momentum (default 0.9)\n"
+            "  --nesterov              sgd with Nesterov momentum\n"
+            "  --weight-decay WD       default 0 for sgd, 0.01 for adamw\n"
+            "  --betas B1,B2           adamw betas (default 0.9,0.999)\n"
+            "  --eps E                 adamw epsilon (default 1e-8)\n"
+            "  --schedule NAME         constant, step or cosine (default constant)\n"
+            "  --warmup N              linear warmup over the first N steps (default 0)\n"
+            "  --step-size N           step schedule: steps between decays (default: one epoch)\n"
+            "  --gamma G               step schedule: decay factor (default 0.1)\n"
+            "  --min-lr LR             cosine schedule: final learning rate (default 0)\n"
+            "run:\n"
+            "  --seed N                seed for initialization, shuffling, dropout (default 0)\n"
+            "  --device cpu|cuda       compute device (default cpu)\n"
+            "  --threads N             BLAS threads (default $OMP_NUM_THREADS, else 1)\n"
+            "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
+            "  --log-every N           a progress line every N steps (default 100)\n"
+            "  --metrics FILE          append JSON lines (train, eval, summary records)\n"
+            "  --checkpoint-dir DIR    where checkpoints go\n"
+            "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
+            "  --keep-checkpoints N    keep the N newest checkpoints (default 3, 0 = all)\n"
+            "  --resume auto|PATH      auto: newest intact checkpoint in --checkpoint-dir, if\n"
+            "                          any; PATH: a checkpoint file or a directory of them.\n"
+            "                          Under a launcher, a restart or a checkpoint of the same\n"
+            "                          job (TORCHELASTIC_RUN_ID) resumes without it; another\n"
+            "                          world size reshards (docs/train.md)\n"
+            "distributed (under mglaunch or torchrun; see docs/distributed.md):\n"
+            "  --global-batch-size G   total batch per optimizer micro-step: each of the W\n"
+            "                          processes takes ceil(G / W) (instead of --batch-size)\n"
+            "  --scale-lr linear|none  linear: multiply the learning rate by the world size\n"
+            "  --check-replicas N      check every N steps that all ranks hold identical weights\n"
+            "  --bucket-cap-mb MB      gradient bucket size (default 25; the first one 1)\n"
+            "  --no-comm-thread        average gradients after backward, not during it\n"
+            "  --help, --version\n");
+}
+
+/* Where a usage error's message goes. */
+struct parse {
+    char *err;
+    size_t errlen;
+};
+
+__attribute__((format(printf, 2, 3))) static int bad(struct parse *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mg_vseterr(p->err, p->errlen, -EINVAL, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+static int parse_long(struct parse *p, const char *flag, const char *s, long min, long max,
+                      long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno)
+        return bad(p, "%s: '%s' is not an integer", flag, s);
+    if (v < min || v > max)
+        return bad(p, "%s: %ld is out of range (%ld..%ld)", flag, v, min, max);
+    *out = v;
+    return 0;
+}
+
+static int parse_int(struct parse *p, const char *flag, const char *s, int min, int max, int *out)
+{
+    long v;
+    int rc = parse_long(p, flag, s, min, max, &v);
+    if (rc == 0)
+        *out = (int)v;
+    return rc;
+}
+
+static int parse_double(struct parse *p, const char *flag, const char *s, double min, double max,
+                        double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v))
+        return bad(p, "%s: '%s' is not a number", flag, s);
+    if (v < min || v > max)
+        return bad(p, "%s: %g is out of range (%g..%g)", flag, v, min, max);
+    *out = v;
+    return 0;
+}
+
+static int parse_hidden(struct parse *p, const char *s, struct mg_model_options *mo)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof(buf))
+        return bad(p, "--hidden: list too long");
+    strcpy(buf, s);
+    mo->nhidden = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (mo->nhidden == MG_MLP_MAX_HIDDEN)
+            return bad(p, "--hidden: at most %d layers", MG_MLP_MAX_HIDDEN);
+        int rc = parse_int(p, "--hidden", tok, 1, 1 << 20, &mo->hidden[mo->nhidden++]);
+        if (rc < 0)
+            return rc;
+    }
+    if (mo->nhidden == 0)
+        return bad(p, "--hidden: empty list");
+    return 0;
+}
+
+static int parse_betas(struct parse *p, const char *s, struct train_options *o)
+{
+    const char *comma = strchr(s, ',');
+    char b1[64];
+    if (!comma || (size_t)(comma - s) >= sizeof(b1))
+        return bad(p, "--betas: want B1,B2, got '%s'", s);
+    memcpy(b1, s, (size_t)(comma - s));
+    b1[comma - s] = 0;
+    int rc = parse_double(p, "--betas", b1, 0.0, 0.999999999, &o->beta1);
+    if (rc == 0)
+        rc = parse_double(p, "--betas", comma + 1, 0.0, 0.999999999, &o->beta2);
+    return rc;
+}
+
+static int parse_seed(struct parse *p, const char *v, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(v, &end, 10);
+    if (!*v || *end || errno || *v == '-')
+        return bad(p, "--seed: '%s' is not a non-negative integer", v);
+    *out = s;
+    return 0;
+}
+
+enum flag_id {
+    F_MODEL,
+    F_HIDDEN,
+    F_DROPOUT,
+    F_DATA,
+    F_DATA_DIR,
+    F_TRAIN_SAMPLES,
+    F_TEST_SAMPLES,
+    F_EPOCHS,
+    F_STEPS,
+    F_BATCH,
+    F_ACCUM,
+    F_DROP_LAST,
+    F_OPTIMIZER,
+    F_LR,
+    F_MOMENTUM,
+    F_NESTEROV,
+    F_WD,
+    F_BETAS,
+    F_EPS,
+    F_SCHEDULE,
+    F_WARMUP,
+    F_STEP_SIZE,
+    F_GAMMA,
+    F_MIN_LR,
+    F_SEED,
+    F_DEVICE,
+    F_THREADS,
+    F_EVAL_EVERY,
+    F_LOG_EVERY,
+    F_METRICS,
+    F_CKPT_DIR,
+    F_CKPT_EVERY,
+    F_KEEP,
+    F_RESUME,
+    F_GLOBAL_BATCH,
+    F_SCALE_LR,
+    F_CHECK_REPLICAS,
+    F_BUCKET_CAP,
+    F_NO_COMM_THREAD,
+    F_HELP,
+    F_VERSION,
+};
+
+static const struct {
+    const char *name;
+    enum flag_id id;
+    int has_arg;
+} flags[] = {
+    {"model", F_MODEL, 1},
+    {"hidden", F_HIDDEN, 1},
+    {"dropout", F_DROPOUT, 1},
+    {"data", F_DATA, 1},
+    {"data-dir", F_DATA_DIR, 1},
+    {"train-samples", F_TRAIN_SAMPLES, 1},
+    {"test-samples", F_TEST_SAMPLES, 1},
+    {"epochs", F_EPOCHS, 1},
+    {"steps", F_STEPS, 1},
+    {"batch-size", F_BATCH, 1},
+    {"accum-steps", F_ACCUM, 1},
+    {"drop-last", F_DROP_LAST, 0},
+    {"optimizer", F_OPTIMIZER, 1},
+    {"lr", F_LR, 1},
+    {"momentum", F_MOMENTUM, 1},
+    {"nesterov", F_NESTEROV, 0},
+    {"weight-decay", F_WD, 1},
+    {"betas", F_BETAS, 1},
+    {"eps", F_EPS, 1},
+    {"schedule", F_SCHEDULE, 1},
+    {"warmup", F_WARMUP, 1},
+    {"step-size", F_STEP_SIZE, 1},
+    {"gamma", F_GAMMA, 1},
+    {"min-lr", F_MIN_LR, 1},
+    {"seed", F_SEED, 1},
+    {"device", F_DEVICE, 1},
+    {"threads", F_THREADS, 1},
+    {"eval-every", F_EVAL_EVERY, 1},
+    {"log-every", F_LOG_EVERY, 1},
+    {"metrics", F_METRICS, 1},
+    {"checkpoint-dir", F_CKPT_DIR, 1},
+    {"checkpoint-every", F_CKPT_EVERY, 1},
+    {"keep-checkpoints", F_KEEP, 1},
+    {"resume", F_RESUME, 1},
+    {"global-batch-size", F_GLOBAL_BATCH, 1},
+    {"scale-lr", F_SCALE_LR, 1},
+    {"check-replicas", F_CHECK_REPLICAS, 1},
+    {"bucket-cap-mb", F_BUCKET_CAP, 1},
+    {"no-comm-thread", F_NO_COMM_THREAD, 0},
+    {"help", F_HELP, 0},
+    {"version", F_VERSION, 0},
+};
+
+/* "--batch_size" and "--batch-size" are the same flag. */
+static int flag_match(const char *arg, size_t len, const char *name)
+{
+    if (strlen(name) != len)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = arg[i] == '_' ? '-' : arg[i];
+        if (c != name[i])
+            return 0;
+    }
+    return 1;
+}
+
+static void set_defaults(struct train_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->model = "mlp";
+    o->data = MG_DATA_FASHION_MNIST;
+    o->epochs = 1;
+    o->batch_size = 64;
+    o->accum_steps = 1;
+    o->optimizer = MG_OPTIM_SGD;
+    o->momentum = 0.9;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->schedule = MG_SCHED_CONSTANT;
+    o->gamma = 0.1;
+    o->keep_checkpoints = 3;
+    o->log_every = 100;
+    o->device = MG_DEVICE_CPU;
+}
+
+/* One flag's value v (NULL for a flag without one) into o. */
+static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id, const char *flag,
+                      const char *v)
+{
+    double d;
+    switch (id) {
+    case F_MODEL:
+        if (strcmp(v, "mlp") && strcmp(v, "cnn"))
+            return bad(p, "--model: unknown model '%s' (known: %s)", v, mg_model_names());
+        o->model = v;
+        return 0;
+    case F_HIDDEN:
+        return parse_hidden(p, v, &o->model_opts);
+    case F_DROPOUT:
+        if (parse_double(p, flag, v, 0.0, 0.99, &d) < 0)
+            return -EINVAL;
+        o->model_opts.dropout = (float)d;
+        return 0;
+    case F_DATA:
+        if (mg_data_parse(v, &o->data) < 0)
+            return bad(p, "--data: unknown dataset '%s' (known: fashion-mnist, mnist, synthetic)",
+                       v);
+        return 0;
+    case F_DATA_DIR:
+        o->data_dir = v;
+        return 0;
+    case F_TRAIN_SAMPLES:
+        return parse_long(p, flag, v, 0, INT_MAX, &o->train_samples);
+    case F_TEST_SAMPLES:
+        return parse_long(p, flag, v, 0, INT_MAX, &o->test_samples);
+    case F_EPOCHS:
+        return parse_long(p, flag, v, 1, MAX_EPOCHS, &o->epochs);
+    case F_STEPS:
+        return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->steps);
+    case F_BATCH:
+        o->batch_set = 1;
+        return parse_int(p, flag, v, 1, TRAIN_MAX_BATCH, &o->batch_size);
+    case F_ACCUM:
+        return parse_int(p, flag, v, 1, 1 << 16, &o->accum_steps);
+    case F_DROP_LAST:
+        o->drop_last = 1;
+        return 0;
+    case F_OPTIMIZER:
+        if (mg_optim_parse(v, &o->optimizer) < 0)
+            return bad(p, "--optimizer: unknown optimizer '%s' (known: sgd, adamw)", v);
+        return 0;
+    case F_LR:
+        o->lr_set = 1;
+        return parse_double(p, flag, v, 0.0, 1e6, &o->lr);
+    case F_MOMENTUM:
+        o->momentum_set = 1;
+        return parse_double(p, flag, v, 0.0, 0.999999, &o->momentum);
+    case F_NESTEROV:
+        o->nesterov = 1;
+        return 0;
+    case F_WD:
+        o->weight_decay_set = 1;
+        return parse_double(p, flag, v, 0.0, 1e6, &o->weight_decay);
+    case F_BETAS:
+        return parse_betas(p, v, o);
+    case F_EPS:
+        return parse_double(p, flag, v, 1e-30, 1.0, &o->eps);
+    case F_SCHEDULE:
+        if (mg_sched_parse(v, &o->schedule) < 0)
+            return bad(p, "--schedule: unknown schedule '%s' (known: constant, step, cosine)", v);
+        return 0;
+    case F_WARMUP:
+        return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->warmup);
+    case F_STEP_SIZE:
+        return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->step_size);
+    case F_GAMMA:
+        return parse_double(p, flag, v, 0.0, 1e6, &o->gamma);
+    case F_MIN_LR:
+        return parse_double(p, flag, v, 0.0, 1e6, &o->min_lr);
+    case F_SEED:
+        return parse_seed(p, v, &o->seed);
+    case F_DEVICE:
+        if (mg_device_parse(v, &o->device) < 0)
+            return bad(p, "--device: unknown device '%s' (known: cpu, cuda)", v);
+        return 0;
+    case F_THREADS:
+        return parse_int(p, flag, v, 1, 1024, &o->threads);
+    case F_EVAL_EVERY:
+        return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->eval_every);
+    case F_LOG_EVERY:
+        return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->log_every);
+    case F_METRICS:
+        o->metrics = v;
+        return 0;
+    case F_CKPT_DIR:
+        o->checkpoint_dir = v;
+        return 0;
+    case F_CKPT_EVERY:
+        return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->checkpoint_every);
+    case F_KEEP:
+        return parse_int(p, flag, v, 0, 1000000, &o->keep_checkpoints);
+    case F_RESUME:
+        if (!*v)
+            return bad(p, "--resume: empty path");
+        o->resume = v;
+        return 0;
+    case F_GLOBAL_BATCH:
+        return parse_long(p, flag, v, 1, (long)TRAIN_MAX_BATCH * 65536, &o->global_batch);
+    case F_SCALE_LR:
+        if (strcmp(v, "linear") && strcmp(v, "none"))
+            return bad(p, "--scale-lr: unknown rule '%s' (known: linear, none)", v);
+        o->scale_lr = !strcmp(v, "linear");
+        return 0;
+    case F_CHECK_REPLICAS:
+        return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->check_replicas);
+    case F_BUCKET_CAP:
+        return parse_double(p, flag, v, 0.001, 1024.0, &o->bucket_cap_mb);
+    case F_NO_COMM_THREAD:
+        o->no_comm_thread = 1;
+        return 0;
+    case F_HELP:
+        o->help = 1;
+        return 0;
+    case F_VERSION:
+        o->version = 1;
+        return 0;
+    }
+    return 0;
+}
+
+/* Defaults that depend on other flags, and flags that exclude each other. */
+static int check(struct parse *p, struct train_options *o, int epochs_set, int steps_set)
+{
+    if (epochs_set && steps_set)
+        return bad(p, "--epochs and --steps cannot be used together");
+    if (!o->lr_set)
+        o->lr = o->optimizer == MG_OPTIM_ADAMW ? 0.001 : !strcmp(o->model, "cnn") ? 0.02 : 0.05;
+    if (!o->weight_decay_set)
+        o->weight_decay = o->optimizer == MG_OPTIM_ADAMW ? 0.01 : 0.0;
+    if (o->optimizer == MG_OPTIM_ADAMW && (o->momentum_set || o->nesterov))
+        return bad(p, "--momentum and --nesterov apply to sgd, not adamw (use --betas)");
+    if (o->nesterov && o->momentum == 0.0)
+        return bad(p, "--nesterov needs a momentum > 0");
+    if (o->resume && !strcmp(o->resume, "auto") && !o->checkpoint_dir)
+        return bad(p, "--resume auto needs --checkpoint-dir");
+    if (strcmp(o->model, "mlp") && (o->model_opts.nhidden || o->model_opts.dropout > 0.0f))
+        return bad(p, "--hidden and --dropout apply to the mlp model");
+    if (o->device == MG_DEVICE_CUDA && !mg_device_available(MG_DEVICE_CUDA))
+        return bad(p, "--device cuda: this build of mg has no CUDA backend (built without nvcc "
+                      "and CUDA sources); use --device cpu");
+    if ((o->data == MG_DATA_SYNTHETIC) && o->data_dir)
+        return bad(p, "--data-dir does not apply to --data synthetic");
+    if (o->global_batch && o->batch_set)
+        return bad(p, "--batch-size and --global-batch-size cannot be used together");
+    return 0;
+}
+
+int train_args_parse(struct train_options *o, int argc, char **argv, char *err, size_t errlen)
+{
+    struct parse p = {err, errlen};
+    int epochs_set = 0, steps_set = 0;
+    set_defaults(o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || !a[2])
+            return bad(&p, "unexpected argument '%s'", a);
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        int f = -1;
+        for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
+            if (flag_match(name, len, flags[k].name)) {
+                f = (int)k;
+                break;
+            }
+        if (f < 0)
+            return bad(&p, "unknown option '--%.*s'", (int)len, name);
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s", flags[f].name);
+        const char *v = NULL;
+        if (flags[f].has_arg) {
+            if (eq)
+                v = eq + 1;
+            else if (i + 1 < argc)
+                v = argv[++i];
+            else
+                return bad(&p, "%s needs a value", flag);
+        } else if (eq) {
+            return bad(&p, "%s takes no value", flag);
+        }
+        int rc = apply_flag(&p, o, flags[f].id, flag, v);
+        if (rc < 0)
+            return rc;
+        if (o->help || o->version)
+            return 0;
+        epochs_set |= flags[f].id == F_EPOCHS;
+        steps_set |= flags[f].id == F_STEPS;
+    }
+    return check(&p, o, epochs_set, steps_set);
+}

@@ -1,0 +1,69 @@
+/* The train program's command line (docs/train.md): its options with their
+ * defaults, the flags table, the usage text, and the checks between flags.
+ *
+ * Part of the program, not of libmg, but shaped like the launcher's opts.c:
+ * parsing returns an error with its message instead of printing, and main
+ * prints it once (a usage error: exit status 2). */
+#ifndef MG_TRAIN_ARGS_H
+#define MG_TRAIN_ARGS_H
+
+#include "backend.h"
+#include "data.h"
+#include "models.h"
+#include "optim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TRAIN_PROG      "train"
+#define TRAIN_MAX_BATCH 65536 /* per process, --batch-size or its share of --global-batch-size */
+
+struct train_options {
+    const char *model;
+    struct mg_model_options model_opts;
+    enum mg_data_kind data;
+    const char *data_dir;
+    long train_samples, test_samples;
+    long epochs, steps;
+    int batch_size, accum_steps;
+    double lr;
+    int lr_set;
+    enum mg_optim_kind optimizer;
+    double momentum, weight_decay, beta1, beta2, eps;
+    int momentum_set, weight_decay_set, nesterov;
+    enum mg_sched_kind schedule;
+    long warmup, step_size;
+    double gamma, min_lr;
+    uint64_t seed;
+    int threads;
+    long eval_every;
+    const char *checkpoint_dir;
+    long checkpoint_every;
+    int keep_checkpoints;
+    const char *resume;
+    long log_every;
+    const char *metrics;
+    enum mg_device device;
+    int drop_last;
+    /* distributed (docs/distributed.md) */
+    long global_batch;
+    int batch_set;
+    int scale_lr;
+    long check_replicas;
+    double bucket_cap_mb;
+    int no_comm_thread;
+    /* --help or --version: parsing stopped there, nothing else was checked */
+    int help, version;
+};
+
+/* Fills o from argv[1..argc), with defaults for what is not given, and checks
+ * the flags against each other. Both --flag value and --flag=value, and '_'
+ * for '-' in names. Returns 0, or -EINVAL with a message in err (errlen
+ * bytes). The strings in o point into argv. */
+int train_args_parse(struct train_options *o, int argc, char **argv, char *err, size_t errlen);
+
+/* The --help text. */
+void train_usage(FILE *f);
+
+#endif
