@@ -6,13 +6,16 @@
 set -u
 pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev
       dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps coreutils
-      clang-format python3 openssl protobuf-compiler python3-crcmod python3-yaml libxml2-utils"
+      clang-format python3 openssl protobuf-compiler python3-crcmod python3-yaml libxml2-utils
+      nodejs slurmctld slurmd slurm-client munge"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# tests/k8s/npm-setup.sh needs npm, which NodeSource's nodejs carries and Debian's does not.
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 
 if [ "$(id -u)" -eq 0 ]; then
