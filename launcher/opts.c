@@ -676,15 +676,21 @@ int mg_opts_resolve(struct mg_launch_opts *o, const struct mg_host_info *host, c
         n = host->ncpu;
         break;
     case MG_NPROC_GPU:
+    case MG_NPROC_AUTO:
         n = o->ngpu_ids ? o->ngpu_ids : host->ngpu;
-        if (n <= 0) {
+        if (n < 0) {
+            snprintf(err, errcap, "invalid value '%s' for %s: cannot count the GPUs: %s",
+                     o->nproc_kind == MG_NPROC_GPU ? "gpu" : "auto", o->nproc_src,
+                     host->no_gpu_why ? host->no_gpu_why : "unknown");
+            return -EINVAL;
+        }
+        if (n == 0 && o->nproc_kind == MG_NPROC_GPU) {
             snprintf(err, errcap, "invalid value 'gpu' for %s: no GPU found (%s)", o->nproc_src,
                      host->no_gpu_why ? host->no_gpu_why : "none visible");
             return -EINVAL;
         }
-        break;
-    case MG_NPROC_AUTO:
-        n = o->ngpu_ids ? o->ngpu_ids : host->ngpu > 0 ? host->ngpu : host->ncpu;
+        if (n == 0)
+            n = host->ncpu; /* auto without a GPU: one worker per CPU, as torchrun */
         break;
     }
     if (n < 1)
