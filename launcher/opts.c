@@ -345,13 +345,15 @@ static int apply_env(struct parse *p, char **env)
             var[k++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
         var[k] = '\0';
         const char *v = mg_env_get(env, var);
-        if (!v || !*v)
-            continue; /* empty counts as unset */
+        /* Empty counts as unset, except for a switch: Kubeflow's PyTorchJob
+         * sets PET_STANDALONE="" for "standalone: true". */
+        if (!v || (!*v && defs[id].kind != OPT_FLAG))
+            continue;
         p->s[id].from_env = 1;
         if (defs[id].kind == OPT_FLAG) {
-            int b;
+            int b = 1;
             snprintf(p->s[id].src, sizeof(p->s[id].src), "%s", var);
-            if (parse_int(v, INT_MIN, INT_MAX, &b))
+            if (*v && parse_int(v, INT_MIN, INT_MAX, &b))
                 return bad_value(p, id, v, "expected 0 or 1");
             p->s[id].set = b != 0;
             p->s[id].val = v;

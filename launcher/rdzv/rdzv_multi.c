@@ -592,6 +592,13 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
         .progress_ctx = m,
     };
     int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
+    if (rc == -EADDRINUSE && m->backend == MG_RDZV_STATIC) {
+        /* Node 0 stops at once; the others wait for it, saying so. */
+        size_t n = strlen(err);
+        snprintf(err + n, errcap - n,
+                 " (another program, or another job on this machine, holds it: give every node "
+                 "the same free --master_port)");
+    }
     if (rc < 0)
         return rc;
 
@@ -615,28 +622,35 @@ static int is_loopback(const char *addr)
     return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
 }
 
-/* This node's address for MASTER_ADDR when it is rank 0. */
+/* This node's address for MASTER_ADDR when it is rank 0. Never the bare host
+ * name first, as torchrun does: in a Kubernetes pod it resolves only inside
+ * that pod (pytorch/pytorch#150532), so the other pods' workers would wait
+ * for a name they cannot resolve. */
 static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, struct mg_kv *kv,
                            const char *static_master, char *out, size_t cap)
 {
-    char num[MG_HOST_MAX];
+    char num[MG_HOST_MAX], local[MG_HOST_MAX];
     if (o->local_addr) {
         snprintf(out, cap, "%s", o->local_addr);
         return;
     }
-    /* The host name, as torchrun does, when it leads somewhere else than loopback. */
-    if (mg_resolve_numeric(m->hostname, num, sizeof(num)) == 0 && !is_loopback(num)) {
-        snprintf(out, cap, "%s", m->hostname);
-        return;
-    }
+    /* The static rank 0 is the master: every other agent resolves and
+     * reaches that name to join. */
     if (static_master) {
-        snprintf(out, cap, "%s", static_master); /* the static rank 0 is the master */
+        snprintf(out, cap, "%s", static_master);
         return;
     }
-    /* Else the address this node reaches the rendezvous from. */
-    if (mg_kv_local_addr(kv, m->host, out, cap) == 0)
-        return;
-    snprintf(out, cap, "%s", m->hostname);
+    /* The address the others reach this node at: its side of its connection
+     * to the backend, or, hosting the store, the address a connection to the
+     * endpoint leaves from. Loopback reaches no other machine: then the host
+     * name, when it resolves to something else. */
+    int have = mg_kv_local_addr(kv, m->host, local, sizeof(local)) == 0;
+    if (have && !is_loopback(local))
+        snprintf(out, cap, "%s", local);
+    else if (mg_resolve_numeric(m->hostname, num, sizeof(num)) == 0 && !is_loopback(num))
+        snprintf(out, cap, "%s", m->hostname);
+    else
+        snprintf(out, cap, "%s", have ? local : m->hostname);
 }
 
 /* Starts the protocol over the backend, which it takes over (and releases on
