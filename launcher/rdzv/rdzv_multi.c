@@ -508,10 +508,12 @@ static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct m
         }
         if (!p->master_addr)
             p->master_addr = p->sl.master_addr;
-        snprintf(line, sizeof(line),
-                 "Slurm: --nnodes %d, --node_rank %d, --master_addr %s (from SLURM_*; give the "
-                 "flags to override)",
-                 p->max, p->node_rank, p->master_addr);
+        int n = snprintf(line, sizeof(line), "Slurm: --nnodes %d, --node_rank %d, --master_addr %s",
+                         p->max, p->node_rank, p->master_addr);
+        if (o->master_port <= 0 && m->backend == MG_RDZV_STATIC && mg_slurm_default_port(&p->sl))
+            n += snprintf(line + n, sizeof(line) - (size_t)n, ", --master_port %d (the job's)",
+                          mg_slurm_default_port(&p->sl));
+        snprintf(line + n, sizeof(line) - (size_t)n, " (from SLURM_*; give the flags to override)");
         add_notice(m, line);
     }
     return 0;
@@ -534,7 +536,11 @@ static int pick_endpoint(const struct mg_launch_opts *o, struct multi *m, struct
         return 0;
     }
     const char *a = p->master_addr ? p->master_addr : "127.0.0.1";
-    int port = o->master_port > 0 ? o->master_port : STATIC_DEFAULT_PORT;
+    /* Under Slurm, a port of the job's own: jobs sharing a node do not meet
+     * on 29500 (mg_slurm_default_port). */
+    int port = o->master_port > 0                                   ? o->master_port
+               : p->slurm == 1 && mg_slurm_default_port(&p->sl) > 0 ? mg_slurm_default_port(&p->sl)
+                                                                    : STATIC_DEFAULT_PORT;
     mg_format_hostport(p->endpoint, sizeof(p->endpoint), a, port);
     if (!p->node_rank_given && p->max > 1)
         add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "

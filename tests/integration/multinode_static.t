@@ -1,7 +1,7 @@
 #!/bin/sh
 # mglaunch across test hosts with the static backend: --nnodes, --node_rank,
 # --master_addr, --master_port as torchrun takes them, and the same derived
-# from a Slurm environment fixture (SLURM_NNODES, SLURM_NODEID,
+# from a Slurm environment fixture (SLURM_STEP_ID, SLURM_NNODES, SLURM_NODEID,
 # SLURM_JOB_NODELIST with a bracketed hostlist) when the flags are absent.
 # timeout: 90
 . "$(dirname "$0")/../lib/lib.sh"
@@ -44,7 +44,7 @@ netns) LIST="$(echo "$M" | sed 's/\.[0-9]*$//').[1-3]" ;;
 *) LIST="127.0.0.[2-4]" ;;
 esac
 for i in 0 1 2; do
-    SLURM_JOB_ID=4242 SLURM_NNODES=3 SLURM_NODEID=$i SLURM_JOB_NODELIST="$LIST" \
+    SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_NNODES=3 SLURM_NODEID=$i SLURM_JOB_NODELIST="$LIST" \
         node $i "s$i" --nproc_per_node 2 --master_port "$PORT" --rdzv_conf "$MN_HB" "$MN_WORKER" --reach
 done
 check_exits "Slurm fixture ($LIST): 3 nodes formed from SLURM_* alone" "0 0 0" s0 s1 s2
