@@ -56,6 +56,7 @@ struct multi {
     char hostname[MG_HOST_MAX];
     char run_id[MG_RDZV_RUN_ID_MAX + 1];
     char notice[768];
+    char first_wait[MG_HOST_MAX + 160]; /* said before the first "still out of reach" */
 };
 
 /* ---- what mglaunch prints ------------------------------------------------------------- */
@@ -436,7 +437,12 @@ struct plan {
  * exists). */
 static void on_progress(void *ctx, const char *msg)
 {
-    note(ctx, "%s", msg);
+    struct multi *m = ctx;
+    if (m->first_wait[0]) {
+        note(m, "%s", m->first_wait);
+        m->first_wait[0] = 0;
+    }
+    note(m, "%s", msg);
 }
 
 static struct multi *multi_new(FILE *status)
@@ -597,7 +603,14 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
         .progress = on_progress,
         .progress_ctx = m,
     };
+    /* A static node other than 0 waits for node 0 in particular: say whom. */
+    if (m->backend == MG_RDZV_STATIC && p->node_rank != 0)
+        snprintf(m->first_wait, sizeof(m->first_wait),
+                 "rendezvous (static): waiting for node 0 (--node_rank 0) to host the store at %s "
+                 "(--master_addr:--master_port)",
+                 p->endpoint);
     int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
+    m->first_wait[0] = 0;
     if (rc == -EADDRINUSE && m->backend == MG_RDZV_STATIC) {
         /* Node 0 stops at once; the others wait for it, saying so. */
         size_t n = strlen(err);

@@ -2,7 +2,9 @@
 # mglaunch across test hosts with the static backend: --nnodes, --node_rank,
 # --master_addr, --master_port as torchrun takes them, and the same derived
 # from a Slurm environment fixture (SLURM_STEP_ID, SLURM_NNODES, SLURM_NODEID,
-# SLURM_JOB_NODELIST with a bracketed hostlist) when the flags are absent.
+# SLURM_JOB_NODELIST with a bracketed hostlist) when the flags are absent. A
+# node 0 whose port another program holds stops at once, saying so, and node 1
+# says what it waits for.
 # timeout: 90
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
@@ -37,6 +39,31 @@ node 1 b $C --nnodes 2 --node_rank 0 "$MN_WORKER"
 nodes_wait a b
 ok test "$RC_a" -ne 0 -a "$RC_b" -ne 0
 ok out_has b "node_rank 0 given to two nodes"
+
+# Node 0 cannot host the store (another program holds the port): it stops at
+# once and says why; node 1 says what it waits for until join_timeout.
+bg_on 0 /usr/bin/python3 -c "
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$M', $PORT))
+s.listen(8)
+open('$T/held', 'w').close()
+while True:
+    s.accept()[0].close()
+"
+holder=$!
+ok wait_for 10 test -e "$T/held"
+node 0 a $C --nnodes 2 --node_rank 0 "$MN_WORKER"
+node 1 b $C,join_timeout=4 --nnodes 2 --node_rank 1 "$MN_WORKER"
+nodes_wait a b
+ok test "$RC_a" -ne 0 -a "$RC_b" -ne 0
+like "$(cat "$T/a.err")" "cannot host the rendezvous store .*$PORT: Address already in use .*--master_port" \
+    "node 0 whose port is taken says so"
+like "$(cat "$T/b.err")" "waiting for node 0 \(--node_rank 0\) to host the store at $M:$PORT" \
+    "node 1 says what it waits for"
+kill -KILL "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
 
 # A Slurm job step of 3 nodes, no flags but the program's.
 case $HOSTS_MODE in
