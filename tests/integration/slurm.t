@@ -135,7 +135,10 @@ fi
 slurm_wait_gone "$id" 40 || { diag "job $id still queued: $(sl squeue -h -j "$id" -o '%T %r')"; sl scancel "$id"; }
 out=$(cat "$T/s8")
 like "$out" "requeueing $id" "SIGUSR1 reached the batch script, which requeued the job"
-is "$(grep -c 'Slurm: --nnodes 2, --node_rank 0' "$T/s8")" 2 "the job ran twice"
+runs=$(grep -c 'Slurm: --nnodes 2, --node_rank 0' "$T/s8")
+is "$runs" 2 "the job ran twice"
+[ "$runs" = 2 ] ||
+    diag "job $id: $(sl scontrol -o show job "$id" 2>&1 | grep -o 'JobState=[^ ]* Reason=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')"
 like "$out" "train: resumed from $CK/ckpt-0*[1-9][0-9]*.mgc" "the second run resumed from a checkpoint"
 like "$out" "train: done: .* step" "and trained to the end"
 [ $? = 0 ] || show "$T/s8" 20

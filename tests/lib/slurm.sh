@@ -147,7 +147,18 @@ _sl_poll() {
 }
 
 _slurm_idle() { [ "$(sl sinfo -h -N -o %t 2>/dev/null | grep -c idle)" = 2 ]; }
-_slurm_gone() { [ -z "$(sl squeue -h -j "$1" -o %i 2>/dev/null)" ]; }
+# Gone: the controller has forgotten the job, or it is in a final state. A
+# client that fails (a busy controller) says nothing about the job.
+_slurm_gone() {
+    _sg=$(sl scontrol -o show job "$1" 2>&1)
+    case $_sg in
+    *"Invalid job id"*) return 0 ;;
+    *JobState=COMPLETED\ * | *JobState=CANCELLED\ * | *JobState=FAILED\ * | *JobState=TIMEOUT\ * | \
+        *JobState=NODE_FAIL\ * | *JobState=OUT_OF_MEMORY\ * | *JobState=BOOT_FAIL\ * | *JobState=DEADLINE\ *)
+        return 0 ;;
+    esac
+    return 1
+}
 
 slurm_wait_gone() { _sl_poll "$2" _slurm_gone "$1"; }
 
