@@ -18,6 +18,7 @@
 #include "optim.h"
 #include "rtutil.h"
 #include "train_args.h"
+#include "train_out.h"
 #include "trainer.h"
 
 #include <errno.h>
@@ -29,7 +30,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE      2
+#define EXIT_INCOMPLETE 3 /* trained to the end, but some output could not be written */
 
 /* What a distributed run changes; a single process is rank 0 of 1 with no hooks. */
 struct dist {
@@ -64,22 +66,7 @@ __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
 struct progress {
     int tty;
     double last_draw;
-    FILE *metrics;
 };
-
-static void metrics_line(struct progress *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void metrics_line(struct progress *p, const char *fmt, ...)
-{
-    if (!p->metrics)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(p->metrics, fmt, ap);
-    va_end(ap);
-    fputc('\n', p->metrics);
-    fflush(p->metrics);
-}
 
 /* Prints a line above the progress bar (or just a line without a terminal). */
 static void say(struct progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -124,7 +111,20 @@ struct run {
     long total_steps;
     long epochs_total;
     struct progress prog;
+    struct train_out out; /* metrics (train_out.h) */
+    int out_failed;       /* a metrics write failed (said once) */
 };
+
+/* The first failed metrics write is said when it happens; the training goes
+ * on (its checkpoints are its real output) and exits with EXIT_INCOMPLETE. */
+static void check_output(struct run *r, int rc)
+{
+    if (rc >= 0 || r->out_failed)
+        return;
+    r->out_failed = 1;
+    fail("%s (no more records are written there; the exit status will be %d)",
+         mg_metrics_errmsg(r->out.metrics), EXIT_INCOMPLETE);
+}
 
 /* The launcher's environment (world size 1 without one): joins the other
  * ranks, then sets the per-process batch and learning rate from the world size. */
@@ -424,10 +424,7 @@ static int evaluate(struct run *r, struct mg_eval_sums *ev)
     if (r->dist.rank == 0) {
         say(&r->prog, "eval step %ld epoch %ld: test loss %.4f accuracy %.4f (%ld/%ld)",
             r->trainer.step, epoch, loss, acc, ev->correct, ev->count);
-        metrics_line(&r->prog,
-                     "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%ld,\"test_loss\":%.6f,"
-                     "\"test_accuracy\":%.6f,\"test_samples\":%ld}",
-                     r->trainer.step, epoch, loss, acc, ev->count);
+        check_output(r, train_out_eval(&r->out, r->trainer.step, epoch, loss, acc, ev->count));
     }
     return 0;
 }
@@ -478,6 +475,9 @@ static int checkpoint(struct run *r)
         if (prc < 0)
             fprintf(stderr, TRAIN_PROG ": warning: cannot remove old checkpoints in '%s': %s\n",
                     dir, mg_strerror(prc));
+        /* the metrics as durable as the checkpoint they go with */
+        if (r->out.metrics)
+            check_output(r, mg_metrics_flush(r->out.metrics));
     }
 out:
     free(states);
@@ -493,6 +493,8 @@ struct tally {
     double total_samples; /* over every rank */
     double log_t0;        /* start of the report interval, less evaluation and checkpoints */
     double log_loss, log_correct, log_samples;
+    double log_step_time; /* this rank's seconds in steps since the last report */
+    long log_steps;
     double last_loss; /* of the last report, for the progress bar */
 };
 
@@ -538,12 +540,52 @@ static int train_step(struct run *r, struct mg_step_stats *st)
     return 0;
 }
 
+/* Every rank's mean step time since the last report (one small allgather):
+ * the mean over the ranks, the fastest, the slowest and who that is. */
+static int step_spread(struct run *r, const struct tally *k, struct train_out_train *rec)
+{
+    int world = r->dist.world;
+    double mine = k->log_steps ? k->log_step_time / (double)k->log_steps : 0.0, one = mine;
+    double *all = world > 1 ? calloc((size_t)world, sizeof(double)) : &one;
+    if (!all) {
+        fail("step %ld: out of memory", r->trainer.step);
+        return -ENOMEM;
+    }
+    if (world > 1) {
+        int rc =
+            mg_comm_allgather(r->dist.d->comm, &mine, all, sizeof(mine), MG_COMM_DEFAULT_TIMEOUT);
+        if (rc < 0) {
+            fail("step %ld: cannot gather the step times of the ranks: %s", r->trainer.step,
+                 mg_comm_errmsg(r->dist.d->comm));
+            free(all);
+            return rc;
+        }
+    }
+    double sum = 0.0;
+    rec->step_time_min_s = rec->step_time_max_s = all[0];
+    rec->slowest_rank = 0;
+    for (int i = 0; i < world; i++) {
+        sum += all[i];
+        if (all[i] < rec->step_time_min_s)
+            rec->step_time_min_s = all[i];
+        if (all[i] > rec->step_time_max_s) {
+            rec->step_time_max_s = all[i];
+            rec->slowest_rank = i;
+        }
+    }
+    rec->step_time_s = sum / (double)world;
+    if (world > 1)
+        free(all);
+    return 0;
+}
+
 /* The progress line and the train metrics record: loss and accuracy since the
  * last report, over all ranks (every rank calls this: the sums are reduced). */
 static int report(struct run *r, struct tally *k, const struct mg_step_stats *st)
 {
     const struct mg_trainer *t = &r->trainer;
     double sums[3] = {k->log_loss, k->log_correct, k->log_samples};
+    struct train_out_train rec = {0};
     if (r->dist.hooks.reduce_sums) {
         int rc = r->dist.hooks.reduce_sums(r->dist.hooks.ctx, sums, 3);
         if (rc < 0) {
@@ -551,6 +593,9 @@ static int report(struct run *r, struct tally *k, const struct mg_step_stats *st
             return rc;
         }
     }
+    int src = step_spread(r, k, &rec);
+    if (src < 0)
+        return src;
     double now = mg_seconds();
     double rate = sums[2] / (now - k->log_t0 > 1e-9 ? now - k->log_t0 : 1e-9);
     k->last_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
@@ -559,13 +604,18 @@ static int report(struct run *r, struct tally *k, const struct mg_step_stats *st
         if (!r->prog.tty)
             say(&r->prog, "step %ld/%ld epoch %ld loss %.4f accuracy %.4f lr %.6g %.0f samples/s",
                 t->step, r->total_steps, t->epoch + 1, k->last_loss, acc, st->lr, rate);
-        metrics_line(&r->prog,
-                     "{\"type\":\"train\",\"step\":%ld,\"epoch\":%ld,\"loss\":%.6f,"
-                     "\"accuracy\":%.6f,\"lr\":%.9g,\"samples_per_s\":%.1f,"
-                     "\"time_s\":%.3f}",
-                     t->step, t->epoch + 1, k->last_loss, acc, st->lr, rate, now - k->t0);
+        rec.step = t->step;
+        rec.epoch = t->epoch + 1;
+        rec.loss = k->last_loss;
+        rec.accuracy = acc;
+        rec.lr = st->lr;
+        rec.samples_per_s = rate;
+        rec.time_s = now - k->t0;
+        check_output(r, train_out_train(&r->out, &rec));
     }
     k->log_loss = k->log_correct = k->log_samples = 0.0;
+    k->log_step_time = 0.0;
+    k->log_steps = 0;
     k->log_t0 = mg_seconds();
     return 0;
 }
@@ -598,12 +648,20 @@ static void summarize(struct run *r, const struct tally *k, const struct mg_eval
                    "in %.1f s (%.0f samples/s), wall time %.1f s; param hash %016" PRIx64,
         acc, ev->correct, ev->count, loss, t->step, k->total_samples, k->train_time, rate, wall,
         hash);
-    metrics_line(&r->prog,
-                 "{\"type\":\"summary\",\"step\":%ld,\"epoch\":%ld,\"test_loss\":%.6f,"
-                 "\"test_accuracy\":%.6f,\"samples\":%.0f,\"train_time_s\":%.3f,"
-                 "\"samples_per_s\":%.1f,\"wall_time_s\":%.3f,\"param_hash\":\"%016" PRIx64 "\"}",
-                 t->step, t->epoch + 1, loss, acc, k->total_samples, k->train_time, rate, wall,
-                 hash);
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
+    struct train_out_summary s = {
+        .step = t->step,
+        .epoch = t->epoch + 1,
+        .test_loss = loss,
+        .test_accuracy = acc,
+        .samples = k->total_samples,
+        .train_time_s = k->train_time,
+        .samples_per_s = rate,
+        .wall_time_s = wall,
+        .param_hash = hex,
+    };
+    check_output(r, train_out_summary(&r->out, &s));
 }
 
 static int run(struct run *r)
@@ -615,8 +673,10 @@ static int run(struct run *r)
     int evaluated_now = 0, rc;
 
     k.log_t0 = k.t0;
-    if (r->dist.rank == 0)
+    if (r->dist.rank == 0) {
         announce(r);
+        check_output(r, train_out_hparams(&r->out, o, r->dist.world, r->total_steps));
+    }
     rc = mg_trainer_start(t);
     if (rc < 0) {
         fail("cannot synchronize the initial parameters: %s", why(r, rc));
@@ -625,6 +685,8 @@ static int run(struct run *r)
     rc = check_resume(r);
     if (rc < 0)
         return rc;
+    if (r->out.metrics)
+        check_output(r, mg_metrics_start(r->out.metrics, t->step));
     while (t->step < r->total_steps) {
         struct mg_step_stats st;
         double s0 = mg_seconds();
@@ -633,6 +695,8 @@ static int run(struct run *r)
             return rc;
         double s1 = mg_seconds();
         k.train_time += s1 - s0;
+        k.log_step_time += s1 - s0;
+        k.log_steps++;
         k.total_samples += (double)st.samples * r->dist.world;
         k.log_loss += st.loss_sum;
         k.log_correct += (double)st.correct;
@@ -678,6 +742,33 @@ static int run(struct run *r)
     return 0;
 }
 
+/* Rank 0's metrics, once the rank and the run are known. */
+static int open_outputs(struct run *r)
+{
+    char err[MG_ERRMSG_LEN];
+    const struct mg_dist_env *env = &r->dist.d->env;
+    struct train_out_ident id = {
+        .run_id = env->launched ? env->run_id : NULL,
+        .restart = env->restart_count,
+        .rank = r->dist.rank,
+    };
+    int rc = train_out_open(&r->out, r->o, &id, err, sizeof(err));
+    if (rc < 0)
+        fail("%s", err);
+    return rc;
+}
+
+/* Returns 1 when every output was written whole. */
+static int close_outputs(struct run *r)
+{
+    char err[MG_ERRMSG_LEN];
+    if (train_out_close(&r->out, err, sizeof(err)) < 0 && !r->out_failed) {
+        r->out_failed = 1;
+        fail("%s (the exit status will be %d)", err, EXIT_INCOMPLETE);
+    }
+    return !r->out_failed;
+}
+
 int main(int argc, char **argv)
 {
     struct train_options o;
@@ -701,14 +792,9 @@ int main(int argc, char **argv)
     memset(&r, 0, sizeof(r));
     r.o = &o;
     r.prog.tty = isatty(STDOUT_FILENO);
-    if (o.metrics) {
-        r.prog.metrics = fopen(o.metrics, "a");
-        if (!r.prog.metrics) {
-            fail("cannot open metrics file '%s': %s", o.metrics, strerror(errno));
-            return 1;
-        }
-    }
     rc = setup(&r);
+    if (rc == 0)
+        rc = open_outputs(&r);
     if (rc == 0)
         rc = resume(&r);
     if (rc == 0)
@@ -720,6 +806,7 @@ int main(int argc, char **argv)
     }
     if (r.prog.tty)
         fflush(stdout);
+    int complete = close_outputs(&r);
     mg_trainer_release(&r.trainer);
     mg_ddp_release(r.dist.ddp);
     mg_model_release(&r.model);
@@ -728,7 +815,5 @@ int main(int argc, char **argv)
     mg_backend_release(r.be);
     error_dist = NULL;
     mg_dist_release(r.dist.d);
-    if (r.prog.metrics)
-        fclose(r.prog.metrics);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? 1 : complete ? 0 : EXIT_INCOMPLETE;
 }

@@ -44,6 +44,9 @@ struct train_options {
     const char *resume;
     long log_every;
     const char *metrics;
+    /* --tensorboard [DIR], --csv [DIR]: NULL off, "" the run's directory
+     * under mglaunch ($MG_RUN_LOG_DIR/tensorboard, .../csv) */
+    const char *tensorboard, *csv;
     enum mg_device device;
     int drop_last;
     /* distributed (docs/distributed.md) */
