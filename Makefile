@@ -112,8 +112,9 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC))
 
 CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
-# The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
-LAUNCH_LIBS := -ldl
+# The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the
+# etcd backend); libm for the plot of `mglaunch logs --plot`.
+LAUNCH_LIBS := -ldl -lm
 # libmg loads OpenBLAS at run time (runtime/cpu/blas.h) so it can set its threads
 # and kernels before OpenBLAS starts.
 MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)

@@ -302,10 +302,12 @@ static void run_status(const struct lrun *r, char *buf, size_t cap)
 static const char logs_usage[] =
     "usage: mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
     "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
     "Without selectors: lists the runs in LOG_DIR, the attempts and ranks of the latest run\n"
     "(or --run), and its root cause. With --rank/--stream/--tail/--follow/--grep: prints the\n"
-    "log lines of the last attempt (or --attempt). LOG_DIR defaults to mglaunch's private\n"
-    "directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
+    "log lines of the last attempt (or --attempt). --plot draws the run's loss and accuracy\n"
+    "(train's metrics of every attempt, or --attempt's) into FILE.svg (- for stdout).\n"
+    "LOG_DIR defaults to mglaunch's private directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
 
 static int parse_long(const char *s, long min, long max, long *out)
 {
@@ -354,7 +356,7 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
             continue;
         }
         static const char *const valued[] = {"run",  "attempt", "rank", "stream",
-                                             "tail", "n",       "grep"};
+                                             "tail", "n",       "grep", "plot"};
         int known = 0;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(name, valued[k]);
@@ -422,8 +424,16 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         } else if (!strcmp(name, "grep")) {
             lo->content = 1;
             lo->grep = val;
+        } else if (!strcmp(name, "plot")) {
+            if (!*val)
+                return mg_seterr(err, cap, -EINVAL, "--plot needs a file name");
+            lo->plot = val;
         }
     }
+    if (lo->plot && lo->content)
+        return mg_seterr(err, cap, -EINVAL,
+                         "--plot draws metrics; it does not go with --rank, --stream, --tail, "
+                         "--grep or --follow");
     return 0;
 }
 
@@ -701,8 +711,9 @@ int mg_logs_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         }
         dir = defdir;
     }
-    rc = lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
-                    : do_list(out, &lo, dir, err, errcap);
+    rc = lo.plot      ? mg_logs_plot(out, &lo, dir, err, errcap)
+         : lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
+                      : do_list(out, &lo, dir, err, errcap);
     fflush(out);
     return rc == -ENOENT ? (err[0] ? -ENOENT : 1) : rc;
 }

@@ -92,11 +92,16 @@ struct logs_opts {
     int follow;
     const char *grep;
     int content;
+    const char *plot; /* --plot FILE.svg ("-": stdout) */
     int help;
 };
 
 /* Prints the selected lines of the selected files, following them with
  * --follow. Returns 0, or a negative code with err set. */
 int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
+
+/* --plot: the run's metrics (every attempt's, or --attempt's) as an SVG file
+ * (logs_plot.c). Returns 0, or a negative code with err set. */
+int mg_logs_plot(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
 
 #endif

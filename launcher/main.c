@@ -34,6 +34,7 @@ static const char usage[] =
     "usage: mglaunch [options] PROGRAM [ARGS...]\n"
     "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
     "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
     "\n"
     "Starts nproc_per_node workers running PROGRAM with torchrun's environment (RANK,\n"
     "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises them, restarts the\n"
