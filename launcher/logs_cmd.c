@@ -200,7 +200,7 @@ static void apply_event(struct lrun *r, const struct mg_event *ev)
     }
 }
 
-static int launcher_alive(const struct lrun *r)
+int mg_logs_launcher_alive(const struct lrun *r)
 {
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
@@ -277,11 +277,11 @@ int mg_logs_load_run(struct lrun *r, const char *base, const char *id)
                 r->a[i].w[j] = r->a[i].w[j - 1];
                 r->a[i].w[j - 1] = t;
             }
-    r->alive = r->has_events && !r->ended && launcher_alive(r);
+    r->alive = r->has_events && !r->ended && mg_logs_launcher_alive(r);
     return 0;
 }
 
-static void run_status(const struct lrun *r, char *buf, size_t cap)
+void mg_logs_run_status(const struct lrun *r, char *buf, size_t cap)
 {
     if (!r->has_events)
         mg_fmt(buf, cap, "unknown (no event log)");
@@ -448,7 +448,7 @@ static int cmp_run(const void *a, const void *b)
 }
 
 /* Run directories: those holding an event log or attempt directories. */
-static int list_runs(const char *dir, struct run_ent **out, int *n)
+int mg_logs_list_runs(const char *dir, struct run_ent **out, int *n)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -495,7 +495,7 @@ static int list_runs(const char *dir, struct run_ent **out, int *n)
 int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
 {
     struct lrun r;
-    int rc = list_runs(dir, runs, n);
+    int rc = mg_logs_list_runs(dir, runs, n);
     if (rc || *n == 0) {
         mg_fmt(err, cap, rc ? "cannot read '%s': %s" : "no runs in '%s'%s", dir,
                rc ? mg_strerror(rc) : "");
@@ -512,7 +512,7 @@ int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size
     return 0;
 }
 
-static void worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
+void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
 {
     char dur[32];
     if (!w->exited) {
@@ -592,12 +592,12 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     rc->logs_saved = exists(rc->log_path, "stdout.log") || exists(rc->log_path, "stderr.log");
 }
 
-static void print_root(FILE *out, const struct lrun *r)
+int mg_logs_print_root(FILE *out, const struct lrun *r)
 {
     const struct lroot *x = r->has_root ? &r->root : r->has_first_fail ? &r->first_fail : NULL;
     struct mg_root_cause *rc;
     if (!x || !(rc = malloc(sizeof(*rc))))
-        return;
+        return 0;
     root_cause_of(r, x, rc);
     mg_root_cause_print(out,
                         r->ended && strcmp(r->result, "succeeded") == 0
@@ -605,12 +605,13 @@ static void print_root(FILE *out, const struct lrun *r)
                             : "Root cause (first failure):",
                         rc);
     free(rc);
+    return 1;
 }
 
 static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
 {
     char st[128], t[64], dur[32];
-    run_status(r, st, sizeof(st));
+    mg_logs_run_status(r, st, sizeof(st));
     fprintf(out, "run %s (%s)\n", r->id, r->dir);
     if (r->has_events) {
         mg_format_time_ms(r->start_ms, t, sizeof(t));
@@ -636,7 +637,7 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
         for (int k = 0; k < a->nw; k++) {
             const struct lworker *w = &a->w[k];
             char ws[200];
-            worker_state(r, w, ws, sizeof(ws));
+            mg_logs_worker_state(r, w, ws, sizeof(ws));
             fprintf(out, "    local rank %-3d rank %-4d pid %-7d %s%s%s%s\n", w->local_rank,
                     w->rank, w->pid, ws, w->message[0] ? " \"" : "", w->message,
                     w->message[0] ? "\"" : "");
@@ -659,7 +660,7 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
         char st[128], t[64];
         if (mg_logs_load_run(&r, dir, runs[i].id))
             continue;
-        run_status(&r, st, sizeof(st));
+        mg_logs_run_status(&r, st, sizeof(st));
         mg_format_time_ms(r.start_ms, t, sizeof(t));
         t[19] = '\0';
         int is_sel = strcmp(runs[i].id, sel) == 0;
@@ -683,7 +684,7 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
                        : lo->attempt_given && lo->attempt == -1 && r.na ? r.a[r.na - 1].attempt
                                                                         : -1;
             print_run_detail(out, &r, only);
-            print_root(out, &r);
+            mg_logs_print_root(out, &r);
         }
     }
     mg_logs_run_free(&r);
