@@ -316,6 +316,31 @@ static void warn_reshard(struct run *r)
                 o->scale_lr ? "" : "; --scale-lr linear scales the lr with the world size");
 }
 
+/* --resume auto with --upload, and no complete checkpoint here (a new
+ * machine after a preemption): rank 0 fetches the newest one the
+ * destination has; the others wait for it. */
+static int fetch_remote(struct run *r, const char *dir)
+{
+    char err[MG_ERRMSG_LEN], path[MG_CKPT_PATH_MAX];
+    uint64_t step;
+    int rc = 0;
+    if (r->dist.rank == 0 && mg_ckpt_list(dir, &step, 1) == 0) {
+        rc = train_out_fetch_latest(r->o, dir, path, sizeof(path), err, sizeof(err));
+        if (rc < 0) {
+            fail("cannot fetch the newest checkpoint from %s: %s", r->out.upload_shown, err);
+            return rc;
+        }
+        if (rc > 0)
+            say(&r->prog, TRAIN_PROG ": no checkpoint in '%s': fetched %s from %s", dir, path,
+                r->out.upload_shown);
+    }
+    if (r->dist.ddp && (rc = mg_ddp_barrier(r->dist.ddp)) < 0) {
+        fail("cannot resume: %s", mg_ddp_errmsg(r->dist.ddp));
+        return rc;
+    }
+    return 0;
+}
+
 /* When to resume (docs/train.md, "Resume"): --resume; a restart by the
  * launcher (TORCHELASTIC_RESTART_COUNT > 0); or, under a launcher, a
  * checkpoint this job wrote (same TORCHELASTIC_RUN_ID): a group re-formed
@@ -342,6 +367,11 @@ static int resume(struct run *r)
     static struct mg_resume_report rep;
     if (strcmp(what, "auto") == 0 || is_dir(what)) {
         const char *dir = strcmp(what, "auto") == 0 ? o->checkpoint_dir : what;
+        if (o->resume && strcmp(o->resume, "auto") == 0 && o->upload) {
+            rc = fetch_remote(r, dir);
+            if (rc < 0)
+                return rc;
+        }
         rc = mg_trainer_resume_latest(&r->trainer, dir, only_run, &rep, err);
         for (int i = 0; i < rep.nskipped && r->dist.rank == 0; i++)
             fprintf(stderr, TRAIN_PROG ": warning: skipping a corrupt checkpoint: %s\n",
@@ -478,6 +508,7 @@ static int checkpoint(struct run *r)
         /* the metrics as durable as the checkpoint they go with */
         if (r->out.metrics)
             check_output(r, mg_metrics_flush(r->out.metrics));
+        train_out_upload_checkpoint(&r->out, dir, r->trainer.step);
     }
 out:
     free(states);
@@ -601,9 +632,12 @@ static int report(struct run *r, struct tally *k, const struct mg_step_stats *st
     k->last_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
     double acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
     if (r->dist.rank == 0) {
+        char news[1024];
         if (!r->prog.tty)
             say(&r->prog, "step %ld/%ld epoch %ld loss %.4f accuracy %.4f lr %.6g %.0f samples/s",
                 t->step, r->total_steps, t->epoch + 1, k->last_loss, acc, st->lr, rate);
+        if (train_out_upload_news(&r->out, news, sizeof(news)))
+            fprintf(stderr, TRAIN_PROG ": warning: %s\n", news);
         rec.step = t->step;
         rec.epoch = t->epoch + 1;
         rec.loss = k->last_loss;
@@ -753,15 +787,52 @@ static int open_outputs(struct run *r)
         .rank = r->dist.rank,
     };
     int rc = train_out_open(&r->out, r->o, &id, err, sizeof(err));
-    if (rc < 0)
+    if (rc < 0) {
         fail("%s", err);
+        return rc;
+    }
+    if (r->dist.rank == 0 && (rc = train_out_upload_open(&r->out, r->o, err, sizeof(err))) < 0)
+        fail("--upload%s: %s", r->o->upload_cmd ? "-cmd" : "", err);
     return rc;
 }
 
+/* The bounded wait for the remote copies, and what was and was not copied.
+ * Returns 1 when everything was. */
+static int close_upload(struct run *r, int failed)
+{
+    struct mg_upload_stats st;
+    if (!r->out.upload)
+        return 1;
+    train_out_upload_metrics(&r->out);
+    long wait = failed && r->o->upload_wait > 30 ? 30 : r->o->upload_wait;
+    int rc = train_out_upload_close(&r->out, wait, &st);
+    char copied[200];
+    snprintf(copied, sizeof(copied), "%d of %d cop%s made (%.1f MB)", st.copied,
+             st.queued + st.dropped, st.queued + st.dropped == 1 ? "y" : "ies",
+             (double)st.bytes / 1e6);
+    if (rc == 0) {
+        say(&r->prog, TRAIN_PROG ": upload to %s: %s; %d failed tr%s tried again",
+            r->out.upload_shown, copied, st.retries, st.retries == 1 ? "y was" : "ies were");
+        return 1;
+    }
+    char list[4096] = "";
+    size_t n = 0;
+    for (int i = 0; i < st.nlist && n < sizeof(list); i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "; " : "", st.list[i]);
+    fail("upload to %s: %s, %d given up, %d dropped (queue full), %d not sent in %ld s; %d failed "
+         "tr%s tried again; not copied: %s; the last error: %s (the exit status will be %d)",
+         r->out.upload_shown, copied, st.failed, st.dropped, st.pending, wait, st.retries,
+         st.retries == 1 ? "y was" : "ies were", list, st.last_error[0] ? st.last_error : "none",
+         EXIT_INCOMPLETE);
+    return 0;
+}
+
 /* Returns 1 when every output was written whole. */
-static int close_outputs(struct run *r)
+static int close_outputs(struct run *r, int failed)
 {
     char err[MG_ERRMSG_LEN];
+    if (!close_upload(r, failed))
+        r->out_failed = 1;
     if (train_out_close(&r->out, err, sizeof(err)) < 0 && !r->out_failed) {
         r->out_failed = 1;
         fail("%s (the exit status will be %d)", err, EXIT_INCOMPLETE);
@@ -806,7 +877,7 @@ int main(int argc, char **argv)
     }
     if (r.prog.tty)
         fflush(stdout);
-    int complete = close_outputs(&r);
+    int complete = close_outputs(&r, rc < 0);
     mg_trainer_release(&r.trainer);
     mg_ddp_release(r.dist.ddp);
     mg_model_release(&r.model);

@@ -59,6 +59,10 @@ void train_usage(FILE *f)
             "                          the run's log directory, tensorboard/)\n"
             "  --csv [DIR]             Lightning-style DIR/version_N/metrics.csv (default under\n"
             "                          mglaunch: the run's log directory, csv/)\n"
+            "  --upload DEST           copy checkpoints, metrics and the final model to DEST\n"
+            "                          (s3://BUCKET/PREFIX or http(s)://...) in the background\n"
+            "  --upload-cmd 'CMD {}'   or run CMD with each file's path instead\n"
+            "  --upload-wait S         at the end, wait up to S seconds for copies (default 300)\n"
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
             "  --keep-checkpoints N    keep the N newest checkpoints (default 3, 0 = all)\n"
@@ -209,6 +213,9 @@ enum flag_id {
     F_METRICS,
     F_TENSORBOARD,
     F_CSV,
+    F_UPLOAD,
+    F_UPLOAD_CMD,
+    F_UPLOAD_WAIT,
     F_CKPT_DIR,
     F_CKPT_EVERY,
     F_KEEP,
@@ -260,6 +267,9 @@ static const struct {
     {"metrics", F_METRICS, 1},
     {"tensorboard", F_TENSORBOARD, ARG_OPTIONAL},
     {"csv", F_CSV, ARG_OPTIONAL},
+    {"upload", F_UPLOAD, 1},
+    {"upload-cmd", F_UPLOAD_CMD, 1},
+    {"upload-wait", F_UPLOAD_WAIT, 1},
     {"checkpoint-dir", F_CKPT_DIR, 1},
     {"checkpoint-every", F_CKPT_EVERY, 1},
     {"keep-checkpoints", F_KEEP, 1},
@@ -303,6 +313,7 @@ static void set_defaults(struct train_options *o)
     o->gamma = 0.1;
     o->keep_checkpoints = 3;
     o->log_every = 100;
+    o->upload_wait = 300;
     o->device = MG_DEVICE_CPU;
 }
 
@@ -401,6 +412,19 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
             return bad(p, "%s: empty directory name", flag);
         *(id == F_CSV ? &o->csv : &o->tensorboard) = v ? v : "";
         return 0;
+    case F_UPLOAD:
+        if (strncmp(v, "s3://", 5) && strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+            return bad(p, "--upload: want s3://BUCKET/PREFIX, http://... or https://..., got '%s'",
+                       v);
+        o->upload = v;
+        return 0;
+    case F_UPLOAD_CMD:
+        if (!*v)
+            return bad(p, "--upload-cmd: an empty command");
+        o->upload_cmd = v;
+        return 0;
+    case F_UPLOAD_WAIT:
+        return parse_long(p, flag, v, 0, 7 * 24 * 3600, &o->upload_wait);
     case F_CKPT_DIR:
         o->checkpoint_dir = v;
         return 0;
@@ -461,6 +485,8 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
         return bad(p, "--data-dir does not apply to --data synthetic");
     if (o->global_batch && o->batch_set)
         return bad(p, "--batch-size and --global-batch-size cannot be used together");
+    if (o->upload && o->upload_cmd)
+        return bad(p, "--upload and --upload-cmd cannot be used together");
     const char *run_dir = getenv("MG_RUN_LOG_DIR");
     if (!(run_dir && *run_dir) && ((o->tensorboard && !*o->tensorboard) || (o->csv && !*o->csv)))
         return bad(p,

@@ -1,6 +1,8 @@
 /* train's metrics (see train_out.h): where they go, the replayed steps of a
  * restart, and the records train writes, field by field (docs/metrics.md). */
 #include "train_out.h"
+#include "checkpoint.h"
+#include "fs.h"
 #include "mg_err.h"
 
 #include <dirent.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The launcher's word on where this attempt's files go: both variables, or
  * neither (a worker of torchrun, or train on its own). */
@@ -183,4 +186,173 @@ int train_out_close(struct train_out *to, char *err, size_t errlen)
     int rc = mg_metrics_close(to->metrics, err, errlen);
     to->metrics = NULL;
     return rc;
+}
+
+/* ---- remote copies ------------------------------------------------------------------------ */
+
+int train_out_upload_config(const struct train_options *o, struct mg_upload_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->dest = o->upload;
+    cfg->cmd = o->upload_cmd;
+    return o->upload || o->upload_cmd;
+}
+
+int train_out_upload_open(struct train_out *to, const struct train_options *o, char *err,
+                          size_t errlen)
+{
+    struct mg_upload_config cfg;
+    if (!train_out_upload_config(o, &cfg))
+        return 0;
+    if (o->upload)
+        mg_upload_describe(o->upload, to->upload_shown, sizeof(to->upload_shown));
+    else
+        mg_fmt(to->upload_shown, sizeof(to->upload_shown), "command '%s'", o->upload_cmd);
+    return mg_upload_open(&to->upload, &cfg, err, errlen);
+}
+
+/* The name of a metrics file at the destination. */
+static int remote_metrics_name(const struct train_out *to, const char *path, char *name, size_t cap)
+{
+    size_t tb = strlen(to->tb), csv = strlen(to->csv);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (strcmp(path, to->jsonl) == 0 && to->attempt >= 0 && to->run_dir[0] &&
+        strncmp(path, to->run_dir, strlen(to->run_dir)) == 0)
+        return mg_fmt(name, cap, "metrics/attempt_%d/%s", to->attempt, base);
+    if (strcmp(path, to->jsonl) == 0)
+        return mg_fmt(name, cap, "metrics/%s", base);
+    if (tb && strncmp(path, to->tb, tb) == 0 && path[tb] == '/')
+        return mg_fmt(name, cap, "tensorboard/%s", path + tb + 1);
+    if (csv && strncmp(path, to->csv, csv) == 0 && path[csv] == '/')
+        return mg_fmt(name, cap, "csv/%s", path + csv + 1);
+    return mg_fmt(name, cap, "metrics/%s", base);
+}
+
+void train_out_upload_metrics(struct train_out *to)
+{
+    const char *files[8];
+    char name[MG_UPLOAD_NAME_MAX];
+    if (!to->upload)
+        return;
+    int n = mg_metrics_files(to->metrics, files, 8);
+    for (int i = 0; i < n; i++) {
+        if (remote_metrics_name(to, files[i], name, sizeof(name)) < 0)
+            continue;
+        struct mg_upload_part p = {.name = name, .path = files[i]};
+        /* a newer snapshot replaces one still waiting; a file not made yet is skipped */
+        mg_upload_queue(to->upload, &p, 1, 1);
+    }
+}
+
+void train_out_upload_checkpoint(struct train_out *to, const char *dir, long step)
+{
+    char file[MG_CKPT_PATH_MAX], marker[MG_CKPT_PATH_MAX], n1[300], n2[300], latest[64];
+    if (!to->upload)
+        return;
+    mg_ckpt_path(dir, (uint64_t)step, file, sizeof(file));
+    mg_ckpt_marker_path(dir, (uint64_t)step, marker, sizeof(marker));
+    const char *b1 = strrchr(file, '/'), *b2 = strrchr(marker, '/');
+    b1 = b1 ? b1 + 1 : file;
+    b2 = b2 ? b2 + 1 : marker;
+    mg_fmt(n1, sizeof(n1), "checkpoints/%s", b1);
+    mg_fmt(n2, sizeof(n2), "checkpoints/%s", b2);
+    mg_fmt(latest, sizeof(latest), "%s\n", b1);
+    struct mg_upload_part parts[3] = {
+        {.name = n1, .path = file},
+        {.name = n2, .path = marker},
+        {.name = "checkpoints/LATEST", .text = latest},
+    };
+    mg_upload_queue(to->upload, parts, 3, 0);
+    train_out_upload_metrics(to);
+}
+
+int train_out_upload_news(struct train_out *to, char *msg, size_t cap)
+{
+    struct mg_upload_stats st;
+    if (!to->upload)
+        return 0;
+    mg_upload_stats(to->upload, &st);
+    int failed = st.failed + st.dropped;
+    if (failed <= to->upload_failed_seen)
+        return 0;
+    mg_fmt(msg, cap, "upload to %s: %d cop%s given up so far; the last: %s", to->upload_shown,
+           failed, failed == 1 ? "y" : "ies", st.nlist ? st.list[st.nlist - 1] : st.last_error);
+    to->upload_failed_seen = failed;
+    return 1;
+}
+
+int train_out_upload_close(struct train_out *to, long wait_s, struct mg_upload_stats *st)
+{
+    if (!to->upload)
+        return 1;
+    int rc = mg_upload_close(to->upload, (int)(wait_s * 1000), st);
+    to->upload = NULL;
+    return rc;
+}
+
+/* "ckpt-<12 digits>.mgc": the only names LATEST may hold. */
+static long ckpt_step_of(const char *name)
+{
+    if (strlen(name) != 21 || strncmp(name, "ckpt-", 5) != 0 || strcmp(name + 17, ".mgc") != 0)
+        return -1;
+    long step = 0;
+    for (int i = 5; i < 17; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+int train_out_fetch_latest(const struct train_options *o, const char *dir, char *path,
+                           size_t pathlen, char *err, size_t errlen)
+{
+    struct mg_upload_config cfg;
+    char tmp[PATH_MAX], name[64] = "", remote[128], e2[MG_ERRMSG_LEN];
+    if (!train_out_upload_config(o, &cfg) || !o->upload)
+        return 0;
+    int rc = mg_mkdir_p(dir, 0755);
+    if (rc < 0)
+        return mg_seterr(err, errlen, rc, "cannot create '%s': %s", dir, mg_strerror(rc));
+    if (mg_fmt(tmp, sizeof(tmp), "%s/.LATEST.fetch", dir) < 0)
+        return mg_seterr(err, errlen, -ENAMETOOLONG, "'%s': name too long", dir);
+    rc = mg_upload_fetch(&cfg, "checkpoints/LATEST", tmp, err, errlen);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return rc;
+    FILE *f = fopen(tmp, "re");
+    if (f) {
+        if (!fgets(name, sizeof(name), f))
+            name[0] = '\0';
+        fclose(f);
+    }
+    unlink(tmp);
+    name[strcspn(name, "\r\n")] = '\0';
+    long step = ckpt_step_of(name);
+    if (step < 0)
+        return mg_seterr(err, errlen, -MG_EFORMAT,
+                         "checkpoints/LATEST at the destination names no checkpoint ('%.40s')",
+                         name);
+    mg_fmt(remote, sizeof(remote), "checkpoints/%s", name);
+    mg_ckpt_path(dir, (uint64_t)step, path, pathlen);
+    rc = mg_upload_fetch(&cfg, remote, path, err, errlen);
+    if (rc == -ENOENT)
+        return mg_seterr(err, errlen, -ENOENT, "checkpoints/LATEST names %s, which is not there",
+                         name);
+    if (rc < 0)
+        return rc;
+    /* whole, or nothing: a bad copy is not marked complete */
+    struct mg_ckpt_file cf;
+    rc = mg_ckpt_read(path, &cf, e2);
+    if (rc < 0) {
+        unlink(path);
+        return mg_seterr(err, errlen, rc, "the copy of %s does not read back: %s", name, e2);
+    }
+    mg_ckpt_file_release(&cf);
+    rc = mg_ckpt_mark_complete(dir, (uint64_t)step, e2);
+    if (rc < 0)
+        return mg_seterr(err, errlen, rc, "%s", e2);
+    return 1;
 }

@@ -1,8 +1,16 @@
 /* What train writes besides the console and its checkpoints: rank 0's
  * metrics through libmg's metrics module (JSON lines, TensorBoard, CSV; see
  * docs/metrics.md), where they go by default under mglaunch, and which
- * earlier steps a restart replays. Part of the program, like train_args.c:
- * it returns errors with their messages and train.c prints them.
+ * earlier steps a restart replays. It also keeps rank 0's remote copies
+ * (--upload, --upload-cmd; libmg's runtime/upload) fed: every complete
+ * checkpoint, the metrics files and, at the end, the final checkpoint, laid
+ * out at the destination as
+ *   checkpoints/ckpt-<step>.mgc, checkpoints/ckpt-<step>.done, checkpoints/LATEST
+ *   metrics/attempt_<n>/metrics.jsonl (or metrics/<name of --metrics FILE>)
+ *   tensorboard/events.out.tfevents.*   csv/version_<N>/{metrics.csv,hparams.yaml}
+ * and fetches the newest checkpoint back for --resume auto. Part of the
+ * program, like train_args.c: it returns errors with their messages and
+ * train.c prints them.
  *
  * Under mglaunch (MG_RUN_LOG_DIR and MG_ATTEMPT set), rank 0 writes
  *   $MG_RUN_LOG_DIR/attempt_$MG_ATTEMPT/metrics.jsonl   (unless --metrics FILE)
@@ -15,6 +23,7 @@
 
 #include "metrics/metrics.h"
 #include "train_args.h"
+#include "upload/upload.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -24,7 +33,10 @@ struct train_out {
     char jsonl[PATH_MAX], tb[PATH_MAX], csv[PATH_MAX]; /* "" when off */
     char run_dir[PATH_MAX];                            /* MG_RUN_LOG_DIR, "" outside mglaunch */
     int attempt;                                       /* MG_ATTEMPT, -1 outside mglaunch */
-    long prior_step; /* highest step earlier attempts recorded, -1 none */
+    long prior_step;          /* highest step earlier attempts recorded, -1 none */
+    struct mg_upload *upload; /* rank 0 with --upload or --upload-cmd */
+    char upload_shown[512];   /* the destination, without secrets */
+    int upload_failed_seen;   /* failures already said */
 };
 
 /* Who is writing: the launcher's run id (NULL outside a launcher), the
@@ -67,7 +79,39 @@ int train_out_summary(struct train_out *to, const struct train_out_summary *s);
 /* Every call above returns 0 or the first write error of the metrics (sticky:
  * the run goes on; mg_metrics_errmsg(to->metrics) says what). */
 
-/* Closes everything; 0, or the first error with its message in err. */
+/* Closes the metrics; 0, or the first error with its message in err. */
 int train_out_close(struct train_out *to, char *err, size_t errlen);
+
+/* ---- remote copies ---- */
+
+/* The upload configuration of o; 0 when o asks for none. */
+int train_out_upload_config(const struct train_options *o, struct mg_upload_config *cfg);
+
+/* Starts rank 0's sender (train_out_open does not). 0, or a negative code
+ * with err set (a bad destination, missing credentials, no libcurl). */
+int train_out_upload_open(struct train_out *to, const struct train_options *o, char *err,
+                          size_t errlen);
+
+/* Queues the checkpoint of step in dir (file, completion marker, the LATEST
+ * pointer: one copy) and the metrics files as they are now. */
+void train_out_upload_checkpoint(struct train_out *to, const char *dir, long step);
+
+/* Queues the metrics files as they are now (at the end). */
+void train_out_upload_metrics(struct train_out *to);
+
+/* A copy given up since the last call: 1 with its message in msg. */
+int train_out_upload_news(struct train_out *to, char *msg, size_t cap);
+
+/* Waits up to wait_s for the copies, stops the sender, and fills st.
+ * Returns 0 when everything queued was copied, -EIO otherwise, 1 without
+ * uploads. */
+int train_out_upload_close(struct train_out *to, long wait_s, struct mg_upload_stats *st);
+
+/* --resume auto on an empty checkpoint directory: fetches the checkpoint
+ * that the destination's checkpoints/LATEST names into dir, checks it reads
+ * back whole and marks it complete. 1 fetched (its path in path), 0 the
+ * destination has none, or a negative code with err set. */
+int train_out_fetch_latest(const struct train_options *o, const char *dir, char *path,
+                           size_t pathlen, char *err, size_t errlen);
 
 #endif
