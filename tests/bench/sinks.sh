@@ -10,12 +10,15 @@
 # parameter hash (outputs never change the training), and with everything
 # copied.
 #
-#   tests/bench/sinks.sh                 3 runs a side, 1 epoch
-#   REPEAT=5 EPOCHS=2 tests/bench/sinks.sh
+#   tests/bench/sinks.sh                 5 runs a side, 3 epochs
+#   REPEAT=3 EPOCHS=1 tests/bench/sinks.sh   (quicker, noisier)
 #   STRICT=1     also fail when the difference is 2% or more
+#   UPLOAD_DEST=s3://bucket/prefix (or http(s)://...)
+#                --upload to that server instead of a copying command (the AWS_*
+#                variables as train's docs say); each run gets its own prefix
 . "$(dirname "$0")/../lib/bench.sh"
-REPEAT=${REPEAT:-3}
-EPOCHS=${EPOCHS:-1}
+REPEAT=${REPEAT:-5}
+EPOCHS=${EPOCHS:-3}
 need "$TRAIN"
 DATA_DIR=/usr/share/datasets/fashion-mnist
 [ -d "$DATA_DIR" ] || { diag "Fashion-MNIST missing (scripts/deps.sh)"; exit 2; }
@@ -31,7 +34,10 @@ echo
 run() {
     _d=$T/$1.$2
     mkdir -p "$_d/up"
-    if [ "$1" = on ]; then
+    if [ "$1" = on ] && [ -n "${UPLOAD_DEST:-}" ]; then
+        _extra="--metrics $_d/m.jsonl --tensorboard $_d/tb --csv $_d/csv
+                --upload $UPLOAD_DEST/$$-$2"
+    elif [ "$1" = on ]; then
         _extra="--metrics $_d/m.jsonl --tensorboard $_d/tb --csv $_d/csv
                 --upload-cmd 'mkdir -p $_d/up/\$(dirname \$MG_UPLOAD_NAME) && cp {} $_d/up/\$MG_UPLOAD_NAME'"
     else
@@ -42,7 +48,7 @@ run() {
         return 1
     }
     sed -n 's/.*done: .*(\([0-9]*\) samples\/s), wall time \([0-9.]*\) s; param hash \([0-9a-f]*\).*/\1 \2 \3/p' "$_d/r.out.0"
-    if [ "$1" = on ] && ! grep -q 'upload to command .*: \([0-9]*\) of \1 copies made' "$_d/r.out.0"; then
+    if [ "$1" = on ] && ! grep -q 'upload to .*: \([0-9]*\) of \1 copies made' "$_d/r.out.0"; then
         diag "on run $2: not everything was copied: $(grep 'upload' "$_d/r.out.0" "$_d/r.err.0" | tail -n 2)"
         return 1
     fi
