@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EXIT_USAGE 2
+/* Exit statuses (docs/train.md, "Output"). */
+#define EXIT_FAILURE_RUN 1 /* a failure while running */
+#define EXIT_USAGE       2 /* a bad command line */
+#define EXIT_INCOMPLETE  3 /* trained to the end, but some output could not be written */
+#define EXIT_DIVERGED    4 /* the loss became NaN or infinite */
 
 /* What a distributed run changes; a single process is rank 0 of 1 with no hooks. */
 struct dist {
@@ -65,20 +70,55 @@ struct progress {
     int tty;
     double last_draw;
     FILE *metrics;
+    const char *metrics_path;
+    int metrics_lost; /* a write failed (reported): no more records */
+    int stdout_lost;  /* a write to stdout failed (reported) */
 };
+
+/* The first failed write of a stream is reported, once, with the file and
+ * the reason; the run goes on (its checkpoints are its real output) and
+ * exits with EXIT_INCOMPLETE. */
+static void lost_stdout(struct progress *p, int err)
+{
+    if (p->stdout_lost)
+        return;
+    p->stdout_lost = 1;
+    fprintf(stderr,
+            TRAIN_PROG ": cannot write to standard output: %s (progress and results from here "
+                       "on are lost; the exit status will be %d)\n",
+            strerror(err), EXIT_INCOMPLETE);
+}
+
+static void flush_stdout(struct progress *p)
+{
+    if (fflush(stdout) == EOF || ferror(stdout)) {
+        int e = errno ? errno : EIO;
+        clearerr(stdout);
+        lost_stdout(p, e);
+    }
+}
 
 static void metrics_line(struct progress *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void metrics_line(struct progress *p, const char *fmt, ...)
 {
-    if (!p->metrics)
+    if (!p->metrics || p->metrics_lost)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(p->metrics, fmt, ap);
+    errno = 0;
+    int bad = vfprintf(p->metrics, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', p->metrics);
-    fflush(p->metrics);
+    bad |= fputc('\n', p->metrics) == EOF;
+    bad |= fflush(p->metrics) == EOF;
+    if (bad || ferror(p->metrics)) {
+        int e = errno ? errno : EIO;
+        p->metrics_lost = 1;
+        fprintf(stderr,
+                TRAIN_PROG ": cannot write metrics to '%s': %s (no more records are written; the "
+                           "exit status will be %d)\n",
+                p->metrics_path, strerror(e), EXIT_INCOMPLETE);
+    }
 }
 
 /* Prints a line above the progress bar (or just a line without a terminal). */
@@ -92,7 +132,7 @@ static void say(struct progress *p, const char *fmt, ...)
     vprintf(fmt, ap);
     va_end(ap);
     fputc('\n', stdout);
-    fflush(stdout);
+    flush_stdout(p);
     p->last_draw = 0;
 }
 
@@ -109,7 +149,7 @@ static void draw_bar(struct progress *p, long step, long total, long epoch, long
            "eta %ld:%02ld",
            epoch, epochs, bar, total ? (int)(100.0 * (double)step / (double)total) : 100, step,
            total, loss, lr, rate, e / 60, e % 60);
-    fflush(stdout);
+    flush_stdout(p);
 }
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -124,6 +164,12 @@ struct run {
     long total_steps;
     long epochs_total;
     struct progress prog;
+    /* Who this run is (docs/train.md, "Checkpoints belong to a run") */
+    char run_id[MG_CKPT_RUN_ID_MAX + 1];
+    char run_config[MG_RUN_CONFIG_MAX];
+    struct mg_ckpt_owner owner;              /* of --checkpoint-dir once resume() has claimed it */
+    char took_from[MG_CKPT_RUN_ID_MAX + 96]; /* the run whose directory this one took over */
+    int exit_code;                           /* a failure's own status (EXIT_DIVERGED), else 0 */
 };
 
 /* The launcher's environment (world size 1 without one): joins the other
@@ -182,6 +228,72 @@ static const char *why(struct run *r, int rc)
     return m && *m ? m : mg_strerror(rc);
 }
 
+/* What a run is: the lines its checkpoints record and a resume compares
+ * (everything that must stay the same for a checkpoint to continue it; not
+ * the length, the world size or where the data lives), and its identity: the
+ * launcher's run id, or for a run without one (no launcher, or torchrun's
+ * default "none") a hash of those lines, so the same command is the same run. */
+static void describe_run(struct run *r)
+{
+    const struct train_options *o = r->o;
+    char *p = r->run_config;
+    size_t cap = sizeof(r->run_config), n = 0;
+#define LINE(...) (n += (size_t)snprintf(n < cap ? p + n : p, n < cap ? cap - n : 0, __VA_ARGS__))
+    LINE("model %s\n", o->model);
+    if (!strcmp(o->model, "mlp")) {
+        LINE("hidden ");
+        for (int i = 0; i < (o->model_opts.nhidden ? o->model_opts.nhidden : 1); i++)
+            LINE("%s%d", i ? "," : "", o->model_opts.nhidden ? o->model_opts.hidden[i] : 256);
+        LINE("\ndropout %.9g\n", (double)o->model_opts.dropout);
+    }
+    LINE("data %s\ntrain_samples %d\nseed %" PRIu64 "\n", mg_data_name(o->data), r->train.n,
+         o->seed);
+    LINE("optimizer %s\nlr %.9g\nscale_lr %s\n", mg_optim_name(o->optimizer),
+         o->lr / r->dist.lr_scale, o->scale_lr ? "linear" : "none");
+    if (o->optimizer == MG_OPTIM_SGD)
+        LINE("momentum %.9g\nnesterov %d\n", o->momentum, o->nesterov);
+    else
+        LINE("betas %.9g,%.9g\neps %.9g\n", o->beta1, o->beta2, o->eps);
+    LINE("weight_decay %.9g\nschedule %s\nwarmup %ld\n", o->weight_decay,
+         mg_sched_name(o->schedule), o->warmup);
+    if (o->schedule == MG_SCHED_STEP) {
+        if (o->step_size)
+            LINE("step_size %ld\n", o->step_size);
+        else
+            LINE("step_size epoch\n");
+        LINE("gamma %.9g\n", o->gamma);
+    }
+    if (o->schedule == MG_SCHED_COSINE)
+        LINE("min_lr %.9g\n", o->min_lr);
+    if (o->global_batch)
+        LINE("batch global %ld\n", o->global_batch);
+    else
+        LINE("batch %d per process\n", o->batch_size);
+    LINE("accum %d\ndrop_last %d\n", o->accum_steps, o->drop_last);
+#undef LINE
+    const struct mg_dist_env *env = &r->dist.d->env;
+    if (env->launched && mg_run_id_hash(env->run_id) != 0)
+        snprintf(r->run_id, sizeof(r->run_id), "%s", env->run_id);
+    else
+        snprintf(r->run_id, sizeof(r->run_id), "config-%016" PRIx64,
+                 mg_hash64(r->run_config, strlen(r->run_config)));
+}
+
+/* Both sets' images must be what the models take: a wrong one is named. */
+static int check_images(const struct run *r)
+{
+    const struct mg_dataset *sets[2] = {&r->train, &r->test};
+    for (int i = 0; i < 2; i++) {
+        const struct mg_dataset *d = sets[i];
+        if (d->h == MG_MODEL_INPUT_H && d->w == MG_MODEL_INPUT_W)
+            continue;
+        fail("%s: '%s' holds %dx%d images; the models take %dx%d", mg_data_name(r->o->data),
+             d->images[0] ? d->images : d->name, d->h, d->w, MG_MODEL_INPUT_H, MG_MODEL_INPUT_W);
+        return -MG_ESHAPE;
+    }
+    return 0;
+}
+
 static int setup(struct run *r)
 {
     struct train_options *o = r->o;
@@ -205,12 +317,9 @@ static int setup(struct run *r)
         fail("cannot load %s: %s", mg_data_name(o->data), err);
         return rc;
     }
-    if (r->train.h != MG_MODEL_INPUT_H || r->train.w != MG_MODEL_INPUT_W ||
-        r->test.h != MG_MODEL_INPUT_H || r->test.w != MG_MODEL_INPUT_W) {
-        fail("%s: images are %dx%d, the models take %dx%d", mg_data_name(o->data), r->train.h,
-             r->train.w, MG_MODEL_INPUT_H, MG_MODEL_INPUT_W);
-        return -MG_ESHAPE;
-    }
+    rc = check_images(r);
+    if (rc < 0)
+        return rc;
     rc = mg_model_create(&r->model, r->be, o->model, &o->model_opts, o->batch_size, err);
     if (rc < 0) {
         fail("cannot build model %s: %s", o->model, err);
@@ -233,7 +342,6 @@ static int setup(struct run *r)
         .world = r->dist.world,
         .drop_last = o->drop_last,
         .global_batch = o->global_batch,
-        .run_id_hash = r->dist.d->env.launched ? mg_run_id_hash(r->dist.d->env.run_id) : 0,
     };
     if (r->train.n < r->dist.world) {
         fail("%d training samples cannot be shared by %d processes", r->train.n, r->dist.world);
@@ -246,6 +354,10 @@ static int setup(struct run *r)
                                                     o->drop_last, o->batch_size, o->accum_steps);
     r->epochs_total = (r->total_steps * o->accum_steps + per_epoch - 1) / per_epoch;
     cfg.total_steps = r->total_steps;
+    describe_run(r);
+    cfg.run_id = r->run_id;
+    cfg.run_id_hash = mg_run_id_hash(r->run_id);
+    cfg.run_config = r->run_config;
     mg_optim_defaults(&cfg.optim, o->optimizer);
     cfg.optim.momentum = o->optimizer == MG_OPTIM_SGD ? o->momentum : 0.0;
     cfg.optim.nesterov = o->nesterov;
@@ -316,33 +428,153 @@ static void warn_reshard(struct run *r)
                 o->scale_lr ? "" : "; --scale-lr linear scales the lr with the world size");
 }
 
-/* When to resume (docs/train.md, "Resume"): --resume; a restart by the
- * launcher (TORCHELASTIC_RESTART_COUNT > 0); or, under a launcher, a
- * checkpoint this job wrote (same TORCHELASTIC_RUN_ID): a group re-formed
- * after a membership change restarts its workers with a restart count of 0. */
-static int resume(struct run *r)
+/* The name of a run for messages: its id when the record has one. */
+static void run_name(const struct mg_ckpt_owner *o, char *buf, size_t len)
+{
+    if (o->run_id[0])
+        snprintf(buf, len, "'%s'", o->run_id);
+    else if (o->run)
+        snprintf(buf, len, "%016" PRIx64, o->run);
+    else
+        snprintf(buf, len, "(no run id: written before checkpoints recorded their run)");
+}
+
+/* 1 when path is dir or a file directly in it. */
+static int inside(const char *path, const char *dir)
+{
+    char a[PATH_MAX], b[PATH_MAX], parent[PATH_MAX];
+    if (!realpath(dir, b))
+        return 0;
+    if (realpath(path, a) && strcmp(a, b) == 0)
+        return 1;
+    snprintf(parent, sizeof(parent), "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof(parent), ".");
+    else if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    return realpath(parent, a) && strcmp(a, b) == 0;
+}
+
+enum dir_claim {
+    DIR_OURS,
+    DIR_TAKE_OVER,
+    DIR_REFUSED,
+    DIR_ERROR
+};
+
+/* Whose --checkpoint-dir this is (docs/train.md, "Checkpoints belong to a
+ * run"): this run's (its record names it, or it holds no complete
+ * checkpoint, or only this run's), or another run's, which this run takes
+ * over only when told to: --resume auto, or --resume PATH inside it. Every
+ * rank decides the same from the same files; rank 0 writes the record later,
+ * and what it writes leads to the same decision. */
+static enum dir_claim claim_dir(struct run *r, const char *dir)
+{
+    const struct train_options *o = r->o;
+    struct mg_ckpt_owner cur, *own = &r->owner;
+    char err[MG_ERRMSG_LEN], who[MG_CKPT_RUN_ID_MAX + 64];
+    struct mg_ckpt_entry *list = calloc(MG_CKPT_MAX_LIST, sizeof(*list));
+    enum dir_claim res = DIR_OURS;
+
+    memset(own, 0, sizeof(*own));
+    own->run = r->trainer.cfg.run_id_hash;
+    snprintf(own->run_id, sizeof(own->run_id), "%s", r->run_id);
+    if (!list) {
+        fail("cannot look into '%s': out of memory", dir);
+        return DIR_ERROR;
+    }
+    int has = mg_ckpt_owner_read(dir, &cur, err);
+    if (has == 1 && cur.run == own->run) {
+        *own = cur; /* with what it took over */
+        snprintf(own->run_id, sizeof(own->run_id), "%s", r->run_id);
+        goto out;
+    }
+    int n = mg_ckpt_list_runs(dir, NULL, list, MG_CKPT_MAX_LIST);
+    if (n < 0) {
+        fail("cannot list checkpoint directory '%s': %s", dir, mg_strerror(n));
+        res = DIR_ERROR;
+        goto out;
+    }
+    int others = 0;
+    for (int i = 0; i < n; i++)
+        others += list[i].run != own->run;
+    if (has >= 0 && others == 0)
+        goto out; /* nothing of another run's to lose */
+    int told = o->resume && (!strcmp(o->resume, "auto") || inside(o->resume, dir));
+    if (told) {
+        /* its checkpoints (and what it had taken over) become this run's */
+        if (has == 1) {
+            mg_ckpt_owner_adopt(own, cur.run);
+            for (int i = 0; i < cur.nadopted; i++)
+                mg_ckpt_owner_adopt(own, cur.adopted[i]);
+        }
+        for (int i = 0; i < n; i++)
+            mg_ckpt_owner_adopt(own, list[i].run);
+        res = DIR_TAKE_OVER;
+    }
+    if (has == 1) {
+        run_name(&cur, who, sizeof(who));
+    } else {
+        struct mg_ckpt_owner newest = {.run = n ? list[0].run : 0};
+        run_name(&newest, who, sizeof(who));
+    }
+    char newest[64] = "";
+    if (n)
+        snprintf(newest, sizeof(newest), " (newest: step %" PRIu64 ")", list[0].step);
+    if (res == DIR_TAKE_OVER) {
+        snprintf(r->took_from, sizeof(r->took_from), "%s%s", who, newest);
+        goto out;
+    }
+    fail(
+        "'%s' holds the checkpoints of another run, %s%s%s%s; this run is '%s'. Pass --resume auto "
+        "to continue from them (this run then takes the directory over), or use another "
+        "--checkpoint-dir",
+        dir, who, newest, has < 0 ? "; " : "", has < 0 ? err : "", r->run_id);
+    res = DIR_REFUSED;
+out:
+    free(list);
+    return res;
+}
+
+/* A resumed checkpoint must continue this run: what differs in its
+ * configuration (lr, schedule, optimizer settings...) stops an automatic or
+ * --resume auto resume; --resume PATH takes the weights on purpose and is
+ * only warned. (Shapes, batch, seed and data were checked by the load.) */
+static int check_fit(struct run *r, const char *path, int explicit_path)
+{
+    const char *diff = r->trainer.resumed.config_diff;
+    if (!diff[0])
+        return 0;
+    if (explicit_path) {
+        if (r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: '%s' was written with another configuration: %s; "
+                               "going on with this run's\n",
+                    path, diff);
+        return 0;
+    }
+    fail("cannot resume: '%s' does not fit this run: written with %s. Run with its settings, "
+         "or start from its weights with --resume %s and another --checkpoint-dir",
+         path, diff, path);
+    return -MG_ECONFIG;
+}
+
+/* Loads what --resume says (or, with quiet, this run's newest checkpoint in
+ * --checkpoint-dir, saying nothing when there is none) and says where the run
+ * goes on from. own: the runs whose checkpoints in --checkpoint-dir count. */
+static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt_owner *own,
+                           int quiet)
 {
     struct train_options *o = r->o;
     char err[MG_ERRMSG_LEN];
-    const struct mg_dist_env *env = &r->dist.d->env;
-    const char *what = o->resume;
-    uint64_t only_run = 0;
-    int quiet = 0;
-    if (!what && o->checkpoint_dir) {
-        what = "auto";
-        if (env->restart_count == 0) {
-            /* only this job's checkpoints; another run's get a warning, none nothing */
-            only_run = r->trainer.cfg.run_id_hash ? r->trainer.cfg.run_id_hash : UINT64_MAX;
-            quiet = 1;
-        }
-    }
-    if (!what)
-        return 0;
-    int rc;
     static struct mg_resume_report rep;
-    if (strcmp(what, "auto") == 0 || is_dir(what)) {
-        const char *dir = strcmp(what, "auto") == 0 ? o->checkpoint_dir : what;
-        rc = mg_trainer_resume_latest(&r->trainer, dir, only_run, &rep, err);
+    int rc, explicit_path = strcmp(what, "auto") != 0;
+    if (!explicit_path || is_dir(what)) {
+        const char *dir = explicit_path ? what : o->checkpoint_dir;
+        rc = mg_trainer_resume_latest(&r->trainer, dir, explicit_path ? NULL : own, &rep, err);
         for (int i = 0; i < rep.nskipped && r->dist.rank == 0; i++)
             fprintf(stderr, TRAIN_PROG ": warning: skipping a corrupt checkpoint: %s\n",
                     rep.skipped[i]);
@@ -350,17 +582,8 @@ static int resume(struct run *r)
             fail("cannot resume: %s", err);
             return rc;
         }
-        if (rep.other_run) {
-            if (r->dist.rank == 0)
-                fprintf(stderr,
-                        TRAIN_PROG ": warning: '%s' holds another run's checkpoints (newest: step "
-                                   "%" PRIu64 "); starting from step 0 (pass --resume auto to "
-                                   "continue from them, or use an empty directory)\n",
-                        dir, rep.step);
-            return 0;
-        }
         if (!rep.found) {
-            if (strcmp(what, "auto") != 0) {
+            if (explicit_path) {
                 fail("cannot resume: no complete checkpoint in '%s'", dir);
                 return -ENOENT;
             }
@@ -376,6 +599,9 @@ static int resume(struct run *r)
             return rc;
         }
     }
+    rc = check_fit(r, what, explicit_path);
+    if (rc < 0)
+        return rc;
     struct mg_trainer *t = &r->trainer;
     /* --epochs counts from where the checkpoint left off, at this world size */
     long total = o->steps ? r->total_steps : mg_trainer_steps_for_epochs(t, o->epochs);
@@ -393,6 +619,47 @@ static int resume(struct run *r)
         if (moved)
             say(&r->prog, TRAIN_PROG ": %ld epoch%s now end at step %ld", o->epochs,
                 o->epochs == 1 ? "" : "s", total);
+    }
+    return 0;
+}
+
+/* When to resume (docs/train.md, "Resume"): --resume; or, with a
+ * --checkpoint-dir of this run's, from its newest checkpoint (a restart, an
+ * elastic re-formation, or the same command again). Another run's directory
+ * is refused unless told (claim_dir). */
+static int resume(struct run *r)
+{
+    struct train_options *o = r->o;
+    char err[MG_ERRMSG_LEN];
+    const char *what = o->resume, *dir = o->checkpoint_dir;
+    const struct mg_ckpt_owner *only = NULL;
+    int quiet = 0, rc;
+    if (dir) {
+        enum dir_claim c = claim_dir(r, dir);
+        if (c == DIR_ERROR || c == DIR_REFUSED)
+            return -MG_ECONFIG;
+        only = &r->owner;
+        if (!what) {
+            what = "auto";
+            quiet = 1;
+        }
+    }
+    if (what) {
+        rc = load_checkpoint(r, what, only, quiet);
+        if (rc < 0)
+            return rc;
+    }
+    if (dir && r->dist.rank == 0) {
+        rc = mg_ckpt_owner_write(dir, &r->owner, err);
+        if (rc < 0) {
+            fail("cannot claim checkpoint directory: %s", err);
+            return rc;
+        }
+        if (r->took_from[0])
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: this run ('%s') took '%s' over from run %s: its "
+                               "checkpoints count as this run's from now on\n",
+                    r->run_id, dir, r->took_from);
     }
     return 0;
 }
@@ -432,6 +699,36 @@ static int evaluate(struct run *r, struct mg_eval_sums *ev)
     return 0;
 }
 
+/* Before each checkpoint: the directory must still be this run's. Another
+ * run may have taken it over (--resume auto) since this one started; then
+ * this one stops rather than overwrite or prune that run's checkpoints. */
+static int still_ours(struct run *r, const char *dir)
+{
+    struct mg_ckpt_owner cur;
+    char err[MG_ERRMSG_LEN], who[MG_CKPT_RUN_ID_MAX + 64];
+    int has = mg_ckpt_owner_read(dir, &cur, err);
+    if (has == 1 && cur.run == r->owner.run)
+        return 0;
+    if (has == 0) {
+        /* removed by hand: this run's again */
+        int rc = mg_ckpt_owner_write(dir, &r->owner, err);
+        if (rc < 0)
+            fail("cannot write a checkpoint: %s", err);
+        return rc;
+    }
+    if (has < 0) {
+        fail("cannot write a checkpoint: %s; stopping rather than write into a directory that "
+             "may be another run's",
+             err);
+        return -MG_ECONFIG;
+    }
+    run_name(&cur, who, sizeof(who));
+    fail("cannot write a checkpoint: run %s took '%s' over; stopping so as not to overwrite its "
+         "checkpoints",
+         who, dir);
+    return -MG_ECONFIG;
+}
+
 /* Rank 0 writes every rank's state; the completion marker follows a barrier,
  * so a checkpoint is complete only once every rank has reached it. */
 static int checkpoint(struct run *r)
@@ -455,6 +752,9 @@ static int checkpoint(struct run *r)
         }
     }
     if (r->dist.rank == 0) {
+        rc = still_ours(r, dir);
+        if (rc < 0)
+            goto out;
         rc = mg_trainer_save(&r->trainer, dir, states, states ? r->dist.world : 0, err);
         if (rc < 0) {
             fail("cannot write a checkpoint: %s", err);
@@ -469,12 +769,12 @@ static int checkpoint(struct run *r)
         }
     }
     if (r->dist.rank == 0) {
-        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, err);
+        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, r->owner.run, err);
         if (rc < 0) {
             fail("cannot write a checkpoint: %s", err);
             goto out;
         }
-        int prc = mg_ckpt_prune(dir, r->o->keep_checkpoints);
+        int prc = mg_ckpt_prune(dir, r->o->keep_checkpoints, &r->owner);
         if (prc < 0)
             fprintf(stderr, TRAIN_PROG ": warning: cannot remove old checkpoints in '%s': %s\n",
                     dir, mg_strerror(prc));

@@ -88,7 +88,7 @@ static void test_container(void)
 
     uint64_t steps[8];
     is_int(mg_ckpt_list(dir, steps, 8), 0, "not listed before its completion marker");
-    is_int(mg_ckpt_mark_complete(dir, 42, err), 0, "mark complete");
+    is_int(mg_ckpt_mark_complete(dir, 42, 0, err), 0, "mark complete");
     ok(mg_ckpt_list(dir, steps, 8) == 1 && steps[0] == 42, "listed once marked");
 
     /* corruptions, each on a fresh copy */
@@ -158,7 +158,7 @@ static void test_prune(void)
         struct mg_ckpt_info info = {.step = step};
         mg_ckpt_write(sub, &info, &sec, 1, err);
         if (step != 50)
-            mg_ckpt_mark_complete(sub, step, err);
+            mg_ckpt_mark_complete(sub, step, 0, err);
     }
     snprintf(path, sizeof(path), "%s/ckpt-000000000020.mgc.tmp.999", sub);
     FILE *f = fopen(path, "w");
@@ -170,7 +170,7 @@ static void test_prune(void)
     ok(n == 2 && steps[0] == 40 && steps[1] == 30,
        "a short list holds the newest, whatever order the directory gives: %d %llu %llu", n,
        (unsigned long long)steps[0], (unsigned long long)steps[1]);
-    is_int(mg_ckpt_prune(sub, 2), 0, "prune to 2");
+    is_int(mg_ckpt_prune(sub, 2, NULL), 0, "prune to 2");
     n = mg_ckpt_list(sub, steps, 8);
     ok(n == 2 && steps[0] == 40 && steps[1] == 30, "the two newest remain");
     mg_ckpt_path(sub, 10, path, sizeof(path));
@@ -235,7 +235,7 @@ static void resume_case(const char *what, const char *model, const struct mg_mod
         BAIL_OUT("%s", err);
     steps(&a, K);
     is_int(mg_trainer_save(&a.t, sub, NULL, 0, err), 0, "%s: save after %d steps", what, K);
-    mg_ckpt_mark_complete(sub, (uint64_t)K, err);
+    mg_ckpt_mark_complete(sub, (uint64_t)K, 0, err);
     mg_ckpt_path(sub, (uint64_t)K, path, sizeof(path));
     /* b: a fresh process that restores the checkpoint */
     mg_model_init_params(&b.m, 77); /* different weights: everything must come from the file */
@@ -305,23 +305,23 @@ static void mismatch_cases(void)
     /* newest corrupt: fall back to the previous one, with a report */
     steps(&a, 1);
     mg_trainer_save(&a.t, sub, NULL, 0, err);
-    mg_ckpt_mark_complete(sub, 2, err);
-    mg_ckpt_mark_complete(sub, 3, err);
+    mg_ckpt_mark_complete(sub, 2, 0, err);
+    mg_ckpt_mark_complete(sub, 3, 0, err);
     mg_ckpt_path(sub, 3, path, sizeof(path));
     flip(path, file_size(path) / 2);
     make(&b, "mlp", &wide, MG_OPTIM_SGD, 1, 5, 1, err);
     struct mg_resume_report rep;
-    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), 0, "resume with a corrupt newest");
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), 0, "resume with a corrupt newest");
     ok(rep.found && rep.step == 2 && b.t.step == 2, "fell back to step 2");
     ok(rep.nskipped == 1 && strstr(rep.skipped[0], "checksum"), "reported: %s", rep.skipped[0]);
     mg_ckpt_path(sub, 2, path, sizeof(path));
     flip(path, file_size(path) / 2);
-    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), -MG_ECRC, "all corrupt: an error");
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), -MG_ECRC, "all corrupt: an error");
     ok(strstr(err, "no intact checkpoint"), "message: %s", err);
     drop(&b);
     make(&b, "mlp", &narrow, MG_OPTIM_SGD, 1, 5, 1, err);
     snprintf(sub, sizeof(sub), "%s/empty", dir);
-    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), 0,
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), 0,
            "no checkpoint directory: no error");
     ok(!rep.found && b.t.step == 0, "nothing found, training starts at step 0");
     drop(&b);
@@ -387,7 +387,7 @@ static void group_save(struct group *g, const char *sub, char *path)
     for (int r = 0; r < g->world; r++)
         mg_trainer_rank_state(&g->r[r].t, &states[r]);
     if (mg_trainer_save(&g->r[0].t, sub, states, g->world, err) < 0 ||
-        mg_ckpt_mark_complete(sub, (uint64_t)g->r[0].t.step, err) < 0)
+        mg_ckpt_mark_complete(sub, (uint64_t)g->r[0].t.step, 0, err) < 0)
         BAIL_OUT("%s", err);
     mg_ckpt_path(sub, (uint64_t)g->r[0].t.step, path, MG_CKPT_PATH_MAX);
 }
