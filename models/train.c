@@ -48,6 +48,19 @@ struct dist {
 /* For the error file of fail() (rank, host). */
 static struct mg_dist *error_dist;
 
+/* The error file for the launcher's summary; one that cannot be written is
+ * said once (the launcher then reports the exit status alone). */
+static void record_error(const struct mg_dist *d, const char *msg)
+{
+    static int reported;
+    int rc = mg_error_file_record(d, TRAIN_PROG, msg);
+    if (rc < 0 && !reported) {
+        reported = 1;
+        fprintf(stderr, TRAIN_PROG ": cannot write the error file '%s': %s\n",
+                getenv("TORCHELASTIC_ERROR_FILE"), mg_strerror(rc));
+    }
+}
+
 /* Errors are printed once and, under a launcher, recorded in the error file
  * (TORCHELASTIC_ERROR_FILE) so that its summary shows the real cause. */
 __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
@@ -61,7 +74,7 @@ __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
         fprintf(stderr, TRAIN_PROG ": rank %d: %s\n", error_dist->rank, msg);
     else
         fprintf(stderr, TRAIN_PROG ": %s\n", msg);
-    mg_error_file_record(error_dist, TRAIN_PROG, msg);
+    record_error(error_dist, msg);
 }
 
 /* ---- output ---------------------------------------------------------------------------- */
@@ -931,6 +944,14 @@ static int run(struct run *r)
         rc = train_step(r, &st);
         if (rc < 0)
             return rc;
+        if (!isfinite(st.loss_sum)) {
+            /* before any checkpoint of it: the newest one stays a sane one */
+            fail("training diverged at step %ld: the loss is %s (lr %g); lower --lr, or add "
+                 "--warmup",
+                 t->step, isnan(st.loss_sum) ? "NaN" : "infinite", st.lr);
+            r->exit_code = EXIT_DIVERGED;
+            return -ERANGE;
+        }
         double s1 = mg_seconds();
         k.train_time += s1 - s0;
         k.total_samples += (double)st.samples * r->dist.world;
@@ -987,25 +1008,28 @@ int main(int argc, char **argv)
 
     if (train_args_parse(&o, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, TRAIN_PROG ": %s (see " TRAIN_PROG " --help)\n", err);
-        mg_error_file_record(NULL, TRAIN_PROG, err);
+        record_error(NULL, err);
         return EXIT_USAGE;
     }
-    if (o.help) {
-        train_usage(stdout);
-        return 0;
-    }
-    if (o.version) {
-        printf(TRAIN_PROG " (mg) %s\n", MG_VERSION);
-        return 0;
-    }
     memset(&r, 0, sizeof(r));
+    if (o.help || o.version) {
+        if (o.help)
+            train_usage(stdout);
+        else
+            printf(TRAIN_PROG " (mg) %s\n", MG_VERSION);
+        flush_stdout(&r.prog);
+        return r.prog.stdout_lost ? EXIT_INCOMPLETE : 0;
+    }
     r.o = &o;
     r.prog.tty = isatty(STDOUT_FILENO);
+    if (train_threads_from_env(&o, err, sizeof(err)))
+        fprintf(stderr, TRAIN_PROG ": warning: %s\n", err);
     if (o.metrics) {
         r.prog.metrics = fopen(o.metrics, "a");
+        r.prog.metrics_path = o.metrics;
         if (!r.prog.metrics) {
             fail("cannot open metrics file '%s': %s", o.metrics, strerror(errno));
-            return 1;
+            return EXIT_FAILURE_RUN;
         }
     }
     rc = setup(&r);
@@ -1018,8 +1042,7 @@ int main(int argc, char **argv)
         fail("%s", mg_comm_errmsg(r.dist.d->comm));
         rc = -MG_EPEER;
     }
-    if (r.prog.tty)
-        fflush(stdout);
+    flush_stdout(&r.prog);
     mg_trainer_release(&r.trainer);
     mg_ddp_release(r.dist.ddp);
     mg_model_release(&r.model);
@@ -1028,7 +1051,12 @@ int main(int argc, char **argv)
     mg_backend_release(r.be);
     error_dist = NULL;
     mg_dist_release(r.dist.d);
-    if (r.prog.metrics)
-        fclose(r.prog.metrics);
-    return rc < 0 ? 1 : 0;
+    if (r.prog.metrics && fclose(r.prog.metrics) != 0 && !r.prog.metrics_lost) {
+        r.prog.metrics_lost = 1;
+        fprintf(stderr, TRAIN_PROG ": cannot write metrics to '%s': %s\n", o.metrics,
+                strerror(errno));
+    }
+    if (rc < 0)
+        return r.exit_code ? r.exit_code : EXIT_FAILURE_RUN;
+    return r.prog.stdout_lost || r.prog.metrics_lost ? EXIT_INCOMPLETE : 0;
 }
