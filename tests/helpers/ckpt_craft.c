@@ -38,6 +38,8 @@ struct buf {
 
 static void put(struct buf *b, const void *data, size_t len)
 {
+    if (len == 0)
+        return;
     if (b->len + len > b->cap) {
         b->cap = (b->len + len) * 2;
         b->p = realloc(b->p, b->cap);
