@@ -18,6 +18,7 @@
 #include "optim.h"
 #include "rtutil.h"
 #include "train_args.h"
+#include "train_ckpt.h"
 #include "trainer.h"
 
 #include <errno.h>
@@ -241,57 +242,6 @@ static const char *why(struct run *r, int rc)
     return m && *m ? m : mg_strerror(rc);
 }
 
-/* What a run is: the lines its checkpoints record and a resume compares
- * (everything that must stay the same for a checkpoint to continue it; not
- * the length, the world size or where the data lives), and its identity: the
- * launcher's run id, or for a run without one (no launcher, or torchrun's
- * default "none") a hash of those lines, so the same command is the same run. */
-static void describe_run(struct run *r)
-{
-    const struct train_options *o = r->o;
-    char *p = r->run_config;
-    size_t cap = sizeof(r->run_config), n = 0;
-#define LINE(...) (n += (size_t)snprintf(n < cap ? p + n : p, n < cap ? cap - n : 0, __VA_ARGS__))
-    LINE("model %s\n", o->model);
-    if (!strcmp(o->model, "mlp")) {
-        LINE("hidden ");
-        for (int i = 0; i < (o->model_opts.nhidden ? o->model_opts.nhidden : 1); i++)
-            LINE("%s%d", i ? "," : "", o->model_opts.nhidden ? o->model_opts.hidden[i] : 256);
-        LINE("\ndropout %.9g\n", (double)o->model_opts.dropout);
-    }
-    LINE("data %s\ntrain_samples %d\nseed %" PRIu64 "\n", mg_data_name(o->data), r->train.n,
-         o->seed);
-    LINE("optimizer %s\nlr %.9g\nscale_lr %s\n", mg_optim_name(o->optimizer),
-         o->lr / r->dist.lr_scale, o->scale_lr ? "linear" : "none");
-    if (o->optimizer == MG_OPTIM_SGD)
-        LINE("momentum %.9g\nnesterov %d\n", o->momentum, o->nesterov);
-    else
-        LINE("betas %.9g,%.9g\neps %.9g\n", o->beta1, o->beta2, o->eps);
-    LINE("weight_decay %.9g\nschedule %s\nwarmup %ld\n", o->weight_decay,
-         mg_sched_name(o->schedule), o->warmup);
-    if (o->schedule == MG_SCHED_STEP) {
-        if (o->step_size)
-            LINE("step_size %ld\n", o->step_size);
-        else
-            LINE("step_size epoch\n");
-        LINE("gamma %.9g\n", o->gamma);
-    }
-    if (o->schedule == MG_SCHED_COSINE)
-        LINE("min_lr %.9g\n", o->min_lr);
-    if (o->global_batch)
-        LINE("batch global %ld\n", o->global_batch);
-    else
-        LINE("batch %d per process\n", o->batch_size);
-    LINE("accum %d\ndrop_last %d\n", o->accum_steps, o->drop_last);
-#undef LINE
-    const struct mg_dist_env *env = &r->dist.d->env;
-    if (env->launched && mg_run_id_hash(env->run_id) != 0)
-        snprintf(r->run_id, sizeof(r->run_id), "%s", env->run_id);
-    else
-        snprintf(r->run_id, sizeof(r->run_id), "config-%016" PRIx64,
-                 mg_hash64(r->run_config, strlen(r->run_config)));
-}
-
 /* Both sets' images must be what the models take: a wrong one is named. */
 static int check_images(const struct run *r)
 {
@@ -367,7 +317,8 @@ static int setup(struct run *r)
                                                     o->drop_last, o->batch_size, o->accum_steps);
     r->epochs_total = (r->total_steps * o->accum_steps + per_epoch - 1) / per_epoch;
     cfg.total_steps = r->total_steps;
-    describe_run(r);
+    train_describe_run(o, r->train.n, r->dist.lr_scale, &r->dist.d->env, r->run_config,
+                       sizeof(r->run_config), r->run_id, sizeof(r->run_id));
     cfg.run_id = r->run_id;
     cfg.run_id_hash = mg_run_id_hash(r->run_id);
     cfg.run_config = r->run_config;
@@ -439,117 +390,6 @@ static void warn_reshard(struct run *r)
                 "%d))%s\n",
                 g, g, r->dist.world,
                 o->scale_lr ? "" : "; --scale-lr linear scales the lr with the world size");
-}
-
-/* The name of a run for messages: its id when the record has one. */
-static void run_name(const struct mg_ckpt_owner *o, char *buf, size_t len)
-{
-    if (o->run_id[0])
-        snprintf(buf, len, "'%s'", o->run_id);
-    else if (o->run)
-        snprintf(buf, len, "%016" PRIx64, o->run);
-    else
-        snprintf(buf, len, "(no run id: written before checkpoints recorded their run)");
-}
-
-/* 1 when path is dir or a file directly in it. */
-static int inside(const char *path, const char *dir)
-{
-    char a[PATH_MAX], b[PATH_MAX], parent[PATH_MAX];
-    if (!realpath(dir, b))
-        return 0;
-    if (realpath(path, a) && strcmp(a, b) == 0)
-        return 1;
-    snprintf(parent, sizeof(parent), "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (!slash)
-        snprintf(parent, sizeof(parent), ".");
-    else if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
-    return realpath(parent, a) && strcmp(a, b) == 0;
-}
-
-enum dir_claim {
-    DIR_OURS,
-    DIR_TAKE_OVER,
-    DIR_REFUSED,
-    DIR_ERROR
-};
-
-/* Whose --checkpoint-dir this is (docs/train.md, "Checkpoints belong to a
- * run"): this run's (its record names it, or it holds no complete
- * checkpoint, or only this run's), or another run's, which this run takes
- * over only when told to: --resume auto, or --resume PATH inside it. Every
- * rank decides the same from the same files; rank 0 writes the record later,
- * and what it writes leads to the same decision. */
-static enum dir_claim claim_dir(struct run *r, const char *dir)
-{
-    const struct train_options *o = r->o;
-    struct mg_ckpt_owner cur, *own = &r->owner;
-    char err[MG_ERRMSG_LEN], who[MG_CKPT_RUN_ID_MAX + 64];
-    struct mg_ckpt_entry *list = calloc(MG_CKPT_MAX_LIST, sizeof(*list));
-    enum dir_claim res = DIR_OURS;
-
-    memset(own, 0, sizeof(*own));
-    own->run = r->trainer.cfg.run_id_hash;
-    snprintf(own->run_id, sizeof(own->run_id), "%s", r->run_id);
-    if (!list) {
-        fail("cannot look into '%s': out of memory", dir);
-        return DIR_ERROR;
-    }
-    int has = mg_ckpt_owner_read(dir, &cur, err);
-    if (has == 1 && cur.run == own->run) {
-        *own = cur; /* with what it took over */
-        snprintf(own->run_id, sizeof(own->run_id), "%s", r->run_id);
-        goto out;
-    }
-    int n = mg_ckpt_list_runs(dir, NULL, list, MG_CKPT_MAX_LIST);
-    if (n < 0) {
-        fail("cannot list checkpoint directory '%s': %s", dir, mg_strerror(n));
-        res = DIR_ERROR;
-        goto out;
-    }
-    int others = 0;
-    for (int i = 0; i < n; i++)
-        others += list[i].run != own->run;
-    if (has >= 0 && others == 0)
-        goto out; /* nothing of another run's to lose */
-    int told = o->resume && (!strcmp(o->resume, "auto") || inside(o->resume, dir));
-    if (told) {
-        /* its checkpoints (and what it had taken over) become this run's */
-        if (has == 1) {
-            mg_ckpt_owner_adopt(own, cur.run);
-            for (int i = 0; i < cur.nadopted; i++)
-                mg_ckpt_owner_adopt(own, cur.adopted[i]);
-        }
-        for (int i = 0; i < n; i++)
-            mg_ckpt_owner_adopt(own, list[i].run);
-        res = DIR_TAKE_OVER;
-    }
-    if (has == 1) {
-        run_name(&cur, who, sizeof(who));
-    } else {
-        struct mg_ckpt_owner newest = {.run = n ? list[0].run : 0};
-        run_name(&newest, who, sizeof(who));
-    }
-    char newest[64] = "";
-    if (n)
-        snprintf(newest, sizeof(newest), " (newest: step %" PRIu64 ")", list[0].step);
-    if (res == DIR_TAKE_OVER) {
-        snprintf(r->took_from, sizeof(r->took_from), "%s%s", who, newest);
-        goto out;
-    }
-    fail(
-        "'%s' holds the checkpoints of another run, %s%s%s%s; this run is '%s'. Pass --resume auto "
-        "to continue from them (this run then takes the directory over), or use another "
-        "--checkpoint-dir",
-        dir, who, newest, has < 0 ? "; " : "", has < 0 ? err : "", r->run_id);
-    res = DIR_REFUSED;
-out:
-    free(list);
-    return res;
 }
 
 /* A resumed checkpoint must continue this run: what differs in its
@@ -639,7 +479,7 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
 /* When to resume (docs/train.md, "Resume"): --resume; or, with a
  * --checkpoint-dir of this run's, from its newest checkpoint (a restart, an
  * elastic re-formation, or the same command again). Another run's directory
- * is refused unless told (claim_dir). */
+ * is refused unless told (train_claim_dir). */
 static int resume(struct run *r)
 {
     struct train_options *o = r->o;
@@ -648,9 +488,12 @@ static int resume(struct run *r)
     const struct mg_ckpt_owner *only = NULL;
     int quiet = 0, rc;
     if (dir) {
-        enum dir_claim c = claim_dir(r, dir);
-        if (c == DIR_ERROR || c == DIR_REFUSED)
-            return -MG_ECONFIG;
+        rc = train_claim_dir(dir, o->resume, r->trainer.cfg.run_id_hash, r->run_id, &r->owner,
+                             r->took_from, sizeof(r->took_from), err, sizeof(err));
+        if (rc < 0 || rc == TRAIN_DIR_REFUSED) {
+            fail("%s", err);
+            return rc < 0 ? rc : -MG_ECONFIG;
+        }
         only = &r->owner;
         if (!what) {
             what = "auto";
@@ -712,36 +555,6 @@ static int evaluate(struct run *r, struct mg_eval_sums *ev)
     return 0;
 }
 
-/* Before each checkpoint: the directory must still be this run's. Another
- * run may have taken it over (--resume auto) since this one started; then
- * this one stops rather than overwrite or prune that run's checkpoints. */
-static int still_ours(struct run *r, const char *dir)
-{
-    struct mg_ckpt_owner cur;
-    char err[MG_ERRMSG_LEN], who[MG_CKPT_RUN_ID_MAX + 64];
-    int has = mg_ckpt_owner_read(dir, &cur, err);
-    if (has == 1 && cur.run == r->owner.run)
-        return 0;
-    if (has == 0) {
-        /* removed by hand: this run's again */
-        int rc = mg_ckpt_owner_write(dir, &r->owner, err);
-        if (rc < 0)
-            fail("cannot write a checkpoint: %s", err);
-        return rc;
-    }
-    if (has < 0) {
-        fail("cannot write a checkpoint: %s; stopping rather than write into a directory that "
-             "may be another run's",
-             err);
-        return -MG_ECONFIG;
-    }
-    run_name(&cur, who, sizeof(who));
-    fail("cannot write a checkpoint: run %s took '%s' over; stopping so as not to overwrite its "
-         "checkpoints",
-         who, dir);
-    return -MG_ECONFIG;
-}
-
 /* Rank 0 writes every rank's state; the completion marker follows a barrier,
  * so a checkpoint is complete only once every rank has reached it. */
 static int checkpoint(struct run *r)
@@ -765,9 +578,11 @@ static int checkpoint(struct run *r)
         }
     }
     if (r->dist.rank == 0) {
-        rc = still_ours(r, dir);
-        if (rc < 0)
+        rc = train_dir_still_ours(dir, &r->owner, err, sizeof(err));
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
             goto out;
+        }
         rc = mg_trainer_save(&r->trainer, dir, states, states ? r->dist.world : 0, err);
         if (rc < 0) {
             fail("cannot write a checkpoint: %s", err);
