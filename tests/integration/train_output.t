@@ -8,7 +8,7 @@
 # --hidden 64, is refused; OMP_NUM_THREADS=lots is warned about and ignored.
 # timeout: 120
 . "$(dirname "$0")/../lib/lib.sh"
-[ -x "$TRAIN" ] || skip_all "train not built"
+[ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || skip_all "train or mglaunch not built"
 [ -w /dev/full ] || skip_all "no /dev/full"
 
 ARGS="--data synthetic --train-samples 256 --test-samples 64 --hidden 16 --batch-size 32"
