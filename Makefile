@@ -89,7 +89,7 @@ COMMON_SRC := $(wildcard common/*.c)
 LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c))
 RUNTIME_SRC := $(filter-out runtime/cuda/%,$(wildcard runtime/*.c runtime/*/*.c))
 # The train program: its main and its command line; the rest of models/ is a library.
-TRAIN_SRC := models/train.c models/train_args.c
+TRAIN_SRC := $(wildcard models/train*.c)
 MODELS_SRC := $(filter-out $(TRAIN_SRC),$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)

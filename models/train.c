@@ -18,10 +18,12 @@
 #include "optim.h"
 #include "rtutil.h"
 #include "train_args.h"
+#include "train_ckpt.h"
 #include "trainer.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +31,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EXIT_USAGE 2
+/* Exit statuses (docs/train.md, "Output"). */
+#define EXIT_FAILURE_RUN 1 /* a failure while running */
+#define EXIT_USAGE       2 /* a bad command line */
+#define EXIT_INCOMPLETE  3 /* trained to the end, but some output could not be written */
+#define EXIT_DIVERGED    4 /* the loss became NaN or infinite */
 
 /* What a distributed run changes; a single process is rank 0 of 1 with no hooks. */
 struct dist {
@@ -42,6 +48,19 @@ struct dist {
 
 /* For the error file of fail() (rank, host). */
 static struct mg_dist *error_dist;
+
+/* The error file for the launcher's summary; one that cannot be written is
+ * said once (the launcher then reports the exit status alone). */
+static void record_error(const struct mg_dist *d, const char *msg)
+{
+    static int reported;
+    int rc = mg_error_file_record(d, TRAIN_PROG, msg);
+    if (rc < 0 && !reported) {
+        reported = 1;
+        fprintf(stderr, TRAIN_PROG ": cannot write the error file '%s': %s\n",
+                getenv("TORCHELASTIC_ERROR_FILE"), mg_strerror(rc));
+    }
+}
 
 /* Errors are printed once and, under a launcher, recorded in the error file
  * (TORCHELASTIC_ERROR_FILE) so that its summary shows the real cause. */
@@ -56,7 +75,7 @@ __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
         fprintf(stderr, TRAIN_PROG ": rank %d: %s\n", error_dist->rank, msg);
     else
         fprintf(stderr, TRAIN_PROG ": %s\n", msg);
-    mg_error_file_record(error_dist, TRAIN_PROG, msg);
+    record_error(error_dist, msg);
 }
 
 /* ---- output ---------------------------------------------------------------------------- */
@@ -65,20 +84,55 @@ struct progress {
     int tty;
     double last_draw;
     FILE *metrics;
+    const char *metrics_path;
+    int metrics_lost; /* a write failed (reported): no more records */
+    int stdout_lost;  /* a write to stdout failed (reported) */
 };
+
+/* The first failed write of a stream is reported, once, with the file and
+ * the reason; the run goes on (its checkpoints are its real output) and
+ * exits with EXIT_INCOMPLETE. */
+static void lost_stdout(struct progress *p, int err)
+{
+    if (p->stdout_lost)
+        return;
+    p->stdout_lost = 1;
+    fprintf(stderr,
+            TRAIN_PROG ": cannot write to standard output: %s (progress and results from here "
+                       "on are lost; the exit status will be %d)\n",
+            strerror(err), EXIT_INCOMPLETE);
+}
+
+static void flush_stdout(struct progress *p)
+{
+    if (fflush(stdout) == EOF || ferror(stdout)) {
+        int e = errno ? errno : EIO;
+        clearerr(stdout);
+        lost_stdout(p, e);
+    }
+}
 
 static void metrics_line(struct progress *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void metrics_line(struct progress *p, const char *fmt, ...)
 {
-    if (!p->metrics)
+    if (!p->metrics || p->metrics_lost)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(p->metrics, fmt, ap);
+    errno = 0;
+    int bad = vfprintf(p->metrics, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', p->metrics);
-    fflush(p->metrics);
+    bad |= fputc('\n', p->metrics) == EOF;
+    bad |= fflush(p->metrics) == EOF;
+    if (bad || ferror(p->metrics)) {
+        int e = errno ? errno : EIO;
+        p->metrics_lost = 1;
+        fprintf(stderr,
+                TRAIN_PROG ": cannot write metrics to '%s': %s (no more records are written; the "
+                           "exit status will be %d)\n",
+                p->metrics_path, strerror(e), EXIT_INCOMPLETE);
+    }
 }
 
 /* Prints a line above the progress bar (or just a line without a terminal). */
@@ -92,7 +146,7 @@ static void say(struct progress *p, const char *fmt, ...)
     vprintf(fmt, ap);
     va_end(ap);
     fputc('\n', stdout);
-    fflush(stdout);
+    flush_stdout(p);
     p->last_draw = 0;
 }
 
@@ -109,7 +163,7 @@ static void draw_bar(struct progress *p, long step, long total, long epoch, long
            "eta %ld:%02ld",
            epoch, epochs, bar, total ? (int)(100.0 * (double)step / (double)total) : 100, step,
            total, loss, lr, rate, e / 60, e % 60);
-    fflush(stdout);
+    flush_stdout(p);
 }
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -124,6 +178,12 @@ struct run {
     long total_steps;
     long epochs_total;
     struct progress prog;
+    /* Who this run is (docs/train.md, "Checkpoints belong to a run") */
+    char run_id[MG_CKPT_RUN_ID_MAX + 1];
+    char run_config[MG_RUN_CONFIG_MAX];
+    struct mg_ckpt_owner owner;              /* of --checkpoint-dir once resume() has claimed it */
+    char took_from[MG_CKPT_RUN_ID_MAX + 96]; /* the run whose directory this one took over */
+    int exit_code;                           /* a failure's own status (EXIT_DIVERGED), else 0 */
 };
 
 /* The launcher's environment (world size 1 without one): joins the other
@@ -182,6 +242,21 @@ static const char *why(struct run *r, int rc)
     return m && *m ? m : mg_strerror(rc);
 }
 
+/* Both sets' images must be what the models take: a wrong one is named. */
+static int check_images(const struct run *r)
+{
+    const struct mg_dataset *sets[2] = {&r->train, &r->test};
+    for (int i = 0; i < 2; i++) {
+        const struct mg_dataset *d = sets[i];
+        if (d->h == MG_MODEL_INPUT_H && d->w == MG_MODEL_INPUT_W)
+            continue;
+        fail("%s: '%s' holds %dx%d images; the models take %dx%d", mg_data_name(r->o->data),
+             d->images[0] ? d->images : d->name, d->h, d->w, MG_MODEL_INPUT_H, MG_MODEL_INPUT_W);
+        return -MG_ESHAPE;
+    }
+    return 0;
+}
+
 static int setup(struct run *r)
 {
     struct train_options *o = r->o;
@@ -205,12 +280,9 @@ static int setup(struct run *r)
         fail("cannot load %s: %s", mg_data_name(o->data), err);
         return rc;
     }
-    if (r->train.h != MG_MODEL_INPUT_H || r->train.w != MG_MODEL_INPUT_W ||
-        r->test.h != MG_MODEL_INPUT_H || r->test.w != MG_MODEL_INPUT_W) {
-        fail("%s: images are %dx%d, the models take %dx%d", mg_data_name(o->data), r->train.h,
-             r->train.w, MG_MODEL_INPUT_H, MG_MODEL_INPUT_W);
-        return -MG_ESHAPE;
-    }
+    rc = check_images(r);
+    if (rc < 0)
+        return rc;
     rc = mg_model_create(&r->model, r->be, o->model, &o->model_opts, o->batch_size, err);
     if (rc < 0) {
         fail("cannot build model %s: %s", o->model, err);
@@ -233,7 +305,6 @@ static int setup(struct run *r)
         .world = r->dist.world,
         .drop_last = o->drop_last,
         .global_batch = o->global_batch,
-        .run_id_hash = r->dist.d->env.launched ? mg_run_id_hash(r->dist.d->env.run_id) : 0,
     };
     if (r->train.n < r->dist.world) {
         fail("%d training samples cannot be shared by %d processes", r->train.n, r->dist.world);
@@ -246,6 +317,11 @@ static int setup(struct run *r)
                                                     o->drop_last, o->batch_size, o->accum_steps);
     r->epochs_total = (r->total_steps * o->accum_steps + per_epoch - 1) / per_epoch;
     cfg.total_steps = r->total_steps;
+    train_describe_run(o, r->train.n, r->dist.lr_scale, &r->dist.d->env, r->run_config,
+                       sizeof(r->run_config), r->run_id, sizeof(r->run_id));
+    cfg.run_id = r->run_id;
+    cfg.run_id_hash = mg_run_id_hash(r->run_id);
+    cfg.run_config = r->run_config;
     mg_optim_defaults(&cfg.optim, o->optimizer);
     cfg.optim.momentum = o->optimizer == MG_OPTIM_SGD ? o->momentum : 0.0;
     cfg.optim.nesterov = o->nesterov;
@@ -316,33 +392,42 @@ static void warn_reshard(struct run *r)
                 o->scale_lr ? "" : "; --scale-lr linear scales the lr with the world size");
 }
 
-/* When to resume (docs/train.md, "Resume"): --resume; a restart by the
- * launcher (TORCHELASTIC_RESTART_COUNT > 0); or, under a launcher, a
- * checkpoint this job wrote (same TORCHELASTIC_RUN_ID): a group re-formed
- * after a membership change restarts its workers with a restart count of 0. */
-static int resume(struct run *r)
+/* A resumed checkpoint must continue this run: what differs in its
+ * configuration (lr, schedule, optimizer settings...) stops an automatic or
+ * --resume auto resume; --resume PATH takes the weights on purpose and is
+ * only warned. (Shapes, batch, seed and data were checked by the load.) */
+static int check_fit(struct run *r, const char *path, int explicit_path)
+{
+    const char *diff = r->trainer.resumed.config_diff;
+    if (!diff[0])
+        return 0;
+    if (explicit_path) {
+        if (r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: '%s' was written with another configuration: %s; "
+                               "going on with this run's\n",
+                    path, diff);
+        return 0;
+    }
+    fail("cannot resume: '%s' does not fit this run: written with %s. Run with its settings, "
+         "or start from its weights with --resume %s and another --checkpoint-dir",
+         path, diff, path);
+    return -MG_ECONFIG;
+}
+
+/* Loads what --resume says (or, with quiet, this run's newest checkpoint in
+ * --checkpoint-dir, saying nothing when there is none) and says where the run
+ * goes on from. own: the runs whose checkpoints in --checkpoint-dir count. */
+static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt_owner *own,
+                           int quiet)
 {
     struct train_options *o = r->o;
     char err[MG_ERRMSG_LEN];
-    const struct mg_dist_env *env = &r->dist.d->env;
-    const char *what = o->resume;
-    uint64_t only_run = 0;
-    int quiet = 0;
-    if (!what && o->checkpoint_dir) {
-        what = "auto";
-        if (env->restart_count == 0) {
-            /* only this job's checkpoints; another run's get a warning, none nothing */
-            only_run = r->trainer.cfg.run_id_hash ? r->trainer.cfg.run_id_hash : UINT64_MAX;
-            quiet = 1;
-        }
-    }
-    if (!what)
-        return 0;
-    int rc;
     static struct mg_resume_report rep;
-    if (strcmp(what, "auto") == 0 || is_dir(what)) {
-        const char *dir = strcmp(what, "auto") == 0 ? o->checkpoint_dir : what;
-        rc = mg_trainer_resume_latest(&r->trainer, dir, only_run, &rep, err);
+    int rc, explicit_path = strcmp(what, "auto") != 0;
+    if (!explicit_path || is_dir(what)) {
+        const char *dir = explicit_path ? what : o->checkpoint_dir;
+        rc = mg_trainer_resume_latest(&r->trainer, dir, explicit_path ? NULL : own, &rep, err);
         for (int i = 0; i < rep.nskipped && r->dist.rank == 0; i++)
             fprintf(stderr, TRAIN_PROG ": warning: skipping a corrupt checkpoint: %s\n",
                     rep.skipped[i]);
@@ -350,17 +435,8 @@ static int resume(struct run *r)
             fail("cannot resume: %s", err);
             return rc;
         }
-        if (rep.other_run) {
-            if (r->dist.rank == 0)
-                fprintf(stderr,
-                        TRAIN_PROG ": warning: '%s' holds another run's checkpoints (newest: step "
-                                   "%" PRIu64 "); starting from step 0 (pass --resume auto to "
-                                   "continue from them, or use an empty directory)\n",
-                        dir, rep.step);
-            return 0;
-        }
         if (!rep.found) {
-            if (strcmp(what, "auto") != 0) {
+            if (explicit_path) {
                 fail("cannot resume: no complete checkpoint in '%s'", dir);
                 return -ENOENT;
             }
@@ -376,6 +452,9 @@ static int resume(struct run *r)
             return rc;
         }
     }
+    rc = check_fit(r, what, explicit_path);
+    if (rc < 0)
+        return rc;
     struct mg_trainer *t = &r->trainer;
     /* --epochs counts from where the checkpoint left off, at this world size */
     long total = o->steps ? r->total_steps : mg_trainer_steps_for_epochs(t, o->epochs);
@@ -393,6 +472,50 @@ static int resume(struct run *r)
         if (moved)
             say(&r->prog, TRAIN_PROG ": %ld epoch%s now end at step %ld", o->epochs,
                 o->epochs == 1 ? "" : "s", total);
+    }
+    return 0;
+}
+
+/* When to resume (docs/train.md, "Resume"): --resume; or, with a
+ * --checkpoint-dir of this run's, from its newest checkpoint (a restart, an
+ * elastic re-formation, or the same command again). Another run's directory
+ * is refused unless told (train_claim_dir). */
+static int resume(struct run *r)
+{
+    struct train_options *o = r->o;
+    char err[MG_ERRMSG_LEN];
+    const char *what = o->resume, *dir = o->checkpoint_dir;
+    const struct mg_ckpt_owner *only = NULL;
+    int quiet = 0, rc;
+    if (dir) {
+        rc = train_claim_dir(dir, o->resume, r->trainer.cfg.run_id_hash, r->run_id, &r->owner,
+                             r->took_from, sizeof(r->took_from), err, sizeof(err));
+        if (rc < 0 || rc == TRAIN_DIR_REFUSED) {
+            fail("%s", err);
+            return rc < 0 ? rc : -MG_ECONFIG;
+        }
+        only = &r->owner;
+        if (!what) {
+            what = "auto";
+            quiet = 1;
+        }
+    }
+    if (what) {
+        rc = load_checkpoint(r, what, only, quiet);
+        if (rc < 0)
+            return rc;
+    }
+    if (dir && r->dist.rank == 0) {
+        rc = mg_ckpt_owner_write(dir, &r->owner, err);
+        if (rc < 0) {
+            fail("cannot claim checkpoint directory: %s", err);
+            return rc;
+        }
+        if (r->took_from[0])
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: this run ('%s') took '%s' over from run %s: its "
+                               "checkpoints count as this run's from now on\n",
+                    r->run_id, dir, r->took_from);
     }
     return 0;
 }
@@ -455,6 +578,11 @@ static int checkpoint(struct run *r)
         }
     }
     if (r->dist.rank == 0) {
+        rc = train_dir_still_ours(dir, &r->owner, err, sizeof(err));
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
+            goto out;
+        }
         rc = mg_trainer_save(&r->trainer, dir, states, states ? r->dist.world : 0, err);
         if (rc < 0) {
             fail("cannot write a checkpoint: %s", err);
@@ -469,12 +597,12 @@ static int checkpoint(struct run *r)
         }
     }
     if (r->dist.rank == 0) {
-        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, err);
+        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, r->owner.run, err);
         if (rc < 0) {
             fail("cannot write a checkpoint: %s", err);
             goto out;
         }
-        int prc = mg_ckpt_prune(dir, r->o->keep_checkpoints);
+        int prc = mg_ckpt_prune(dir, r->o->keep_checkpoints, &r->owner);
         if (prc < 0)
             fprintf(stderr, TRAIN_PROG ": warning: cannot remove old checkpoints in '%s': %s\n",
                     dir, mg_strerror(prc));
@@ -631,6 +759,14 @@ static int run(struct run *r)
         rc = train_step(r, &st);
         if (rc < 0)
             return rc;
+        if (!isfinite(st.loss_sum)) {
+            /* before any checkpoint of it: the newest one stays a sane one */
+            fail("training diverged at step %ld: the loss is %s (lr %g); lower --lr, or add "
+                 "--warmup",
+                 t->step, isnan(st.loss_sum) ? "NaN" : "infinite", st.lr);
+            r->exit_code = EXIT_DIVERGED;
+            return -ERANGE;
+        }
         double s1 = mg_seconds();
         k.train_time += s1 - s0;
         k.total_samples += (double)st.samples * r->dist.world;
@@ -687,25 +823,28 @@ int main(int argc, char **argv)
 
     if (train_args_parse(&o, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, TRAIN_PROG ": %s (see " TRAIN_PROG " --help)\n", err);
-        mg_error_file_record(NULL, TRAIN_PROG, err);
+        record_error(NULL, err);
         return EXIT_USAGE;
     }
-    if (o.help) {
-        train_usage(stdout);
-        return 0;
-    }
-    if (o.version) {
-        printf(TRAIN_PROG " (mg) %s\n", MG_VERSION);
-        return 0;
-    }
     memset(&r, 0, sizeof(r));
+    if (o.help || o.version) {
+        if (o.help)
+            train_usage(stdout);
+        else
+            printf(TRAIN_PROG " (mg) %s\n", MG_VERSION);
+        flush_stdout(&r.prog);
+        return r.prog.stdout_lost ? EXIT_INCOMPLETE : 0;
+    }
     r.o = &o;
     r.prog.tty = isatty(STDOUT_FILENO);
+    if (train_threads_from_env(&o, err, sizeof(err)))
+        fprintf(stderr, TRAIN_PROG ": warning: %s\n", err);
     if (o.metrics) {
         r.prog.metrics = fopen(o.metrics, "a");
+        r.prog.metrics_path = o.metrics;
         if (!r.prog.metrics) {
             fail("cannot open metrics file '%s': %s", o.metrics, strerror(errno));
-            return 1;
+            return EXIT_FAILURE_RUN;
         }
     }
     rc = setup(&r);
@@ -718,8 +857,7 @@ int main(int argc, char **argv)
         fail("%s", mg_comm_errmsg(r.dist.d->comm));
         rc = -MG_EPEER;
     }
-    if (r.prog.tty)
-        fflush(stdout);
+    flush_stdout(&r.prog);
     mg_trainer_release(&r.trainer);
     mg_ddp_release(r.dist.ddp);
     mg_model_release(&r.model);
@@ -728,7 +866,12 @@ int main(int argc, char **argv)
     mg_backend_release(r.be);
     error_dist = NULL;
     mg_dist_release(r.dist.d);
-    if (r.prog.metrics)
-        fclose(r.prog.metrics);
-    return rc < 0 ? 1 : 0;
+    if (r.prog.metrics && fclose(r.prog.metrics) != 0 && !r.prog.metrics_lost) {
+        r.prog.metrics_lost = 1;
+        fprintf(stderr, TRAIN_PROG ": cannot write metrics to '%s': %s\n", o.metrics,
+                strerror(errno));
+    }
+    if (rc < 0)
+        return r.exit_code ? r.exit_code : EXIT_FAILURE_RUN;
+    return r.prog.stdout_lost || r.prog.metrics_lost ? EXIT_INCOMPLETE : 0;
 }

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,12 +56,14 @@ void train_usage(FILE *f)
             "  --metrics FILE          append JSON lines (train, eval, summary records)\n"
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
-            "  --keep-checkpoints N    keep the N newest checkpoints (default 3, 0 = all)\n"
-            "  --resume auto|PATH      auto: newest intact checkpoint in --checkpoint-dir, if\n"
-            "                          any; PATH: a checkpoint file or a directory of them.\n"
-            "                          Under a launcher, a restart or a checkpoint of the same\n"
-            "                          job (TORCHELASTIC_RUN_ID) resumes without it; another\n"
-            "                          world size reshards (docs/train.md)\n"
+            "  --keep-checkpoints N    keep the run's N newest checkpoints (default 3, 0 = all)\n"
+            "  --resume auto|PATH      auto: this run's newest intact checkpoint in\n"
+            "                          --checkpoint-dir, if any, or another run's, taking the\n"
+            "                          directory over; PATH: a checkpoint file or a directory\n"
+            "                          of them. A --checkpoint-dir of this run's (same\n"
+            "                          TORCHELASTIC_RUN_ID, or without one the same settings)\n"
+            "                          resumes without it; another world size reshards\n"
+            "                          (docs/train.md)\n"
             "distributed (under mglaunch or torchrun; see docs/distributed.md):\n"
             "  --global-batch-size G   total batch per optimizer micro-step: each of the W\n"
             "                          processes takes ceil(G / W) (instead of --batch-size)\n"
@@ -125,22 +128,26 @@ static int parse_double(struct parse *p, const char *flag, const char *s, double
 
 static int parse_hidden(struct parse *p, const char *s, struct mg_model_options *mo)
 {
-    char buf[256];
-    if (strlen(s) >= sizeof(buf))
-        return bad(p, "--hidden: list too long");
-    strcpy(buf, s);
+    char item[64];
     mo->nhidden = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
+    /* every item a size: "64," and "64,,32" are mistakes, not 64 and 64,32 */
+    for (const char *q = s;; q++) {
+        size_t len = strcspn(q, ",");
+        if (len == 0)
+            return bad(p, "--hidden: empty size in '%s' (want N[,N...])", s);
+        if (len >= sizeof(item))
+            return bad(p, "--hidden: '%.*s...' is not a size", 20, q);
         if (mo->nhidden == MG_MLP_MAX_HIDDEN)
             return bad(p, "--hidden: at most %d layers", MG_MLP_MAX_HIDDEN);
-        int rc = parse_int(p, "--hidden", tok, 1, 1 << 20, &mo->hidden[mo->nhidden++]);
+        memcpy(item, q, len);
+        item[len] = '\0';
+        int rc = parse_int(p, "--hidden", item, 1, 1 << 20, &mo->hidden[mo->nhidden++]);
         if (rc < 0)
             return rc;
+        q += len;
+        if (!*q)
+            return 0;
     }
-    if (mo->nhidden == 0)
-        return bad(p, "--hidden: empty list");
-    return 0;
 }
 
 static int parse_betas(struct parse *p, const char *s, struct train_options *o)
@@ -374,7 +381,7 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
             return bad(p, "--device: unknown device '%s' (known: cpu, cuda)", v);
         return 0;
     case F_THREADS:
-        return parse_int(p, flag, v, 1, 1024, &o->threads);
+        return parse_int(p, flag, v, 1, TRAIN_MAX_THREADS, &o->threads);
     case F_EVAL_EVERY:
         return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->eval_every);
     case F_LOG_EVERY:
@@ -442,6 +449,33 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
         return bad(p, "--data-dir does not apply to --data synthetic");
     if (o->global_batch && o->batch_set)
         return bad(p, "--batch-size and --global-batch-size cannot be used together");
+    return 0;
+}
+
+int train_threads_from_env(struct train_options *o, char *warn, size_t len)
+{
+    const char *v = getenv("OMP_NUM_THREADS");
+    if (o->threads || !v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    /* libgomp's syntax: a number, or a list whose first item is this level's */
+    if (end == v || errno || n < 1 || (*end && *end != ',')) {
+        o->threads = 1;
+        snprintf(warn, len,
+                 "OMP_NUM_THREADS='%.40s' is not a positive integer: ignored, 1 BLAS thread "
+                 "(--threads N sets it)",
+                 v);
+        return 1;
+    }
+    if (n > TRAIN_MAX_THREADS) {
+        o->threads = TRAIN_MAX_THREADS;
+        snprintf(warn, len, "OMP_NUM_THREADS=%ld: more than %d threads; using %d", n,
+                 TRAIN_MAX_THREADS, TRAIN_MAX_THREADS);
+        return 1;
+    }
+    o->threads = (int)n;
     return 0;
 }
 

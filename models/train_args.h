@@ -16,8 +16,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define TRAIN_PROG      "train"
-#define TRAIN_MAX_BATCH 65536 /* per process, --batch-size or its share of --global-batch-size */
+#define TRAIN_PROG        "train"
+#define TRAIN_MAX_BATCH   65536 /* per process, --batch-size or its share of --global-batch-size */
+#define TRAIN_MAX_THREADS 1024  /* --threads, and OMP_NUM_THREADS */
 
 struct train_options {
     const char *model;
@@ -62,6 +63,12 @@ struct train_options {
  * for '-' in names. Returns 0, or -EINVAL with a message in err (errlen
  * bytes). The strings in o point into argv. */
 int train_args_parse(struct train_options *o, int argc, char **argv, char *err, size_t errlen);
+
+/* Without --threads: the BLAS threads from OMP_NUM_THREADS (unset: leaves
+ * o->threads 0, one thread). A value that is not a positive integer is
+ * ignored and one over TRAIN_MAX_THREADS capped, as PyTorch does, with a
+ * warning: returns 1 with its text in warn (len bytes), else 0. */
+int train_threads_from_env(struct train_options *o, char *warn, size_t len);
 
 /* The --help text. */
 void train_usage(FILE *f);

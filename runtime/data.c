@@ -194,17 +194,24 @@ static void set_norm(struct mg_dataset *ds, float mean, float std)
     ds->std = std;
 }
 
-/* "dir/name" when it exists, else "dir/name.gz" when that exists. */
+/* "dir/name" when it exists, else "dir/name.gz" when that exists. A name
+ * that is there but cannot be reached (a symlink loop, a permission) is
+ * reported as what it is, not as missing. */
 static int find_file(const char *dir, const char *name, char *path, size_t len, char *err)
 {
     struct stat st;
     snprintf(path, len, "%s/%s", dir, name);
     if (stat(path, &st) == 0)
         return 0;
+    int rc = -errno;
+    if (rc != -ENOENT)
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': %s", path, mg_strerror(rc));
     snprintf(path, len, "%s/%s.gz", dir, name);
     if (stat(path, &st) == 0)
         return 0;
-    int rc = -errno;
+    rc = -errno;
+    if (rc != -ENOENT)
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': %s", path, mg_strerror(rc));
     return mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot find %s or %s.gz: %s", dir, name, name,
                      mg_strerror(rc));
 }
@@ -250,6 +257,7 @@ static int load_idx_pair(struct mg_dataset *ds, const char *dir, int train, long
     ds->classes = 10;
     ds->pixels = img.data;
     ds->labels = lab.data;
+    snprintf(ds->images, sizeof(ds->images), "%s", ipath);
     return 0;
 release_lab:
     mg_idx_release(&lab);

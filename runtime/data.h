@@ -28,6 +28,7 @@
 #define MG_IDX_MAX_DIMS     3
 #define MG_IDX_MAX_BYTES    ((size_t)1 << 31) /* a bigger IDX file is refused */
 #define MG_DATASET_NAME_MAX 64
+#define MG_DATASET_PATH_MAX 4096
 
 enum mg_data_kind {
     MG_DATA_FASHION_MNIST = 1,
@@ -49,9 +50,10 @@ int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err);
 void mg_idx_release(struct mg_idx *idx);
 
 struct mg_dataset {
-    char name[MG_DATASET_NAME_MAX]; /* "fashion-mnist train" */
-    int n;                          /* samples */
-    int c, h, w;                    /* one sample */
+    char name[MG_DATASET_NAME_MAX];   /* "fashion-mnist train" */
+    char images[MG_DATASET_PATH_MAX]; /* the images file, for messages ("" for synthetic) */
+    int n;                            /* samples */
+    int c, h, w;                      /* one sample */
     int classes;
     uint8_t *pixels; /* n * c*h*w */
     uint8_t *labels; /* n, each < classes */

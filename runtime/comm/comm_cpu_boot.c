@@ -4,11 +4,12 @@
  * boot id plus the mount and pid namespaces: two containers that share a kernel
  * but not /dev/shm are two hosts), hostname, pid and a listening TCP address;
  * every rank reads all of them and derives the same layout. A host's leader
- * creates the shared memory segment, named from the run id, the restart count
- * and a per-job nonce chosen by rank 0 (restarts and concurrent jobs never
- * collide), publishes the name; the name is unlinked once every local rank
- * has attached (or by whichever local rank gives up before that): nothing is
- * left in /dev/shm even when the job is SIGKILLed. Ring members connect to the
+ * creates the shared memory segment as a memfd, which has no name: it goes
+ * with the last process that holds it, so nothing is ever left in /dev/shm,
+ * whichever rank dies at whichever step. The leader publishes its pid and the
+ * descriptor's number; the others open it through /proc/<pid>/fd/<n> (the
+ * header's nonce, chosen by rank 0, proves it is this job's segment). Ring
+ * members connect to the
  * next member and accept from the previous one; a hello carrying the nonce and
  * the rank keeps stray connections out. A final barrier over the new
  * communicator proves every path works.
@@ -22,8 +23,10 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,18 +109,6 @@ static int parse_info(const char *text, struct rank_info *ri)
     return ri->port > 0 && ri->port < 65536 ? 0 : -MG_EPROTO;
 }
 
-static void sanitize(const char *in, char *out, size_t len)
-{
-    size_t j = 0;
-    for (; in && *in && j + 1 < len; in++) {
-        char ch = *in;
-        int keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                   (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
-        out[j++] = keep ? ch : '_';
-    }
-    out[j] = '\0';
-}
-
 /* Accepts connections until one says hello from want_rank with our nonce. */
 static int accept_prev(int lfd, int want_rank, uint64_t nonce, int64_t deadline_ms, int *fd_out)
 {
@@ -189,8 +180,6 @@ struct boot {
     int *ring_ranks;  /* [world] */
     int nhosts, nlocal, my_host, local_rank;
     int all_ring; /* MG_COMM=tcp */
-    char shm_name[160];
-    int shm_named; /* shm_name is still in /dev/shm */
     struct mg_shm *shm;
     struct mg_ring *ring;
 };
@@ -334,12 +323,28 @@ static int plan_hosts(struct boot *b)
     return 0;
 }
 
-/* Shared memory within the host: the leader creates and publishes the
- * segment, the others attach; its name goes once all are in. */
+/* A debugging knob for the tests of what a dead rank leaves behind
+ * (docs/distributed.md): MG_COMM_DEBUG_KILL=STEP[@RANK] makes the rank
+ * (every rank without @RANK) SIGKILL itself when the bootstrap reaches STEP. */
+static void debug_kill(const struct boot *b, const char *step)
+{
+    const char *v = getenv("MG_COMM_DEBUG_KILL");
+    if (!v || !*v)
+        return;
+    size_t n = strcspn(v, "@");
+    if (strlen(step) != n || strncmp(v, step, n) != 0)
+        return;
+    if (v[n] == '@' && atoi(v + n + 1) != b->rank)
+        return;
+    raise(SIGKILL);
+}
+
+/* Shared memory within the host: the leader creates the segment and
+ * publishes where it is; the others open it from the leader's descriptor. */
 static int attach_shm(struct boot *b)
 {
     const struct mg_comm_opts *opts = b->opts;
-    char key[128], run[48];
+    char key[128], text[64];
     void *val;
     int rc;
     if (b->all_ring || b->nlocal <= 1)
@@ -347,9 +352,6 @@ static int attach_shm(struct boot *b)
     if (b->nlocal > MG_SHM_MAX_LOCAL)
         return boot_err(b, -MG_ECONFIG, "%d ranks on host %s: at most %d can share memory",
                         b->nlocal, b->info[b->rank].hostname, MG_SHM_MAX_LOCAL);
-    sanitize(opts->run_id && *opts->run_id ? opts->run_id : "none", run, sizeof(run));
-    snprintf(b->shm_name, sizeof(b->shm_name), "/mg-%s-r%d-%016" PRIx64 "-h%d", run,
-             opts->restart_count, b->nonce, b->my_host);
     struct mg_shm_cfg cfg = {.nlocal = b->nlocal,
                              .local_rank = b->local_rank,
                              .ranks = b->local_ranks,
@@ -358,35 +360,47 @@ static int attach_shm(struct boot *b)
                                                             : -1};
     snprintf(key, sizeof(key), KEY_PREFIX "shm/%d", b->my_host);
     if (b->local_rank == 0) {
-        rc = mg_shm_create(&b->shm, b->shm_name, b->nonce, &cfg);
+        rc = mg_shm_create(&b->shm, NULL, b->nonce, &cfg);
         if (rc)
-            return boot_err(b, rc, "cannot create shared memory segment /dev/shm%s: %s",
-                            b->shm_name, mg_strerror(rc));
-        b->shm_named = 1;
-        rc = mg_store_set(b->store, key, b->shm_name, strlen(b->shm_name), 0);
+            return boot_err(b, rc, "cannot create the shared memory segment: %s", mg_strerror(rc));
+        debug_kill(b, "shm-created");
+        snprintf(text, sizeof(text), "%d %d", (int)getpid(), mg_shm_fd(b->shm));
+        rc = mg_store_set(b->store, key, text, strlen(text), 0);
         if (rc)
-            return boot_err(b, rc, "publishing the shared memory name: %s", mg_strerror(rc));
+            return boot_err(b, rc, "publishing the shared memory segment: %s", mg_strerror(rc));
+        debug_kill(b, "shm-published");
     } else {
+        int leader = b->local_ranks[0], pid = 0, fd = -1;
         rc = get_key(b, key, &val);
         if (rc)
-            return boot_err(b, rc, "waiting for rank %d to create shared memory: %s",
-                            b->local_ranks[0], why(rc));
-        snprintf(b->shm_name, sizeof(b->shm_name), "%s", (char *)val);
+            return boot_err(b, rc, "waiting for rank %d to create shared memory: %s", leader,
+                            why(rc));
+        int ok = sscanf(val, "%d %d", &pid, &fd) == 2 && pid > 0 && fd >= 0;
         free(val);
-        rc = mg_shm_attach(&b->shm, b->shm_name, b->nonce, &cfg);
+        if (!ok)
+            return boot_err(b, -MG_EPROTO, "rank %d published a malformed shared memory address",
+                            leader);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+        int sfd = open(path, O_RDWR | O_CLOEXEC);
+        if (sfd < 0) {
+            rc = -errno;
+            return boot_err(b, rc,
+                            "cannot open rank %d's shared memory segment through %s: %s (the "
+                            "ranks of a host must run as one user; MG_COMM=tcp does without "
+                            "shared memory)",
+                            leader, path, rc == -ENOENT ? "rank gone" : mg_strerror(rc));
+        }
+        rc = mg_shm_attach_fd(&b->shm, sfd, b->nonce, &cfg);
         if (rc)
-            return boot_err(b, rc, "cannot attach shared memory segment /dev/shm%s: %s",
-                            b->shm_name, mg_strerror(rc));
-        b->shm_named = 1;
+            return boot_err(b, rc, "cannot attach rank %d's shared memory segment: %s", leader,
+                            mg_strerror(rc));
+        debug_kill(b, "shm-attached");
     }
     struct mg_fault f = {0};
     rc = mg_shm_wait_attached(b->shm, b->deadline, &f);
     if (rc)
         return boot_err(b, rc, "waiting for rank %d to attach shared memory: %s", f.peer, why(rc));
-    /* Everyone is in: the name can go (any local rank may remove it, and
-     * one that fails before this point does, so nothing leaks). */
-    mg_shm_unlink(b->shm_name);
-    b->shm_named = 0;
     return 0;
 }
 
@@ -466,8 +480,6 @@ static int assemble_and_check(struct boot *b, struct mg_comm **out)
 
 static void boot_release(struct boot *b)
 {
-    if (b->shm_named)
-        mg_shm_unlink(b->shm_name);
     mg_shm_release(b->shm);
     mg_ring_release(b->ring);
     if (b->lfd >= 0)
@@ -508,18 +520,30 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
         rc = boot_err(&b, -ENOMEM, "out of memory");
     if (!rc)
         rc = agree_nonce(&b);
-    if (!rc)
+    if (!rc) {
+        debug_kill(&b, "nonce");
         rc = publish_self(&b);
-    if (!rc)
+    }
+    if (!rc) {
+        debug_kill(&b, "published");
         rc = read_peers(&b);
+    }
     if (!rc)
         rc = plan_hosts(&b);
-    if (!rc)
+    if (!rc) {
+        debug_kill(&b, "planned");
         rc = attach_shm(&b);
-    if (!rc)
+    }
+    if (!rc) {
+        debug_kill(&b, "shm-ready");
         rc = connect_ring(&b);
-    if (!rc)
+    }
+    if (!rc) {
+        debug_kill(&b, "ring");
         rc = assemble_and_check(&b, out);
+    }
+    if (!rc)
+        debug_kill(&b, "checked");
     boot_release(&b);
     return rc;
 }

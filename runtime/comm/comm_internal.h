@@ -80,12 +80,19 @@ struct mg_shm_cfg {
 #define MG_SHM_MAX_LOCAL 256
 #define MG_SHM_MAX_REGS  16 /* registrations per group (mg_shm_mem_alloc) */
 
-/* The leader (local rank 0) creates the segment; the others attach to it by
- * name once the leader has published it. Both check the nonce. */
+/* The leader (local rank 0) creates the segment; the others attach to it
+ * once the leader has published where it is. Both check the nonce. With a
+ * name the segment is a /dev/shm file (someone must unlink it); with name
+ * NULL it is a memfd, which has no name at all and goes with the last process
+ * that holds it: the others open the leader's descriptor (mg_shm_fd) through
+ * /proc/<pid>/fd/<fd> and attach with mg_shm_attach_fd, which takes fd over
+ * (closing it on failure). */
 int mg_shm_create(struct mg_shm **out, const char *name, uint64_t nonce,
                   const struct mg_shm_cfg *cfg);
 int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
                   const struct mg_shm_cfg *cfg);
+int mg_shm_attach_fd(struct mg_shm **out, int fd, uint64_t nonce, const struct mg_shm_cfg *cfg);
+int mg_shm_fd(const struct mg_shm *g);
 /* Waits until every member attached (then the leader may unlink the name). */
 int mg_shm_wait_attached(struct mg_shm *g, int64_t deadline_ms, struct mg_fault *f);
 int mg_shm_unlink(const char *name);

@@ -336,7 +336,8 @@ int mg_shm_create(struct mg_shm **out, const char *name, uint64_t nonce,
     h.total = align_up(PAGE + (size_t)cfg->nlocal * sizeof(struct shm_rankctl), PAGE) +
               (size_t)cfg->nlocal * h.stride;
 
-    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    fd = name ? shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
+              : memfd_create("mg-shm", MFD_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
         goto fail;
@@ -368,7 +369,8 @@ int mg_shm_create(struct mg_shm **out, const char *name, uint64_t nonce,
     return 0;
 
 fail_unlink:
-    shm_unlink(name);
+    if (name)
+        shm_unlink(name);
 fail:
     if (fd >= 0)
         close(fd);
@@ -382,13 +384,24 @@ int mg_shm_attach(struct mg_shm **out, const char *name, uint64_t nonce,
     int rc = cfg_check(cfg);
     if (rc)
         return rc;
-    struct mg_shm *g = shm_new(cfg);
-    if (!g)
-        return -ENOMEM;
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        rc = -errno;
-        goto fail;
+    if (fd < 0)
+        return -errno;
+    return mg_shm_attach_fd(out, fd, nonce, cfg);
+}
+
+int mg_shm_fd(const struct mg_shm *g)
+{
+    return g->fd;
+}
+
+int mg_shm_attach_fd(struct mg_shm **out, int fd, uint64_t nonce, const struct mg_shm_cfg *cfg)
+{
+    int rc = cfg_check(cfg);
+    struct mg_shm *g = rc ? NULL : shm_new(cfg);
+    if (!g) {
+        close(fd);
+        return rc ? rc : -ENOMEM;
     }
     struct stat st;
     if (fstat(fd, &st) < 0) {
@@ -426,7 +439,6 @@ fail_map:
 fail_fd:
     if (fd >= 0)
         close(fd);
-fail:
     free(g);
     return rc;
 }
