@@ -67,11 +67,12 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # train loads libopenblas.so.0 at run time (runtime/cpu/blas.c): nothing includes its headers.
 HAVE_OPENBLAS := $(shell /sbin/ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0' && echo 1)
 # The CUDA plugin (runtime/cuda/, docs/gpu.md) needs nvcc and the cuBLAS, cuDNN and NCCL headers.
+NVCC_OK := $(if $(NVCC),$(shell test -x '$(NVCC)' && echo 1))
 cuda_header = $(firstword $(wildcard $(CUDA_HOME)/include/$(1) /usr/include/$(1)))
-CUDNN_H := $(if $(NVCC),$(call cuda_header,cudnn_version.h))
-NCCL_H := $(if $(NVCC),$(call cuda_header,nccl.h))
-CUBLAS_H := $(if $(NVCC),$(call cuda_header,cublas_v2.h))
-CUDA_MISSING := $(strip $(if $(NVCC),,nvcc) $(if $(CUBLAS_H),,cuBLAS) $(if $(CUDNN_H),,cuDNN) $(if $(NCCL_H),,NCCL))
+CUDNN_H := $(if $(NVCC_OK),$(call cuda_header,cudnn_version.h))
+NCCL_H := $(if $(NVCC_OK),$(call cuda_header,nccl.h))
+CUBLAS_H := $(if $(NVCC_OK),$(call cuda_header,cublas_v2.h))
+CUDA_MISSING := $(strip $(if $(NVCC_OK),,nvcc) $(if $(CUBLAS_H),,cuBLAS) $(if $(CUDNN_H),,cuDNN) $(if $(NCCL_H),,NCCL))
 CUDA_PLUGIN := $(if $(CUDA_MISSING),,$(BUILD)/lib/libmg_cuda.so)
 ifeq ($(MG_REQUIRE_CUDA),1)
 ifneq ($(CUDA_MISSING),)
@@ -88,7 +89,8 @@ header_version = $(shell sed -n 's/^\#define $(2)_$(3) *\([0-9]*\).*/\1/p' $(1) 
 cuda_versions = nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), \
   cuDNN $(call header_version,$(CUDNN_H),CUDNN,MAJOR).$(call header_version,$(CUDNN_H),CUDNN,MINOR).$(call header_version,$(CUDNN_H),CUDNN,PATCHLEVEL), \
   NCCL $(call header_version,$(NCCL_H),NCCL,MAJOR).$(call header_version,$(NCCL_H),NCCL,MINOR).$(call header_version,$(NCCL_H),NCCL,PATCH); \
-  $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(subst [,,$(subst ],,$(NVCC_ARCH))))))
+  $(filter sm_%,$(cuda_code)) $(addprefix + PTX ,$(filter compute_%,$(cuda_code)))
+cuda_code = $(patsubst code=%,%,$(filter-out -gencode arch=%,$(subst $(comma), ,$(subst [,,$(subst ],,$(NVCC_ARCH))))))
 
 ifeq ($(MAKELEVEL),0)
 ifeq ($(filter clean format,$(MAKECMDGOALS)),)

@@ -78,9 +78,12 @@ static inline void mg_gpu_info_text(const struct mg_gpu_info *in, char *buf, siz
     if (in->memory || in->cc_major)
         MG_GPU_APPEND(" (%.1f GiB, sm_%d%d)", (double)in->memory / (1u << 30), in->cc_major,
                       in->cc_minor);
-    if (in->driver[0] || in->driver_cuda)
-        MG_GPU_APPEND("; driver %s (CUDA %d.%d)", in->driver[0] ? in->driver : "?",
-                      in->driver_cuda / 1000, in->driver_cuda % 1000 / 10);
+    if (in->driver[0] && in->driver_cuda)
+        MG_GPU_APPEND("; driver %s (CUDA %d.%d)", in->driver, in->driver_cuda / 1000,
+                      in->driver_cuda % 1000 / 10);
+    else if (in->driver_cuda)
+        MG_GPU_APPEND("; driver for CUDA %d.%d", in->driver_cuda / 1000,
+                      in->driver_cuda % 1000 / 10);
     if (in->runtime)
         MG_GPU_APPEND(", runtime %d.%d", in->runtime / 1000, in->runtime % 1000 / 10);
     if (in->cublas)

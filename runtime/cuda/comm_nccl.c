@@ -558,6 +558,8 @@ static void nccl_mem_free(struct mg_comm *c, void *p)
 
 static void destroy(struct nccl_comm *n)
 {
+    if (n->stream)
+        cudaSetDevice(n->device); /* the releasing thread may not be the creating one */
     if (n->nc) {
         /* flush, then free; a peer that never finalizes must not hold us */
         ncclResult_t a = ncclCommFinalize(n->nc);
@@ -763,21 +765,9 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
     if (rc < 0)
         goto fail_told;
 
-    if (opts->device_index >= 0) {
-        n->device = opts->device_index;
-        if (CU_FAILED(&e, cudaSetDevice(n->device))) {
-            rc = mgcu_seterr(err, errlen, e.code, "device %d: %s", n->device, e.msg);
-            goto fail_told;
-        }
-    } else if (CU_FAILED(&e, cudaGetDevice(&n->device))) {
-        rc = mgcu_seterr(err, errlen, e.code, "%s", e.msg);
-        goto fail_told;
-    }
-    if (CU_FAILED(&e, cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) ||
-        CU_FAILED(&e, cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming)) ||
-        CU_FAILED(&e, cudaMalloc((void **)&n->zero, sizeof(float))) ||
-        CU_FAILED(&e, cudaMemset(n->zero, 0, sizeof(float)))) {
-        rc = mgcu_seterr(err, errlen, e.code, "%s", e.msg);
+    /* -1: the caller's current device, which NCCL takes and reports below */
+    if (opts->device_index >= 0 && CU_FAILED(&e, cudaSetDevice(opts->device_index))) {
+        rc = mgcu_seterr(err, errlen, e.code, "device %d: %s", opts->device_index, e.msg);
         goto fail_told;
     }
 
@@ -811,6 +801,18 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
             mgcu_seterr(err, errlen, rc, "NCCL setup: %s", news);
             goto fail_told;
         }
+    }
+    if (ncclCommCuDevice(n->nc, &n->device) != ncclSuccess) {
+        rc = mgcu_seterr(err, errlen, -EIO, "ncclCommCuDevice failed");
+        goto fail_told;
+    }
+    if (CU_FAILED(&e, cudaSetDevice(n->device)) ||
+        CU_FAILED(&e, cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) ||
+        CU_FAILED(&e, cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming)) ||
+        CU_FAILED(&e, cudaMalloc((void **)&n->zero, sizeof(float))) ||
+        CU_FAILED(&e, cudaMemset(n->zero, 0, sizeof(float)))) {
+        rc = mgcu_seterr(err, errlen, e.code, "%s", e.msg);
+        goto fail_told;
     }
     rc = learn_layout(n, init_timeout);
     if (rc < 0) {
