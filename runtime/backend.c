@@ -120,6 +120,11 @@ void mg_backend_event_release(struct mg_backend *be, void *event)
         be->ops->event_release(be, event);
 }
 
+const char *mg_backend_errmsg(struct mg_backend *be)
+{
+    return be->ops->errmsg ? be->ops->errmsg(be) : "";
+}
+
 void mg_gpu_info_format(const struct mg_gpu_info *info, char *buf, size_t len)
 {
     mg_gpu_info_text(info, buf, len);

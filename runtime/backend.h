@@ -162,6 +162,11 @@ struct mg_backend_ops {
      * that waits on it has been queued. */
     void *(*event_record)(struct mg_backend *be);
     void (*event_release)(struct mg_backend *be, void *event);
+    /* What the error sync() returned last (or the first one since, not yet
+     * returned) was, with the call, file and line, and the library's own
+     * words: "cuda_backend.c:212: cublasSgemm: an invalid numeric value was
+     * used as an argument (CUBLAS_STATUS_INVALID_VALUE)"; "" when none. */
+    const char *(*errmsg)(struct mg_backend *be);
 };
 
 /* One backend instance: its ops and the fields common to every device. */
@@ -191,8 +196,9 @@ int mg_backend_open(enum mg_device dev, const struct mg_backend_opts *opts, stru
 void mg_backend_release(struct mg_backend *be);
 
 /* The optional ops above, or what stands in for them: host_alloc is ordinary
- * aligned memory, upload_async an upload() (ticket 1, done at once), and
- * event_record NULL (a NULL event orders nothing: there is nothing to wait for). */
+ * aligned memory, upload_async an upload() (ticket 1, done at once),
+ * event_record NULL (a NULL event orders nothing: there is nothing to wait
+ * for), errmsg "". */
 void *mg_backend_host_alloc(struct mg_backend *be, size_t bytes);
 void mg_backend_host_free(struct mg_backend *be, void *p);
 uint64_t mg_backend_upload_async(struct mg_backend *be, void *dst, const void *host_src,
@@ -201,6 +207,8 @@ void mg_backend_upload_wait(struct mg_backend *be, uint64_t ticket);
 int mg_backend_upload_done(struct mg_backend *be, uint64_t ticket, int wait);
 void *mg_backend_event_record(struct mg_backend *be);
 void mg_backend_event_release(struct mg_backend *be, void *event);
+/* The errmsg op, or "" for a backend without one (its sync() never fails). */
+const char *mg_backend_errmsg(struct mg_backend *be);
 
 /* Parses "cpu" / "cuda"; -EINVAL otherwise. */
 int mg_device_parse(const char *s, enum mg_device *out);

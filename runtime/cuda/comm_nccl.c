@@ -157,6 +157,21 @@ static int name_ranks(const unsigned char *flag, int world, int self, char *buf,
     return count;
 }
 
+/* "rank r failed: <what it put in the store>" into buf; 0 when it has no report. */
+static int reported(struct nccl_comm *n, int r, char *buf, size_t len)
+{
+    char k[256];
+    void *val = NULL;
+    size_t vlen = 0;
+    key(n, k, sizeof(k), "fail", r);
+    if (mgcu_host->store_get(n->store, k, &val, &vlen, 0) != 0)
+        return 0;
+    snprintf(buf, len, "rank %d failed: %.*s", r, (int)(vlen < 300 ? vlen : 300),
+             (const char *)val);
+    free(val);
+    return 1;
+}
+
 /* What the store says about the other ranks. */
 enum news {
     NEWS_NONE,        /* nothing useful */
@@ -167,14 +182,17 @@ enum news {
     NEWS_NO_STORE,    /* the store does not answer */
 };
 
-/* The news, and a clause for messages in buf: "rank 1 failed: ...", "waiting
- * for rank 2 (the process is gone: ...)", ... */
+/* The news, and a clause for messages in buf. A rank whose process is gone
+ * is the root cause, so it comes first ("waiting for rank 2 (the process is
+ * gone: ...)", or what it reported before it went: "rank 2 failed: ..."),
+ * then a rank that reported a failure, then ranks that never started. */
 static enum news ask_store(struct nccl_comm *n, char *buf, size_t len)
 {
     int world = n->c.world, self = n->c.rank, rc;
     enum news news = NEWS_NONE;
-    unsigned char *fail = calloc((size_t)world, 3), *up = fail + world, *alive = up + world;
-    char names[200], k[256];
+    unsigned char *fail = calloc((size_t)world, 4), *up = fail + world, *alive = up + world;
+    unsigned char *flag = alive + world;
+    char names[200];
     buf[0] = '\0';
     if (!fail)
         return NEWS_NONE;
@@ -185,32 +203,29 @@ static enum news ask_store(struct nccl_comm *n, char *buf, size_t len)
         news = NEWS_NO_STORE;
         goto out;
     }
-    for (int r = 0; r < world; r++)
-        if (fail[r] && r != self) {
-            void *val = NULL;
-            size_t vlen = 0;
-            key(n, k, sizeof(k), "fail", r);
-            if (mgcu_host->store_get(n->store, k, &val, &vlen, 0) == 0) {
-                snprintf(buf, len, "rank %d failed: %.*s", r, (int)(vlen < 300 ? vlen : 300),
-                         (const char *)val);
-                free(val);
-                news = NEWS_FAILED;
-                goto out;
-            }
-        }
     if (ranks_with(n, "up", up) < 0 || ranks_with(n, "alive", alive) < 0)
         goto out;
     for (int r = 0; r < world; r++)
-        fail[r] = up[r] && !alive[r];
-    if (name_ranks(fail, world, self, names, sizeof(names))) {
+        flag[r] = up[r] && !alive[r];
+    for (int r = 0; r < world; r++)
+        if (flag[r] && fail[r] && r != self && reported(n, r, buf, len)) {
+            news = NEWS_FAILED;
+            goto out;
+        }
+    if (name_ranks(flag, world, self, names, sizeof(names))) {
         snprintf(buf, len, "waiting for %s (the process is gone: its store connection closed)",
                  names);
         news = NEWS_DEAD;
         goto out;
     }
     for (int r = 0; r < world; r++)
-        fail[r] = !up[r];
-    if (name_ranks(fail, world, self, names, sizeof(names))) {
+        if (fail[r] && r != self && reported(n, r, buf, len)) {
+            news = NEWS_FAILED;
+            goto out;
+        }
+    for (int r = 0; r < world; r++)
+        flag[r] = !up[r];
+    if (name_ranks(flag, world, self, names, sizeof(names))) {
         snprintf(buf, len, "waiting for %s, which %s not started the communicator", names,
                  strchr(names, ',') || strstr(names, " and ") ? "have" : "has");
         news = NEWS_NOT_STARTED;
@@ -319,11 +334,18 @@ static int wait_tick(struct nccl_comm *n, struct waiter *w, char *out, size_t le
     return 0;
 }
 
-/* The end of a message after NCCL's own error: what the store knows, if anything. */
+/* The end of a message after NCCL's own error: what the store knows. NCCL
+ * may see a peer's socket close before the store has dropped that peer's
+ * connection: the store is asked again for a second or two before settling
+ * for less. */
 static void error_news(struct nccl_comm *n, char *buf, size_t len)
 {
     char clause[400];
     enum news news = ask_store(n, clause, sizeof(clause));
+    for (int i = 0; i < 20 && !news_final(news); i++) {
+        nap_us(100000);
+        news = ask_store(n, clause, sizeof(clause));
+    }
     news_suffix(news == NEWS_ALIVE ? NEWS_NONE : news, clause, buf, len);
 }
 

@@ -140,8 +140,18 @@ static int cu_sync(struct mg_backend *be)
     CU_FAILED(&b->err, cudaStreamSynchronize(b->copy));
     CU_FAILED(&b->err, cudaStreamSynchronize(b->compute));
     int rc = b->err.code;
-    b->err.code = 0; /* the first error since the last sync: it has been reported */
+    if (rc) {
+        /* the first error since the last sync: reported now, its message kept */
+        memcpy(b->last_msg, b->err.msg, sizeof(b->last_msg));
+        b->err.code = 0;
+    }
     return rc;
+}
+
+static const char *cu_errmsg(struct mg_backend *be)
+{
+    struct mgcu_backend *b = B(be);
+    return b->err.code ? b->err.msg : b->last_msg;
 }
 
 /* ---- layers ------------------------------------------------------------------------------ */
@@ -467,6 +477,7 @@ static const struct mg_backend_ops cuda_ops = {
     .upload_done = cu_upload_done,
     .event_record = cu_event_record,
     .event_release = cu_event_release,
+    .errmsg = cu_errmsg,
 };
 
 /* Each step stops at the first failure: a cuDNN or cuBLAS call on a handle

@@ -93,7 +93,8 @@ struct mgcu_backend {
     cublasHandle_t blas;
     cudnnHandle_t dnn;
     void *blas_ws;
-    struct mgcu_err err; /* the first error since the last sync() */
+    struct mgcu_err err;          /* the first error since the last sync() */
+    char last_msg[MG_ERRMSG_LEN]; /* the error sync() returned last */
     struct mgcu_convs convs;
 
     /* upload_async: the event of each ticket's copy, by ticket % slots */
