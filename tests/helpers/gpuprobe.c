@@ -3,6 +3,7 @@
  * a stand-in driver, MG_CUDA_PLUGIN, CUDA_VISIBLE_DEVICES) between questions:
  *
  *   gpuprobe probe [N]     mg_gpu_probe: "usable: <banner>", or the reason
+ *   gpuprobe count         how many CUDA devices the driver shows (0 without a driver)
  *   gpuprobe auto [N]      mg_device_auto: "cuda" or "cpu: <reason>", then whether
  *                          the CUDA libraries got loaded ("cuBLAS loaded: no")
  *   gpuprobe path          mg_gpu_plugin_path
@@ -82,6 +83,10 @@ int main(int argc, char **argv)
             snprintf(msg, sizeof(msg), "usable: %s", banner);
         }
         return report(rc, msg);
+    }
+    if (!strcmp(cmd, "count")) {
+        printf("%d\n", mg_gpu_probe(0, &info, msg, sizeof(msg)) == 0 ? info.devices : 0);
+        return 0;
     }
     if (!strcmp(cmd, "auto")) {
         enum mg_device d = mg_device_auto(idx, msg, sizeof(msg));
