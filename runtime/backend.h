@@ -164,8 +164,9 @@ struct mg_backend_ops {
     void (*event_release)(struct mg_backend *be, void *event);
     /* What the error sync() returned last (or the first one since, not yet
      * returned) was, with the call, file and line, and the library's own
-     * words: "cuda_backend.c:212: cublasSgemm: an invalid numeric value was
-     * used as an argument (CUBLAS_STATUS_INVALID_VALUE)"; "" when none. */
+     * words: "cuda_backend.c:169: cublasSgemm: an unsupported value or
+     * parameter was passed to the function (CUBLAS_STATUS_INVALID_VALUE)";
+     * "" when none. */
     const char *(*errmsg)(struct mg_backend *be);
 };
 
