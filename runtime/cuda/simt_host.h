@@ -40,7 +40,7 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #define MGK_SIM_ASAN        1
-#define MGK_SIM_STACK_BYTES (512u << 10)
+#define MGK_SIM_STACK_BYTES (128u << 10) /* its shadow is cleared at every switch: keep it small */
 #else
 #define MGK_SIM_ASAN        0
 #define MGK_SIM_STACK_BYTES (64u << 10)

@@ -24,11 +24,15 @@ usable:*)
     like "$out" '^no NVIDIA driver \(libcuda\.so\.1: cannot open shared object file.*\) \(code: -ENXIO\)$' \
         "no driver: one line, naming libcuda.so.1"
     out=$("$P" auto 0)
-    like "$out" '^cpu: no NVIDIA driver' "--device auto falls back to the CPU and says why"
-    like "$out" 'cuBLAS loaded: no' "... without loading the plugin, cuBLAS or cuDNN"
-    out=$("$P" backend 0)
-    like "$out" '^no NVIDIA driver .*\(code: -ENXIO\)$' "the CUDA backend: the driver's answer first"
     if [ "$have_plugin" = 1 ]; then
+        like "$out" '^cpu: no NVIDIA driver' "--device auto falls back to the CPU and says why"
+    else
+        like "$out" '^cpu: this build of mg has no CUDA plugin' "--device auto: the CPU, in a build without CUDA"
+    fi
+    like "$out" 'cuBLAS loaded: no' "... without loading the plugin, cuBLAS or cuDNN"
+    if [ "$have_plugin" = 1 ]; then
+        out=$("$P" backend 0)
+        like "$out" '^no NVIDIA driver .*\(code: -ENXIO\)$' "the CUDA backend: the driver's answer first"
         out=$(MG_CUDA_PLUGIN=$PLUGIN "$P" plugin-backend 0)
         like "$out" 'cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version \(cudaErrorInsufficientDriver\) \(code: -ENXIO\)$' \
             "the plugin alone fails cleanly too, with the CUDA runtime's own words"
