@@ -35,6 +35,7 @@
 
 #define MAX_REGS        64
 #define STORE_LOOK_MS   1000 /* how often a long wait asks the store about the others */
+#define SPINS           2000 /* polls before the waits start sleeping */
 #define FINALIZE_MS     10000
 #define STORE_EPHEMERAL 1 /* MG_STORE_EPHEMERAL (store.h) */
 
@@ -115,7 +116,7 @@ static void nccl_text(ncclResult_t r, ncclComm_t nc, char *buf, size_t len)
 /* ---- what the store knows about the other ranks --------------------------------------- */
 
 /* The ranks that have a key under prefix+what/, as flags. -errno when the
- * store does not answer. */
+ * store does not answer, -MG_ETOOBIG when it has more than one list holds. */
 static int ranks_with(struct nccl_comm *n, const char *what, unsigned char *has)
 {
     char pre[256], **keys = NULL;
@@ -131,7 +132,7 @@ static int ranks_with(struct nccl_comm *n, const char *what, unsigned char *has)
             has[r] = 1;
     }
     mgcu_host->store_free_list(keys, nkeys);
-    return 0;
+    return rc > nkeys ? -MG_ETOOBIG : 0;
 }
 
 /* "rank 1", "ranks 2 and 5", "ranks 1, 2 and 7" for the flagged ranks (at most 8 named). */
@@ -197,6 +198,8 @@ static enum news ask_store(struct nccl_comm *n, char *buf, size_t len)
     if (!fail)
         return NEWS_NONE;
     rc = ranks_with(n, "fail", fail);
+    if (rc == -MG_ETOOBIG)
+        goto out; /* more ranks than a list holds: nothing certain to say */
     if (rc < 0) {
         snprintf(buf, len, "the store does not answer (%s)%s", why(rc),
                  self ? ": rank 0, which hosts it, may have died" : "");
@@ -305,8 +308,9 @@ static void wait_begin(struct waiter *w, int timeout_ms)
     w->timeout_ms = timeout_ms;
 }
 
-/* Between two polls: spin for the first ~100 us (a short collective is done
- * by then), then sleep longer and longer, up to a millisecond. Past the
+/* Between two polls: spin for the first couple of milliseconds (most
+ * collectives are done by then, and a sleep costs 50 us of timer slack at
+ * least), then sleep longer and longer, up to a millisecond. Past the
  * deadline returns -ETIMEDOUT, and when the store says a rank failed or died
  * -MG_EPEER, with the end of the message in out ("timed out after 30 s
  * waiting for rank 2 (...)"); else 0. */
@@ -328,9 +332,8 @@ static int wait_tick(struct nccl_comm *n, struct waiter *w, char *out, size_t le
             return -MG_EPEER;
         }
     }
-    w->spins++;
-    if (w->spins > 200)
-        nap_us(w->spins > 1200 ? 1000 : (w->spins - 200));
+    if (++w->spins > SPINS)
+        nap_us(w->spins - SPINS > 1000 ? 1000 : w->spins - SPINS);
     return 0;
 }
 
