@@ -47,6 +47,13 @@ bad "--data-dir does not apply to --data synthetic" --data synthetic --data-dir 
 if "$TRAIN" --device cuda --data synthetic --steps 1 >"$T/out" 2>"$T/err"; then
     diag "this build has a CUDA backend: --device cuda accepted"
     ok true "--device cuda runs in a CUDA build"
+elif grep -q '^#define MG_HAVE_CUDA 1' "$MG_BUILD/include/mg_config.h"; then
+    # A CUDA build on a machine without a usable GPU: one line saying so. Phase 2
+    # of issue 10 wires train to mg_backend_open (the reason: no driver, no
+    # device, ...) and exit status 2; until then the reason is a bare errno text.
+    like "$(cat "$T/err")" '^train: cannot start the cuda backend: ' \
+        "--device cuda without a usable GPU: one line naming the backend"
+    is "$(wc -l <"$T/err" | tr -d ' ')" 1 "... and only that line"
 else
     bad "--device cuda: this build of mg has no CUDA backend" --device cuda
 fi
