@@ -4,8 +4,9 @@
  * Backends, one of which mg_comm_create() picks: the CPU backend (comm_cpu.c,
  * set up by comm_cpu_boot.c: shared memory between the ranks of a host, a
  * pipelined TCP ring between hosts, hierarchical when a job has both) and
- * NCCL (mg_comm_nccl_create, from the CUDA plugin). The world-size-1 backend
- * (comm_single.c) does nothing, quickly.
+ * NCCL (mg_comm_nccl_create: runtime/cuda/comm_nccl.c in the CUDA plugin; its
+ * buffers are device memory). The world-size-1 backend (comm_single.c) does
+ * nothing, quickly.
  *
  * Contract for every backend:
  * - Every rank calls the same collectives in the same order with the same
@@ -27,7 +28,21 @@
  * - Memory from mem_alloc (registered memory, like NCCL's user buffer
  *   registration) may make collectives on it faster: the CPU backend then sums
  *   the ranks' buffers in place, without staging copies (zero-copy). Any
- *   buffer gives the same bits; registration is only about speed. */
+ *   buffer gives the same bits; registration is only about speed.
+ *
+ * Device buffers and overlap (NCCL). A collective runs on the communicator's
+ * own CUDA stream and returns once it has finished on the device, so the host
+ * thread that called it (DDP's communication thread) waits and can time out,
+ * while the compute stream goes on. Before it starts, the device waits for
+ * the work it depends on: by default everything queued so far on
+ * opts->stream (the backend's compute stream); after wait_event(c, ev), only
+ * what was queued before the backend recorded ev (mg_backend_event_record).
+ * That is how DDP will send a bucket as soon as backward has queued its
+ * layers, without blocking the host: in the `ready` callback the main thread
+ * records an event and hands (bucket, event) to the communication thread,
+ * which calls mg_comm_wait_event() and then mg_comm_allreduce() on it; the
+ * optimizer, queued after the communication thread reports the bucket done,
+ * reads finished sums. (Phase 2 wires this into ddp.c.) */
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
@@ -80,6 +95,17 @@ struct mg_comm_ops {
     int (*mem_alloc)(struct mg_comm *c, size_t bytes, void **out, int timeout_ms);
     /* Local: no other rank takes part. */
     void (*mem_free)(struct mg_comm *c, void *p);
+    /* Optional (NULL: mg_comm_reduce_scatter says -MG_EUNSUPPORTED). send holds
+     * world * recv_count floats; rank r receives in recv the reduced chunk r,
+     * send[r * recv_count ...], with the same bits on every rank (the chunk of
+     * an allreduce of send). recv may be send + rank * recv_count. */
+    int (*reduce_scatter)(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                          enum mg_reduce_op op, int timeout_ms);
+    /* Optional (NULL: nothing to order, as on the CPU). The next collective
+     * starts on the device once the work recorded by event (a backend's
+     * event_record) is done, instead of all the work queued on opts->stream.
+     * Local and quick: the host never waits here. */
+    int (*wait_event)(struct mg_comm *c, void *event);
 };
 
 /* Fields common to every backend; a backend embeds this first. */
@@ -114,7 +140,11 @@ struct mg_comm_opts {
     size_t tcp_segment;    /* TCP ring pipeline segment in bytes (0 = default 256 KiB) */
     int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
     int on_cuda;           /* the ranks compute on CUDA: MG_COMM_AUTO means NCCL */
-    int device_index;      /* NCCL: the CUDA device of this rank */
+    int device_index;      /* NCCL: the CUDA device of this rank (LOCAL_RANK within the
+                              CUDA_VISIBLE_DEVICES mglaunch sets); -1 = the calling
+                              thread's current device, set by the caller */
+    void *stream;          /* NCCL: the compute stream (mg_backend.stream) collectives
+                              wait for; NULL = the legacy default stream */
 };
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
@@ -135,21 +165,20 @@ int mg_comm_create(struct mg_comm **out, struct mg_store *store, const struct mg
 int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                        const struct mg_comm_opts *opts, char *err, size_t errlen);
 
-/* NCCL, from the CUDA plugin (built when nvcc, cuDNN and NCCL were found). */
-#if MG_HAVE_NCCL
+/* NCCL, from the CUDA plugin (runtime/gpu_plugin.c loads it; -MG_EUNSUPPORTED
+ * in a build without one). Every rank calls it at the same time. Rank 0 makes
+ * NCCL's unique id and publishes it in the store under a key scoped to
+ * opts->run_id and opts->restart_count, so a restarted group never reads the
+ * id of the attempt before; the others wait for it (opts->init_timeout_ms).
+ * Each rank then starts NCCL on device opts->device_index (non-blocking
+ * init, polled against the same deadline). A rank that fails says so in the
+ * store, and the others stop waiting and name it. Collectives are polled
+ * against their deadline: on a timeout, NCCL's asynchronous error, or a rank
+ * whose store connection closed (its process died), the communicator is
+ * aborted and broken, and its message names the operation and, through the
+ * store, the rank that failed or was waited for. */
 int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *store,
                         const struct mg_comm_opts *opts, char *err, size_t errlen);
-#else
-static inline int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *store,
-                                      const struct mg_comm_opts *opts, char *err, size_t errlen)
-{
-    (void)store;
-    (void)opts;
-    *out = 0;
-    return mg_seterr(err, errlen, -MG_EUNSUPPORTED,
-                     "this build has no NCCL communicator (it was built without nvcc and NCCL)");
-}
-#endif
 
 /* World size 1 (comm_single.c): every collective is a no-op (with the same
  * argument checks). */
@@ -161,6 +190,11 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
 int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms);
 int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
+/* -MG_EUNSUPPORTED when the communicator has no reduce_scatter. */
+int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                           enum mg_reduce_op op, int timeout_ms);
+/* 0 at once when the communicator has no wait_event or event is NULL. */
+int mg_comm_wait_event(struct mg_comm *c, void *event);
 void mg_comm_release(struct mg_comm *c);
 /* Registered memory (see mem_alloc): 0 and *out, or a negative code (a failed
  * collective, -EINVAL for 0 bytes, -ENOMEM). Free it with mg_comm_mem_free()
