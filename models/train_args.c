@@ -27,6 +27,8 @@ void train_usage(FILE *f)
             "                          (default /usr/share/datasets/<data>)\n"
             "  --train-samples N       use the first N training samples (0 = all)\n"
             "  --test-samples N        use the first N test samples (0 = all)\n"
+            "  --data-cache DIR|off    decoded datasets, shared by the processes of a host\n"
+            "                          (default $MG_DATA_CACHE, else ~/.cache/mg/data)\n"
             "length and batch:\n"
             "  --epochs N              passes over the training set (default 1)\n"
             "  --steps N               optimizer steps instead of epochs\n"
@@ -52,6 +54,7 @@ void train_usage(FILE *f)
             "  --threads N             BLAS threads (default $OMP_NUM_THREADS, else 1)\n"
             "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
             "  --log-every N           a progress line every N steps (default 100)\n"
+            "  --profile-startup       print where the time to the first step went (stderr)\n"
             "  --metrics FILE          append JSON lines (train, eval, summary records)\n"
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
@@ -176,6 +179,7 @@ enum flag_id {
     F_DATA_DIR,
     F_TRAIN_SAMPLES,
     F_TEST_SAMPLES,
+    F_DATA_CACHE,
     F_EPOCHS,
     F_STEPS,
     F_BATCH,
@@ -198,6 +202,7 @@ enum flag_id {
     F_THREADS,
     F_EVAL_EVERY,
     F_LOG_EVERY,
+    F_PROFILE_STARTUP,
     F_METRICS,
     F_CKPT_DIR,
     F_CKPT_EVERY,
@@ -224,6 +229,7 @@ static const struct {
     {"data-dir", F_DATA_DIR, 1},
     {"train-samples", F_TRAIN_SAMPLES, 1},
     {"test-samples", F_TEST_SAMPLES, 1},
+    {"data-cache", F_DATA_CACHE, 1},
     {"epochs", F_EPOCHS, 1},
     {"steps", F_STEPS, 1},
     {"batch-size", F_BATCH, 1},
@@ -246,6 +252,7 @@ static const struct {
     {"threads", F_THREADS, 1},
     {"eval-every", F_EVAL_EVERY, 1},
     {"log-every", F_LOG_EVERY, 1},
+    {"profile-startup", F_PROFILE_STARTUP, 0},
     {"metrics", F_METRICS, 1},
     {"checkpoint-dir", F_CKPT_DIR, 1},
     {"checkpoint-every", F_CKPT_EVERY, 1},
@@ -323,6 +330,11 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, INT_MAX, &o->train_samples);
     case F_TEST_SAMPLES:
         return parse_long(p, flag, v, 0, INT_MAX, &o->test_samples);
+    case F_DATA_CACHE:
+        if (!*v)
+            return bad(p, "--data-cache: empty path (off turns the cache off)");
+        o->data_cache = v;
+        return 0;
     case F_EPOCHS:
         return parse_long(p, flag, v, 1, MAX_EPOCHS, &o->epochs);
     case F_STEPS:
@@ -379,6 +391,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->eval_every);
     case F_LOG_EVERY:
         return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->log_every);
+    case F_PROFILE_STARTUP:
+        o->profile_startup = 1;
+        return 0;
     case F_METRICS:
         o->metrics = v;
         return 0;

@@ -25,6 +25,7 @@ struct train_options {
     enum mg_data_kind data;
     const char *data_dir;
     long train_samples, test_samples;
+    const char *data_cache; /* --data-cache DIR or "off"; NULL: MG_DATA_CACHE or the default */
     long epochs, steps;
     int batch_size, accum_steps;
     double lr;
@@ -43,6 +44,7 @@ struct train_options {
     int keep_checkpoints;
     const char *resume;
     long log_every;
+    int profile_startup; /* --profile-startup: where the time to the first step goes */
     const char *metrics;
     enum mg_device device;
     int drop_last;
