@@ -23,7 +23,8 @@
  *   with the same message. The job is expected to exit and be restarted.
  * - A communicator is used by one thread at a time (DDP's communication thread,
  *   or the main thread while that one is idle).
- * - Buffers may be anywhere in memory; allreduce works in place.
+ * - Buffers may be anywhere in memory; allreduce works in place, and so may
+ *   allgather and reduce-scatter (this rank's block of the whole buffer).
  * - Memory from mem_alloc (registered memory, like NCCL's user buffer
  *   registration) may make collectives on it faster: the CPU backend then sums
  *   the ranks' buffers in place, without staging copies (zero-copy). Any
@@ -69,6 +70,13 @@ struct mg_comm_ops {
     /* Every rank's len bytes of send land at recv + rank * len, on every rank.
      * send may be recv + rank * len (in place). */
     int (*allgather)(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+    /* send holds world * recv_count floats; rank r receives the sum (or
+     * average) over the ranks of chunk r, send[r * recv_count, (r + 1) *
+     * recv_count): the same bits an allreduce of send would leave there. recv
+     * may be send + rank * recv_count (in place); otherwise the two do not
+     * overlap. Nothing else of send changes. */
+    int (*reduce_scatter)(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                          enum mg_reduce_op op, int timeout_ms);
     /* Returns once every rank has entered the barrier. */
     int (*barrier)(struct mg_comm *c, int timeout_ms);
     void (*release)(struct mg_comm *c);
@@ -160,6 +168,10 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
                       int timeout_ms);
 int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms);
 int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+/* -EINVAL for recv overlapping send other than in place; -MG_EUNSUPPORTED
+ * from a backend without it. */
+int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                           enum mg_reduce_op op, int timeout_ms);
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
 void mg_comm_release(struct mg_comm *c);
 /* Registered memory (see mem_alloc): 0 and *out, or a negative code (a failed
