@@ -229,6 +229,7 @@ static int setup_ddp(struct run *r)
     struct mg_ddp_opts dopts = {
         .bucket_cap = o->bucket_cap_mb > 0 ? (size_t)(o->bucket_cap_mb * 1048576.0) : 0,
         .no_thread = o->no_comm_thread,
+        .zero = o->zero,
     };
     int rc = mg_ddp_create(&r->dist.ddp, r->dist.d->comm, &r->model, &dopts, err, sizeof(err));
     if (rc < 0) {
@@ -535,6 +536,11 @@ static int checkpoint(struct run *r)
     int rc = 0;
     if (r->dist.ddp) {
         struct mg_rank_state mine;
+        rc = mg_trainer_gather_state(&r->trainer); /* a sharded optimizer's state */
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", mg_ddp_errmsg(r->dist.ddp));
+            return rc;
+        }
         states = calloc((size_t)r->dist.world, sizeof(*states));
         if (!states) {
             fail("cannot write a checkpoint: out of memory");
@@ -610,6 +616,15 @@ static void announce(struct run *r)
             o->lr / r->dist.lr_scale, world);
     if (world > 1)
         say(&r->prog, TRAIN_PROG ": %d processes, %s", world, r->dist.d->comm->desc);
+    if (world > 1 && o->zero) {
+        const struct mg_trainer *t = &r->trainer;
+        size_t whole = mg_trainer_state_count(t);
+        say(&r->prog,
+            TRAIN_PROG ": ZeRO-1: each process keeps the optimizer state of %zu of %zu "
+                       "parameters: %.1f KiB instead of %.1f KiB",
+            t->opt.n, r->model.nparams, (double)t->opt.state_count * sizeof(float) / 1024.0,
+            (double)whole * sizeof(float) / 1024.0);
+    }
 }
 
 /* One optimizer step, and the replica check when one is due. */

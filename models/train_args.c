@@ -71,6 +71,8 @@ void train_usage(FILE *f)
             "  --check-replicas N      check every N steps that all ranks hold identical weights\n"
             "  --bucket-cap-mb MB      gradient bucket size (default 25; the first one 1)\n"
             "  --no-comm-thread        average gradients after backward, not during it\n"
+            "  --zero 0|1              1: ZeRO-1, the optimizer state sharded over the\n"
+            "                          processes (default $MG_ZERO, else 0; same results)\n"
             "  --help, --version\n");
 }
 
@@ -213,6 +215,7 @@ enum flag_id {
     F_CHECK_REPLICAS,
     F_BUCKET_CAP,
     F_NO_COMM_THREAD,
+    F_ZERO,
     F_HELP,
     F_VERSION,
 };
@@ -263,6 +266,7 @@ static const struct {
     {"check-replicas", F_CHECK_REPLICAS, 1},
     {"bucket-cap-mb", F_BUCKET_CAP, 1},
     {"no-comm-thread", F_NO_COMM_THREAD, 0},
+    {"zero", F_ZERO, 1},
     {"help", F_HELP, 0},
     {"version", F_VERSION, 0},
 };
@@ -423,6 +427,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
     case F_NO_COMM_THREAD:
         o->no_comm_thread = 1;
         return 0;
+    case F_ZERO:
+        o->zero_set = 1;
+        return parse_int(p, flag, v, 0, 1, &o->zero);
     case F_HELP:
         o->help = 1;
         return 0;
@@ -438,6 +445,12 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
 {
     if (epochs_set && steps_set)
         return bad(p, "--epochs and --steps cannot be used together");
+    const char *z = getenv("MG_ZERO");
+    if (!o->zero_set && z && *z) {
+        if (strcmp(z, "0") && strcmp(z, "1"))
+            return bad(p, "MG_ZERO='%.32s': expected 0 or 1", z);
+        o->zero = *z == '1';
+    }
     if (!o->lr_set)
         o->lr = o->optimizer == MG_OPTIM_ADAMW ? 0.001 : !strcmp(o->model, "cnn") ? 0.02 : 0.05;
     if (!o->weight_decay_set)

@@ -55,6 +55,8 @@ struct train_options {
     long check_replicas;
     double bucket_cap_mb;
     int no_comm_thread;
+    int zero; /* --zero 1 or MG_ZERO=1: ZeRO stage 1 (a sharded optimizer) */
+    int zero_set;
     /* --help or --version: parsing stopped there, nothing else was checked */
     int help, version;
 };

@@ -9,7 +9,18 @@
  * The gradient buffer is the communicator's registered memory (comm.h), lent
  * to the model at the start (once every rank is known to have built the same
  * model) and taken back at release: on one host the allreduces then sum the
- * ranks' gradients in place, in shared memory, with no staging copy. */
+ * ranks' gradients in place, in shared memory, with no staging copy. It is
+ * `padded` floats long (the buckets' alignment, ddp.h); so are the
+ * parameters' under ZeRO-1.
+ *
+ * ZeRO-1: bucket k of `count` floats is W chunks of count / W; rank r's
+ * shard of it is chunk r (less any padding), and the optimizer state of the
+ * shards of all buckets is kept back to back (shard_at[k]), so a rank holds
+ * padded / W floats per state vector. For each bucket the thread
+ * reduce-scatters the gradients in place (rank r's averaged chunk lands where
+ * its chunk was), updates the shard (the optimizer and learning rate come
+ * from begin_update, before any bucket of the step is launched) and
+ * allgathers the parameters in place. */
 #include "ddp.h"
 #include "mg_err.h"
 #include "rtutil.h"
@@ -28,8 +39,18 @@ struct mg_ddp {
     int timeout_ms;
     float *reg_grads; /* registered memory lent to the model as its grad_buf */
     float *own_grads; /* the model's own grad_buf meanwhile */
+    size_t align;     /* floats every bucket is a multiple of */
+    size_t padded;    /* floats the buckets cover: nparams rounded up to align */
     int nb;
     struct mg_ddp_bucket b[MG_DDP_MAX_BUCKETS];
+    /* ZeRO-1 */
+    int zero;
+    struct mg_ddp_bucket shard[MG_DDP_MAX_BUCKETS]; /* this rank's run of each bucket */
+    size_t shard_at[MG_DDP_MAX_BUCKETS];            /* where its state starts */
+    size_t shard_len;
+    float *reg_params, *own_params;
+    struct mg_optim *opt; /* from begin_update */
+    double lr;
     char errmsg[MG_ERRMSG_LEN + 128];
 
     int threaded;
@@ -56,12 +77,16 @@ static int comm_failed(struct mg_ddp *d, int rc)
 
 /* ---- buckets ------------------------------------------------------------------- */
 
-/* Whole layers, from the last one back, until a bucket reaches its cap. */
+/* Whole layers, from the last one back, until a bucket reaches its cap; then
+ * each cut moves up to a multiple of the alignment (a bucket left empty
+ * goes), and the first bucket ends at `padded`. A bucket is still complete
+ * when backward has finished its layers: moving its start up only shrinks it. */
 static void plan_buckets(struct mg_ddp *d, size_t cap_bytes, size_t first_bytes)
 {
     struct mg_model *m = d->m;
     size_t cap = first_bytes / sizeof(float), start = m->nparams, end = m->nparams;
     d->nb = 0;
+    d->padded = (m->nparams + d->align - 1) / d->align * d->align;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct mg_layer *l = &m->layers[i];
         if (!l->param_count)
@@ -77,6 +102,31 @@ static void plan_buckets(struct mg_ddp *d, size_t cap_bytes, size_t first_bytes)
         d->b[d->nb++] = (struct mg_ddp_bucket){0, end};
     if (d->nb == 0 && m->nparams)
         d->b[d->nb++] = (struct mg_ddp_bucket){0, m->nparams};
+    int nb = 0;
+    end = d->padded;
+    for (int k = 0; k < d->nb; k++) {
+        start = (d->b[k].offset + d->align - 1) / d->align * d->align;
+        if (start >= end)
+            continue;
+        d->b[nb++] = (struct mg_ddp_bucket){start, end - start};
+        end = start;
+    }
+    d->nb = nb;
+}
+
+/* ZeRO-1: rank r's chunk of each bucket, less the padding, and where its
+ * state goes. */
+static void plan_shard(struct mg_ddp *d)
+{
+    size_t world = (size_t)d->comm->world, at = 0, n = d->m->nparams;
+    for (int k = 0; k < d->nb; k++) {
+        size_t chunk = d->b[k].count / world, from = d->b[k].offset + (size_t)d->comm->rank * chunk;
+        size_t to = from + chunk < n ? from + chunk : n;
+        d->shard[k] = (struct mg_ddp_bucket){from, to > from ? to - from : 0};
+        d->shard_at[k] = at;
+        at += chunk;
+    }
+    d->shard_len = at;
 }
 
 static int reduce_bucket(struct mg_ddp *d, int k)
@@ -85,6 +135,30 @@ static int reduce_bucket(struct mg_ddp *d, int k)
     int rc = mg_comm_allreduce(d->comm, d->m->grad_buf + b->offset, b->count, MG_REDUCE_AVG,
                                d->timeout_ms);
     return rc ? comm_failed(d, rc) : 0;
+}
+
+/* ZeRO-1: reduce-scatter, update this rank's chunk, allgather (see the top). */
+static int zero_bucket(struct mg_ddp *d, int k)
+{
+    struct mg_model *m = d->m;
+    const struct mg_ddp_bucket *b = &d->b[k];
+    size_t chunk = b->count / (size_t)d->comm->world;
+    size_t mine = b->offset + (size_t)d->comm->rank * chunk;
+    int rc = mg_comm_reduce_scatter(d->comm, m->grad_buf + b->offset, m->grad_buf + mine, chunk,
+                                    MG_REDUCE_AVG, d->timeout_ms);
+    if (rc)
+        return comm_failed(d, rc);
+    if (d->shard[k].count)
+        mg_optim_update(d->opt, m->param_buf + mine, m->grad_buf + mine, d->shard_at[k],
+                        d->shard[k].count, d->lr);
+    rc = mg_comm_allgather(d->comm, m->param_buf + mine, m->param_buf + b->offset,
+                           chunk * sizeof(float), d->timeout_ms);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
+static int do_bucket(struct mg_ddp *d, int k)
+{
+    return d->zero ? zero_bucket(d, k) : reduce_bucket(d, k);
 }
 
 static void *comm_thread(void *arg)
@@ -99,7 +173,7 @@ static void *comm_thread(void *arg)
         int k = d->done;
         int skip = d->err != 0; /* after a failure, only count the rest off */
         pthread_mutex_unlock(&d->mu);
-        int rc = skip ? 0 : reduce_bucket(d, k);
+        int rc = skip ? 0 : do_bucket(d, k);
         pthread_mutex_lock(&d->mu);
         if (rc && !d->err)
             d->err = rc;
@@ -136,7 +210,7 @@ static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
     int rc = 0;
     if (!d->threaded) {
         for (int k = 0; k < d->nb && !rc; k++)
-            rc = reduce_bucket(d, k);
+            rc = do_bucket(d, k);
         return rc;
     }
     pthread_mutex_lock(&d->mu);
@@ -217,12 +291,13 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
                       all[0].nparams, all[0].ntensors, all[0].hash);
             goto out;
         }
-    /* Same model everywhere: the gradients can move to registered memory (a
-     * collective, so only now, or a different model would be reported as a
-     * registration of another size). Device backends keep their own. */
+    /* Same model everywhere: the gradients (and under ZeRO-1 the parameters)
+     * can move to registered memory, `padded` floats (a collective, so only
+     * now, or a different model would be reported as a registration of
+     * another size). Device backends keep their own. */
     if (!d->reg_grads && d->m->nparams && d->m->be->device == MG_DEVICE_CPU) {
         void *p;
-        rc = mg_comm_mem_alloc(c, d->m->nparams * sizeof(float), &p, d->timeout_ms);
+        rc = mg_comm_mem_alloc(c, d->padded * sizeof(float), &p, d->timeout_ms);
         if (rc) {
             rc =
                 rc == -ENOMEM ? fail(d, rc, "out of memory for the gradients") : comm_failed(d, rc);
@@ -231,6 +306,18 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
         d->reg_grads = p;
         d->own_grads = mg_model_swap_grad_buf(d->m, d->reg_grads);
     }
+    if (d->zero && !d->reg_params && d->m->nparams) {
+        void *p;
+        rc = mg_comm_mem_alloc(c, d->padded * sizeof(float), &p, d->timeout_ms);
+        if (rc) {
+            rc = rc == -ENOMEM ? fail(d, rc, "out of memory for the parameters")
+                               : comm_failed(d, rc);
+            goto out;
+        }
+        d->reg_params = p;
+        d->own_params = mg_model_swap_param_buf(d->m, d->reg_params);
+    }
+    param_buf = d->m->param_buf;
     rc = mg_comm_broadcast(c, param_buf, count * sizeof(float), 0, d->timeout_ms);
     if (rc) {
         rc = comm_failed(d, rc);
@@ -275,6 +362,64 @@ static int hook_reduce_sums(void *ctx, double *sums, int n)
     return 0;
 }
 
+/* ---- ZeRO-1 hooks ------------------------------------------------------------------ */
+
+static int hook_begin_update(void *ctx, struct mg_optim *opt, double lr)
+{
+    struct mg_ddp *d = ctx;
+    if (opt->n != d->shard_len)
+        return fail(d, -EINVAL, "the optimizer keeps state for %zu parameters, the shard has %zu",
+                    opt->n, d->shard_len);
+    d->opt = opt;
+    d->lr = lr;
+    return 0;
+}
+
+/* Every rank's shard (back to back, as kept) from one allgather per state
+ * vector, each chunk then put where it belongs in the flat layout. */
+static int hook_gather_state(void *ctx, const float *shard, float *full, int nvec)
+{
+    struct mg_ddp *d = ctx;
+    size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
+    float *all = malloc(world * len * sizeof(float) + 1);
+    int rc = 0;
+    if (!all)
+        return fail(d, -ENOMEM, "out of memory gathering the optimizer state");
+    for (int v = 0; v < nvec && !rc; v++) {
+        rc = mg_comm_allgather(d->comm, shard + (size_t)v * len, all, len * sizeof(float),
+                               d->timeout_ms);
+        if (rc) {
+            rc = comm_failed(d, rc);
+            break;
+        }
+        for (int k = 0; k < d->nb; k++) {
+            size_t chunk = d->b[k].count / world;
+            for (size_t q = 0; q < world; q++) {
+                size_t from = d->b[k].offset + q * chunk;
+                size_t to = from + chunk < n ? from + chunk : n;
+                if (to > from)
+                    memcpy(full + (size_t)v * n + from, all + q * len + d->shard_at[k],
+                           (to - from) * sizeof(float));
+            }
+        }
+    }
+    free(all);
+    return rc;
+}
+
+static void hook_shard_state(void *ctx, const float *full, float *shard, int nvec)
+{
+    struct mg_ddp *d = ctx;
+    size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
+    for (int v = 0; v < nvec; v++)
+        for (int k = 0; k < d->nb; k++) {
+            float *out = shard + (size_t)v * len + d->shard_at[k];
+            memset(out, 0, d->b[k].count / world * sizeof(float));
+            memcpy(out, full + (size_t)v * n + d->shard[k].offset,
+                   d->shard[k].count * sizeof(float));
+        }
+}
+
 void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks)
 {
     *hooks = (struct mg_train_hooks){
@@ -284,6 +429,12 @@ void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks)
         .broadcast_params = hook_broadcast_params,
         .reduce_sums = hook_reduce_sums,
     };
+    if (d->zero) {
+        hooks->shard_len = d->shard_len;
+        hooks->begin_update = hook_begin_update;
+        hooks->gather_state = hook_gather_state;
+        hooks->shard_state = hook_shard_state;
+    }
 }
 
 /* ---- checks ---------------------------------------------------------------------- */
@@ -334,14 +485,18 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
 {
     struct mg_model *m = d->m;
     int world = d->comm->world, rc = 0;
-    size_t nstate = t->opt.state_count;
+    size_t nstate = mg_trainer_state_count(t); /* the whole state, also when sharded */
     float *host = malloc((nstate ? nstate : 1) * sizeof(float));
     uint64_t mine[5], *all = calloc((size_t)world * 5, sizeof(uint64_t));
     if (!host || !all) {
         rc = fail(d, -ENOMEM, "out of memory");
         goto out;
     }
-    if (nstate) {
+    if (nstate && d->zero) {
+        rc = hook_gather_state(d, t->opt.state, host, mg_optim_state_vectors(&t->opt.cfg));
+        if (rc)
+            goto out;
+    } else if (nstate) {
         m->be->ops->download(m->be, host, t->opt.state, nstate * sizeof(float));
         rc = m->be->ops->sync(m->be);
         if (rc)
@@ -398,6 +553,18 @@ int mg_ddp_buckets(const struct mg_ddp *d, const struct mg_ddp_bucket **buckets)
     return d->nb;
 }
 
+size_t mg_ddp_padded_len(const struct mg_ddp *d)
+{
+    return d->padded;
+}
+
+int mg_ddp_shard(const struct mg_ddp *d, const struct mg_ddp_bucket **runs, size_t *len)
+{
+    *runs = d->shard;
+    *len = d->shard_len;
+    return d->zero ? d->nb : 0;
+}
+
 /* ---- lifetime --------------------------------------------------------------------- */
 
 int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
@@ -410,11 +577,21 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     d->comm = comm;
     d->m = m;
     d->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : MG_COMM_DEFAULT_TIMEOUT;
+    d->zero = o.zero;
+    if (d->zero && m->be->device != MG_DEVICE_CPU) {
+        free(d);
+        return mg_seterr(err, errlen, -MG_EUNSUPPORTED,
+                         "ZeRO-1 (--zero 1) runs on the cpu device only in this build");
+    }
+    /* Only a buffer DDP allocates has room for padding: on the CPU. */
+    d->align = comm->world > 1 && m->be->device == MG_DEVICE_CPU ? 16 * (size_t)comm->world : 1;
     size_t cap = o.bucket_cap ? o.bucket_cap : MG_DDP_DEFAULT_BUCKET_CAP;
     size_t first = o.first_bucket                      ? o.first_bucket
                    : cap < MG_DDP_DEFAULT_FIRST_BUCKET ? cap
                                                        : MG_DDP_DEFAULT_FIRST_BUCKET;
     plan_buckets(d, cap, first);
+    if (d->zero)
+        plan_shard(d);
     /* One rank has nobody to talk to; one bucket has nothing to overlap. */
     d->threaded = !o.no_thread && comm->world > 1 && d->nb > 1;
     if (d->threaded) {
@@ -452,6 +629,10 @@ void mg_ddp_release(struct mg_ddp *d)
     if (d->reg_grads) {
         mg_model_swap_grad_buf(d->m, d->own_grads);
         mg_comm_mem_free(d->comm, d->reg_grads);
+    }
+    if (d->reg_params) { /* the model keeps the trained parameters */
+        mg_model_swap_param_buf(d->m, d->own_params);
+        mg_comm_mem_free(d->comm, d->reg_params);
     }
     free(d);
 }

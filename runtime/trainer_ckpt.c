@@ -95,6 +95,22 @@ static void pack_meta(const struct mg_trainer *t, unsigned char *p)
     mg_put_u64(p + 160, (uint64_t)epoch_position(t));
 }
 
+size_t mg_trainer_state_count(const struct mg_trainer *t)
+{
+    return (size_t)mg_optim_state_vectors(&t->opt.cfg) * t->model->nparams;
+}
+
+int mg_trainer_gather_state(struct mg_trainer *t)
+{
+    int nvec = mg_optim_state_vectors(&t->opt.cfg);
+    if (!t->hooks.gather_state || !nvec)
+        return 0;
+    int rc =
+        t->hooks.gather_state(t->hooks.ctx, t->opt.state, t->host_state + t->model->nparams, nvec);
+    t->state_gathered = rc == 0;
+    return rc;
+}
+
 int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
                     int nranks, char *err)
 {
@@ -121,9 +137,15 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     for (int i = 0; i < m->ntensors; i++)
         mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
     float *hp = t->host_state, *hs = t->host_state + m->nparams;
+    size_t nstate = mg_trainer_state_count(t);
     mg_model_get_params(m, hp);
-    if (t->opt.state_count)
-        m->be->ops->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
+    if (t->hooks.gather_state && nstate && !t->state_gathered) {
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
+                       "the sharded optimizer state was not gathered for this checkpoint");
+        goto out;
+    }
+    if (nstate && !t->hooks.gather_state) /* a sharded state is in hs already */
+        m->be->ops->download(m->be, hs, t->opt.state, nstate * sizeof(float));
     rc = m->be->ops->sync(m->be);
     if (rc < 0) {
         mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot copy the parameters from the device: %s",
@@ -133,7 +155,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
     mg_put_u32(ohdr + 4, 0);
     mg_put_u64(ohdr + 8, t->opt.steps);
-    mg_put_u64(ohdr + 16, t->opt.state_count);
+    mg_put_u64(ohdr + 16, nstate);
 
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
@@ -142,8 +164,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     /* OPTIM is its header then the state: two sections with the same tag would be
      * ambiguous, so the header goes in index 0 and the state in index 1 */
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, ohdr};
-    secs[n++] =
-        (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), hs};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), hs};
     for (int r = 0; r < nranks; r++) {
         unsigned char *b = rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
         mg_rank_state_pack(&ranks[r], b);
@@ -379,14 +400,14 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     if (!s)
         return rc;
     const unsigned char *oh = s->data;
-    if (mg_get_u64(oh + 16) != t->opt.state_count)
+    size_t nstate = mg_trainer_state_count(t);
+    if (mg_get_u64(oh + 16) != nstate)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
                          "(different momentum setting?)",
-                         path, mg_get_u64(oh + 16), t->opt.state_count);
+                         path, mg_get_u64(oh + 16), nstate);
     const struct mg_ckpt_section *ostate =
-        need(f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
-             err, &rc);
+        need(f, MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), path, "optimizer state", err, &rc);
     if (!ostate)
         return rc;
 
@@ -411,8 +432,11 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
         return rc;
     }
     mg_model_set_params(m, params->data);
-    if (t->opt.state_count)
-        m->be->ops->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
+    if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
+        t->hooks.shard_state(t->hooks.ctx, ostate->data, t->opt.state,
+                             mg_optim_state_vectors(&t->opt.cfg));
+    else if (nstate)
+        m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);
