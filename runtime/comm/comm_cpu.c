@@ -206,6 +206,7 @@ static int cpu_allgather(struct mg_comm *c, const void *send, void *recv, size_t
     switch (cc->layout) {
     case L_SHM:
         rc = mg_shm_allgather(cc->shm, send, recv, len, &d, deadline, &f);
+        c->zerocopy = mg_shm_zerocopy_count(cc->shm);
         break;
     case L_RING:
         if (send != out + (size_t)c->rank * len && len)
