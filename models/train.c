@@ -538,7 +538,9 @@ static int checkpoint(struct run *r)
         struct mg_rank_state mine;
         rc = mg_trainer_gather_state(&r->trainer); /* a sharded optimizer's state */
         if (rc < 0) {
-            fail("cannot write a checkpoint: %s", mg_ddp_errmsg(r->dist.ddp));
+            fail("cannot write a checkpoint: %s",
+                 rc == -ENOMEM ? "out of memory for the whole optimizer state"
+                               : mg_ddp_errmsg(r->dist.ddp));
             return rc;
         }
         states = calloc((size_t)r->dist.world, sizeof(*states));

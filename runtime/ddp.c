@@ -38,7 +38,6 @@ struct mg_ddp {
     struct mg_model *m;
     int timeout_ms;
     float *reg_grads; /* registered memory lent to the model as its grad_buf */
-    float *own_grads; /* the model's own grad_buf meanwhile */
     size_t align;     /* floats every bucket is a multiple of */
     size_t padded;    /* floats the buckets cover: nparams rounded up to align */
     int nb;
@@ -48,7 +47,7 @@ struct mg_ddp {
     struct mg_ddp_bucket shard[MG_DDP_MAX_BUCKETS]; /* this rank's run of each bucket */
     size_t shard_at[MG_DDP_MAX_BUCKETS];            /* where its state starts */
     size_t shard_len;
-    float *reg_params, *own_params;
+    float *reg_params;    /* the same for its param_buf (ZeRO-1) */
     struct mg_optim *opt; /* from begin_update */
     double lr;
     char errmsg[MG_ERRMSG_LEN + 128];
@@ -304,7 +303,8 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
             goto out;
         }
         d->reg_grads = p;
-        d->own_grads = mg_model_swap_grad_buf(d->m, d->reg_grads);
+        /* the model's own buffer would only take room until release */
+        d->m->be->ops->free(d->m->be, mg_model_swap_grad_buf(d->m, d->reg_grads));
     }
     if (d->zero && !d->reg_params && d->m->nparams) {
         void *p;
@@ -315,7 +315,7 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
             goto out;
         }
         d->reg_params = p;
-        d->own_params = mg_model_swap_param_buf(d->m, d->reg_params);
+        d->m->be->ops->free(d->m->be, mg_model_swap_param_buf(d->m, d->reg_params));
     }
     param_buf = d->m->param_buf;
     rc = mg_comm_broadcast(c, param_buf, count * sizeof(float), 0, d->timeout_ms);
@@ -375,36 +375,26 @@ static int hook_begin_update(void *ctx, struct mg_optim *opt, double lr)
     return 0;
 }
 
-/* Every rank's shard (back to back, as kept) from one allgather per state
- * vector, each chunk then put where it belongs in the flat layout. */
+/* Each bucket's chunks allgathered straight to where they belong in a
+ * vector of the padded length (they are its consecutive chunks), then the
+ * vectors closed up to nparams floats each: no room beyond full's. */
 static int hook_gather_state(void *ctx, const float *shard, float *full, int nvec)
 {
     struct mg_ddp *d = ctx;
     size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
-    float *all = malloc(world * len * sizeof(float) + 1);
-    int rc = 0;
-    if (!all)
-        return fail(d, -ENOMEM, "out of memory gathering the optimizer state");
-    for (int v = 0; v < nvec && !rc; v++) {
-        rc = mg_comm_allgather(d->comm, shard + (size_t)v * len, all, len * sizeof(float),
-                               d->timeout_ms);
-        if (rc) {
-            rc = comm_failed(d, rc);
-            break;
-        }
+    size_t padded = len * world;
+    for (int v = 0; v < nvec; v++)
         for (int k = 0; k < d->nb; k++) {
             size_t chunk = d->b[k].count / world;
-            for (size_t q = 0; q < world; q++) {
-                size_t from = d->b[k].offset + q * chunk;
-                size_t to = from + chunk < n ? from + chunk : n;
-                if (to > from)
-                    memcpy(full + (size_t)v * n + from, all + q * len + d->shard_at[k],
-                           (to - from) * sizeof(float));
-            }
+            int rc = mg_comm_allgather(d->comm, shard + (size_t)v * len + d->shard_at[k],
+                                       full + (size_t)v * padded + d->b[k].offset,
+                                       chunk * sizeof(float), d->timeout_ms);
+            if (rc)
+                return comm_failed(d, rc);
         }
-    }
-    free(all);
-    return rc;
+    for (int v = 1; v < nvec; v++)
+        memmove(full + (size_t)v * n, full + (size_t)v * padded, n * sizeof(float));
+    return 0;
 }
 
 static void hook_shard_state(void *ctx, const float *full, float *shard, int nvec)
@@ -485,18 +475,15 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
 {
     struct mg_model *m = d->m;
     int world = d->comm->world, rc = 0;
-    size_t nstate = mg_trainer_state_count(t); /* the whole state, also when sharded */
+    /* a shard is not comparable: the whole state each rank read from its file */
+    size_t nstate = d->zero ? 0 : t->opt.state_count;
     float *host = malloc((nstate ? nstate : 1) * sizeof(float));
     uint64_t mine[5], *all = calloc((size_t)world * 5, sizeof(uint64_t));
     if (!host || !all) {
         rc = fail(d, -ENOMEM, "out of memory");
         goto out;
     }
-    if (nstate && d->zero) {
-        rc = hook_gather_state(d, t->opt.state, host, mg_optim_state_vectors(&t->opt.cfg));
-        if (rc)
-            goto out;
-    } else if (nstate) {
+    if (nstate) {
         m->be->ops->download(m->be, host, t->opt.state, nstate * sizeof(float));
         rc = m->be->ops->sync(m->be);
         if (rc)
@@ -506,7 +493,7 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
     mine[1] = (uint64_t)t->epoch;
     mine[2] = (uint64_t)t->batch_in_epoch;
     mine[3] = mg_model_param_hash(m);
-    mine[4] = mg_hash64(host, nstate * sizeof(float));
+    mine[4] = d->zero ? t->resumed.state_hash : mg_hash64(host, nstate * sizeof(float));
     rc = mg_comm_allgather(d->comm, mine, all, sizeof(mine), d->timeout_ms);
     if (rc) {
         rc = comm_failed(d, rc);
@@ -612,6 +599,18 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     return 0;
 }
 
+/* Out of memory giving the model a buffer back: it has none (its release
+ * accepts that), rather than one its backend would free wrongly. */
+static void forget_buf(struct mg_model *m, int params)
+{
+    if (params)
+        m->param_buf = NULL;
+    else
+        m->grad_buf = NULL;
+    for (int t = 0; t < m->ntensors; t++)
+        (params ? m->params : m->grads)[t].data = NULL;
+}
+
 void mg_ddp_release(struct mg_ddp *d)
 {
     if (!d)
@@ -626,12 +625,22 @@ void mg_ddp_release(struct mg_ddp *d)
         pthread_cond_destroy(&d->finished);
         pthread_mutex_destroy(&d->mu);
     }
+    struct mg_model *m = d->m;
+    size_t bytes = m->nparams * sizeof(float);
     if (d->reg_grads) {
-        mg_model_swap_grad_buf(d->m, d->own_grads);
+        float *mine = m->be->ops->alloc(m->be, bytes);
+        if (mine)
+            mg_model_swap_grad_buf(m, mine);
+        else
+            forget_buf(m, 0);
         mg_comm_mem_free(d->comm, d->reg_grads);
     }
     if (d->reg_params) { /* the model keeps the trained parameters */
-        mg_model_swap_param_buf(d->m, d->own_params);
+        float *mine = m->be->ops->alloc(m->be, bytes);
+        if (mine)
+            mg_model_swap_param_buf(m, mine);
+        else
+            forget_buf(m, 1);
         mg_comm_mem_free(d->comm, d->reg_params);
     }
     free(d);

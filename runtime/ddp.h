@@ -22,8 +22,10 @@
  * - mg_ddp_check_replicas compares a hash of the parameters across ranks.
  * - The model's gradient buffer becomes the communicator's registered memory
  *   (mg_comm_mem_alloc) at the start, once every rank is known to have built
- *   the same model, so allreduces on one host are zero-copy. mg_ddp_release
- *   gives the model its own buffer back: release DDP before the model.
+ *   the same model, so allreduces on one host are zero-copy. The model's own
+ *   buffer is freed meanwhile (it would only take room); mg_ddp_release gives
+ *   the model a buffer of its backend's memory back, with the gradients (or,
+ *   out of memory, none): release DDP before the model.
  * - ZeRO-1 (opts.zero, CPU only): each bucket is reduce-scattered (averaged)
  *   instead of allreduced, each rank updates its chunk of the bucket (its
  *   shard) with the optimizer, whose state it keeps for its shard only, and

@@ -83,7 +83,8 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     }
     t->x_host = malloc(sizeof(float) * sample * (size_t)m->max_batch);
     t->y_host = malloc(sizeof(int32_t) * (size_t)m->max_batch);
-    t->host_state = malloc(sizeof(float) * (m->nparams + mg_trainer_state_count(t)) + 1);
+    t->host_state = malloc(
+        sizeof(float) * (m->nparams + (t->hooks.begin_update ? 0 : mg_trainer_state_count(t))) + 1);
     if (!t->x_host || !t->y_host || !t->host_state) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory for batch buffers");
         goto fail;
@@ -104,6 +105,8 @@ void mg_trainer_release(struct mg_trainer *t)
     free(t->x_host);
     free(t->y_host);
     free(t->host_state);
+    free(t->gathered);
+    t->gathered = NULL;
     t->x_host = NULL;
     t->y_host = NULL;
     t->host_state = NULL;
@@ -177,7 +180,8 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     int rc;
     memset(st, 0, sizeof(*st));
     st->lr = rctx.lr;
-    t->state_gathered = 0;
+    free(t->gathered); /* a checkpoint's, if this rank did not write it */
+    t->gathered = NULL;
     if (sharded) {
         rc = t->hooks.begin_update(t->hooks.ctx, &t->opt, rctx.lr);
         if (rc < 0)

@@ -72,7 +72,8 @@ struct mg_train_hooks {
      *            counts the step;
      * gather_state  the whole optimizer state (nvec vectors of the model's
      *            nparams floats, the checkpoint's layout) from every rank's
-     *            shard, on every rank: a collective;
+     *            shard, on every rank: a collective; full has room for nvec x
+     *            shard_len x world floats (the padded length);
      * shard_state  this rank's shard of a whole state (local). */
     size_t shard_len;
     int (*begin_update)(void *ctx, struct mg_optim *opt, double lr);
@@ -118,10 +119,11 @@ struct mg_resume_info {
     long global_batch;
     double lr;
     uint64_t run_id_hash;
-    long epoch;    /* 0-based epoch the run goes on with */
-    long position; /* positions of that epoch's order already taken */
-    long left;     /* samples of that epoch not taken yet (n - position, or 0) */
-    long per_rank; /* samples each rank takes in the rest of the pass */
+    long epoch;          /* 0-based epoch the run goes on with */
+    long position;       /* positions of that epoch's order already taken */
+    long left;           /* samples of that epoch not taken yet (n - position, or 0) */
+    long per_rank;       /* samples each rank takes in the rest of the pass */
+    uint64_t state_hash; /* mg_hash64 of the whole optimizer state it held */
 };
 
 struct mg_eval_sums {
@@ -149,8 +151,10 @@ struct mg_trainer {
     struct mg_resume_info resumed; /* what the last mg_trainer_load found */
     float *x_host;                 /* [max_batch * sample] */
     int32_t *y_host;
-    float *host_state;  /* [nparams + the whole optimizer state] for checkpoints */
-    int state_gathered; /* ZeRO: host_state holds the step's gathered state */
+    float *host_state; /* [nparams + the whole optimizer state] for checkpoints; a
+                          sharded optimizer's: [nparams] */
+    float *gathered;   /* ZeRO: the whole optimizer state gathered for this step's
+                          checkpoint (freed by the save, or the next step) */
 };
 
 /* ---- steps and evaluation (trainer.c) ------------------------------------------- */
@@ -185,8 +189,9 @@ int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out);
  * more than this rank keeps). */
 size_t mg_trainer_state_count(const struct mg_trainer *t);
 /* Every rank, before rank 0's mg_trainer_save, when the optimizer is sharded
- * (ZeRO): gathers the whole optimizer state into host_state (a collective).
- * Does nothing otherwise. */
+ * (ZeRO): gathers the whole optimizer state (a collective) into a buffer that
+ * lives until the save (or the next step: a shard stays a shard between
+ * checkpoints). Does nothing otherwise. */
 int mg_trainer_gather_state(struct mg_trainer *t);
 
 /* The hash checkpoints record for a launcher's run id (TORCHELASTIC_RUN_ID):

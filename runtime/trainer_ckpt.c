@@ -105,9 +105,18 @@ int mg_trainer_gather_state(struct mg_trainer *t)
     int nvec = mg_optim_state_vectors(&t->opt.cfg);
     if (!t->hooks.gather_state || !nvec)
         return 0;
-    int rc =
-        t->hooks.gather_state(t->hooks.ctx, t->opt.state, t->host_state + t->model->nparams, nvec);
-    t->state_gathered = rc == 0;
+    size_t room = t->hooks.shard_len * (size_t)t->cfg.world;
+    if (room < t->model->nparams)
+        room = t->model->nparams;
+    free(t->gathered);
+    t->gathered = malloc((size_t)nvec * room * sizeof(float));
+    if (!t->gathered)
+        return -ENOMEM;
+    int rc = t->hooks.gather_state(t->hooks.ctx, t->opt.state, t->gathered, nvec);
+    if (rc < 0) {
+        free(t->gathered);
+        t->gathered = NULL;
+    }
     return rc;
 }
 
@@ -136,15 +145,16 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     pack_meta(t, meta);
     for (int i = 0; i < m->ntensors; i++)
         mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
-    float *hp = t->host_state, *hs = t->host_state + m->nparams;
+    int sharded = t->hooks.gather_state != NULL;
+    float *hp = t->host_state, *hs = !sharded ? hp + m->nparams : t->gathered ? t->gathered : hp;
     size_t nstate = mg_trainer_state_count(t);
     mg_model_get_params(m, hp);
-    if (t->hooks.gather_state && nstate && !t->state_gathered) {
+    if (sharded && nstate && !t->gathered) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
                        "the sharded optimizer state was not gathered for this checkpoint");
         goto out;
     }
-    if (nstate && !t->hooks.gather_state) /* a sharded state is in hs already */
+    if (nstate && !sharded) /* a sharded state was gathered into hs */
         m->be->ops->download(m->be, hs, t->opt.state, nstate * sizeof(float));
     rc = m->be->ops->sync(m->be);
     if (rc < 0) {
@@ -179,6 +189,10 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         .world_size = (uint32_t)t->cfg.world,
     };
     rc = mg_ckpt_write(dir, &info, secs, n, err);
+    if (sharded) { /* the shard is all this rank keeps */
+        free(t->gathered);
+        t->gathered = NULL;
+    }
 out:
     free(tensors);
     free(rank_blobs);
@@ -437,6 +451,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
                              mg_optim_state_vectors(&t->opt.cfg));
     else if (nstate)
         m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
+    ri->state_hash = mg_hash64(ostate->data, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);

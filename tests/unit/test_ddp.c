@@ -63,11 +63,6 @@ static void check_plan(struct mg_model *m, struct mg_comm *c, size_t cap, size_t
     mg_ddp_release(d);
 }
 
-/* Two ranks average gradients through the hooks: grad_ready in reverse layer
- * order, then reduce_grads; every element must be the mean, on both ranks.
- * With zerocopy the gradients move to registered memory at the start
- * (broadcast_params) and the large buckets are zero-copy; the model gets its
- * own buffer back at release. */
 /* This rank's communicator: world ranks forked on one host. */
 static struct mg_comm *join(int rank, int world, const char *shm_name, int zerocopy)
 {
@@ -202,9 +197,10 @@ static int zero_main(int rank, int world, const char *shm_name, struct mg_model 
         if (memcmp(ref, m->param_buf, m->nparams * sizeof(float)) != 0)
             return 23; /* the whole update's bits, on every rank */
     }
-    size_t nstate = 2 * m->nparams;
     int nvec = mg_optim_state_vectors(&cfg);
-    float *full = calloc(nstate, sizeof(float)), *back = calloc(2 * len, sizeof(float));
+    /* room for the padded length, as the hook asks */
+    float *full = calloc(2 * len * (size_t)world, sizeof(float));
+    float *back = calloc(2 * len, sizeof(float));
     if (h.gather_state(h.ctx, shard.state, full, nvec))
         return 24;
     if (memcmp(full, whole.state, (size_t)nvec * m->nparams * sizeof(float)) != 0)
@@ -231,6 +227,11 @@ static int zero_main(int rank, int world, const char *shm_name, struct mg_model 
     return 0;
 }
 
+/* Two ranks average gradients through the hooks: grad_ready in reverse layer
+ * order, then reduce_grads; every element must be the mean, on both ranks.
+ * With zerocopy the gradients move to registered memory at the start
+ * (broadcast_params) and the large buckets are zero-copy; the model gets a
+ * buffer of its own back at release, with the gradients. */
 static int rank_main(int rank, const char *shm_name, struct mg_model *m, int threaded, int zerocopy)
 {
     int ranks[2] = {0, 1}, host_of[2] = {0, 0};
@@ -299,8 +300,11 @@ static int rank_main(int rank, const char *shm_name, struct mg_model *m, int thr
         bad = 1; /* rank 1 now differs: both ranks must say so */
     if ((c->zerocopy > 0) != zerocopy)
         bad = 1;
+    float *reg = m->grad_buf, last = m->grad_buf[m->nparams - 1];
     mg_ddp_release(d);
-    if (m->grad_buf != own || m->grads[0].data != own + m->params[0].offset)
+    if (!m->grad_buf || m->grad_buf == reg ||
+        m->grads[0].data != m->grad_buf + m->params[0].offset ||
+        m->grad_buf[m->nparams - 1] != last)
         bad = 1;
     mg_comm_release(c);
     return bad;
