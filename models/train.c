@@ -23,12 +23,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Exit statuses (docs/train.md, "Output"). */
@@ -166,6 +168,68 @@ static void draw_bar(struct progress *p, long step, long total, long epoch, long
     flush_stdout(p);
 }
 
+/* ---- --profile-startup ------------------------------------------------------------------ */
+
+/* Where the time between main() and the end of the first step goes, phase by
+ * phase: what a restart pays again on every rank (docs/train.md). */
+enum phase {
+    PH_DIST,
+    PH_BACKEND,
+    PH_DATA,
+    PH_MODEL,
+    PH_RESUME,
+    PH_SYNC,
+    PH_STEP,
+    PH_COUNT
+};
+static const char *const phase_names[PH_COUNT] = {"dist",       "backend", "data",      "model",
+                                                  "checkpoint", "sync",    "first step"};
+
+struct profile {
+    int on, printed;
+    double wall0; /* main() on the real-time clock, seconds since the epoch */
+    double t0;    /* main() on the monotonic clock */
+    double mark;  /* end of the last phase */
+    double ms[PH_COUNT];
+};
+
+static struct profile prof;
+
+static void profile_start(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    prof.t0 = prof.mark = mg_seconds();
+    prof.wall0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The time since the last mark goes to phase ph. */
+static void profile_mark(enum phase ph)
+{
+    double now = mg_seconds();
+    prof.ms[ph] += (now - prof.mark) * 1e3;
+    prof.mark = now;
+}
+
+/* One line on stderr, on every rank, once the first step is done: the wall
+ * clock times let a benchmark line it up with the launcher's events. */
+static void profile_print(int rank)
+{
+    char buf[512];
+    int n = 0;
+    if (!prof.on || prof.printed)
+        return;
+    prof.printed = 1;
+    for (int i = 0; i < PH_COUNT; i++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%s %.1f ms", i ? ", " : "",
+                      phase_names[i], prof.ms[i]);
+    double total = (prof.mark - prof.t0) * 1e3;
+    fprintf(stderr,
+            TRAIN_PROG ": startup: rank %d: %s; total %.1f ms (main at %.6f, first step done at "
+                       "%.6f, unix time)\n",
+            rank, buf, total, prof.wall0, prof.wall0 + total / 1e3);
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 struct run {
@@ -225,6 +289,7 @@ static int setup_ddp(struct run *r)
     struct mg_ddp_opts dopts = {
         .bucket_cap = o->bucket_cap_mb > 0 ? (size_t)(o->bucket_cap_mb * 1048576.0) : 0,
         .no_thread = o->no_comm_thread,
+        .zero = o->zero,
     };
     int rc = mg_ddp_create(&r->dist.ddp, r->dist.d->comm, &r->model, &dopts, err, sizeof(err));
     if (rc < 0) {
@@ -257,6 +322,33 @@ static int check_images(const struct run *r)
     return 0;
 }
 
+/* The training and test sets, through the dataset cache unless it is off.
+ * What the cache could not do is said once per host (it is no error). */
+static int load_data(struct run *r, char *err)
+{
+    const struct train_options *o = r->o;
+    char dir[PATH_MAX] = "";
+    if (o->data_cache)
+        snprintf(dir, sizeof(dir), "%s", strcmp(o->data_cache, "off") ? o->data_cache : "");
+    else if (mg_data_cache_dir(dir, sizeof(dir)) < 0)
+        dir[0] = '\0';
+    int rc = mg_dataset_load_cached(&r->train, o->data, o->data_dir, 1, o->train_samples, dir, err);
+    if (rc == 0)
+        rc = mg_dataset_load_cached(&r->test, o->data, o->data_dir, 0, o->test_samples, dir, err);
+    if (rc < 0)
+        return rc;
+    const struct mg_dataset *sets[2] = {&r->train, &r->test};
+    for (int i = 0; i < 2; i++) {
+        int st = sets[i]->cache;
+        if ((st == MG_DATA_CACHE_BYPASSED || st == MG_DATA_CACHE_REBUILT) &&
+            r->dist.d->local_rank == 0)
+            fprintf(stderr, TRAIN_PROG ": warning: %s\n", sets[i]->cache_note);
+        else if (st == MG_DATA_CACHE_BUILT && prof.on)
+            fprintf(stderr, TRAIN_PROG ": %s\n", sets[i]->cache_note);
+    }
+    return 0;
+}
+
 static int setup(struct run *r)
 {
     struct train_options *o = r->o;
@@ -266,6 +358,7 @@ static int setup(struct run *r)
     rc = setup_dist(r);
     if (rc < 0)
         return rc;
+    profile_mark(PH_DIST);
     struct mg_backend_opts bo = {.threads = o->threads};
     rc = mg_backend_create(o->device, &bo, &r->be);
     if (rc < 0) {
@@ -273,9 +366,8 @@ static int setup(struct run *r)
              mg_strerror(rc));
         return rc;
     }
-    rc = mg_dataset_load(&r->train, o->data, o->data_dir, 1, o->train_samples, err);
-    if (rc == 0)
-        rc = mg_dataset_load(&r->test, o->data, o->data_dir, 0, o->test_samples, err);
+    profile_mark(PH_BACKEND);
+    rc = load_data(r, err);
     if (rc < 0) {
         fail("cannot load %s: %s", mg_data_name(o->data), err);
         return rc;
@@ -283,6 +375,7 @@ static int setup(struct run *r)
     rc = check_images(r);
     if (rc < 0)
         return rc;
+    profile_mark(PH_DATA);
     rc = mg_model_create(&r->model, r->be, o->model, &o->model_opts, o->batch_size, err);
     if (rc < 0) {
         fail("cannot build model %s: %s", o->model, err);
@@ -344,6 +437,7 @@ static int setup(struct run *r)
         fail("cannot set up training: %s", err);
         return rc;
     }
+    profile_mark(PH_MODEL);
     return 0;
 }
 
@@ -565,6 +659,13 @@ static int checkpoint(struct run *r)
     int rc = 0;
     if (r->dist.ddp) {
         struct mg_rank_state mine;
+        rc = mg_trainer_gather_state(&r->trainer); /* a sharded optimizer's state */
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s",
+                 rc == -ENOMEM ? "out of memory for the whole optimizer state"
+                               : mg_ddp_errmsg(r->dist.ddp));
+            return rc;
+        }
         states = calloc((size_t)r->dist.world, sizeof(*states));
         if (!states) {
             fail("cannot write a checkpoint: out of memory");
@@ -645,6 +746,15 @@ static void announce(struct run *r)
             o->lr / r->dist.lr_scale, world);
     if (world > 1)
         say(&r->prog, TRAIN_PROG ": %d processes, %s", world, r->dist.d->comm->desc);
+    if (world > 1 && o->zero) {
+        const struct mg_trainer *t = &r->trainer;
+        size_t whole = mg_trainer_state_count(t);
+        say(&r->prog,
+            TRAIN_PROG ": ZeRO-1: each process keeps the optimizer state of %zu of %zu "
+                       "parameters: %.1f KiB instead of %.1f KiB",
+            t->opt.n, r->model.nparams, (double)t->opt.state_count * sizeof(float) / 1024.0,
+            (double)whole * sizeof(float) / 1024.0);
+    }
 }
 
 /* One optimizer step, and the replica check when one is due. */
@@ -753,6 +863,7 @@ static int run(struct run *r)
     rc = check_resume(r);
     if (rc < 0)
         return rc;
+    profile_mark(PH_SYNC);
     while (t->step < r->total_steps) {
         struct mg_step_stats st;
         double s0 = mg_seconds();
@@ -768,6 +879,10 @@ static int run(struct run *r)
             return -ERANGE;
         }
         double s1 = mg_seconds();
+        if (prof.on && !prof.printed) {
+            profile_mark(PH_STEP);
+            profile_print(r->dist.rank);
+        }
         k.train_time += s1 - s0;
         k.total_samples += (double)st.samples * r->dist.world;
         k.log_loss += st.loss_sum;
@@ -821,6 +936,7 @@ int main(int argc, char **argv)
     char err[1024];
     int rc;
 
+    profile_start();
     if (train_args_parse(&o, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, TRAIN_PROG ": %s (see " TRAIN_PROG " --help)\n", err);
         record_error(NULL, err);
@@ -847,9 +963,12 @@ int main(int argc, char **argv)
             return EXIT_FAILURE_RUN;
         }
     }
+    prof.on = o.profile_startup;
     rc = setup(&r);
-    if (rc == 0)
+    if (rc == 0) {
         rc = resume(&r);
+        profile_mark(PH_RESUME);
+    }
     if (rc == 0)
         rc = run(&r);
     /* rank 0 hosts the store: everyone leaves together */

@@ -28,6 +28,8 @@ void train_usage(FILE *f)
             "                          (default /usr/share/datasets/<data>)\n"
             "  --train-samples N       use the first N training samples (0 = all)\n"
             "  --test-samples N        use the first N test samples (0 = all)\n"
+            "  --data-cache DIR|off    decoded datasets, shared by the processes of a host\n"
+            "                          (default $MG_DATA_CACHE, else ~/.cache/mg/data)\n"
             "length and batch:\n"
             "  --epochs N              passes over the training set (default 1)\n"
             "  --steps N               optimizer steps instead of epochs\n"
@@ -53,6 +55,7 @@ void train_usage(FILE *f)
             "  --threads N             BLAS threads (default $OMP_NUM_THREADS, else 1)\n"
             "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
             "  --log-every N           a progress line every N steps (default 100)\n"
+            "  --profile-startup       print where the time to the first step went (stderr)\n"
             "  --metrics FILE          append JSON lines (train, eval, summary records)\n"
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
@@ -71,6 +74,8 @@ void train_usage(FILE *f)
             "  --check-replicas N      check every N steps that all ranks hold identical weights\n"
             "  --bucket-cap-mb MB      gradient bucket size (default 25; the first one 1)\n"
             "  --no-comm-thread        average gradients after backward, not during it\n"
+            "  --zero 0|1              1: ZeRO-1, the optimizer state sharded over the\n"
+            "                          processes (default $MG_ZERO, else 0; same results)\n"
             "  --help, --version\n");
 }
 
@@ -183,6 +188,7 @@ enum flag_id {
     F_DATA_DIR,
     F_TRAIN_SAMPLES,
     F_TEST_SAMPLES,
+    F_DATA_CACHE,
     F_EPOCHS,
     F_STEPS,
     F_BATCH,
@@ -205,6 +211,7 @@ enum flag_id {
     F_THREADS,
     F_EVAL_EVERY,
     F_LOG_EVERY,
+    F_PROFILE_STARTUP,
     F_METRICS,
     F_CKPT_DIR,
     F_CKPT_EVERY,
@@ -215,6 +222,7 @@ enum flag_id {
     F_CHECK_REPLICAS,
     F_BUCKET_CAP,
     F_NO_COMM_THREAD,
+    F_ZERO,
     F_HELP,
     F_VERSION,
 };
@@ -231,6 +239,7 @@ static const struct {
     {"data-dir", F_DATA_DIR, 1},
     {"train-samples", F_TRAIN_SAMPLES, 1},
     {"test-samples", F_TEST_SAMPLES, 1},
+    {"data-cache", F_DATA_CACHE, 1},
     {"epochs", F_EPOCHS, 1},
     {"steps", F_STEPS, 1},
     {"batch-size", F_BATCH, 1},
@@ -253,6 +262,7 @@ static const struct {
     {"threads", F_THREADS, 1},
     {"eval-every", F_EVAL_EVERY, 1},
     {"log-every", F_LOG_EVERY, 1},
+    {"profile-startup", F_PROFILE_STARTUP, 0},
     {"metrics", F_METRICS, 1},
     {"checkpoint-dir", F_CKPT_DIR, 1},
     {"checkpoint-every", F_CKPT_EVERY, 1},
@@ -263,6 +273,7 @@ static const struct {
     {"check-replicas", F_CHECK_REPLICAS, 1},
     {"bucket-cap-mb", F_BUCKET_CAP, 1},
     {"no-comm-thread", F_NO_COMM_THREAD, 0},
+    {"zero", F_ZERO, 1},
     {"help", F_HELP, 0},
     {"version", F_VERSION, 0},
 };
@@ -330,6 +341,11 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, INT_MAX, &o->train_samples);
     case F_TEST_SAMPLES:
         return parse_long(p, flag, v, 0, INT_MAX, &o->test_samples);
+    case F_DATA_CACHE:
+        if (!*v)
+            return bad(p, "--data-cache: empty path (off turns the cache off)");
+        o->data_cache = v;
+        return 0;
     case F_EPOCHS:
         return parse_long(p, flag, v, 1, MAX_EPOCHS, &o->epochs);
     case F_STEPS:
@@ -386,6 +402,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->eval_every);
     case F_LOG_EVERY:
         return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->log_every);
+    case F_PROFILE_STARTUP:
+        o->profile_startup = 1;
+        return 0;
     case F_METRICS:
         o->metrics = v;
         return 0;
@@ -415,6 +434,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
     case F_NO_COMM_THREAD:
         o->no_comm_thread = 1;
         return 0;
+    case F_ZERO:
+        o->zero_set = 1;
+        return parse_int(p, flag, v, 0, 1, &o->zero);
     case F_HELP:
         o->help = 1;
         return 0;
@@ -430,6 +452,12 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
 {
     if (epochs_set && steps_set)
         return bad(p, "--epochs and --steps cannot be used together");
+    const char *z = getenv("MG_ZERO");
+    if (!o->zero_set && z && *z) {
+        if (strcmp(z, "0") && strcmp(z, "1"))
+            return bad(p, "MG_ZERO='%.32s': expected 0 or 1", z);
+        o->zero = *z == '1';
+    }
     if (!o->lr_set)
         o->lr = o->optimizer == MG_OPTIM_ADAMW ? 0.001 : !strcmp(o->model, "cnn") ? 0.02 : 0.05;
     if (!o->weight_decay_set)

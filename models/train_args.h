@@ -26,6 +26,7 @@ struct train_options {
     enum mg_data_kind data;
     const char *data_dir;
     long train_samples, test_samples;
+    const char *data_cache; /* --data-cache DIR or "off"; NULL: MG_DATA_CACHE or the default */
     long epochs, steps;
     int batch_size, accum_steps;
     double lr;
@@ -44,6 +45,7 @@ struct train_options {
     int keep_checkpoints;
     const char *resume;
     long log_every;
+    int profile_startup; /* --profile-startup: where the time to the first step goes */
     const char *metrics;
     enum mg_device device;
     int drop_last;
@@ -54,6 +56,8 @@ struct train_options {
     long check_replicas;
     double bucket_cap_mb;
     int no_comm_thread;
+    int zero; /* --zero 1 or MG_ZERO=1: ZeRO stage 1 (a sharded optimizer) */
+    int zero_set;
     /* --help or --version: parsing stopped there, nothing else was checked */
     int help, version;
 };
