@@ -305,7 +305,7 @@ static long ckpt_step_of(const char *name)
     return step;
 }
 
-int train_out_fetch_latest(const struct train_options *o, const char *dir, char *path,
+int train_out_fetch_latest(const struct train_options *o, const char *dir, uint64_t run, char *path,
                            size_t pathlen, char *err, size_t errlen)
 {
     struct mg_upload_config cfg;
@@ -351,7 +351,7 @@ int train_out_fetch_latest(const struct train_options *o, const char *dir, char 
         return mg_seterr(err, errlen, rc, "the copy of %s does not read back: %s", name, e2);
     }
     mg_ckpt_file_release(&cf);
-    rc = mg_ckpt_mark_complete(dir, (uint64_t)step, e2);
+    rc = mg_ckpt_mark_complete(dir, (uint64_t)step, run, e2);
     if (rc < 0)
         return mg_seterr(err, errlen, rc, "%s", e2);
     return 1;

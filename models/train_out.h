@@ -27,6 +27,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct train_out {
     struct mg_metrics *metrics;                        /* NULL: this rank writes no metrics */
@@ -109,9 +110,9 @@ int train_out_upload_close(struct train_out *to, long wait_s, struct mg_upload_s
 
 /* --resume auto on an empty checkpoint directory: fetches the checkpoint
  * that the destination's checkpoints/LATEST names into dir, checks it reads
- * back whole and marks it complete. 1 fetched (its path in path), 0 the
+ * back whole and marks it complete as run's. 1 fetched (its path in path), 0 the
  * destination has none, or a negative code with err set. */
-int train_out_fetch_latest(const struct train_options *o, const char *dir, char *path,
+int train_out_fetch_latest(const struct train_options *o, const char *dir, uint64_t run, char *path,
                            size_t pathlen, char *err, size_t errlen);
 
 #endif

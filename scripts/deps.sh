@@ -7,20 +7,15 @@ set -u
 pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev libmicrohttpd-dev
       dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps coreutils
       clang-format python3 openssl protobuf-compiler python3-crcmod python3-yaml libxml2-utils
-      chromium nginx curl"
-# Commands whose package is only needed when the command is missing: a node
-# from elsewhere (NodeSource's nodejs carries its own npm) must not be replaced.
-# The dashboard and upload tests install their npm packages with npm ci.
-cmds="node:nodejs npm:npm"
+      nodejs slurmctld slurmd slurm-client munge chromium nginx curl"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-for c in $cmds; do
-    command -v "${c%%:*}" >/dev/null 2>&1 || missing="$missing ${c#*:}"
-done
+# tests/k8s/npm-setup.sh and tests/lib/node.sh need npm, which NodeSource's nodejs carries and Debian's does not.
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 
 if [ "$(id -u)" -eq 0 ]; then

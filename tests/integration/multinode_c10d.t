@@ -75,7 +75,7 @@ else
     diag "unshare -m unavailable: the late-name case is not run"
 fi
 
-# Configured through PET_* variables only, the way k8s/mglaunch-job.yaml (and
+# Configured through PET_* variables only, the way k8s/indexed-job.yaml (and
 # the Kubeflow operators) do it, with PET_LOCAL_ADDR as MASTER_ADDR.
 for i in 0 1; do
     ih=0

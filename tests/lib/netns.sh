@@ -8,7 +8,10 @@
 #                  created (no root, no ip, a sandbox), falls back to loopback
 #                  addresses 127.0.0.2... with HOSTS_MODE=loopback and says so.
 #   host_addr I    the address of host I (I = sw: the switch)
-#   on I CMD...    runs CMD on host I (in the foreground)
+#   on I CMD...    runs CMD on host I (in the foreground); in netns mode the
+#                  host also has its own host name, mgt-h<I> (a UTS namespace),
+#                  so host names sort in host order as on a real cluster and
+#                  the rendezvous ranks new nodes in that order
 #   bg_on I CMD... runs CMD on host I in the background, in its own process
 #                  group (killed at cleanup); its pid is in $!
 #
@@ -91,22 +94,30 @@ _host_ns() {
     if [ "$1" = sw ]; then echo "${NS_PREFIX}sw"; else echo "${NS_PREFIX}h$1"; fi
 }
 
+# Host I's name (UTS namespace) for the command, where unshare can give one.
+_UTS='hostname "$0" && exec "$@"'
+_host_uts() { [ "$1" != sw ] && command -v unshare >/dev/null 2>&1; }
+
 on() {
     _h=$1
     shift
-    if [ "$HOSTS_MODE" = netns ]; then
-        ip netns exec "$(_host_ns "$_h")" "$@"
-    else
+    if [ "$HOSTS_MODE" != netns ]; then
         "$@"
+    elif _host_uts "$_h"; then
+        ip netns exec "$(_host_ns "$_h")" unshare --uts sh -c "$_UTS" "mgt-h$_h" "$@"
+    else
+        ip netns exec "$(_host_ns "$_h")" "$@"
     fi
 }
 
 bg_on() {
     _h=$1
     shift
-    if [ "$HOSTS_MODE" = netns ]; then
-        bg ip netns exec "$(_host_ns "$_h")" "$@"
-    else
+    if [ "$HOSTS_MODE" != netns ]; then
         bg "$@"
+    elif _host_uts "$_h"; then
+        bg ip netns exec "$(_host_ns "$_h")" unshare --uts sh -c "$_UTS" "mgt-h$_h" "$@"
+    else
+        bg ip netns exec "$(_host_ns "$_h")" "$@"
     fi
 }
