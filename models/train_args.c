@@ -56,7 +56,17 @@ void train_usage(FILE *f)
             "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
             "  --log-every N           a progress line every N steps (default 100)\n"
             "  --profile-startup       print where the time to the first step went (stderr)\n"
-            "  --metrics FILE          append JSON lines (train, eval, summary records)\n"
+            "  --metrics FILE          append JSON lines (train, eval, summary records); under\n"
+            "                          mglaunch rank 0 writes them to the run's attempt\n"
+            "                          directory without it (docs/metrics.md)\n"
+            "  --tensorboard [DIR]     TensorBoard event files in DIR (default under mglaunch:\n"
+            "                          the run's log directory, tensorboard/)\n"
+            "  --csv [DIR]             Lightning-style DIR/version_N/metrics.csv (default under\n"
+            "                          mglaunch: the run's log directory, csv/)\n"
+            "  --upload DEST           copy checkpoints, metrics and the final model to DEST\n"
+            "                          (s3://BUCKET/PREFIX or http(s)://...) in the background\n"
+            "  --upload-cmd 'CMD {}'   or run CMD with each file's path instead\n"
+            "  --upload-wait S         at the end, wait up to S seconds for copies (default 300)\n"
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
             "  --keep-checkpoints N    keep the run's N newest checkpoints (default 3, 0 = all)\n"
@@ -180,6 +190,8 @@ static int parse_seed(struct parse *p, const char *v, uint64_t *out)
     return 0;
 }
 
+#define ARG_OPTIONAL 2
+
 enum flag_id {
     F_MODEL,
     F_HIDDEN,
@@ -213,6 +225,11 @@ enum flag_id {
     F_LOG_EVERY,
     F_PROFILE_STARTUP,
     F_METRICS,
+    F_TENSORBOARD,
+    F_CSV,
+    F_UPLOAD,
+    F_UPLOAD_CMD,
+    F_UPLOAD_WAIT,
     F_CKPT_DIR,
     F_CKPT_EVERY,
     F_KEEP,
@@ -230,7 +247,8 @@ enum flag_id {
 static const struct {
     const char *name;
     enum flag_id id;
-    int has_arg;
+    int has_arg; /* 0 none, 1 a value, ARG_OPTIONAL: a value unless the next
+                    argument is a flag (train takes no other arguments) */
 } flags[] = {
     {"model", F_MODEL, 1},
     {"hidden", F_HIDDEN, 1},
@@ -264,6 +282,11 @@ static const struct {
     {"log-every", F_LOG_EVERY, 1},
     {"profile-startup", F_PROFILE_STARTUP, 0},
     {"metrics", F_METRICS, 1},
+    {"tensorboard", F_TENSORBOARD, ARG_OPTIONAL},
+    {"csv", F_CSV, ARG_OPTIONAL},
+    {"upload", F_UPLOAD, 1},
+    {"upload-cmd", F_UPLOAD_CMD, 1},
+    {"upload-wait", F_UPLOAD_WAIT, 1},
     {"checkpoint-dir", F_CKPT_DIR, 1},
     {"checkpoint-every", F_CKPT_EVERY, 1},
     {"keep-checkpoints", F_KEEP, 1},
@@ -308,6 +331,7 @@ static void set_defaults(struct train_options *o)
     o->gamma = 0.1;
     o->keep_checkpoints = 3;
     o->log_every = 100;
+    o->upload_wait = 300;
     o->device = MG_DEVICE_CPU;
 }
 
@@ -408,6 +432,25 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
     case F_METRICS:
         o->metrics = v;
         return 0;
+    case F_TENSORBOARD:
+    case F_CSV:
+        if (v && !*v)
+            return bad(p, "%s: empty directory name", flag);
+        *(id == F_CSV ? &o->csv : &o->tensorboard) = v ? v : "";
+        return 0;
+    case F_UPLOAD:
+        if (strncmp(v, "s3://", 5) && strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+            return bad(p, "--upload: want s3://BUCKET/PREFIX, http://... or https://..., got '%s'",
+                       v);
+        o->upload = v;
+        return 0;
+    case F_UPLOAD_CMD:
+        if (!*v)
+            return bad(p, "--upload-cmd: an empty command");
+        o->upload_cmd = v;
+        return 0;
+    case F_UPLOAD_WAIT:
+        return parse_long(p, flag, v, 0, 7 * 24 * 3600, &o->upload_wait);
     case F_CKPT_DIR:
         o->checkpoint_dir = v;
         return 0;
@@ -477,6 +520,15 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
         return bad(p, "--data-dir does not apply to --data synthetic");
     if (o->global_batch && o->batch_set)
         return bad(p, "--batch-size and --global-batch-size cannot be used together");
+    if (o->upload && o->upload_cmd)
+        return bad(p, "--upload and --upload-cmd cannot be used together");
+    const char *run_dir = getenv("MG_RUN_LOG_DIR");
+    if (!(run_dir && *run_dir) && ((o->tensorboard && !*o->tensorboard) || (o->csv && !*o->csv)))
+        return bad(p,
+                   "%s without a directory writes into the run's log directory under mglaunch "
+                   "(MG_RUN_LOG_DIR); outside it, give one: %s DIR",
+                   o->tensorboard && !*o->tensorboard ? "--tensorboard" : "--csv",
+                   o->tensorboard && !*o->tensorboard ? "--tensorboard" : "--csv");
     return 0;
 }
 
@@ -529,7 +581,12 @@ int train_args_parse(struct train_options *o, int argc, char **argv, char *err, 
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s", flags[f].name);
         const char *v = NULL;
-        if (flags[f].has_arg) {
+        if (flags[f].has_arg == ARG_OPTIONAL) {
+            if (eq)
+                v = eq + 1;
+            else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                v = argv[++i];
+        } else if (flags[f].has_arg) {
             if (eq)
                 v = eq + 1;
             else if (i + 1 < argc)

@@ -47,6 +47,13 @@ struct train_options {
     long log_every;
     int profile_startup; /* --profile-startup: where the time to the first step goes */
     const char *metrics;
+    /* --tensorboard [DIR], --csv [DIR]: NULL off, "" the run's directory
+     * under mglaunch ($MG_RUN_LOG_DIR/tensorboard, .../csv) */
+    const char *tensorboard, *csv;
+    /* remote copies (docs/train.md, "Remote copies"): --upload DEST or
+     * --upload-cmd CMD, and the wait for them at the end */
+    const char *upload, *upload_cmd;
+    long upload_wait;
     enum mg_device device;
     int drop_last;
     /* distributed (docs/distributed.md) */
