@@ -7,7 +7,10 @@
 #   make install    PREFIX=/usr/local
 #   make clean
 #
-# Knobs: SANITIZE=address,undefined  DEBUG=1  V=1  T=<test files>  NVCC=<path>
+#   make test-gpu   the GPU suite alone (it skips, saying why, without a usable GPU)
+#
+# Knobs: SANITIZE=address,undefined  DEBUG=1  V=1  T=<test files>  NVCC=<path> (empty: CPU-only)
+#        MG_REQUIRE_CUDA=1 (fail unless the CUDA plugin can be built)  NVCC_ARCH=<-gencode flags>
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -50,7 +53,7 @@ INC_common := -Icommon
 INC_launcher := -Icommon -Ilauncher -Ilauncher/rdzv
 INC_runtime := -Icommon -Iruntime -Iruntime/cpu -Iruntime/comm
 INC_models := $(INC_runtime) -Imodels
-INC_tests := $(INC_launcher) $(INC_models) -Itests/lib
+INC_tests := $(INC_launcher) $(INC_models) -Iruntime/cuda -Itests/lib
 CFLAGS += -std=gnu11 $(OPT) $(WARN) -pthread -fno-common -MMD -MP
 LDFLAGS += -pthread
 ifneq ($(SANITIZE),)
@@ -63,15 +66,41 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # train loads libopenblas.so.0 at run time (runtime/cpu/blas.c): nothing includes its headers.
 HAVE_OPENBLAS := $(shell /sbin/ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0' && echo 1)
-HAVE_NCCL := $(if $(NVCC),$(shell test -e $(CUDA_HOME)/include/nccl.h -o -e /usr/include/nccl.h && echo 1))
-CU_SRC := $(if $(NVCC),$(wildcard runtime/cuda/*.cu))
+# The CUDA plugin (runtime/cuda/, docs/gpu.md) needs nvcc and the cuBLAS, cuDNN and NCCL headers.
+NVCC_OK := $(if $(NVCC),$(shell test -x '$(NVCC)' && echo 1))
+cuda_header = $(firstword $(wildcard $(CUDA_HOME)/include/$(1) /usr/include/$(1)))
+CUDNN_H := $(if $(NVCC_OK),$(call cuda_header,cudnn_version.h))
+NCCL_H := $(if $(NVCC_OK),$(call cuda_header,nccl.h))
+CUBLAS_H := $(if $(NVCC_OK),$(call cuda_header,cublas_v2.h))
+CUDA_MISSING := $(strip $(if $(NVCC_OK),,nvcc) $(if $(CUBLAS_H),,cuBLAS) $(if $(CUDNN_H),,cuDNN) $(if $(NCCL_H),,NCCL))
+CUDA_PLUGIN := $(if $(CUDA_MISSING),,$(BUILD)/lib/libmg_cuda.so)
+ifeq ($(MG_REQUIRE_CUDA),1)
+ifneq ($(CUDA_MISSING),)
+$(error MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: $(CUDA_MISSING) not found (NVCC='$(NVCC)', CUDA_HOME='$(CUDA_HOME)'))
+endif
+endif
+# Machine code for the GPUs people rent (T4, A100, A10, L4, H100) and PTX for
+# newer ones; one nvcc run compiles them all.
+NVCC_ARCH ?= -gencode arch=compute_75,code=[sm_75,compute_75] -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
+             -gencode arch=compute_90,code=sm_90
+CUDA_MAJOR = $(shell sed -n 's/^\#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9].*/\1/p' $(call cuda_header,cuda_runtime_api.h))
+header_version = $(shell sed -n 's/^\#define $(2)_$(3) *\([0-9]*\).*/\1/p' $(1) | head -n 1)
+cuda_versions = nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), \
+  cuDNN $(call header_version,$(CUDNN_H),CUDNN,MAJOR).$(call header_version,$(CUDNN_H),CUDNN,MINOR).$(call header_version,$(CUDNN_H),CUDNN,PATCHLEVEL), \
+  NCCL $(call header_version,$(NCCL_H),NCCL,MAJOR).$(call header_version,$(NCCL_H),NCCL,MINOR).$(call header_version,$(NCCL_H),NCCL,PATCH); \
+  $(filter sm_%,$(cuda_code)) $(addprefix + PTX ,$(filter compute_%,$(cuda_code)))
+cuda_code = $(patsubst code=%,%,$(filter-out -gencode arch=%,$(subst $(comma), ,$(subst [,,$(subst ],,$(NVCC_ARCH))))))
+# mglaunch dashboard's server is a program of its own, linked with libmicrohttpd,
+# built when its header is there: mglaunch itself needs no HTTP library.
+HAVE_MHD := $(shell printf '\043include <microhttpd.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
 
 ifeq ($(MAKELEVEL),0)
 ifeq ($(filter clean format,$(MAKECMDGOALS)),)
 $(info mg build: $(BUILD)  cc: $(CC) $(shell $(CC) -dumpfullversion 2>/dev/null))
 $(info mg build: openblas: $(if $(HAVE_OPENBLAS),found,MISSING (apt-get install libopenblas-dev)))
-$(info mg build: nvcc: $(if $(NVCC),$(NVCC) -> $(if $(CU_SRC),$(words $(CU_SRC)) CUDA source(s) built,no CUDA sources yet),not found -> CPU-only build))
-$(info mg build: nccl: $(if $(HAVE_NCCL),found,not found))
+$(info mg build: cuda plugin: $(if $(CUDA_PLUGIN),$(CUDA_PLUGIN) ($(strip $(cuda_versions))),not built: $(CUDA_MISSING) not found -> CPU-only build))
+$(info mg build: libmicrohttpd: $(if $(HAVE_MHD),found -> mglaunch-dashboard,MISSING (apt-get install libmicrohttpd-dev): no mglaunch dashboard))
 endif
 endif
 
@@ -86,10 +115,11 @@ endif
 
 # ---- sources ---------------------------------------------------------------
 COMMON_SRC := $(wildcard common/*.c)
-LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c))
+LAUNCHER_SRC := $(filter-out launcher/main.c launcher/dashboard/%,$(wildcard launcher/*.c launcher/*/*.c))
+DASH_SRC := $(wildcard launcher/dashboard/*.c)
 RUNTIME_SRC := $(filter-out runtime/cuda/%,$(wildcard runtime/*.c runtime/*/*.c))
 # The train program: its main and its command line; the rest of models/ is a library.
-TRAIN_SRC := models/train.c models/train_args.c
+TRAIN_SRC := $(wildcard models/train*.c)
 MODELS_SRC := $(filter-out $(TRAIN_SRC),$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
@@ -97,7 +127,7 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC))
 LAUNCHER_OBJ := $(call obj,$(LAUNCHER_SRC))
-RUNTIME_OBJ := $(call obj,$(RUNTIME_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+RUNTIME_OBJ := $(call obj,$(RUNTIME_SRC))
 MODELS_OBJ := $(call obj,$(MODELS_SRC))
 
 LIBCOMMON := $(BUILD)/lib/libmgcommon.a
@@ -107,41 +137,42 @@ LIBMODELS := $(BUILD)/lib/libmgmodels.a
 CONFIG_H := $(BUILD)/include/mg_config.h
 
 MGLAUNCH := $(BUILD)/bin/mglaunch
+DASHBOARD := $(BUILD)/bin/mglaunch-dashboard
 TRAIN := $(BUILD)/bin/train
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC))
 
-CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
-# The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
-LAUNCH_LIBS := -ldl
+# The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the
+# etcd backend); libm for the plot of `mglaunch logs --plot`.
+LAUNCH_LIBS := -ldl -lm
 # libmg loads OpenBLAS at run time (runtime/cpu/blas.h) so it can set its threads
-# and kernels before OpenBLAS starts.
-MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)
+# and kernels before OpenBLAS starts, and the CUDA plugin (runtime/gpu_plugin.c)
+# only when a run asks for a GPU: nothing here names a CUDA library.
+MG_LIBS := -lz -lm -ldl
 
-ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/train.c),$(TRAIN))
+ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/train.c),$(TRAIN)) \
+           $(if $(and $(HAVE_MHD),$(DASH_SRC)),$(DASHBOARD))
 
 .SECONDARY:
-.PHONY: all test check unit demo bench install clean format format-check deps
+.PHONY: all test test-gpu check unit demo bench install clean format format-check deps FORCE
 all: $(ALL_BIN) $(UNIT_BIN) $(HELPER_BIN)
 
 # ---- rules -------------------------------------------------------------------
-$(CONFIG_H): Makefile
+# Remade on every run, but rewritten only when its text changes: objects then
+# rebuild when CUDA appears or disappears, and not otherwise.
+$(CONFIG_H): FORCE
 	$(Q)mkdir -p $(@D)
 	$(Q){ echo '/* generated by the Makefile: what this build found */'; \
-	   echo '#define MG_HAVE_CUDA $(if $(CU_SRC),1,0)'; \
-	   echo '#define MG_HAVE_NCCL $(if $(and $(CU_SRC),$(HAVE_NCCL)),1,0)'; \
+	   echo '#define MG_HAVE_CUDA $(if $(CUDA_PLUGIN),1,0) /* this build made libmg_cuda.so */'; \
+	   echo '#define MG_HAVE_NCCL $(if $(CUDA_PLUGIN),1,0) /* the plugin holds the NCCL communicator */'; \
+	   echo '#define MG_CUDA_VERSION $(if $(CUDA_PLUGIN),$(CUDA_MAJOR)000,0) /* the driver must support it */'; \
 	   echo '#define MG_VERSION "$(shell cat VERSION 2>/dev/null || echo 0.0.0)"'; } > $@.tmp && \
 	 { cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@; }
 
-$(BUILD)/obj/%.o: %.c | $(CONFIG_H)
+$(BUILD)/obj/%.o: %.c $(CONFIG_H)
 	$(call say,CC,$<)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(INC_$(firstword $(subst /, ,$<))) $(CFLAGS) $(CFLAGS_$(subst /,_,$(basename $<))) -c -o $@ $<
-
-$(BUILD)/obj/%.o: %.cu | $(CONFIG_H)
-	$(call say,NVCC,$<)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(NVCC) -O2 -std=c++17 $(CPPFLAGS) $(INC_runtime) -Xcompiler -fPIC -c -o $@ $<
 
 $(LIBCOMMON): $(COMMON_OBJ)
 $(LIBLAUNCH): $(LAUNCHER_OBJ)
@@ -156,6 +187,26 @@ $(MGLAUNCH): $(call obj,launcher/main.c) $(LIBLAUNCH) $(LIBCOMMON)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LAUNCH_LIBS)
+
+# The dashboard's page is built in: a C array made from page.html.
+DASH_PAGE_C := $(BUILD)/gen/dashboard_page.c
+$(DASH_PAGE_C): launcher/dashboard/page.html
+	$(call say,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q){ echo '/* generated by the Makefile from $< */'; echo '#include <stddef.h>'; \
+	   echo 'extern const unsigned char mg_dash_page[];'; echo 'extern const size_t mg_dash_page_len;'; \
+	   echo 'const unsigned char mg_dash_page[] = {'; \
+	   od -An -v -tx1 $< | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '0};'; \
+	   echo "const size_t mg_dash_page_len = $$(wc -c <$<);"; } >$@.tmp && mv $@.tmp $@
+$(BUILD)/obj/gen/dashboard_page.o: $(DASH_PAGE_C)
+	$(call say,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(DASHBOARD): $(call obj,$(DASH_SRC)) $(BUILD)/obj/gen/dashboard_page.o $(LIBLAUNCH) $(LIBCOMMON)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd $(LAUNCH_LIBS)
 
 $(TRAIN): $(call obj,$(TRAIN_SRC)) $(LIBMODELS) $(LIBMG) $(LIBCOMMON)
 	$(call say,LINK,$@)
@@ -173,6 +224,67 @@ $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(TEST_LINK)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MG_LIBS) $(LAUNCH_LIBS)
 
+# ---- CUDA: the plugin, and its kernels built for the host tests (docs/gpu.md) ----
+# Everything that includes a CUDA header is in runtime/cuda/ and goes into
+# libmg_cuda.so, which libmg dlopens (runtime/gpu_plugin.c). The kernels' .cu
+# is also built by g++ through runtime/cuda/simt.h, with or without nvcc, for
+# tests/unit/test_cuda_kernels.
+CU_SRC := $(wildcard runtime/cuda/*.cu)
+CUDA_C_SRC := $(wildcard runtime/cuda/*.c)
+CU_HOST_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.host.o,$(CU_SRC))
+CUDA_PLUGIN_OBJ := $(call obj,$(CUDA_C_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+CU_PTX := $(patsubst %.cu,$(BUILD)/obj/%.ptx,$(CU_SRC))
+CUDA_ALL := $(if $(CUDA_PLUGIN),$(CUDA_PLUGIN) $(CU_PTX)) $(BUILD)/tests/helpers/fakecuda/libcuda.so.1
+INC_cuda := $(INC_runtime) -Iruntime/cuda -isystem $(CUDA_HOME)/include
+CU_HOST_FLAGS := -std=c++17 $(OPT) -ffp-contract=off -fno-exceptions -fno-rtti -fno-threadsafe-statics \
+                 -Wall -Wextra -Wshadow -Werror -MMD -MP \
+                 $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-sanitize=vptr -fno-omit-frame-pointer -fno-sanitize-recover=all)
+# -fmad=false: no fused multiply-add, so the kernels round as the CPU's do (cuda_kernels.h).
+NVCCFLAGS := -O3 -std=c++17 -fmad=false $(NVCC_ARCH) -Werror all-warnings \
+             -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions,-fno-threadsafe-statics,-ffp-contract=off,-Wall,-Wextra,-Werror
+CUDA_PLUGIN_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudnn -lcublas -lcudart -ldl -lm -lpthread -lrt
+
+$(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.c $(CONFIG_H)
+	$(call say,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(INC_cuda) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.cu $(CONFIG_H)
+	$(call say,NVCC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) $(INC_cuda) -MMD -MP -c -o $@ $<
+
+# The PTX of the oldest target, for the no-FMA check (tests/integration/cuda_build.t).
+$(BUILD)/obj/%.ptx: %.cu $(CONFIG_H)
+	$(call say,PTX,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) -O3 -std=c++17 -fmad=false -arch=compute_75 $(CPPFLAGS) $(INC_cuda) -ptx -o $@ $<
+
+$(BUILD)/obj/%.host.o: %.cu $(CONFIG_H)
+	$(call say,CXX,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) -x c++ $(CU_HOST_FLAGS) -D_GNU_SOURCE -Iruntime/cuda -c -o $@ $<
+
+ifneq ($(CUDA_PLUGIN),)
+$(CUDA_PLUGIN): $(CUDA_PLUGIN_OBJ)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -o $@ $^ $(CUDA_PLUGIN_LIBS)
+endif
+
+all: $(CUDA_ALL)
+# The kernels built for the host, and kernels that break the rules on purpose
+# (the shim must catch them).
+$(BUILD)/tests/unit/test_cuda_kernels: $(CU_HOST_OBJ) $(BUILD)/obj/tests/unit/simt_faults.host.o
+$(CU_PTX): runtime/cuda/simt.h runtime/cuda/cuda_kernels.h
+
+# A stand-in libcuda.so.1 (the driver API's device count only), so the GPU
+# probe's "no device" paths run here (tests/integration/cuda_probe.t).
+$(BUILD)/tests/helpers/fakecuda/libcuda.so.1: tests/helpers/fakecuda/libcuda.c
+	$(call say,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- user targets ------------------------------------------------------------
@@ -186,6 +298,12 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) prove -j$(or $(J),2) --timer --exec tests/lib/run-test $(T)
 check: test
+
+# The GPU suite (docs/gpu.md): the CUDA backend against the CPU one, NCCL.
+GPU_TESTS := $(BUILD)/tests/unit/test_cuda_backend $(BUILD)/tests/unit/test_comm_nccl
+test-gpu: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)MG_BUILD=$(BUILD) prove -j1 --timer --exec tests/lib/run-test $(GPU_TESTS)
 
 unit: all
 	$(Q)MG_BUILD=$(BUILD) prove -j2 --exec tests/lib/run-test $(UNIT_BIN)
@@ -201,6 +319,7 @@ bench: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(ALL_BIN) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(CUDA_PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib && install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 
 FORMAT_SRC = $(shell git ls-files '*.c' '*.h' 2>/dev/null)

@@ -16,8 +16,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define TRAIN_PROG      "train"
-#define TRAIN_MAX_BATCH 65536 /* per process, --batch-size or its share of --global-batch-size */
+#define TRAIN_PROG        "train"
+#define TRAIN_MAX_BATCH   65536 /* per process, --batch-size or its share of --global-batch-size */
+#define TRAIN_MAX_THREADS 1024  /* --threads, and OMP_NUM_THREADS */
 
 struct train_options {
     const char *model;
@@ -25,6 +26,7 @@ struct train_options {
     enum mg_data_kind data;
     const char *data_dir;
     long train_samples, test_samples;
+    const char *data_cache; /* --data-cache DIR or "off"; NULL: MG_DATA_CACHE or the default */
     long epochs, steps;
     int batch_size, accum_steps;
     double lr;
@@ -43,7 +45,15 @@ struct train_options {
     int keep_checkpoints;
     const char *resume;
     long log_every;
+    int profile_startup; /* --profile-startup: where the time to the first step goes */
     const char *metrics;
+    /* --tensorboard [DIR], --csv [DIR]: NULL off, "" the run's directory
+     * under mglaunch ($MG_RUN_LOG_DIR/tensorboard, .../csv) */
+    const char *tensorboard, *csv;
+    /* remote copies (docs/train.md, "Remote copies"): --upload DEST or
+     * --upload-cmd CMD, and the wait for them at the end */
+    const char *upload, *upload_cmd;
+    long upload_wait;
     enum mg_device device;
     int drop_last;
     /* distributed (docs/distributed.md) */
@@ -53,6 +63,8 @@ struct train_options {
     long check_replicas;
     double bucket_cap_mb;
     int no_comm_thread;
+    int zero; /* --zero 1 or MG_ZERO=1: ZeRO stage 1 (a sharded optimizer) */
+    int zero_set;
     /* --help or --version: parsing stopped there, nothing else was checked */
     int help, version;
 };
@@ -62,6 +74,12 @@ struct train_options {
  * for '-' in names. Returns 0, or -EINVAL with a message in err (errlen
  * bytes). The strings in o point into argv. */
 int train_args_parse(struct train_options *o, int argc, char **argv, char *err, size_t errlen);
+
+/* Without --threads: the BLAS threads from OMP_NUM_THREADS (unset: leaves
+ * o->threads 0, one thread). A value that is not a positive integer is
+ * ignored and one over TRAIN_MAX_THREADS capped, as PyTorch does, with a
+ * warning: returns 1 with its text in warn (len bytes), else 0. */
+int train_threads_from_env(struct train_options *o, char *warn, size_t len);
 
 /* The --help text. */
 void train_usage(FILE *f);

@@ -11,8 +11,9 @@
  * so no zeroing pass is needed; they OVERWRITE input gradients (dx), and
  * dx == NULL skips that part (the first layer never needs it).
  *
- * The CPU backend (cpu_backend.c) is the readable reference; a CUDA backend
- * implements the same ops and is checked against it. */
+ * The CPU backend (cpu_backend.c) is the readable reference; the CUDA backend
+ * (runtime/cuda/, loaded as a plugin: gpu_plugin.h) implements the same ops
+ * and is checked against it (docs/gpu.md says where the bits must match). */
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
@@ -27,9 +28,16 @@ enum mg_device {
     MG_DEVICE_CUDA = 1,
 };
 
+/* How float32 matrix products may round (CUDA; the CPU is always fp32). */
+enum mg_precision {
+    MG_PRECISION_FP32 = 0, /* IEEE fp32 multiply-adds: no TF32 tensor cores (the default) */
+    MG_PRECISION_TF32 = 1, /* cuBLAS and cuDNN may use TF32 tensor cores (a later --precision) */
+};
+
 struct mg_backend_opts {
     int threads;      /* BLAS threads; 0 = OMP_NUM_THREADS from the environment, else 1 */
     int device_index; /* CUDA: which GPU; ignored by the CPU backend */
+    enum mg_precision precision; /* CUDA; ignored by the CPU backend */
 };
 
 struct mg_conv2d_dims {
@@ -126,39 +134,123 @@ struct mg_backend_ops {
                        double weight_decay, uint64_t step);
     /* x *= a (gradient averaging) */
     void (*scale)(struct mg_backend *be, float *x, float a, size_t n);
+
+    /* ---- overlap: optional, NULL where every op completes before it returns (the
+     * CPU). Call them through the mg_backend_* wrappers below, which stand in for
+     * a NULL op. A device backend has a compute stream (where every op above is
+     * queued, in order) and a copy stream, so that the next batch uploads while
+     * this one computes. ---- */
+    /* page-locked host memory, the source upload_async needs; NULL when out of memory */
+    void *(*host_alloc)(struct mg_backend *be, size_t bytes);
+    void (*host_free)(struct mg_backend *be, void *p);
+    /* Queues a copy of bytes from host_src (host_alloc memory) to dst on the copy
+     * stream and returns its ticket (> 0; 0 when the backend has failed). The
+     * compute stream does not wait for it until upload_wait; host_src must stay
+     * untouched until upload_done says the copy finished. */
+    uint64_t (*upload_async)(struct mg_backend *be, void *dst, const void *host_src, size_t bytes);
+    /* Ops queued from now on run after the uploads up to ticket: the device
+     * waits, the host does not. */
+    void (*upload_wait)(struct mg_backend *be, uint64_t ticket);
+    /* 1 when the uploads up to ticket finished (their host memory may be
+     * reused), 0 when not yet; wait != 0 blocks until they have, or the
+     * backend failed (then 1, and sync() reports the error). */
+    int (*upload_done)(struct mg_backend *be, uint64_t ticket, int wait);
+    /* A marker of the work queued on the compute stream so far (a cudaEvent_t
+     * on CUDA), which a communicator can order a collective after without the
+     * host waiting (mg_comm_wait_event: DDP sends a bucket as soon as backward
+     * has queued its layers). NULL on failure. Released once the collective
+     * that waits on it has been queued. */
+    void *(*event_record)(struct mg_backend *be);
+    void (*event_release)(struct mg_backend *be, void *event);
+    /* What the error sync() returned last (or the first one since, not yet
+     * returned) was, with the call, file and line, and the library's own
+     * words: "cuda_backend.c:169: cublasSgemm: an unsupported value or
+     * parameter was passed to the function (CUBLAS_STATUS_INVALID_VALUE)";
+     * "" when none. */
+    const char *(*errmsg)(struct mg_backend *be);
 };
 
 /* One backend instance: its ops and the fields common to every device. */
 struct mg_backend {
     const struct mg_backend_ops *ops;
-    const char *name; /* for humans: "cpu (OpenBLAS Haswell, 1 thread)" */
+    const char *name; /* for humans: "cpu (OpenBLAS Haswell, 1 thread)", or the GPU,
+                         its memory and the driver and library versions (the banner) */
     enum mg_device device;
     int threads;
     void *impl;
+    void *stream; /* CUDA: the compute stream (a cudaStream_t), for the communicator
+                     (mg_comm_opts.stream); NULL on the CPU */
 };
 
 /* Creates the backend for a device. Returns -MG_EUNSUPPORTED for a device this
  * build has no backend for, -ENOMEM, or the backend's own init error. */
 int mg_backend_create(enum mg_device dev, const struct mg_backend_opts *opts,
                       struct mg_backend **out);
+/* The same, with the reason in err when it fails: one line that says which of
+ * these it was (docs/gpu.md lists them): this build has no CUDA plugin
+ * (-MG_EUNSUPPORTED), the plugin or a library it needs is missing (-ENOENT),
+ * the file is not a plugin of this build (-MG_EFORMAT, -MG_EVERSION), no
+ * NVIDIA driver (-ENXIO), a driver too old for this build (-MG_EVERSION), no
+ * such CUDA device (-ENODEV), or a CUDA, cuBLAS or cuDNN call that failed. */
+int mg_backend_open(enum mg_device dev, const struct mg_backend_opts *opts, struct mg_backend **out,
+                    char *err, size_t errlen);
 void mg_backend_release(struct mg_backend *be);
+
+/* The optional ops above, or what stands in for them: host_alloc is ordinary
+ * aligned memory, upload_async an upload() (ticket 1, done at once),
+ * event_record NULL (a NULL event orders nothing: there is nothing to wait
+ * for), errmsg "". */
+void *mg_backend_host_alloc(struct mg_backend *be, size_t bytes);
+void mg_backend_host_free(struct mg_backend *be, void *p);
+uint64_t mg_backend_upload_async(struct mg_backend *be, void *dst, const void *host_src,
+                                 size_t bytes);
+void mg_backend_upload_wait(struct mg_backend *be, uint64_t ticket);
+int mg_backend_upload_done(struct mg_backend *be, uint64_t ticket, int wait);
+void *mg_backend_event_record(struct mg_backend *be);
+void mg_backend_event_release(struct mg_backend *be, void *event);
+/* The errmsg op, or "" for a backend without one (its sync() never fails). */
+const char *mg_backend_errmsg(struct mg_backend *be);
 
 /* Parses "cpu" / "cuda"; -EINVAL otherwise. */
 int mg_device_parse(const char *s, enum mg_device *out);
 /* Whether this build contains a backend for dev. */
 int mg_device_available(enum mg_device dev);
 
+/* ---- GPUs --------------------------------------------------------------------------- */
+
+/* A GPU and the software it runs with, for the banner. 0 or "" where unknown. */
+struct mg_gpu_info {
+    char name[96];          /* "NVIDIA H100 80GB HBM3" */
+    size_t memory;          /* bytes */
+    int cc_major, cc_minor; /* compute capability: 9, 0 */
+    int devices;            /* how many the driver shows this process */
+    int driver_cuda;        /* the newest CUDA the driver supports: 13000 */
+    char driver[32];        /* the driver's version: "580.65.06" */
+    int runtime;            /* the CUDA runtime's version (plugin only): 13000 */
+    int cublas;             /* 130100 */
+    int cudnn;              /* 91900 */
+    int nccl;               /* 22809 */
+};
+
+/* Whether CUDA device device_index is usable, asking the driver only (it loads
+ * libcuda.so.1, never the CUDA plugin or its libraries, so a CPU-only machine
+ * pays a failed dlopen): 0 with info filled in, or -ENXIO (no NVIDIA driver),
+ * -MG_EVERSION (a driver older than this build's CUDA), -ENODEV (no device,
+ * or no device device_index), with one line in why. The driver is asked once
+ * per process. */
+int mg_gpu_probe(int device_index, struct mg_gpu_info *info, char *why, size_t len);
+
+/* What `--device auto` runs on: MG_DEVICE_CUDA when device device_index is
+ * usable and the plugin loads, else MG_DEVICE_CPU with the reason in why. */
+enum mg_device mg_device_auto(int device_index, char *why, size_t len);
+
+/* "NVIDIA H100 80GB HBM3 (79.1 GiB, sm_90); driver 580.65.06 (CUDA 13.0), runtime
+ * 13.0, cuBLAS 13.1.0, cuDNN 9.19.0, NCCL 2.28.9", leaving out what info lacks. */
+void mg_gpu_info_format(const struct mg_gpu_info *info, char *buf, size_t len);
+
 int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out);
-#if MG_HAVE_CUDA
-int mg_cuda_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out);
-#else
-static inline int mg_cuda_backend_create(const struct mg_backend_opts *opts,
-                                         struct mg_backend **out)
-{
-    (void)opts;
-    *out = 0;
-    return -MG_EUNSUPPORTED;
-}
-#endif
+/* Through the plugin (gpu_plugin.c); -MG_EUNSUPPORTED in a build without one. */
+int mg_cuda_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out, char *err,
+                           size_t errlen);
 
 #endif

@@ -171,7 +171,10 @@ int mg_ckpt_write(const char *dir, const struct mg_ckpt_info *info_in,
         goto close;
     }
     w->fd = fd;
-    if (deflateInit(&w->zs, 1) != Z_OK) {
+    /* Stored blocks: weights and optimizer moments barely compress (level 1
+     * saves under a tenth of the bytes), and inflating them took five times as
+     * long as the rest of a restart's read; stored, a read is a copy and a CRC. */
+    if (deflateInit(&w->zs, Z_NO_COMPRESSION) != Z_OK) {
         rc = -ENOMEM;
         goto free_w;
     }
@@ -209,16 +212,14 @@ close:
     return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot write '%s': %s", tmp, mg_strerror(rc));
 }
 
-int mg_ckpt_mark_complete(const char *dir, uint64_t step, char *err)
+/* Writes a small file atomically: temporary name, fsync, rename, fsync dir. */
+static int write_small(const char *dir, const char *path, const char *text, size_t len, char *err)
 {
-    char path[MG_CKPT_PATH_MAX], tmp[MG_CKPT_PATH_MAX + 32], text[64];
-    int fd, rc;
-    mg_ckpt_marker_path(dir, step, path, sizeof(path));
-    rc = open_tmp(path, tmp, sizeof(tmp), &fd);
+    char tmp[MG_CKPT_PATH_MAX + 32];
+    int fd, rc = open_tmp(path, tmp, sizeof(tmp), &fd);
     if (rc < 0)
         return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot create '%s': %s", tmp, mg_strerror(rc));
-    int len = snprintf(text, sizeof(text), "mg checkpoint complete: step %" PRIu64 "\n", step);
-    rc = mg_write_full(fd, text, (size_t)len, -1);
+    rc = mg_write_full(fd, text, len, -1);
     if (rc < 0) {
         close(fd);
         unlink(tmp);
@@ -228,6 +229,17 @@ int mg_ckpt_mark_complete(const char *dir, uint64_t step, char *err)
     if (rc < 0)
         return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot write '%s': %s", path, mg_strerror(rc));
     return 0;
+}
+
+#define MARKER_TEXT "mg checkpoint complete: step "
+
+int mg_ckpt_mark_complete(const char *dir, uint64_t step, uint64_t run, char *err)
+{
+    char path[MG_CKPT_PATH_MAX], text[96];
+    mg_ckpt_marker_path(dir, step, path, sizeof(path));
+    int len =
+        snprintf(text, sizeof(text), MARKER_TEXT "%" PRIu64 " run %016" PRIx64 "\n", step, run);
+    return write_small(dir, path, text, (size_t)len, err);
 }
 
 static int read_all(int fd, void *buf, size_t len, size_t *got)
@@ -248,16 +260,22 @@ static int read_all(int fd, void *buf, size_t len, size_t *got)
     return 0;
 }
 
-static int parse_sections(struct mg_ckpt_file *f, const char *path, char *err)
+/* Splits the inflated payload into sections. A partial payload (the prefix a
+ * bounded read kept) ends where the kept bytes end: the sections that fit
+ * whole are listed, and a missing end section is no error there. */
+static int parse_sections(struct mg_ckpt_file *f, uint64_t have, const char *path, char *err)
 {
     size_t off = 0, cap = 16;
     f->sections = calloc(cap, sizeof(*f->sections));
     if (!f->sections)
         return -ENOMEM;
     for (;;) {
-        if (f->info.raw_bytes - off < SECTION_HDR)
+        if (have - off < SECTION_HDR) {
+            if (f->partial)
+                return 0;
             return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "'%s': section table ends early",
                              path);
+        }
         const unsigned char *h = f->raw + off;
         uint32_t tag = mg_get_u32(h);
         uint64_t len = mg_get_u64(h + 8);
@@ -272,6 +290,8 @@ static int parse_sections(struct mg_ckpt_file *f, const char *path, char *err)
             return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
                              "'%s': section %d (tag %u) is %" PRIu64 " bytes, past the end", path,
                              f->nsections, tag, len);
+        if (len > have - off)
+            return 0; /* partial: this one was not kept */
         if (f->nsections >= MG_CKPT_MAX_SECTIONS)
             return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG, "'%s': over %d sections", path,
                              MG_CKPT_MAX_SECTIONS);
@@ -290,8 +310,52 @@ static int parse_sections(struct mg_ckpt_file *f, const char *path, char *err)
 
 int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
 {
+    return mg_ckpt_read_bounded(path, NULL, out, err);
+}
+
+/* What the header may promise: consistent sizes (zlib never grows its input
+ * by more than compressBound() says), within the general cap. Checked before
+ * anything is allocated. */
+static int check_sizes(const struct mg_ckpt_info *info, const char *path, char *err)
+{
+    if (info->raw_bytes > MG_CKPT_MAX_RAW)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
+                         "'%s': payload of %" PRIu64 " bytes is over the limit", path,
+                         info->raw_bytes);
+    if (info->payload_bytes > compressBound((uLong)info->raw_bytes))
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                         "'%s': %" PRIu64
+                         " bytes of compressed payload cannot inflate to the %" PRIu64
+                         " bytes the header says",
+                         path, info->payload_bytes, info->raw_bytes);
+    return 0;
+}
+
+/* How much of the inflated payload a bounded read keeps (the rest is only
+ * checksummed): what the reader says a checkpoint of its model can hold. */
+static int kept_bytes(const struct mg_ckpt_info *info, const struct mg_ckpt_bound *bound,
+                      const char *path, uint64_t *keep, char *err)
+{
+    *keep = info->raw_bytes;
+    if (!bound)
+        return 0;
+    if (info->world_size == 0 || info->world_size > bound->max_world)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                         "'%s': world size %u in the header (at most %u)", path, info->world_size,
+                         bound->max_world);
+    uint64_t max_raw = bound->fixed + bound->per_rank * info->world_size;
+    if (*keep > max_raw)
+        *keep = max_raw;
+    return 0;
+}
+
+int mg_ckpt_read_bounded(const char *path, const struct mg_ckpt_bound *bound,
+                         struct mg_ckpt_file *out, char *err)
+{
     unsigned char hdr[MG_CKPT_HEADER_SIZE];
     unsigned char *zbuf = NULL;
+    z_stream zs = {0};
+    int zinit = 0;
     struct stat st;
     size_t got;
     int fd, rc;
@@ -345,12 +409,9 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
     out->info.nparams = mg_get_u64(hdr + 40);
     out->info.world_size = mg_get_u32(hdr + 48);
     uint32_t want_crc = mg_get_u32(hdr + 52);
-    if (out->info.raw_bytes > MG_CKPT_MAX_RAW || out->info.payload_bytes > MG_CKPT_MAX_RAW) {
-        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
-                       "'%s': payload of %" PRIu64 " bytes is over the limit", path,
-                       out->info.raw_bytes);
+    rc = check_sizes(&out->info, path, err);
+    if (rc < 0)
         goto close;
-    }
     uint64_t want_size = MG_CKPT_HEADER_SIZE + out->info.payload_bytes;
     if ((uint64_t)st.st_size != want_size) {
         rc = mg_seterr(
@@ -360,67 +421,78 @@ int mg_ckpt_read(const char *path, struct mg_ckpt_file *out, char *err)
             (long long)st.st_size, want_size);
         goto close;
     }
-    zbuf = malloc(out->info.payload_bytes + 1);
-    out->raw = malloc(out->info.raw_bytes + 1);
-    if (!zbuf || !out->raw) {
+    uint64_t keep;
+    rc = kept_bytes(&out->info, bound, path, &keep, err);
+    if (rc < 0)
+        goto close;
+    out->partial = keep < out->info.raw_bytes;
+    /* one byte more than promised: a stream that goes on past the header's
+     * size is caught by filling it */
+    uint64_t room = out->partial ? keep : keep + 1;
+    zbuf = malloc(IO_CHUNK);
+    out->raw = malloc(room);
+    if (!zbuf || !out->raw || inflateInit(&zs) != Z_OK) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "'%s': out of memory", path);
         goto free_bufs;
     }
-    rc = read_all(fd, zbuf, out->info.payload_bytes, &got);
-    if (rc == 0 && got != out->info.payload_bytes)
-        rc = -MG_ETRUNC;
-    if (rc < 0) {
-        mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot read the payload: %s", path,
-                  mg_strerror(rc));
-        goto free_bufs;
-    }
+    zinit = 1;
+    /* The payload streams through: read a chunk, checksum it, inflate it while
+     * there is room. A partial read stops inflating at the bound but still
+     * checksums every byte. */
+    uint64_t in_off = 0, out_off = 0;
     uint32_t crc = 0;
-    for (uint64_t off = 0; off < out->info.payload_bytes; off += 1u << 30) {
-        uint64_t n = out->info.payload_bytes - off;
-        crc = (uint32_t)crc32(crc, zbuf + off, (uInt)(n > (1u << 30) ? (1u << 30) : n));
+    int zr = Z_OK;
+    while (in_off < out->info.payload_bytes) {
+        uint64_t left = out->info.payload_bytes - in_off;
+        size_t want = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
+        rc = read_all(fd, zbuf, want, &got);
+        if (rc == 0 && got != want)
+            rc = -MG_ETRUNC;
+        if (rc < 0) {
+            mg_seterr(err, MG_ERRMSG_LEN, rc, "'%s': cannot read the payload: %s", path,
+                      mg_strerror(rc));
+            goto free_bufs;
+        }
+        crc = (uint32_t)crc32(crc, zbuf, (uInt)got);
+        in_off += got;
+        zs.next_in = zbuf;
+        zs.avail_in = (uInt)got;
+        while (zr == Z_OK && zs.avail_in > 0 && out_off < room) {
+            uint64_t out_left = room - out_off;
+            zs.next_out = out->raw + out_off;
+            zs.avail_out = (uInt)(out_left > (1u << 30) ? (1u << 30) : out_left);
+            uInt ao = zs.avail_out, ai = zs.avail_in;
+            zr = inflate(&zs, Z_NO_FLUSH);
+            out_off += ao - zs.avail_out;
+            if (zr == Z_OK && ai == zs.avail_in && ao == zs.avail_out)
+                zr = Z_BUF_ERROR;
+        }
+        if (zr == Z_STREAM_END && zs.avail_in > 0)
+            zr = Z_DATA_ERROR; /* bytes after the stream's end */
     }
     if (crc != want_crc) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ECRC,
                        "'%s': payload checksum mismatch (corrupt data)", path);
         goto free_bufs;
     }
-    z_stream zs = {0};
-    if (inflateInit(&zs) != Z_OK) {
-        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "'%s': out of memory", path);
-        goto free_bufs;
-    }
-    uint64_t in_off = 0, out_off = 0;
-    int zr = Z_OK;
-    while (zr == Z_OK) {
-        uint64_t in_left = out->info.payload_bytes - in_off;
-        uint64_t out_left = out->info.raw_bytes + 1 - out_off;
-        zs.next_in = zbuf + in_off;
-        zs.avail_in = (uInt)(in_left > (1u << 30) ? (1u << 30) : in_left);
-        zs.next_out = out->raw + out_off;
-        zs.avail_out = (uInt)(out_left > (1u << 30) ? (1u << 30) : out_left);
-        uInt ai = zs.avail_in, ao = zs.avail_out;
-        zr = inflate(&zs, Z_NO_FLUSH);
-        in_off += ai - zs.avail_in;
-        out_off += ao - zs.avail_out;
-        if (zr == Z_OK && ai == zs.avail_in && ao == zs.avail_out)
-            zr = Z_BUF_ERROR;
-    }
-    inflateEnd(&zs);
-    if (zr != Z_STREAM_END || out_off != out->info.raw_bytes || in_off != out->info.payload_bytes) {
+    int complete = zr == Z_STREAM_END && out_off == out->info.raw_bytes;
+    if (out->partial ? (zr != Z_OK && zr != Z_STREAM_END) || out_off != keep : !complete) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
                        "'%s': bad compressed payload (%" PRIu64 " of %" PRIu64 " bytes inflated)",
                        path, out_off, out->info.raw_bytes);
         goto free_bufs;
     }
-    free(zbuf);
-    zbuf = NULL;
-    rc = parse_sections(out, path, err);
+    rc = parse_sections(out, out_off, path, err);
     if (rc < 0)
         goto free_bufs;
+    inflateEnd(&zs);
+    free(zbuf);
     close(fd);
     return 0;
 
 free_bufs:
+    if (zinit)
+        inflateEnd(&zs);
     free(zbuf);
     mg_ckpt_file_release(out);
 close:
@@ -463,13 +535,37 @@ static int parse_name(const char *name, const char *suffix, uint64_t *step)
     return 1;
 }
 
-static int cmp_desc(const void *a, const void *b)
+/* The run a completion marker records; 0 for a marker written before they did. */
+static uint64_t marker_run(const char *dir, uint64_t step)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    char path[MG_CKPT_PATH_MAX], text[128];
+    mg_ckpt_marker_path(dir, step, path, sizeof(path));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t got = 0;
+    int rc = read_all(fd, text, sizeof(text) - 1, &got);
+    close(fd);
+    if (rc < 0)
+        return 0;
+    text[got] = '\0';
+    const char *p = strstr(text, " run ");
+    if (strncmp(text, MARKER_TEXT, strlen(MARKER_TEXT)) != 0 || !p)
+        return 0;
+    char *end;
+    uint64_t run = strtoull(p + 5, &end, 16);
+    return end == p + 5 + 16 && *end == '\n' ? run : 0;
+}
+
+static int cmp_entry_desc(const void *a, const void *b)
+{
+    uint64_t x = ((const struct mg_ckpt_entry *)a)->step;
+    uint64_t y = ((const struct mg_ckpt_entry *)b)->step;
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int mg_ckpt_list(const char *dir, uint64_t *steps, int max)
+int mg_ckpt_list_runs(const char *dir, const struct mg_ckpt_owner *own, struct mg_ckpt_entry *out,
+                      int max)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -485,40 +581,55 @@ int mg_ckpt_list(const char *dir, uint64_t *steps, int max)
         mg_ckpt_path(dir, step, path, sizeof(path));
         if (stat(path, &st) < 0 || max < 1)
             continue;
+        uint64_t run = marker_run(dir, step);
+        if (own && !mg_ckpt_owner_has(own, run))
+            continue;
         if (n < max) {
-            steps[n++] = step;
+            out[n++] = (struct mg_ckpt_entry){step, run};
             continue;
         }
         /* Full: the newest max are kept, whatever order readdir gives. */
         int oldest = 0;
         for (int k = 1; k < n; k++)
-            if (steps[k] < steps[oldest])
+            if (out[k].step < out[oldest].step)
                 oldest = k;
-        if (step > steps[oldest])
-            steps[oldest] = step;
+        if (step > out[oldest].step)
+            out[oldest] = (struct mg_ckpt_entry){step, run};
     }
     closedir(d);
-    qsort(steps, (size_t)n, sizeof(*steps), cmp_desc);
+    qsort(out, (size_t)n, sizeof(*out), cmp_entry_desc);
     return n;
 }
 
-int mg_ckpt_prune(const char *dir, int keep)
+int mg_ckpt_list(const char *dir, uint64_t *steps, int max)
 {
-    uint64_t *steps = calloc(MG_CKPT_MAX_LIST, sizeof(*steps));
+    struct mg_ckpt_entry *e = calloc(max > 0 ? (size_t)max : 1, sizeof(*e));
+    if (!e)
+        return -ENOMEM;
+    int n = mg_ckpt_list_runs(dir, NULL, e, max);
+    for (int i = 0; i < n; i++)
+        steps[i] = e[i].step;
+    free(e);
+    return n;
+}
+
+int mg_ckpt_prune(const char *dir, int keep, const struct mg_ckpt_owner *own)
+{
+    struct mg_ckpt_entry *list = calloc(MG_CKPT_MAX_LIST, sizeof(*list));
     char path[MG_CKPT_PATH_MAX];
     int rc = 0;
-    if (!steps)
+    if (!list)
         return -ENOMEM;
-    int n = mg_ckpt_list(dir, steps, MG_CKPT_MAX_LIST);
+    int n = mg_ckpt_list_runs(dir, own, list, MG_CKPT_MAX_LIST);
     if (n < 0) {
-        free(steps);
+        free(list);
         return n;
     }
     for (int i = keep > 0 ? keep : n; i < n; i++) {
-        mg_ckpt_marker_path(dir, steps[i], path, sizeof(path));
+        mg_ckpt_marker_path(dir, list[i].step, path, sizeof(path));
         if (unlink(path) < 0 && errno != ENOENT)
             rc = -errno;
-        mg_ckpt_path(dir, steps[i], path, sizeof(path));
+        mg_ckpt_path(dir, list[i].step, path, sizeof(path));
         if (unlink(path) < 0 && errno != ENOENT)
             rc = -errno;
     }
@@ -528,7 +639,7 @@ int mg_ckpt_prune(const char *dir, int keep)
         struct dirent *e;
         while (d && (e = readdir(d))) {
             uint64_t step;
-            int stale_file = parse_name(e->d_name, ".mgc", &step) && step < steps[0];
+            int stale_file = parse_name(e->d_name, ".mgc", &step) && step < list[0].step;
             int tmp = strncmp(e->d_name, "ckpt-", 5) == 0 && strstr(e->d_name, ".tmp.");
             if (!stale_file && !tmp)
                 continue;
@@ -545,6 +656,119 @@ int mg_ckpt_prune(const char *dir, int keep)
         if (d)
             closedir(d);
     }
-    free(steps);
+    free(list);
     return rc;
+}
+
+/* ---- the owner record ---------------------------------------------------------- */
+
+#define OWNER_HEADER "mg checkpoint directory owner, format 1\n"
+#define OWNER_MAX    8192
+
+int mg_ckpt_owner_has(const struct mg_ckpt_owner *o, uint64_t run)
+{
+    if (o->run == run)
+        return 1;
+    for (int i = 0; i < o->nadopted; i++)
+        if (o->adopted[i] == run)
+            return 1;
+    return 0;
+}
+
+void mg_ckpt_owner_adopt(struct mg_ckpt_owner *o, uint64_t run)
+{
+    if (mg_ckpt_owner_has(o, run))
+        return;
+    if (o->nadopted == MG_CKPT_MAX_ADOPTED) {
+        memmove(o->adopted, o->adopted + 1, (MG_CKPT_MAX_ADOPTED - 1) * sizeof(o->adopted[0]));
+        o->nadopted--;
+    }
+    o->adopted[o->nadopted++] = run;
+}
+
+static int parse_hex16(const char *p, uint64_t *out)
+{
+    for (int i = 0; i < 16; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+            return -1;
+    *out = strtoull(p, NULL, 16);
+    return 0;
+}
+
+static int parse_owner(char *text, struct mg_ckpt_owner *o)
+{
+    memset(o, 0, sizeof(*o));
+    if (strncmp(text, OWNER_HEADER, strlen(OWNER_HEADER)) != 0)
+        return -1;
+    int have_run = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text + strlen(OWNER_HEADER), "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        uint64_t h;
+        if (strncmp(line, "run ", 4) == 0 && !have_run) {
+            if (parse_hex16(line + 4, &h) < 0 || (line[20] != ' ' && line[20] != '\0'))
+                return -1;
+            o->run = h;
+            snprintf(o->run_id, sizeof(o->run_id), "%s", line[20] ? line + 21 : "");
+            have_run = 1;
+        } else if (strncmp(line, "adopted ", 8) == 0) {
+            if (parse_hex16(line + 8, &h) < 0 || line[24] != '\0' ||
+                o->nadopted == MG_CKPT_MAX_ADOPTED)
+                return -1;
+            o->adopted[o->nadopted++] = h;
+        } else {
+            return -1;
+        }
+    }
+    return have_run ? 0 : -1;
+}
+
+int mg_ckpt_owner_read(const char *dir, struct mg_ckpt_owner *o, char *err)
+{
+    char path[MG_CKPT_PATH_MAX];
+    snprintf(path, sizeof(path), "%s/" MG_CKPT_OWNER_FILE, dir);
+    memset(o, 0, sizeof(*o));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = -errno;
+        if (rc == -ENOENT || rc == -ENOTDIR)
+            return 0;
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot open '%s': %s", path, mg_strerror(rc));
+    }
+    char *text = malloc(OWNER_MAX + 1);
+    size_t got = 0;
+    int rc = text ? read_all(fd, text, OWNER_MAX + 1, &got) : -ENOMEM;
+    close(fd);
+    if (rc < 0) {
+        free(text);
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot read '%s': %s", path, mg_strerror(rc));
+    }
+    text[got > OWNER_MAX ? OWNER_MAX : got] = '\0';
+    rc = got > OWNER_MAX || strlen(text) != got ? -1 : parse_owner(text, o);
+    free(text);
+    if (rc < 0)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                         "'%s' is not a checkpoint directory's owner record", path);
+    return 1;
+}
+
+int mg_ckpt_owner_write(const char *dir, const struct mg_ckpt_owner *o, char *err)
+{
+    char path[MG_CKPT_PATH_MAX], text[OWNER_MAX], id[MG_CKPT_RUN_ID_MAX + 1];
+    int rc = mg_mkdir_p(dir, 0755);
+    if (rc < 0)
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot create checkpoint directory '%s': %s", dir,
+                         mg_strerror(rc));
+    /* the id is for people: one line of it */
+    snprintf(id, sizeof(id), "%s", o->run_id);
+    for (char *c = id; *c; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = '?';
+    size_t len = (size_t)snprintf(text, sizeof(text), OWNER_HEADER "run %016" PRIx64 "%s%s\n",
+                                  o->run, *id ? " " : "", id);
+    for (int i = 0; i < o->nadopted && i < MG_CKPT_MAX_ADOPTED; i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "adopted %016" PRIx64 "\n",
+                                o->adopted[i]);
+    snprintf(path, sizeof(path), "%s/" MG_CKPT_OWNER_FILE, dir);
+    return write_small(dir, path, text, len, err);
 }

@@ -32,9 +32,12 @@
  * size; a resharded run is a different (valid) run.
  *
  * Checkpoint content (sections of checkpoint.h, layouts in
- * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM and one RANK
- * section per rank (its dropout generator). Restoring all of it makes a
- * resumed run bit-identical to one that never stopped.
+ * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM, one RANK
+ * section per rank (its dropout generator) and CONFIG (the run's id and
+ * configuration, which a resume compares with its own). Restoring all of it makes a
+ * resumed run bit-identical to one that never stopped. A sharded optimizer
+ * (ZeRO-1) saves its whole state, gathered, in the same layout, and takes its
+ * shard of one on load: the files are the same with and without it.
  *
  * A function with a `char *err` argument writes what went wrong there: a
  * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
@@ -60,6 +63,23 @@ struct mg_train_hooks {
     int (*broadcast_params)(void *ctx, float *param_buf, size_t count);
     /* sum n doubles across ranks in place (evaluation and loss reporting) */
     int (*reduce_sums)(void *ctx, double *sums, int n);
+    /* ZeRO-1, a sharded optimizer (ddp.h), when begin_update is set:
+     * shard_len  parameters of this rank's shard: the optimizer keeps state
+     *            for these only;
+     * begin_update  at the start of every step, with the optimizer and the
+     *            step's learning rate; reduce_grads then returns with the
+     *            update applied to every rank's parameters (each rank updates
+     *            its shard, the shards are gathered), and the trainer only
+     *            counts the step;
+     * gather_state  the whole optimizer state (nvec vectors of the model's
+     *            nparams floats, the checkpoint's layout) from every rank's
+     *            shard, on every rank: a collective; full has room for nvec x
+     *            shard_len x world floats (the padded length);
+     * shard_state  this rank's shard of a whole state (local). */
+    size_t shard_len;
+    int (*begin_update)(void *ctx, struct mg_optim *opt, double lr);
+    int (*gather_state)(void *ctx, const float *shard, float *full, int nvec);
+    void (*shard_state)(void *ctx, const float *full, float *shard, int nvec);
 };
 
 struct mg_train_config {
@@ -70,7 +90,12 @@ struct mg_train_config {
     int rank, world;
     int drop_last;        /* training sampler: DistributedSampler's drop_last */
     long global_batch;    /* --global-batch-size (batch_size = ceil(G / world)), 0: none */
-    uint64_t run_id_hash; /* mg_run_id_hash of the launcher's run id, 0: none */
+    uint64_t run_id_hash; /* mg_run_id_hash(run_id) */
+    const char *run_id;   /* the run's identity (docs/train.md, "Checkpoints belong to a run") */
+    /* "key value" lines that describe the run (model, data, optimizer, lr
+     * schedule, batch), stored in checkpoints' CONFIG section; at most
+     * MG_RUN_CONFIG_MAX bytes. NULL: none. */
+    const char *run_config;
     struct mg_optim_config optim;
     struct mg_schedule sched;
 };
@@ -81,6 +106,7 @@ struct mg_rank_state {
     struct mg_rng_state dropout;
 };
 #define MG_RANK_STATE_BYTES 32
+#define MG_RUN_CONFIG_MAX   4096
 
 struct mg_step_stats {
     double loss_sum; /* over this rank's samples of the step */
@@ -100,10 +126,15 @@ struct mg_resume_info {
     long global_batch;
     double lr;
     uint64_t run_id_hash;
-    long epoch;    /* 0-based epoch the run goes on with */
-    long position; /* positions of that epoch's order already taken */
-    long left;     /* samples of that epoch not taken yet (n - position, or 0) */
-    long per_rank; /* samples each rank takes in the rest of the pass */
+    /* What the checkpoint's CONFIG (or, for a file without one, META's
+     * informational fields) says differently from cfg.run_config, as
+     * "key A (this run: B), ..."; "" when nothing. */
+    char config_diff[MG_ERRMSG_LEN];
+    long epoch;          /* 0-based epoch the run goes on with */
+    long position;       /* positions of that epoch's order already taken */
+    long left;           /* samples of that epoch not taken yet (n - position, or 0) */
+    long per_rank;       /* samples each rank takes in the rest of the pass */
+    uint64_t state_hash; /* mg_hash64 of the whole optimizer state it held */
 };
 
 struct mg_eval_sums {
@@ -131,7 +162,10 @@ struct mg_trainer {
     struct mg_resume_info resumed; /* what the last mg_trainer_load found */
     float *x_host;                 /* [max_batch * sample] */
     int32_t *y_host;
-    float *host_state; /* [nparams + optimizer state] for checkpoints */
+    float *host_state; /* [nparams + the whole optimizer state] for checkpoints; a
+                          sharded optimizer's: [nparams] */
+    float *gathered;   /* ZeRO: the whole optimizer state gathered for this step's
+                          checkpoint (freed by the save, or the next step) */
 };
 
 /* ---- steps and evaluation (trainer.c) ------------------------------------------- */
@@ -162,6 +196,15 @@ int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out);
 
 /* ---- checkpoint content and resume (trainer_ckpt.c) ----------------------------- */
 
+/* Floats of the whole optimizer state: what a checkpoint holds (with ZeRO,
+ * more than this rank keeps). */
+size_t mg_trainer_state_count(const struct mg_trainer *t);
+/* Every rank, before rank 0's mg_trainer_save, when the optimizer is sharded
+ * (ZeRO): gathers the whole optimizer state (a collective) into a buffer that
+ * lives until the save (or the next step: a shard stays a shard between
+ * checkpoints). Does nothing otherwise. */
+int mg_trainer_gather_state(struct mg_trainer *t);
+
 /* The hash checkpoints record for a launcher's run id (TORCHELASTIC_RUN_ID):
  * 0 for NULL, "" and "none" (no job identity). */
 uint64_t mg_run_id_hash(const char *run_id);
@@ -182,27 +225,32 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
  * drop_last, seed, dataset size or optimizer differ, or the batch per rank
  * differs where that is not a reshard's doing (same world size, or neither
  * run's --global-batch-size explains it); or the file's errors
- * (checkpoint.h). */
+ * (checkpoint.h). A file whose sizes are more than a checkpoint of this model
+ * can hold is -MG_ETOOBIG, found before anything big is allocated. Other
+ * differences of configuration do not stop the load: they are in
+ * t->resumed.config_diff for the caller to judge. */
 int mg_trainer_load(struct mg_trainer *t, const char *path, char *err);
+
+/* What mg_trainer_load reads at most from a checkpoint (checkpoint.h): what a
+ * checkpoint of this model can hold with any optimizer and any world size. */
+void mg_trainer_ckpt_bound(const struct mg_trainer *t, struct mg_ckpt_bound *b);
 
 #define MG_RESUME_MAX_SKIPPED 8
 struct mg_resume_report {
     int found;
-    int other_run; /* only_run given and the newest intact checkpoint is another run's */
     uint64_t step;
     char path[MG_CKPT_PATH_MAX];
     int nskipped; /* corrupt newer checkpoints passed over */
     char skipped[MG_RESUME_MAX_SKIPPED][MG_ERRMSG_LEN];
 };
 
-/* Loads the newest complete checkpoint in dir that reads back intact; a
- * corrupt one (format, truncation, CRC, version) is recorded in rep and the
- * next older is tried. No checkpoint at all: returns 0 with rep->found = 0.
- * Only corrupt ones: -MG_ECRC (or the last error). A configuration or shape
- * mismatch stops at once (it would not be better in an older file).
- * only_run != 0: load it only when it records that run id hash; otherwise
- * return 0 with found = 0, other_run = 1 and its step, loading nothing. */
-int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t only_run,
+/* Loads the newest complete checkpoint in dir that reads back intact, among
+ * the checkpoints of own's runs (own NULL: of any run); a corrupt one
+ * (format, truncation, CRC, version, sizes) is recorded in rep and the next
+ * older is tried. No checkpoint at all: returns 0 with rep->found = 0. Only
+ * corrupt ones: -MG_ECRC (or the last error). A configuration or shape
+ * mismatch stops at once (it would not be better in an older file). */
+int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, const struct mg_ckpt_owner *own,
                              struct mg_resume_report *rep, char *err);
 
 #endif

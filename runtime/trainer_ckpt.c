@@ -15,6 +15,9 @@
 
 #define META_BYTES      256
 #define OPTIM_HDR_BYTES 24
+#define SECTION_BYTES   16          /* a section's header (checkpoint.c) */
+#define MAX_WORLD       (1 << 20)   /* MG_DIST_MAX_WORLD */
+#define FUTURE_SLACK    (64u << 10) /* sections a later writer may add */
 
 uint64_t mg_run_id_hash(const char *run_id)
 {
@@ -95,12 +98,53 @@ static void pack_meta(const struct mg_trainer *t, unsigned char *p)
     mg_put_u64(p + 160, (uint64_t)epoch_position(t));
 }
 
+/* The CONFIG section: "run_id <id>" then the run's configuration lines. */
+static char *config_text(const struct mg_trainer *t, size_t *len)
+{
+    const char *id = t->cfg.run_id ? t->cfg.run_id : "";
+    const char *conf = t->cfg.run_config ? t->cfg.run_config : "";
+    size_t cap = strlen(id) + strlen(conf) + 16;
+    char *text = malloc(cap);
+    if (!text)
+        return NULL;
+    int n = snprintf(text, cap, "run_id %s\n%s", id, conf);
+    *len = (size_t)n < MG_RUN_CONFIG_MAX ? (size_t)n : MG_RUN_CONFIG_MAX;
+    return text;
+}
+
+size_t mg_trainer_state_count(const struct mg_trainer *t)
+{
+    return (size_t)mg_optim_state_vectors(&t->opt.cfg) * t->model->nparams;
+}
+
+int mg_trainer_gather_state(struct mg_trainer *t)
+{
+    int nvec = mg_optim_state_vectors(&t->opt.cfg);
+    if (!t->hooks.gather_state || !nvec)
+        return 0;
+    size_t room = t->hooks.shard_len * (size_t)t->cfg.world;
+    if (room < t->model->nparams)
+        room = t->model->nparams;
+    free(t->gathered);
+    t->gathered = malloc((size_t)nvec * room * sizeof(float));
+    if (!t->gathered)
+        return -ENOMEM;
+    int rc = t->hooks.gather_state(t->hooks.ctx, t->opt.state, t->gathered, nvec);
+    if (rc < 0) {
+        free(t->gathered);
+        t->gathered = NULL;
+    }
+    return rc;
+}
+
 int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
                     int nranks, char *err)
 {
     struct mg_model *m = t->model;
     unsigned char meta[META_BYTES], ohdr[OPTIM_HDR_BYTES];
     unsigned char *tensors = NULL, *rank_blobs = NULL;
+    char *config = NULL;
+    size_t config_len = 0;
     struct mg_ckpt_section *secs = NULL;
     struct mg_rank_state own;
     int rc, n = 0;
@@ -112,18 +156,26 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     }
     tensors = calloc((size_t)m->ntensors, MG_TENSOR_REC_BYTES);
     rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
-    secs = calloc((size_t)nranks + 5, sizeof(*secs));
-    if (!tensors || !rank_blobs || !secs) {
+    secs = calloc((size_t)nranks + 6, sizeof(*secs));
+    config = config_text(t, &config_len);
+    if (!tensors || !rank_blobs || !secs || !config) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory writing a checkpoint");
         goto out;
     }
     pack_meta(t, meta);
     for (int i = 0; i < m->ntensors; i++)
         mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
-    float *hp = t->host_state, *hs = t->host_state + m->nparams;
+    int sharded = t->hooks.gather_state != NULL;
+    float *hp = t->host_state, *hs = !sharded ? hp + m->nparams : t->gathered ? t->gathered : hp;
+    size_t nstate = mg_trainer_state_count(t);
     mg_model_get_params(m, hp);
-    if (t->opt.state_count)
-        m->be->ops->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
+    if (sharded && nstate && !t->gathered) {
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
+                       "the sharded optimizer state was not gathered for this checkpoint");
+        goto out;
+    }
+    if (nstate && !sharded) /* a sharded state was gathered into hs */
+        m->be->ops->download(m->be, hs, t->opt.state, nstate * sizeof(float));
     rc = m->be->ops->sync(m->be);
     if (rc < 0) {
         mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot copy the parameters from the device: %s",
@@ -133,7 +185,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
     mg_put_u32(ohdr + 4, 0);
     mg_put_u64(ohdr + 8, t->opt.steps);
-    mg_put_u64(ohdr + 16, t->opt.state_count);
+    mg_put_u64(ohdr + 16, nstate);
 
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
@@ -142,14 +194,14 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     /* OPTIM is its header then the state: two sections with the same tag would be
      * ambiguous, so the header goes in index 0 and the state in index 1 */
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, ohdr};
-    secs[n++] =
-        (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), hs};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), hs};
     for (int r = 0; r < nranks; r++) {
         unsigned char *b = rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
         mg_rank_state_pack(&ranks[r], b);
         secs[n++] =
             (struct mg_ckpt_section){MG_CKPT_TAG_RANK, ranks[r].rank, MG_RANK_STATE_BYTES, b};
     }
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_CONFIG, 0, config_len, config};
     struct mg_ckpt_info info = {
         /* version 1 readers read everything but a pass that began mid-epoch */
         .version = t->epoch_start ? 2 : 1,
@@ -158,9 +210,14 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         .world_size = (uint32_t)t->cfg.world,
     };
     rc = mg_ckpt_write(dir, &info, secs, n, err);
+    if (sharded) { /* the shard is all this rank keeps */
+        free(t->gathered);
+        t->gathered = NULL;
+    }
 out:
     free(tensors);
     free(rank_blobs);
+    free(config);
     free(secs);
     return rc;
 }
@@ -329,6 +386,103 @@ static int restore_rank_state(struct mg_trainer *t, const struct mg_ckpt_file *f
     return 0;
 }
 
+void mg_trainer_ckpt_bound(const struct mg_trainer *t, struct mg_ckpt_bound *b)
+{
+    const struct mg_model *m = t->model;
+    /* every section this version writes, with the largest optimizer state
+     * (AdamW: 2 floats per parameter): another optimizer's checkpoint is a
+     * configuration mismatch to report, not a file to refuse unread */
+    b->fixed = 8 * SECTION_BYTES + META_BYTES + (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES +
+               OPTIM_HDR_BYTES + 3 * (uint64_t)m->nparams * sizeof(float) + MG_RUN_CONFIG_MAX +
+               FUTURE_SLACK;
+    b->per_rank = SECTION_BYTES + MG_RANK_STATE_BYTES;
+    b->max_world = MAX_WORLD;
+}
+
+/* The value of key in "key value" lines, or NULL. */
+static const char *config_find(const char *text, size_t len, const char *key, size_t klen,
+                               size_t *vlen)
+{
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *eol = nl ? nl : end;
+        if ((size_t)(eol - p) > klen && memcmp(p, key, klen) == 0 && p[klen] == ' ') {
+            *vlen = (size_t)(eol - p) - klen - 1;
+            return p + klen + 1;
+        }
+        p = eol + 1;
+    }
+    return NULL;
+}
+
+static void diff_add(char *out, size_t cap, const char *key, size_t klen, const char *was,
+                     size_t wlen, const char *now, size_t nlen)
+{
+    size_t used = strlen(out);
+    if (used + 1 >= cap)
+        return;
+    snprintf(out + used, cap - used, "%s%.*s %.*s (this run: %.*s)", used ? ", " : "", (int)klen,
+             key, (int)wlen, was, (int)nlen, now);
+}
+
+/* What the checkpoint says differently from this run's configuration. A
+ * file without CONFIG (written before it existed) has only META's base lr
+ * and schedule, comparable when the world size (which --scale-lr may have
+ * multiplied in) is the same. */
+static void config_diff(const struct mg_trainer *t, const struct mg_ckpt_file *f,
+                        const unsigned char *meta, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const struct mg_ckpt_section *s = mg_ckpt_find(f, MG_CKPT_TAG_CONFIG, 0);
+    const char *mine = t->cfg.run_config;
+    if (s && mine) {
+        const char *p = mine;
+        while (*p) {
+            size_t line = strcspn(p, "\n"), klen = strcspn(p, " \n");
+            size_t vlen, nlen = line > klen ? line - klen - 1 : 0;
+            /* the batch is checked against META with the resharding rules */
+            int skip = klen == 5 && memcmp(p, "batch", 5) == 0;
+            const char *was = skip ? NULL : config_find(s->data, s->len, p, klen, &vlen);
+            if (was && (vlen != nlen || memcmp(was, p + klen + 1, nlen) != 0))
+                diff_add(out, cap, p, klen, was, vlen, p + klen + 1, nlen);
+            p += line + (p[line] == '\n');
+        }
+        return;
+    }
+    if (s || mg_get_u32(meta + 72) != (uint32_t)t->cfg.world)
+        return;
+    char was[64], now[64];
+    double lr;
+    uint64_t bits = mg_get_u64(meta + 112);
+    memcpy(&lr, &bits, 8);
+    if (lr != t->cfg.sched.base_lr) {
+        snprintf(was, sizeof(was), "%.9g", lr);
+        snprintf(now, sizeof(now), "%.9g", t->cfg.sched.base_lr);
+        diff_add(out, cap, "lr", 2, was, strlen(was), now, strlen(now));
+    }
+    uint32_t kind = mg_get_u32(meta + 120);
+    if (kind != (uint32_t)t->cfg.sched.kind) {
+        snprintf(was, sizeof(was), "%s", mg_sched_name((enum mg_sched_kind)kind));
+        snprintf(now, sizeof(now), "%s", mg_sched_name(t->cfg.sched.kind));
+        diff_add(out, cap, "schedule", 8, was, strlen(was), now, strlen(now));
+    }
+}
+
+/* A partial read (checkpoint.h): the header promised more than a checkpoint
+ * of this model holds. Another model's file is still told apart by its META
+ * and TENSORS, which come first; anything else is a damaged or crafted file. */
+static int check_partial(const struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
+                         char *err)
+{
+    struct mg_ckpt_bound b;
+    mg_trainer_ckpt_bound(t, &b);
+    return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
+                     "'%s': the header says the payload inflates to %" PRIu64
+                     " bytes, more than a checkpoint of this model holds (%" PRIu64 ")",
+                     path, f->info.raw_bytes, b.fixed + b.per_rank * f->info.world_size);
+}
+
 static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
                      char *err)
 {
@@ -337,7 +491,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     int rc = 0;
     s = need(f, MG_CKPT_TAG_META, 0, META_BYTES, path, "META", err, &rc);
     if (!s)
-        return rc;
+        return f->partial ? check_partial(t, f, path, err) : rc;
     const unsigned char *meta = s->data;
     rc = check_meta(t, meta, path, err);
     if (rc < 0)
@@ -345,7 +499,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     s = need(f, MG_CKPT_TAG_TENSORS, 0, (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, path,
              "TENSORS", err, &rc);
     if (!s)
-        return rc;
+        return f->partial ? check_partial(t, f, path, err) : rc;
     for (int i = 0; i < m->ntensors; i++) {
         const unsigned char *r = (const unsigned char *)s->data + (size_t)i * MG_TENSOR_REC_BYTES;
         struct mg_tensor c = {0};
@@ -368,6 +522,8 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
                              path, i, c.name, a, x->name, b);
         }
     }
+    if (f->partial)
+        return check_partial(t, f, path, err);
     rc = check_config(t, meta, path, err);
     if (rc < 0)
         return rc;
@@ -379,14 +535,14 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     if (!s)
         return rc;
     const unsigned char *oh = s->data;
-    if (mg_get_u64(oh + 16) != t->opt.state_count)
+    size_t nstate = mg_trainer_state_count(t);
+    if (mg_get_u64(oh + 16) != nstate)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
                          "(different momentum setting?)",
-                         path, mg_get_u64(oh + 16), t->opt.state_count);
+                         path, mg_get_u64(oh + 16), nstate);
     const struct mg_ckpt_section *ostate =
-        need(f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
-             err, &rc);
+        need(f, MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), path, "optimizer state", err, &rc);
     if (!ostate)
         return rc;
 
@@ -400,6 +556,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     memcpy(&ri->lr, &lr_bits, 8);
     ri->run_id_hash = mg_get_u64(meta + 152);
     ri->resharded = ri->world != t->cfg.world;
+    config_diff(t, f, meta, ri->config_diff, sizeof(ri->config_diff));
     /* everything is checked before anything changes: a refused file leaves the trainer as it was */
     struct mg_trainer before = *t;
     rc = restore_position(t, f, meta, path, err);
@@ -411,8 +568,12 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
         return rc;
     }
     mg_model_set_params(m, params->data);
-    if (t->opt.state_count)
-        m->be->ops->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
+    if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
+        t->hooks.shard_state(t->hooks.ctx, ostate->data, t->opt.state,
+                             mg_optim_state_vectors(&t->opt.cfg));
+    else if (nstate)
+        m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
+    ri->state_hash = mg_hash64(ostate->data, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);
@@ -424,7 +585,9 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
 int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
 {
     struct mg_ckpt_file f;
-    int rc = mg_ckpt_read(path, &f, err);
+    struct mg_ckpt_bound b;
+    mg_trainer_ckpt_bound(t, &b);
+    int rc = mg_ckpt_read_bounded(path, &b, &f, err);
     if (rc < 0)
         return rc;
     rc = load_file(t, &f, path, err);
@@ -438,15 +601,15 @@ static int is_corruption(int rc)
            rc == -MG_ETOOBIG || rc == -ENOENT || rc == -EIO;
 }
 
-int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t only_run,
+int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, const struct mg_ckpt_owner *own,
                              struct mg_resume_report *rep, char *err)
 {
-    uint64_t *steps = calloc(MG_CKPT_MAX_LIST, sizeof(*steps));
+    struct mg_ckpt_entry *list = calloc(MG_CKPT_MAX_LIST, sizeof(*list));
     int rc, last = 0;
     memset(rep, 0, sizeof(*rep));
-    if (!steps)
+    if (!list)
         return mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory");
-    int n = mg_ckpt_list(dir, steps, MG_CKPT_MAX_LIST);
+    int n = mg_ckpt_list_runs(dir, own, list, MG_CKPT_MAX_LIST);
     if (n < 0) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, n, "cannot list checkpoint directory '%s': %s", dir,
                        mg_strerror(n));
@@ -454,25 +617,11 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t onl
     }
     for (int i = 0; i < n; i++) {
         char path[MG_CKPT_PATH_MAX], msg[MG_ERRMSG_LEN];
-        struct mg_ckpt_file f;
-        mg_ckpt_path(dir, steps[i], path, sizeof(path));
-        rc = mg_ckpt_read(path, &f, msg);
-        if (rc == 0) {
-            const struct mg_ckpt_section *meta = mg_ckpt_find(&f, MG_CKPT_TAG_META, 0);
-            if (only_run && meta && meta->len >= META_BYTES &&
-                mg_get_u64((const unsigned char *)meta->data + 152) != only_run) {
-                mg_ckpt_file_release(&f);
-                rep->other_run = 1;
-                rep->step = steps[i];
-                snprintf(rep->path, sizeof(rep->path), "%s", path);
-                goto out;
-            }
-            rc = load_file(t, &f, path, msg);
-            mg_ckpt_file_release(&f);
-        }
+        mg_ckpt_path(dir, list[i].step, path, sizeof(path));
+        rc = mg_trainer_load(t, path, msg);
         if (rc == 0) {
             rep->found = 1;
-            rep->step = steps[i];
+            rep->step = list[i].step;
             snprintf(rep->path, sizeof(rep->path), "%s", path);
             goto out;
         }
@@ -489,6 +638,6 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, uint64_t onl
                          "no intact checkpoint in '%s' (newest problem: %s)", dir, rep->skipped[0])
              : 0;
 out:
-    free(steps);
+    free(list);
     return rc;
 }

@@ -125,6 +125,11 @@ void mg_opdesc_text(const struct mg_opdesc *d, char *buf, size_t len)
         snprintf(buf, len, "allreduce%s of %llu float%s",
                  d->kind == MG_OP_ALLREDUCE_AVG ? " (avg)" : "", n / 4, n / 4 == 1 ? "" : "s");
         break;
+    case MG_OP_REDUCE_SCATTER_SUM:
+    case MG_OP_REDUCE_SCATTER_AVG:
+        snprintf(buf, len, "reduce-scatter%s of %llu float%s per rank",
+                 d->kind == MG_OP_REDUCE_SCATTER_AVG ? " (avg)" : "", n / 4, n / 4 == 1 ? "" : "s");
+        break;
     case MG_OP_BROADCAST:
         snprintf(buf, len, "broadcast of %llu byte%s from rank %d", n, n == 1 ? "" : "s",
                  (int)d->root);
@@ -219,6 +224,36 @@ int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t le
     if ((len && (!send || !recv)) || len > SIZE_MAX / 2 / (size_t)c->world)
         return -EINVAL;
     return c->ops->allgather(c, send, recv, len, resolve_timeout(c, timeout_ms));
+}
+
+int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                           enum mg_reduce_op op, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if ((recv_count && (!send || !recv)) ||
+        recv_count > SIZE_MAX / sizeof(float) / 2 / (size_t)c->world ||
+        (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
+        return -EINVAL;
+    /* in place, or apart */
+    uintptr_t s0 = (uintptr_t)send, s1 = s0 + (size_t)c->world * recv_count * sizeof(float);
+    uintptr_t r0 = (uintptr_t)recv, r1 = r0 + recv_count * sizeof(float);
+    if (recv_count && r0 != s0 + (size_t)c->rank * recv_count * sizeof(float) && r1 > s0 && r0 < s1)
+        return -EINVAL;
+    if (!c->ops->reduce_scatter)
+        return -MG_EUNSUPPORTED;
+    return c->ops->reduce_scatter(c, send, recv, recv_count, op, resolve_timeout(c, timeout_ms));
+}
+
+int mg_comm_wait_event(struct mg_comm *c, void *event)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if (!event || !c->ops->wait_event)
+        return 0;
+    return c->ops->wait_event(c, event);
 }
 
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms)

@@ -4,8 +4,9 @@
  * Backends, one of which mg_comm_create() picks: the CPU backend (comm_cpu.c,
  * set up by comm_cpu_boot.c: shared memory between the ranks of a host, a
  * pipelined TCP ring between hosts, hierarchical when a job has both) and
- * NCCL (mg_comm_nccl_create, from the CUDA plugin). The world-size-1 backend
- * (comm_single.c) does nothing, quickly.
+ * NCCL (mg_comm_nccl_create: runtime/cuda/comm_nccl.c in the CUDA plugin; its
+ * buffers are device memory). The world-size-1 backend (comm_single.c) does
+ * nothing, quickly.
  *
  * Contract for every backend:
  * - Every rank calls the same collectives in the same order with the same
@@ -23,11 +24,26 @@
  *   with the same message. The job is expected to exit and be restarted.
  * - A communicator is used by one thread at a time (DDP's communication thread,
  *   or the main thread while that one is idle).
- * - Buffers may be anywhere in memory; allreduce works in place.
+ * - Buffers may be anywhere in memory; allreduce works in place, and so may
+ *   allgather and reduce-scatter (this rank's block of the whole buffer).
  * - Memory from mem_alloc (registered memory, like NCCL's user buffer
  *   registration) may make collectives on it faster: the CPU backend then sums
  *   the ranks' buffers in place, without staging copies (zero-copy). Any
- *   buffer gives the same bits; registration is only about speed. */
+ *   buffer gives the same bits; registration is only about speed.
+ *
+ * Device buffers and overlap (NCCL). A collective runs on the communicator's
+ * own CUDA stream and returns once it has finished on the device, so the host
+ * thread that called it (DDP's communication thread) waits and can time out,
+ * while the compute stream goes on. Before it starts, the device waits for
+ * the work it depends on: by default everything queued so far on
+ * opts->stream (the backend's compute stream); after wait_event(c, ev), only
+ * what was queued before the backend recorded ev (mg_backend_event_record).
+ * That is how DDP will send a bucket as soon as backward has queued its
+ * layers, without blocking the host: in the `ready` callback the main thread
+ * records an event and hands (bucket, event) to the communication thread,
+ * which calls mg_comm_wait_event() and then mg_comm_allreduce() on it; the
+ * optimizer, queued after the communication thread reports the bucket done,
+ * reads finished sums. (Phase 2 wires this into ddp.c.) */
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
@@ -69,6 +85,14 @@ struct mg_comm_ops {
     /* Every rank's len bytes of send land at recv + rank * len, on every rank.
      * send may be recv + rank * len (in place). */
     int (*allgather)(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+    /* Optional (NULL: mg_comm_reduce_scatter says -MG_EUNSUPPORTED).
+     * send holds world * recv_count floats; rank r receives the sum (or
+     * average) over the ranks of chunk r, send[r * recv_count, (r + 1) *
+     * recv_count): the same bits an allreduce of send would leave there. recv
+     * may be send + rank * recv_count (in place); otherwise the two do not
+     * overlap. Nothing else of send changes. */
+    int (*reduce_scatter)(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                          enum mg_reduce_op op, int timeout_ms);
     /* Returns once every rank has entered the barrier. */
     int (*barrier)(struct mg_comm *c, int timeout_ms);
     void (*release)(struct mg_comm *c);
@@ -80,6 +104,11 @@ struct mg_comm_ops {
     int (*mem_alloc)(struct mg_comm *c, size_t bytes, void **out, int timeout_ms);
     /* Local: no other rank takes part. */
     void (*mem_free)(struct mg_comm *c, void *p);
+    /* Optional (NULL: nothing to order, as on the CPU). The next collective
+     * starts on the device once the work recorded by event (a backend's
+     * event_record) is done, instead of all the work queued on opts->stream.
+     * Local and quick: the host never waits here. */
+    int (*wait_event)(struct mg_comm *c, void *event);
 };
 
 /* Fields common to every backend; a backend embeds this first. */
@@ -114,7 +143,11 @@ struct mg_comm_opts {
     size_t tcp_segment;    /* TCP ring pipeline segment in bytes (0 = default 256 KiB) */
     int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
     int on_cuda;           /* the ranks compute on CUDA: MG_COMM_AUTO means NCCL */
-    int device_index;      /* NCCL: the CUDA device of this rank */
+    int device_index;      /* NCCL: the CUDA device of this rank (LOCAL_RANK within the
+                              CUDA_VISIBLE_DEVICES mglaunch sets); -1 = the calling
+                              thread's current device, set by the caller */
+    void *stream;          /* NCCL: the compute stream (mg_backend.stream) collectives
+                              wait for; NULL = the legacy default stream */
 };
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
@@ -135,21 +168,20 @@ int mg_comm_create(struct mg_comm **out, struct mg_store *store, const struct mg
 int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
                        const struct mg_comm_opts *opts, char *err, size_t errlen);
 
-/* NCCL, from the CUDA plugin (built when nvcc, cuDNN and NCCL were found). */
-#if MG_HAVE_NCCL
+/* NCCL, from the CUDA plugin (runtime/gpu_plugin.c loads it; -MG_EUNSUPPORTED
+ * in a build without one). Every rank calls it at the same time. Rank 0 makes
+ * NCCL's unique id and publishes it in the store under a key scoped to
+ * opts->run_id and opts->restart_count, so a restarted group never reads the
+ * id of the attempt before; the others wait for it (opts->init_timeout_ms).
+ * Each rank then starts NCCL on device opts->device_index (non-blocking
+ * init, polled against the same deadline). A rank that fails says so in the
+ * store, and the others stop waiting and name it. Collectives are polled
+ * against their deadline: on a timeout, NCCL's asynchronous error, or a rank
+ * whose store connection closed (its process died), the communicator is
+ * aborted and broken, and its message names the operation and, through the
+ * store, the rank that failed or was waited for. */
 int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *store,
                         const struct mg_comm_opts *opts, char *err, size_t errlen);
-#else
-static inline int mg_comm_nccl_create(struct mg_comm **out, struct mg_store *store,
-                                      const struct mg_comm_opts *opts, char *err, size_t errlen)
-{
-    (void)store;
-    (void)opts;
-    *out = 0;
-    return mg_seterr(err, errlen, -MG_EUNSUPPORTED,
-                     "this build has no NCCL communicator (it was built without nvcc and NCCL)");
-}
-#endif
 
 /* World size 1 (comm_single.c): every collective is a no-op (with the same
  * argument checks). */
@@ -160,7 +192,13 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
                       int timeout_ms);
 int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms);
 int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+/* -EINVAL for recv overlapping send other than in place; -MG_EUNSUPPORTED
+ * from a backend without it. */
+int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                           enum mg_reduce_op op, int timeout_ms);
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
+/* 0 at once when the communicator has no wait_event or event is NULL. */
+int mg_comm_wait_event(struct mg_comm *c, void *event);
 void mg_comm_release(struct mg_comm *c);
 /* Registered memory (see mem_alloc): 0 and *out, or a negative code (a failed
  * collective, -EINVAL for 0 bytes, -ENOMEM). Free it with mg_comm_mem_free()

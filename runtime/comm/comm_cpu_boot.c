@@ -1,14 +1,20 @@
 /* Bootstrap of the CPU communicator through the store (mg_comm_cpu_create).
  *
- * Each rank publishes under mg/comm/rank/<r> its host identity (the kernel's
- * boot id plus the mount and pid namespaces: two containers that share a kernel
- * but not /dev/shm are two hosts), hostname, pid and a listening TCP address;
- * every rank reads all of them and derives the same layout. A host's leader
- * creates the shared memory segment, named from the run id, the restart count
- * and a per-job nonce chosen by rank 0 (restarts and concurrent jobs never
- * collide), publishes the name; the name is unlinked once every local rank
- * has attached (or by whichever local rank gives up before that): nothing is
- * left in /dev/shm even when the job is SIGKILLed. Ring members connect to the
+ * Each rank but 0 publishes under mg/comm/rank/<r> its host identity (the
+ * kernel's boot id plus the mount and pid namespaces: two containers that share
+ * a kernel but not /dev/shm are two hosts), hostname, pid and a listening TCP
+ * address. Rank 0 reads them all and publishes them, with its own and a
+ * per-job nonce, as one value, mg/comm/peers, which every other rank reads:
+ * one round trip for each of them instead of one per rank (and W reads for the
+ * store instead of W x W), the same for one host or a thousand. A job whose
+ * records would not fit one value (over MG_STORE_MAX_VALUE) falls back to
+ * everyone reading every record. Every rank derives the same layout. A host's
+ * leader creates the shared memory segment as a memfd, which has no name: it
+ * goes with the last process that holds it, so nothing is ever left in
+ * /dev/shm, whichever rank dies at whichever step. The leader publishes its pid
+ * and the descriptor's number; the others open it through /proc/<pid>/fd/<n>
+ * (the header's nonce, chosen by rank 0, proves it is this job's segment).
+ * Ring members connect to the
  * next member and accept from the previous one; a hello carrying the nonce and
  * the rank keeps stray connections out. A final barrier over the new
  * communicator proves every path works.
@@ -22,8 +28,10 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,18 +114,6 @@ static int parse_info(const char *text, struct rank_info *ri)
     return ri->port > 0 && ri->port < 65536 ? 0 : -MG_EPROTO;
 }
 
-static void sanitize(const char *in, char *out, size_t len)
-{
-    size_t j = 0;
-    for (; in && *in && j + 1 < len; in++) {
-        char ch = *in;
-        int keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                   (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
-        out[j++] = keep ? ch : '_';
-    }
-    out[j] = '\0';
-}
-
 /* Accepts connections until one says hello from want_rank with our nonce. */
 static int accept_prev(int lfd, int want_rank, uint64_t nonce, int64_t deadline_ms, int *fd_out)
 {
@@ -189,8 +185,6 @@ struct boot {
     int *ring_ranks;  /* [world] */
     int nhosts, nlocal, my_host, local_rank;
     int all_ring; /* MG_COMM=tcp */
-    char shm_name[160];
-    int shm_named; /* shm_name is still in /dev/shm */
     struct mg_shm *shm;
     struct mg_ring *ring;
 };
@@ -212,28 +206,19 @@ static int get_key(struct boot *b, const char *key, void **val)
     return mg_store_get(b->store, key, val, &len, left < 1 ? 1 : left);
 }
 
-/* The job's nonce, chosen by rank 0. */
-static int agree_nonce(struct boot *b)
+/* The job's nonce, chosen by rank 0 (the others learn it in exchange_peers). */
+static void choose_nonce(struct boot *b)
 {
-    char text[32];
-    void *val;
-    int rc;
-    if (b->rank == 0) {
-        if (getrandom(&b->nonce, sizeof(b->nonce), 0) != sizeof(b->nonce))
-            b->nonce = (uint64_t)mg_now_us() ^ ((uint64_t)getpid() << 32);
-        snprintf(text, sizeof(text), "%016" PRIx64, b->nonce);
-        rc = mg_store_set(b->store, KEY_PREFIX "nonce", text, strlen(text), 0);
-        if (rc)
-            return boot_err(b, rc, "publishing the communicator's nonce in the store: %s",
-                            mg_strerror(rc));
-        return 0;
-    }
-    rc = get_key(b, KEY_PREFIX "nonce", &val);
-    if (rc)
-        return boot_err(b, rc, "waiting for rank 0 to set up the communicator: %s", why(rc));
-    b->nonce = strtoull(val, NULL, 16);
-    free(val);
-    return 0;
+    if (b->rank != 0)
+        return;
+    if (getrandom(&b->nonce, sizeof(b->nonce), 0) != sizeof(b->nonce))
+        b->nonce = (uint64_t)mg_now_us() ^ ((uint64_t)getpid() << 32);
+}
+
+static void format_info(const struct rank_info *ri, char *text, size_t len)
+{
+    snprintf(text, len, "1\n%s\n%s\n%d\n%s\n%d\n", ri->host_id, ri->hostname, ri->pid, ri->addr,
+             ri->port);
 }
 
 /* What this rank is, and where its ring connection can reach it. */
@@ -271,8 +256,9 @@ static int publish_self(struct boot *b)
             return boot_err(b, rc, "cannot find this host's address: %s", mg_strerror(rc));
     }
     me->port = port;
-    snprintf(text, sizeof(text), "1\n%s\n%s\n%d\n%s\n%d\n", me->host_id, me->hostname, me->pid,
-             me->addr, me->port);
+    if (b->rank == 0) /* its record goes out with everyone's */
+        return 0;
+    format_info(me, text, sizeof(text));
     snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", b->rank);
     rc = mg_store_set(b->store, key, text, strlen(text), 0);
     if (rc)
@@ -281,12 +267,12 @@ static int publish_self(struct boot *b)
     return 0;
 }
 
-/* Every other rank's record, in rank order. */
-static int read_peers(struct boot *b)
+/* The records of ranks [from, world) but this one's, one key each. */
+static int read_records(struct boot *b, int from)
 {
     char key[128];
     void *val;
-    for (int r = 0; r < b->world; r++) {
+    for (int r = from; r < b->world; r++) {
         if (r == b->rank)
             continue;
         snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", r);
@@ -299,6 +285,67 @@ static int read_peers(struct boot *b)
             return boot_err(b, rc, "rank %d published a malformed address in the store", r);
     }
     return 0;
+}
+
+/* Rank 0 gathers every record and publishes them as mg/comm/peers: "<nonce
+ * hex>\n<count>\n" then count records in rank order (count 1, rank 0's only,
+ * when all of them would not fit one value: the others then read each rank's
+ * own key). Every other rank reads that one key. */
+static int exchange_peers(struct boot *b)
+{
+    void *val;
+    size_t len;
+    int rc;
+    if (b->rank == 0) {
+        rc = read_records(b, 1);
+        if (rc)
+            return rc;
+        size_t cap = (size_t)b->world * INFO_MAX + 64, at;
+        if (cap > MG_STORE_MAX_VALUE)
+            cap = INFO_MAX + 64; /* too many: rank 0's record only */
+        char *text = malloc(cap);
+        if (!text)
+            return boot_err(b, -ENOMEM, "out of memory");
+        int all = cap > INFO_MAX + 64 || b->world == 1;
+        at = (size_t)snprintf(text, cap, "%016" PRIx64 "\n%d\n", b->nonce, all ? b->world : 1);
+        for (int r = 0; r < (all ? b->world : 1); r++) {
+            format_info(&b->info[r], text + at, cap - at);
+            at += strlen(text + at);
+        }
+        rc = mg_store_set(b->store, KEY_PREFIX "peers", text, at, 0);
+        free(text);
+        if (rc)
+            return boot_err(b, rc, "publishing the ranks' addresses in the store: %s",
+                            mg_strerror(rc));
+        return 0;
+    }
+    int left = mg_ms_until(b->deadline);
+    rc = mg_store_get(b->store, KEY_PREFIX "peers", &val, &len, left < 1 ? 1 : left);
+    if (rc)
+        return boot_err(b, rc, "waiting for rank 0 to gather the ranks' addresses: %s", why(rc));
+    const char *p = val;
+    char *end;
+    int count = 0;
+    b->nonce = strtoull(p, &end, 16);
+    if (*end == '\n')
+        count = (int)strtol(end + 1, &end, 10);
+    if (*end != '\n' || (count != b->world && count != 1)) {
+        free(val);
+        return boot_err(b, -MG_EPROTO, "rank 0 published malformed addresses in the store");
+    }
+    p = end + 1;
+    for (int r = 0; r < count && !rc; r++) {
+        struct rank_info ri;
+        rc = parse_info(p, &ri);
+        for (int k = 0; k < 6 && !rc; k++)
+            p = strchr(p, '\n') + 1; /* parse_info checked the six lines */
+        if (!rc && r != b->rank)
+            b->info[r] = ri;
+    }
+    free(val);
+    if (rc)
+        return boot_err(b, rc, "rank 0 published a malformed address in the store");
+    return count == 1 ? read_records(b, 1) : 0;
 }
 
 /* Hosts numbered in order of their lowest rank; this host's ranks. Every rank
@@ -334,12 +381,28 @@ static int plan_hosts(struct boot *b)
     return 0;
 }
 
-/* Shared memory within the host: the leader creates and publishes the
- * segment, the others attach; its name goes once all are in. */
+/* A debugging knob for the tests of what a dead rank leaves behind
+ * (docs/distributed.md): MG_COMM_DEBUG_KILL=STEP[@RANK] makes the rank
+ * (every rank without @RANK) SIGKILL itself when the bootstrap reaches STEP. */
+static void debug_kill(const struct boot *b, const char *step)
+{
+    const char *v = getenv("MG_COMM_DEBUG_KILL");
+    if (!v || !*v)
+        return;
+    size_t n = strcspn(v, "@");
+    if (strlen(step) != n || strncmp(v, step, n) != 0)
+        return;
+    if (v[n] == '@' && atoi(v + n + 1) != b->rank)
+        return;
+    raise(SIGKILL);
+}
+
+/* Shared memory within the host: the leader creates the segment and
+ * publishes where it is; the others open it from the leader's descriptor. */
 static int attach_shm(struct boot *b)
 {
     const struct mg_comm_opts *opts = b->opts;
-    char key[128], run[48];
+    char key[128], text[64];
     void *val;
     int rc;
     if (b->all_ring || b->nlocal <= 1)
@@ -347,9 +410,6 @@ static int attach_shm(struct boot *b)
     if (b->nlocal > MG_SHM_MAX_LOCAL)
         return boot_err(b, -MG_ECONFIG, "%d ranks on host %s: at most %d can share memory",
                         b->nlocal, b->info[b->rank].hostname, MG_SHM_MAX_LOCAL);
-    sanitize(opts->run_id && *opts->run_id ? opts->run_id : "none", run, sizeof(run));
-    snprintf(b->shm_name, sizeof(b->shm_name), "/mg-%s-r%d-%016" PRIx64 "-h%d", run,
-             opts->restart_count, b->nonce, b->my_host);
     struct mg_shm_cfg cfg = {.nlocal = b->nlocal,
                              .local_rank = b->local_rank,
                              .ranks = b->local_ranks,
@@ -358,35 +418,47 @@ static int attach_shm(struct boot *b)
                                                             : -1};
     snprintf(key, sizeof(key), KEY_PREFIX "shm/%d", b->my_host);
     if (b->local_rank == 0) {
-        rc = mg_shm_create(&b->shm, b->shm_name, b->nonce, &cfg);
+        rc = mg_shm_create(&b->shm, NULL, b->nonce, &cfg);
         if (rc)
-            return boot_err(b, rc, "cannot create shared memory segment /dev/shm%s: %s",
-                            b->shm_name, mg_strerror(rc));
-        b->shm_named = 1;
-        rc = mg_store_set(b->store, key, b->shm_name, strlen(b->shm_name), 0);
+            return boot_err(b, rc, "cannot create the shared memory segment: %s", mg_strerror(rc));
+        debug_kill(b, "shm-created");
+        snprintf(text, sizeof(text), "%d %d", (int)getpid(), mg_shm_fd(b->shm));
+        rc = mg_store_set(b->store, key, text, strlen(text), 0);
         if (rc)
-            return boot_err(b, rc, "publishing the shared memory name: %s", mg_strerror(rc));
+            return boot_err(b, rc, "publishing the shared memory segment: %s", mg_strerror(rc));
+        debug_kill(b, "shm-published");
     } else {
+        int leader = b->local_ranks[0], pid = 0, fd = -1;
         rc = get_key(b, key, &val);
         if (rc)
-            return boot_err(b, rc, "waiting for rank %d to create shared memory: %s",
-                            b->local_ranks[0], why(rc));
-        snprintf(b->shm_name, sizeof(b->shm_name), "%s", (char *)val);
+            return boot_err(b, rc, "waiting for rank %d to create shared memory: %s", leader,
+                            why(rc));
+        int ok = sscanf(val, "%d %d", &pid, &fd) == 2 && pid > 0 && fd >= 0;
         free(val);
-        rc = mg_shm_attach(&b->shm, b->shm_name, b->nonce, &cfg);
+        if (!ok)
+            return boot_err(b, -MG_EPROTO, "rank %d published a malformed shared memory address",
+                            leader);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+        int sfd = open(path, O_RDWR | O_CLOEXEC);
+        if (sfd < 0) {
+            rc = -errno;
+            return boot_err(b, rc,
+                            "cannot open rank %d's shared memory segment through %s: %s (the "
+                            "ranks of a host must run as one user; MG_COMM=tcp does without "
+                            "shared memory)",
+                            leader, path, rc == -ENOENT ? "rank gone" : mg_strerror(rc));
+        }
+        rc = mg_shm_attach_fd(&b->shm, sfd, b->nonce, &cfg);
         if (rc)
-            return boot_err(b, rc, "cannot attach shared memory segment /dev/shm%s: %s",
-                            b->shm_name, mg_strerror(rc));
-        b->shm_named = 1;
+            return boot_err(b, rc, "cannot attach rank %d's shared memory segment: %s", leader,
+                            mg_strerror(rc));
+        debug_kill(b, "shm-attached");
     }
     struct mg_fault f = {0};
     rc = mg_shm_wait_attached(b->shm, b->deadline, &f);
     if (rc)
         return boot_err(b, rc, "waiting for rank %d to attach shared memory: %s", f.peer, why(rc));
-    /* Everyone is in: the name can go (any local rank may remove it, and
-     * one that fails before this point does, so nothing leaks). */
-    mg_shm_unlink(b->shm_name);
-    b->shm_named = 0;
     return 0;
 }
 
@@ -466,8 +538,6 @@ static int assemble_and_check(struct boot *b, struct mg_comm **out)
 
 static void boot_release(struct boot *b)
 {
-    if (b->shm_named)
-        mg_shm_unlink(b->shm_name);
     mg_shm_release(b->shm);
     mg_ring_release(b->ring);
     if (b->lfd >= 0)
@@ -506,20 +576,31 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     int rc = 0;
     if (!b.info || !b.host_of || !b.first || !b.local_ranks || !b.ring_ranks)
         rc = boot_err(&b, -ENOMEM, "out of memory");
-    if (!rc)
-        rc = agree_nonce(&b);
-    if (!rc)
+    choose_nonce(&b);
+    if (!rc) {
+        debug_kill(&b, "nonce");
         rc = publish_self(&b);
-    if (!rc)
-        rc = read_peers(&b);
+    }
+    if (!rc) {
+        debug_kill(&b, "published");
+        rc = exchange_peers(&b);
+    }
     if (!rc)
         rc = plan_hosts(&b);
-    if (!rc)
+    if (!rc) {
+        debug_kill(&b, "planned");
         rc = attach_shm(&b);
-    if (!rc)
+    }
+    if (!rc) {
+        debug_kill(&b, "shm-ready");
         rc = connect_ring(&b);
-    if (!rc)
+    }
+    if (!rc) {
+        debug_kill(&b, "ring");
         rc = assemble_and_check(&b, out);
+    }
+    if (!rc)
+        debug_kill(&b, "checked");
     boot_release(&b);
     return rc;
 }

@@ -129,7 +129,7 @@ is "$(ls /dev/shm | grep -c "^mg-$RUN_ID-")" 0 \
     "no shared memory (gradients in registered memory included) left in /dev/shm"
 
 # ---- a corrupt newest checkpoint: fall back to the one before, on every rank ----
-newest=$(ls "$T/ck_ref" | grep -v -e done -e '\.tmp' | sort | tail -n 1)
+newest=$(ls "$T/ck_ref" | grep "\.mgc$" | sort | tail -n 1)
 printf 'garbage' | dd of="$T/ck_ref/$newest" bs=1 seek=100 conv=notrunc 2>/dev/null
 launch 2 "$TRAIN" $ARGS --checkpoint-dir "$T/ck_ref" --resume auto --steps 105
 is "$?" 0 "resume past a corrupt newest checkpoint"

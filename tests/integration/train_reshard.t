@@ -4,7 +4,7 @@
 # and step, goes on from the same place in the epoch, warns about what changed
 # (world size, effective batch, lr) and finishes with a sane loss; --epochs is
 # counted from the checkpoint's place; a group of the same job (same
-# TORCHELASTIC_RUN_ID) resumes without --resume, another job's does not;
+# TORCHELASTIC_RUN_ID) resumes without --resume, another job's is refused;
 # --global-batch-size keeps the effective batch; a changed batch per process
 # is refused. Which samples a resharded pass takes is tested exactly in
 # test_data (sampler) and test_checkpoint (trainer).
@@ -63,13 +63,16 @@ is "$(resume_hash c)" "$(done_hash b)" "from the parameters the 2 processes ende
 like "$(cat "$T/c.out")" "world size 2 -> 3, effective batch 64 -> 96 .*; epoch 3 begins" "2 -> 3 after the epoch ended"
 like "$(cat "$T/c.out")" "train: 3 epochs now end at step 42" "29 + 13 steps"
 
-# another job (another run id) does not pick up these checkpoints by itself
+# another job (another run id) neither picks up these checkpoints by itself
+# nor writes among them: it is refused, saying whose they are and what to do
 cp -r "$CK" "$T/ck2"
+before=$(cd "$T/ck2" && ls | sort | tr '\n' ' ')
 "$MGLAUNCH" --nproc_per_node 2 --rdzv_id job2 --log_dir "$T/logs" "$TRAIN" $ARGS \
     --checkpoint-dir "$T/ck2" --batch-size 32 --steps 3 >"$T/d.out" 2>&1
-is $? 0 "another job in the same directory"
-like "$(cat "$T/d.out")" "warning: '$T/ck2' holds another run's checkpoints \(newest: step 42\); starting from step 0 \(pass --resume auto" \
-    "starts from step 0 with a warning"
+is $? 1 "another job in the same directory is refused"
+like "$(cat "$T/d.out")" "'$T/ck2' holds the checkpoints of another run, 'job1' \(newest: step 42\); this run is 'job2'. Pass --resume auto" \
+    "naming the run that owns it and both ways out"
+is "$(cd "$T/ck2" && ls | sort | tr '\n' ' ')" "$before" "and leaves the directory as it was"
 
 # a changed batch per process is refused; --global-batch-size keeps the effective batch
 launch e 2 job1 --batch-size 16 --epochs 4 --resume auto

@@ -5,7 +5,9 @@
  * one that never stopped (SGD and AdamW, dropout, gradient accumulation, an
  * epoch boundary); shape and configuration mismatches are refused; a
  * checkpoint resumed with another world size (resharding) continues from the
- * same parameters, step and place in the epoch, every sample once.
+ * same parameters, step and place in the epoch, every sample once; owner
+ * records and the runs in markers keep listing and pruning to a run's own;
+ * a crafted file is read no further than a checkpoint of the model holds.
  * timeout: 120 */
 #include "checkpoint.h"
 #include "mg_err.h"
@@ -88,7 +90,7 @@ static void test_container(void)
 
     uint64_t steps[8];
     is_int(mg_ckpt_list(dir, steps, 8), 0, "not listed before its completion marker");
-    is_int(mg_ckpt_mark_complete(dir, 42, err), 0, "mark complete");
+    is_int(mg_ckpt_mark_complete(dir, 42, 0, err), 0, "mark complete");
     ok(mg_ckpt_list(dir, steps, 8) == 1 && steps[0] == 42, "listed once marked");
 
     /* corruptions, each on a fresh copy */
@@ -158,7 +160,7 @@ static void test_prune(void)
         struct mg_ckpt_info info = {.step = step};
         mg_ckpt_write(sub, &info, &sec, 1, err);
         if (step != 50)
-            mg_ckpt_mark_complete(sub, step, err);
+            mg_ckpt_mark_complete(sub, step, 0, err);
     }
     snprintf(path, sizeof(path), "%s/ckpt-000000000020.mgc.tmp.999", sub);
     FILE *f = fopen(path, "w");
@@ -170,7 +172,7 @@ static void test_prune(void)
     ok(n == 2 && steps[0] == 40 && steps[1] == 30,
        "a short list holds the newest, whatever order the directory gives: %d %llu %llu", n,
        (unsigned long long)steps[0], (unsigned long long)steps[1]);
-    is_int(mg_ckpt_prune(sub, 2), 0, "prune to 2");
+    is_int(mg_ckpt_prune(sub, 2, NULL), 0, "prune to 2");
     n = mg_ckpt_list(sub, steps, 8);
     ok(n == 2 && steps[0] == 40 && steps[1] == 30, "the two newest remain");
     mg_ckpt_path(sub, 10, path, sizeof(path));
@@ -181,6 +183,93 @@ static void test_prune(void)
     ok(access(path, F_OK) != 0, "temporary leftovers removed");
     snprintf(path, sizeof(path), "%s/nothing-here", dir);
     is_int(mg_ckpt_list(path, steps, 8), 0, "a missing directory has no checkpoints");
+}
+
+/* ---- owner records, runs in markers ------------------------------------------------- */
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        BAIL_OUT("write %s", path);
+}
+
+static void test_owner(void)
+{
+    char err[MG_ERRMSG_LEN], sub[300], path[MG_CKPT_PATH_MAX];
+    struct mg_ckpt_owner o, back;
+    snprintf(sub, sizeof(sub), "%s/owner", dir);
+    is_int(mg_ckpt_owner_read(sub, &back, err), 0, "no directory: no owner");
+    memset(&o, 0, sizeof(o));
+    o.run = 0x1234;
+    snprintf(o.run_id, sizeof(o.run_id), "job\nwith a newline");
+    mg_ckpt_owner_adopt(&o, 0);
+    mg_ckpt_owner_adopt(&o, 0xabc);
+    mg_ckpt_owner_adopt(&o, 0xabc);
+    mg_ckpt_owner_adopt(&o, 0x1234);
+    is_int(o.nadopted, 2, "adopting is idempotent and never the owner itself");
+    is_int(mg_ckpt_owner_write(sub, &o, err), 0, "write an owner record (creating the directory)");
+    is_int(mg_ckpt_owner_read(sub, &back, err), 1, "read it back");
+    ok(back.run == 0x1234 && !strcmp(back.run_id, "job?with a newline") && back.nadopted == 2 &&
+           back.adopted[0] == 0 && back.adopted[1] == 0xabc,
+       "run, id (one line of it) and adopted runs: %s", back.run_id);
+    ok(mg_ckpt_owner_has(&back, 0x1234) && mg_ckpt_owner_has(&back, 0xabc) &&
+           mg_ckpt_owner_has(&back, 0) && !mg_ckpt_owner_has(&back, 0x999),
+       "membership");
+    struct mg_ckpt_owner full = {.run = 1};
+    for (uint64_t r = 100; r < 100 + MG_CKPT_MAX_ADOPTED + 3; r++)
+        mg_ckpt_owner_adopt(&full, r);
+    ok(full.nadopted == MG_CKPT_MAX_ADOPTED && full.adopted[0] == 103 &&
+           mg_ckpt_owner_has(&full, 100 + MG_CKPT_MAX_ADOPTED + 2),
+       "a full list forgets the oldest");
+
+    snprintf(path, sizeof(path), "%s/" MG_CKPT_OWNER_FILE, sub);
+    const char *bad[] = {"", "mg checkpoint directory owner, format 1\n",
+                         "mg checkpoint directory owner, format 2\nrun 0000000000001234 x\n",
+                         "mg checkpoint directory owner, format 1\nrun 12345 x\n",
+                         "mg checkpoint directory owner, format 1\nrun 0000000000001234\nwho?\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_text(path, bad[i]);
+        is_int(mg_ckpt_owner_read(sub, &back, err), -MG_EFORMAT, "not an owner record: case %zu",
+               i);
+    }
+    write_text(path, "mg checkpoint directory owner, format 1\nrun 0000000000001234\n");
+    ok(mg_ckpt_owner_read(sub, &back, err) == 1 && back.run == 0x1234 && !back.run_id[0],
+       "a record without an id");
+
+    /* markers record their run; listing and pruning keep to the owner's */
+    struct mg_ckpt_section sec = {1, 0, 4, "abcd"};
+    uint64_t run_of[] = {0xa, 0xb, 0, 0xa, 0xa};
+    for (int i = 0; i < 5; i++) {
+        uint64_t step = 10 * (uint64_t)(i + 1);
+        struct mg_ckpt_info info = {.step = step};
+        mg_ckpt_write(sub, &info, &sec, 1, err);
+        mg_ckpt_mark_complete(sub, step, run_of[i], err);
+    }
+    mg_ckpt_marker_path(sub, 30, path, sizeof(path));
+    write_text(path,
+               "mg checkpoint complete: step 30\n"); /* as written before runs were recorded */
+    struct mg_ckpt_info stale = {.step = 35};
+    mg_ckpt_write(sub, &stale, &sec, 1, err);
+    struct mg_ckpt_entry e[8];
+    int n = mg_ckpt_list_runs(sub, NULL, e, 8);
+    ok(n == 5 && e[0].step == 50 && e[0].run == 0xa && e[2].step == 30 && e[2].run == 0 &&
+           e[3].run == 0xb,
+       "every complete checkpoint with the run its marker records");
+    struct mg_ckpt_owner a = {.run = 0xa};
+    n = mg_ckpt_list_runs(sub, &a, e, 8);
+    ok(n == 3 && e[0].step == 50 && e[1].step == 40 && e[2].step == 10, "only run a's");
+    mg_ckpt_owner_adopt(&a, 0);
+    n = mg_ckpt_list_runs(sub, &a, e, 8);
+    ok(n == 4 && e[2].step == 30, "and the unrecorded ones it adopted");
+    struct mg_ckpt_owner only_a = {.run = 0xa};
+    is_int(mg_ckpt_prune(sub, 1, &only_a), 0, "prune run a's to 1");
+    uint64_t steps[8];
+    n = mg_ckpt_list(sub, steps, 8);
+    ok(n == 3 && steps[0] == 50 && steps[1] == 30 && steps[2] == 20,
+       "run a's older ones are gone; run b's and the unrecorded one are not");
+    mg_ckpt_path(sub, 35, path, sizeof(path));
+    ok(access(path, F_OK) != 0, "an unmarked file older than the run's newest is removed");
 }
 
 /* ---- trainer-level round trips ---------------------------------------------------------- */
@@ -235,7 +324,7 @@ static void resume_case(const char *what, const char *model, const struct mg_mod
         BAIL_OUT("%s", err);
     steps(&a, K);
     is_int(mg_trainer_save(&a.t, sub, NULL, 0, err), 0, "%s: save after %d steps", what, K);
-    mg_ckpt_mark_complete(sub, (uint64_t)K, err);
+    mg_ckpt_mark_complete(sub, (uint64_t)K, 0, err);
     mg_ckpt_path(sub, (uint64_t)K, path, sizeof(path));
     /* b: a fresh process that restores the checkpoint */
     mg_model_init_params(&b.m, 77); /* different weights: everything must come from the file */
@@ -305,25 +394,126 @@ static void mismatch_cases(void)
     /* newest corrupt: fall back to the previous one, with a report */
     steps(&a, 1);
     mg_trainer_save(&a.t, sub, NULL, 0, err);
-    mg_ckpt_mark_complete(sub, 2, err);
-    mg_ckpt_mark_complete(sub, 3, err);
+    mg_ckpt_mark_complete(sub, 2, 0, err);
+    mg_ckpt_mark_complete(sub, 3, 0, err);
     mg_ckpt_path(sub, 3, path, sizeof(path));
     flip(path, file_size(path) / 2);
     make(&b, "mlp", &wide, MG_OPTIM_SGD, 1, 5, 1, err);
     struct mg_resume_report rep;
-    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), 0, "resume with a corrupt newest");
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), 0, "resume with a corrupt newest");
     ok(rep.found && rep.step == 2 && b.t.step == 2, "fell back to step 2");
     ok(rep.nskipped == 1 && strstr(rep.skipped[0], "checksum"), "reported: %s", rep.skipped[0]);
     mg_ckpt_path(sub, 2, path, sizeof(path));
     flip(path, file_size(path) / 2);
-    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), -MG_ECRC, "all corrupt: an error");
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), -MG_ECRC, "all corrupt: an error");
     ok(strstr(err, "no intact checkpoint"), "message: %s", err);
     drop(&b);
     make(&b, "mlp", &narrow, MG_OPTIM_SGD, 1, 5, 1, err);
     snprintf(sub, sizeof(sub), "%s/empty", dir);
-    is_int(mg_trainer_resume_latest(&b.t, sub, 0, &rep, err), 0,
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), 0,
            "no checkpoint directory: no error");
     ok(!rep.found && b.t.step == 0, "nothing found, training starts at step 0");
+    drop(&b);
+    drop(&a);
+}
+
+/* ---- bounded reads -------------------------------------------------------------------- */
+
+/* A copy of src with an unknown section of extra zero bytes before the end:
+ * valid CRCs, a stream that inflates to all of it. */
+static void craft(const char *src, const char *dst, uint64_t extra)
+{
+    char err[MG_ERRMSG_LEN];
+    struct mg_ckpt_file f;
+    if (mg_ckpt_read(src, &f, err) < 0)
+        BAIL_OUT("%s", err);
+    struct mg_ckpt_section *secs = calloc((size_t)f.nsections + 1, sizeof(*secs));
+    void *zeros = calloc(1, extra);
+    if (!secs || !zeros)
+        BAIL_OUT("out of memory");
+    memcpy(secs, f.sections, (size_t)f.nsections * sizeof(*secs));
+    secs[f.nsections] = (struct mg_ckpt_section){99, 0, extra, zeros};
+    char sub[300];
+    snprintf(sub, sizeof(sub), "%s/craft", dir);
+    struct mg_ckpt_info info = f.info;
+    info.step = 1;
+    if (mg_ckpt_write(sub, &info, secs, f.nsections + 1, err) < 0)
+        BAIL_OUT("%s", err);
+    char path[MG_CKPT_PATH_MAX];
+    mg_ckpt_path(sub, 1, path, sizeof(path));
+    if (rename(path, dst) != 0)
+        BAIL_OUT("rename");
+    free(zeros);
+    free(secs);
+    mg_ckpt_file_release(&f);
+}
+
+static void bounded_cases(void)
+{
+    char err[MG_ERRMSG_LEN], sub[300], path[MG_CKPT_PATH_MAX], p3[MG_CKPT_PATH_MAX],
+        p4[MG_CKPT_PATH_MAX];
+    struct setup a, b, wide;
+    struct mg_model_options mo = {.hidden = {32}, .nhidden = 1},
+                            big = {.hidden = {256}, .nhidden = 1};
+    snprintf(sub, sizeof(sub), "%s/bound", dir);
+    make(&a, "mlp", &mo, MG_OPTIM_SGD, 1, 5, 1, err);
+    steps(&a, 2);
+    mg_trainer_save(&a.t, sub, NULL, 0, err);
+    mg_ckpt_mark_complete(sub, 2, 0, err);
+    mg_ckpt_path(sub, 2, path, sizeof(path));
+    mg_ckpt_path(sub, 3, p3, sizeof(p3));
+    mg_ckpt_path(sub, 4, p4, sizeof(p4));
+
+    struct mg_ckpt_bound bound;
+    mg_trainer_ckpt_bound(&a.t, &bound);
+    uint64_t extra = 16u << 20;
+    ok(bound.fixed < extra / 8, "the bound of a %zu-parameter model: %llu bytes + %llu per rank",
+       a.m.nparams, (unsigned long long)bound.fixed, (unsigned long long)bound.per_rank);
+    craft(path, p3, extra);
+    mg_ckpt_mark_complete(sub, 3, 0, err);
+    struct mg_ckpt_file f;
+    is_int(mg_ckpt_read(p3, &f, err), 0, "the crafted file is a valid checkpoint (unbounded read)");
+    const struct mg_ckpt_section *junk = mg_ckpt_find(&f, 99, 0);
+    ok(junk && junk->len == extra && !f.partial, "with %llu bytes of junk",
+       (unsigned long long)extra);
+    mg_ckpt_file_release(&f);
+    is_int(mg_ckpt_read_bounded(p3, &bound, &f, err), 0, "a bounded read of it");
+    ok(f.partial && mg_ckpt_find(&f, MG_CKPT_TAG_META, 0) && !mg_ckpt_find(&f, 99, 0),
+       "is partial: what comes first is there, the junk is not");
+    mg_ckpt_file_release(&f);
+
+    make(&b, "mlp", &mo, MG_OPTIM_SGD, 1, 5, 1, err);
+    is_int(mg_trainer_load(&b.t, p3, err), -MG_ETOOBIG, "the trainer refuses it as too big");
+    ok(strstr(err, "more than a checkpoint of this model holds") != NULL, "message: %s", err);
+
+    /* a header edit: a raw size of 60 GiB with its CRC fixed */
+    copy_file(path, p4);
+    unsigned char h[MG_CKPT_HEADER_SIZE];
+    FILE *fp = fopen(p4, "rb");
+    if (!fp || fread(h, 1, sizeof(h), fp) != sizeof(h))
+        BAIL_OUT("read header");
+    fclose(fp);
+    mg_put_u64(h + 24, (uint64_t)60 << 30);
+    mg_put_u32(h + 60, (uint32_t)crc32(0, h, 60));
+    poke(p4, 0, h, sizeof(h));
+    mg_ckpt_mark_complete(sub, 4, 0, err);
+    is_int(mg_trainer_load(&b.t, p4, err), -MG_EFORMAT, "a header promising 60 GiB: corrupt");
+    ok(strstr(err, "bad compressed payload") != NULL, "message: %s", err);
+
+    struct mg_resume_report rep;
+    is_int(mg_trainer_resume_latest(&b.t, sub, NULL, &rep, err), 0, "resume past both");
+    ok(rep.found && rep.step == 2 && rep.nskipped == 2, "from step 2, two skipped");
+
+    /* another model's checkpoint, bigger than the bound, is still a shape mismatch */
+    make(&wide, "mlp", &big, MG_OPTIM_ADAMW, 1, 5, 1, err);
+    snprintf(sub, sizeof(sub), "%s/bound-wide", dir);
+    mg_trainer_save(&wide.t, sub, NULL, 0, err);
+    mg_ckpt_path(sub, 0, path, sizeof(path));
+    is_int(mg_trainer_load(&b.t, path, err), -MG_ESHAPE, "a bigger model's checkpoint");
+    ok(strstr(err, "0.weight [256, 784] in the checkpoint, 0.weight [32, 784] in the model") !=
+           NULL,
+       "message: %s", err);
+    drop(&wide);
     drop(&b);
     drop(&a);
 }
@@ -387,7 +577,7 @@ static void group_save(struct group *g, const char *sub, char *path)
     for (int r = 0; r < g->world; r++)
         mg_trainer_rank_state(&g->r[r].t, &states[r]);
     if (mg_trainer_save(&g->r[0].t, sub, states, g->world, err) < 0 ||
-        mg_ckpt_mark_complete(sub, (uint64_t)g->r[0].t.step, err) < 0)
+        mg_ckpt_mark_complete(sub, (uint64_t)g->r[0].t.step, 0, err) < 0)
         BAIL_OUT("%s", err);
     mg_ckpt_path(sub, (uint64_t)g->r[0].t.step, path, MG_CKPT_PATH_MAX);
 }
@@ -598,6 +788,8 @@ int main(void)
     resume_case("mlp-adamw-accum", "mlp", &drop_opt, MG_OPTIM_ADAMW, 2, 4);
     resume_case("cnn-sgd", "cnn", NULL, MG_OPTIM_SGD, 1, 5);
     mismatch_cases();
+    test_owner();
+    bounded_cases();
     reshard_case(3, 8, 2, 8, 0, 2);   /* shrink: 34 per rank, 48 taken, 26 each after */
     reshard_case(2, 8, 3, 8, 0, 3);   /* grow */
     reshard_case(3, 8, 2, 8, 1, 2);   /* drop_last */

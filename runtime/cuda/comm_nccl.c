@@ -1,0 +1,866 @@
+/* The NCCL communicator (struct mg_comm_ops on NCCL; contract in comm.h).
+ *
+ * Bootstrap through the store the CPU communicator uses, under keys scoped to
+ * the run and the restart (mg/nccl/<run>/<restart>/...), so a restarted group
+ * never reads an id or a failure of the attempt before:
+ *   id          rank 0's ncclUniqueId ("I" + 128 bytes), or why it has none ("E" + text)
+ *   up/<r>      rank r has started (persistent)
+ *   alive/<r>   rank r's store connection is open (ephemeral: it goes when the
+ *               process dies, so up without alive means a dead rank)
+ *   fail/<r>    what went wrong on rank r (persistent, first failure only)
+ * NCCL starts non-blocking (ncclCommInitRankConfig, blocking = 0) and is
+ * polled against the init timeout; then an allgather of host identities
+ * proves every path and gives the host layout.
+ *
+ * Every collective is queued on the communicator's stream behind an event of
+ * the compute stream (comm.h: wait_event) and polled (ncclCommGetAsyncError,
+ * cudaStreamQuery) until done, NCCL's error, or the deadline. A wait that
+ * passes a second looks at the store once a second: a rank that reported a
+ * failure or died ends the wait at once. On any failure the communicator is
+ * aborted (ncclCommAbort) and broken, its message names the operation and,
+ * when the store knows, the rank, and this rank's failure goes to the store
+ * for the others. AVG is a sum then our divide kernel, as the CPU does it. */
+#include "cuda_internal.h"
+#include "cuda_kernels.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_REGS        64
+#define STORE_LOOK_MS   1000 /* how often a long wait asks the store about the others */
+#define SPINS           2000 /* polls before the waits start sleeping */
+#define FINALIZE_MS     10000
+#define STORE_EPHEMERAL 1 /* MG_STORE_EPHEMERAL (store.h) */
+
+struct reg {
+    void *user, *base, *handle;
+    int nccl_mem; /* from ncclMemAlloc, else cudaMalloc */
+};
+
+struct nccl_comm {
+    struct mg_comm c;
+    ncclComm_t nc;
+    int device;
+    cudaStream_t stream;
+    cudaStream_t wait_on; /* the compute stream collectives follow */
+    cudaEvent_t order;
+    cudaEvent_t pending; /* from wait_event: the next collective follows it instead */
+    float *zero;         /* the barrier's one float */
+    struct mg_store *store;
+    char prefix[200];
+    struct reg regs[MAX_REGS];
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void nap_us(long us)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static const char *why(int rc)
+{
+    return rc == -ETIMEDOUT ? "timed out" : mgcu_host->strerror(rc);
+}
+
+/* The key prefix of a run and restart; the run id is reduced to safe characters. */
+static void key_prefix(const struct mg_comm_opts *opts, char *buf, size_t len)
+{
+    char run[130];
+    const char *in = opts->run_id && *opts->run_id ? opts->run_id : "none";
+    size_t j = 0;
+    for (; *in && j + 1 < sizeof(run); in++) {
+        char ch = *in;
+        int keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                   (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
+        run[j++] = keep ? ch : '_';
+    }
+    run[j] = '\0';
+    snprintf(buf, len, "mg/nccl/%s/%d/", run, opts->restart_count);
+}
+
+static void key(const struct nccl_comm *n, char *buf, size_t len, const char *what, int rank)
+{
+    if (rank >= 0)
+        snprintf(buf, len, "%s%s/%d", n->prefix, what, rank);
+    else
+        snprintf(buf, len, "%s%s", n->prefix, what);
+}
+
+/* "NCCL error 'unhandled cuda error ...' (ncclUnhandledCudaError): <last error>" */
+static void nccl_text(ncclResult_t r, ncclComm_t nc, char *buf, size_t len)
+{
+    static const char *const names[] = {
+        "ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+        "ncclInvalidArgument", "ncclInvalidUsage",       "ncclRemoteError", "ncclInProgress",
+    };
+    const char *last = ncclGetLastError(nc);
+    snprintf(buf, len, "%s (%s)%s%s", ncclGetErrorString(r),
+             (unsigned)r < sizeof(names) / sizeof(names[0]) ? names[r] : "?",
+             last && *last ? ": " : "", last ? last : "");
+}
+
+/* ---- what the store knows about the other ranks --------------------------------------- */
+
+/* The ranks that have a key under prefix+what/, as flags. -errno when the
+ * store does not answer, -MG_ETOOBIG when it has more than one list holds. */
+static int ranks_with(struct nccl_comm *n, const char *what, unsigned char *has)
+{
+    char pre[256], **keys = NULL;
+    int nkeys = 0;
+    snprintf(pre, sizeof(pre), "%s%s/", n->prefix, what);
+    memset(has, 0, (size_t)n->c.world);
+    int rc = mgcu_host->store_list(n->store, pre, -1, &keys, &nkeys);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < nkeys; i++) {
+        int r = atoi(keys[i] + strlen(pre));
+        if (r >= 0 && r < n->c.world)
+            has[r] = 1;
+    }
+    mgcu_host->store_free_list(keys, nkeys);
+    return rc > nkeys ? -MG_ETOOBIG : 0;
+}
+
+/* "rank 1", "ranks 2 and 5", "ranks 1, 2 and 7" for the flagged ranks (at most 8 named). */
+static int name_ranks(const unsigned char *flag, int world, int self, char *buf, size_t len)
+{
+    int count = 0, shown = 0;
+    size_t at = 0;
+    for (int r = 0; r < world; r++)
+        count += flag[r] && r != self;
+    buf[0] = '\0';
+    for (int r = 0; r < world && count; r++) {
+        if (!flag[r] || r == self)
+            continue;
+        const char *sep = shown == 0                         ? (count == 1 ? "rank " : "ranks ")
+                          : shown == count - 1 || shown == 7 ? " and "
+                                                             : ", ";
+        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%d", sep, r);
+        if (++shown == 8 && count > 8) {
+            snprintf(buf + at, at < len ? len - at : 0, " (and %d more)", count - 8);
+            break;
+        }
+    }
+    return count;
+}
+
+/* "rank r failed: <what it put in the store>" into buf; 0 when it has no report. */
+static int reported(struct nccl_comm *n, int r, char *buf, size_t len)
+{
+    char k[256];
+    void *val = NULL;
+    size_t vlen = 0;
+    key(n, k, sizeof(k), "fail", r);
+    if (mgcu_host->store_get(n->store, k, &val, &vlen, 0) != 0)
+        return 0;
+    snprintf(buf, len, "rank %d failed: %.*s", r, (int)(vlen < 300 ? vlen : 300),
+             (const char *)val);
+    free(val);
+    return 1;
+}
+
+/* What the store says about the other ranks. */
+enum news {
+    NEWS_NONE,        /* nothing useful */
+    NEWS_ALIVE,       /* every rank is up and connected: one is hung or slow */
+    NEWS_NOT_STARTED, /* some ranks never started the communicator */
+    NEWS_DEAD,        /* some ranks' store connections closed: their processes are gone */
+    NEWS_FAILED,      /* a rank reported a failure */
+    NEWS_NO_STORE,    /* the store does not answer */
+};
+
+/* The news, and a clause for messages in buf. A rank whose process is gone
+ * is the root cause, so it comes first ("waiting for rank 2 (the process is
+ * gone: ...)", or what it reported before it went: "rank 2 failed: ..."),
+ * then a rank that reported a failure, then ranks that never started. */
+static enum news ask_store(struct nccl_comm *n, char *buf, size_t len)
+{
+    int world = n->c.world, self = n->c.rank, rc;
+    enum news news = NEWS_NONE;
+    unsigned char *fail = calloc((size_t)world, 4), *up = fail + world, *alive = up + world;
+    unsigned char *flag = alive + world;
+    char names[200];
+    buf[0] = '\0';
+    if (!fail)
+        return NEWS_NONE;
+    rc = ranks_with(n, "fail", fail);
+    if (rc == -MG_ETOOBIG)
+        goto out; /* more ranks than a list holds: nothing certain to say */
+    if (rc < 0) {
+        snprintf(buf, len, "the store does not answer (%s)%s", why(rc),
+                 self ? ": rank 0, which hosts it, may have died" : "");
+        news = NEWS_NO_STORE;
+        goto out;
+    }
+    if (ranks_with(n, "up", up) < 0 || ranks_with(n, "alive", alive) < 0)
+        goto out;
+    for (int r = 0; r < world; r++)
+        flag[r] = up[r] && !alive[r];
+    for (int r = 0; r < world; r++)
+        if (flag[r] && fail[r] && r != self && reported(n, r, buf, len)) {
+            news = NEWS_FAILED;
+            goto out;
+        }
+    if (name_ranks(flag, world, self, names, sizeof(names))) {
+        snprintf(buf, len, "waiting for %s (the process is gone: its store connection closed)",
+                 names);
+        news = NEWS_DEAD;
+        goto out;
+    }
+    for (int r = 0; r < world; r++)
+        if (fail[r] && r != self && reported(n, r, buf, len)) {
+            news = NEWS_FAILED;
+            goto out;
+        }
+    for (int r = 0; r < world; r++)
+        flag[r] = !up[r];
+    if (name_ranks(flag, world, self, names, sizeof(names))) {
+        snprintf(buf, len, "waiting for %s, which %s not started the communicator", names,
+                 strchr(names, ',') || strstr(names, " and ") ? "have" : "has");
+        news = NEWS_NOT_STARTED;
+    } else {
+        snprintf(buf, len, "every rank is alive: one is hung or slow; see its log");
+        news = NEWS_ALIVE;
+    }
+out:
+    free(fail);
+    return news;
+}
+
+/* The news as the end of a message after "timed out after 30 s" or an error. */
+static void news_suffix(enum news news, const char *clause, char *buf, size_t len)
+{
+    switch (news) {
+    case NEWS_DEAD:
+    case NEWS_NOT_STARTED:
+        snprintf(buf, len, " %s", clause);
+        break;
+    case NEWS_FAILED:
+    case NEWS_NO_STORE:
+        snprintf(buf, len, "; %s", clause);
+        break;
+    case NEWS_ALIVE:
+        snprintf(buf, len, " (%s)", clause);
+        break;
+    default:
+        buf[0] = '\0';
+    }
+}
+
+/* Whether waiting longer is pointless. */
+static int news_final(enum news news)
+{
+    return news == NEWS_DEAD || news == NEWS_FAILED || news == NEWS_NO_STORE;
+}
+
+/* The communicator is broken from now on: abort NCCL, keep the message, tell
+ * the others through the store. Returns code. */
+__attribute__((format(printf, 3, 4))) static int broken(struct nccl_comm *n, int code,
+                                                        const char *fmt, ...)
+{
+    struct mg_comm *c = &n->c;
+    char k[256];
+    va_list ap;
+    if (n->nc) {
+        ncclCommAbort(n->nc);
+        n->nc = NULL;
+    }
+    if (c->failed)
+        return c->failed_code;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    va_end(ap);
+    c->failed = 1;
+    c->failed_code = code;
+    key(n, k, sizeof(k), "fail", c->rank);
+    mgcu_host->store_set(n->store, k, c->errmsg, strlen(c->errmsg), 0);
+    return code;
+}
+
+/* ---- waiting ------------------------------------------------------------------------------ */
+
+struct waiter {
+    int64_t start, deadline, next_look;
+    long spins;
+    int timeout_ms;
+};
+
+static void wait_begin(struct waiter *w, int timeout_ms)
+{
+    w->start = now_ms();
+    w->deadline = w->start + timeout_ms;
+    w->next_look = w->start + STORE_LOOK_MS;
+    w->spins = 0;
+    w->timeout_ms = timeout_ms;
+}
+
+/* Between two polls: spin for the first couple of milliseconds (most
+ * collectives are done by then, and a sleep costs 50 us of timer slack at
+ * least), then sleep longer and longer, up to a millisecond. Past the
+ * deadline returns -ETIMEDOUT, and when the store says a rank failed or died
+ * -MG_EPEER, with the end of the message in out ("timed out after 30 s
+ * waiting for rank 2 (...)"); else 0. */
+static int wait_tick(struct nccl_comm *n, struct waiter *w, char *out, size_t len)
+{
+    char clause[400], suffix[420];
+    int64_t t = now_ms();
+    if (t >= w->deadline) {
+        enum news news = ask_store(n, clause, sizeof(clause));
+        news_suffix(news, clause, suffix, sizeof(suffix));
+        snprintf(out, len, "timed out after %g s%s", w->timeout_ms / 1000.0, suffix);
+        return -ETIMEDOUT;
+    }
+    if (t >= w->next_look) {
+        w->next_look = t + STORE_LOOK_MS;
+        enum news news = ask_store(n, clause, sizeof(clause));
+        if (news_final(news)) {
+            snprintf(out, len, "%s%s", news == NEWS_DEAD ? "stopped " : "", clause);
+            return -MG_EPEER;
+        }
+    }
+    if (++w->spins > SPINS)
+        nap_us(w->spins - SPINS > 1000 ? 1000 : w->spins - SPINS);
+    return 0;
+}
+
+/* The end of a message after NCCL's own error: what the store knows. NCCL
+ * may see a peer's socket close before the store has dropped that peer's
+ * connection: the store is asked again for a second or two before settling
+ * for less. */
+static void error_news(struct nccl_comm *n, char *buf, size_t len)
+{
+    char clause[400];
+    enum news news = ask_store(n, clause, sizeof(clause));
+    for (int i = 0; i < 20 && !news_final(news); i++) {
+        nap_us(100000);
+        news = ask_store(n, clause, sizeof(clause));
+    }
+    news_suffix(news == NEWS_ALIVE ? NEWS_NONE : news, clause, buf, len);
+}
+
+/* Waits until the non-blocking communicator has taken the call (NCCL may
+ * still be queueing it), queues the AVG divide behind it, then waits until
+ * the stream has done both. */
+static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclResult_t issued,
+                  float *avg, size_t avg_count)
+{
+    char text[MG_ERRMSG_LEN], news[440];
+    struct waiter w;
+    ncclResult_t a = issued;
+    int rc;
+    wait_begin(&w, timeout_ms);
+    if (issued != ncclSuccess && issued != ncclInProgress) {
+        nccl_text(issued, n->nc, text, sizeof(text));
+        return broken(n, -EIO, "%s: %s", what, text);
+    }
+    for (;;) {
+        if (ncclCommGetAsyncError(n->nc, &a) != ncclSuccess)
+            a = ncclInternalError;
+        if (a == ncclSuccess)
+            break;
+        if (a != ncclInProgress) {
+            nccl_text(a, n->nc, text, sizeof(text));
+            error_news(n, news, sizeof(news));
+            return broken(n, a == ncclRemoteError ? -MG_EPEER : -EIO, "%s: %s%s", what, text, news);
+        }
+        if ((rc = wait_tick(n, &w, news, sizeof(news))) < 0)
+            return broken(n, rc, "%s: %s", what, news);
+    }
+    if (avg) {
+        struct mgk_cfg cfg = {.stream = n->stream};
+        int k = mgk_div(&cfg, avg, (float)n->c.world, avg_count);
+        if (k)
+            return broken(n, -EIO, "%s: the average's divide kernel: %s", what,
+                          cudaGetErrorString((cudaError_t)k));
+    }
+    for (;;) {
+        cudaError_t st = cudaStreamQuery(n->stream);
+        if (st == cudaSuccess)
+            return 0;
+        if (st != cudaErrorNotReady)
+            return broken(n, mgcu_cuda_code(st), "%s: %s (%s)", what, cudaGetErrorString(st),
+                          cudaGetErrorName(st));
+        if (ncclCommGetAsyncError(n->nc, &a) == ncclSuccess && a != ncclSuccess &&
+            a != ncclInProgress) {
+            nccl_text(a, n->nc, text, sizeof(text));
+            error_news(n, news, sizeof(news));
+            return broken(n, a == ncclRemoteError ? -MG_EPEER : -EIO, "%s: %s%s", what, text, news);
+        }
+        if ((rc = wait_tick(n, &w, news, sizeof(news))) < 0)
+            return broken(n, rc, "%s: %s", what, news);
+    }
+}
+
+/* Before a collective: this thread on the communicator's device, and the
+ * stream behind the compute work it needs (comm.h). */
+static int prepare(struct nccl_comm *n, const char *what)
+{
+    struct mgcu_err e = {0};
+    if (CU_FAILED(&e, cudaSetDevice(n->device)))
+        return broken(n, e.code, "%s: %s", what, e.msg);
+    if (n->pending) {
+        cudaEvent_t ev = n->pending;
+        n->pending = NULL;
+        if (CU_FAILED(&e, cudaStreamWaitEvent(n->stream, ev, 0)))
+            return broken(n, e.code, "%s: %s", what, e.msg);
+        return 0;
+    }
+    if (CU_FAILED(&e, cudaEventRecord(n->order, n->wait_on)) ||
+        CU_FAILED(&e, cudaStreamWaitEvent(n->stream, n->order, 0)))
+        return broken(n, e.code, "%s: %s", what, e.msg);
+    return 0;
+}
+
+/* ---- the collectives ------------------------------------------------------------------------- */
+
+static struct nccl_comm *N(struct mg_comm *c)
+{
+    return (struct nccl_comm *)c;
+}
+
+static int nccl_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                          int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    char what[96];
+    snprintf(what, sizeof(what), "allreduce%s of %zu float%s", op == MG_REDUCE_AVG ? " (avg)" : "",
+             count, count == 1 ? "" : "s");
+    if (!count)
+        return 0;
+    int rc = prepare(n, what);
+    if (rc)
+        return rc;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nc, n->stream);
+    return finish(n, what, timeout_ms, r, op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
+}
+
+static int nccl_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                               enum mg_reduce_op op, int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    char what[96];
+    snprintf(what, sizeof(what), "reduce-scatter%s of %zu float%s per rank",
+             op == MG_REDUCE_AVG ? " (avg)" : "", recv_count, recv_count == 1 ? "" : "s");
+    if (!recv_count)
+        return 0;
+    int rc = prepare(n, what);
+    if (rc)
+        return rc;
+    ncclResult_t r =
+        ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, n->nc, n->stream);
+    return finish(n, what, timeout_ms, r, op == MG_REDUCE_AVG && c->world > 1 ? recv : NULL,
+                  recv_count);
+}
+
+static int nccl_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    char what[96];
+    snprintf(what, sizeof(what), "broadcast of %zu byte%s from rank %d", len, len == 1 ? "" : "s",
+             root);
+    if (!len)
+        return 0;
+    int rc = prepare(n, what);
+    if (rc)
+        return rc;
+    ncclResult_t r = ncclBroadcast(buf, buf, len, ncclUint8, root, n->nc, n->stream);
+    return finish(n, what, timeout_ms, r, NULL, 0);
+}
+
+static int nccl_allgather(struct mg_comm *c, const void *send, void *recv, size_t len,
+                          int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    char what[96];
+    snprintf(what, sizeof(what), "allgather of %zu byte%s per rank", len, len == 1 ? "" : "s");
+    if (!len)
+        return 0;
+    int rc = prepare(n, what);
+    if (rc)
+        return rc;
+    ncclResult_t r = ncclAllGather(send, recv, len, ncclUint8, n->nc, n->stream);
+    return finish(n, what, timeout_ms, r, NULL, 0);
+}
+
+static int nccl_barrier(struct mg_comm *c, int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    int rc = prepare(n, "barrier");
+    if (rc)
+        return rc;
+    /* one float (NCCL counts elements, not bytes), always zero */
+    ncclResult_t r = ncclAllReduce(n->zero, n->zero, 1, ncclFloat, ncclSum, n->nc, n->stream);
+    return finish(n, "barrier", timeout_ms, r, NULL, 0);
+}
+
+static int nccl_wait_event(struct mg_comm *c, void *event)
+{
+    N(c)->pending = (cudaEvent_t)event;
+    return 0;
+}
+
+/* NCCL's own allocation, registered with the communicator, where it has one;
+ * else cudaMalloc, aligned to 4096 by hand. */
+static int nccl_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    struct mgcu_err e = {0};
+    struct reg *slot = NULL;
+    for (int i = 0; i < MAX_REGS && !slot; i++)
+        if (!n->regs[i].user)
+            slot = &n->regs[i];
+    if (!slot || CU_FAILED(&e, cudaSetDevice(n->device)))
+        return -ENOMEM;
+    memset(slot, 0, sizeof(*slot));
+    if (ncclMemAlloc(&slot->base, bytes) == ncclSuccess) {
+        slot->nccl_mem = 1;
+        slot->user = slot->base;
+    } else if (cudaMalloc(&slot->base, bytes + 4096) == cudaSuccess) {
+        slot->user = (void *)(((uintptr_t)slot->base + 4095) & ~(uintptr_t)4095);
+    } else {
+        cudaGetLastError();
+        memset(slot, 0, sizeof(*slot));
+        return -ENOMEM;
+    }
+    if (CU_FAILED(&e, cudaMemsetAsync(slot->user, 0, bytes, n->stream)) ||
+        CU_FAILED(&e, cudaStreamSynchronize(n->stream))) {
+        if (slot->nccl_mem)
+            ncclMemFree(slot->base);
+        else
+            cudaFree(slot->base);
+        memset(slot, 0, sizeof(*slot));
+        return broken(n, e.code, "registration of %zu bytes: %s", bytes, e.msg);
+    }
+    if (slot->nccl_mem) {
+        /* registration only makes it faster: without it the memory works as well */
+        struct waiter w;
+        char news[440];
+        ncclResult_t r = ncclCommRegister(n->nc, slot->user, bytes, &slot->handle), a = r;
+        wait_begin(&w, timeout_ms);
+        while (r == ncclInProgress && ncclCommGetAsyncError(n->nc, &a) == ncclSuccess &&
+               a == ncclInProgress && wait_tick(n, &w, news, sizeof(news)) == 0)
+            ;
+        if (a != ncclSuccess)
+            slot->handle = NULL;
+    }
+    *out = slot->user;
+    return 0;
+}
+
+static void nccl_mem_free(struct mg_comm *c, void *p)
+{
+    struct nccl_comm *n = N(c);
+    for (int i = 0; i < MAX_REGS; i++) {
+        struct reg *r = &n->regs[i];
+        if (r->user != p)
+            continue;
+        cudaSetDevice(n->device);
+        cudaStreamSynchronize(n->stream);
+        if (r->handle && n->nc)
+            ncclCommDeregister(n->nc, r->handle);
+        if (r->nccl_mem)
+            ncclMemFree(r->base);
+        else
+            cudaFree(r->base);
+        memset(r, 0, sizeof(*r));
+        return;
+    }
+}
+
+static void destroy(struct nccl_comm *n)
+{
+    if (n->stream)
+        cudaSetDevice(n->device); /* the releasing thread may not be the creating one */
+    if (n->nc) {
+        /* flush, then free; a peer that never finalizes must not hold us */
+        ncclResult_t a = ncclCommFinalize(n->nc);
+        int64_t until = now_ms() + FINALIZE_MS;
+        while (a == ncclInProgress && now_ms() < until) {
+            nap_us(1000);
+            if (ncclCommGetAsyncError(n->nc, &a) != ncclSuccess)
+                a = ncclInternalError;
+        }
+        if (a == ncclSuccess)
+            ncclCommDestroy(n->nc);
+        else
+            ncclCommAbort(n->nc);
+        n->nc = NULL;
+    }
+    for (int i = 0; i < MAX_REGS; i++)
+        if (n->regs[i].user)
+            nccl_mem_free(&n->c, n->regs[i].user);
+    if (n->zero)
+        cudaFree(n->zero);
+    if (n->order)
+        cudaEventDestroy(n->order);
+    if (n->stream)
+        cudaStreamDestroy(n->stream);
+    free(n);
+}
+
+static void nccl_release(struct mg_comm *c)
+{
+    destroy(N(c));
+}
+
+static const struct mg_comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .allgather = nccl_allgather,
+    .barrier = nccl_barrier,
+    .release = nccl_release,
+    .mem_alloc = nccl_mem_alloc,
+    .mem_free = nccl_mem_free,
+    .reduce_scatter = nccl_reduce_scatter,
+    .wait_event = nccl_wait_event,
+};
+
+/* ---- bootstrap ---------------------------------------------------------------------------- */
+
+int mgcu_nccl_exchange_id(struct mg_store *store, const struct mg_comm_opts *opts,
+                          unsigned char id[MG_NCCL_ID_BYTES], char *err, size_t errlen)
+{
+    char prefix[200], k[256], text[MG_ERRMSG_LEN];
+    unsigned char val[1 + MG_NCCL_ID_BYTES];
+    int timeout = opts->init_timeout_ms > 0 ? opts->init_timeout_ms
+                  : opts->timeout_ms > 0    ? opts->timeout_ms
+                                            : MG_COMM_TIMEOUT_DEFAULT_MS;
+    int rc;
+    key_prefix(opts, prefix, sizeof(prefix));
+    snprintf(k, sizeof(k), "%sid", prefix);
+    if (opts->rank == 0) {
+        ncclUniqueId uid;
+        ncclResult_t r = ncclGetUniqueId(&uid);
+        if (r != ncclSuccess) {
+            nccl_text(r, NULL, text, sizeof(text));
+            /* the others learn it now, not at their timeout */
+            char e[MG_ERRMSG_LEN + 1];
+            int n = snprintf(e, sizeof(e), "E%s", text);
+            mgcu_host->store_set(store, k, e, (size_t)n < sizeof(e) ? (size_t)n : sizeof(e) - 1, 0);
+            return mgcu_seterr(err, errlen, -EIO, "ncclGetUniqueId: %s", text);
+        }
+        val[0] = 'I';
+        memcpy(val + 1, uid.internal, MG_NCCL_ID_BYTES);
+        memcpy(id, uid.internal, MG_NCCL_ID_BYTES);
+        rc = mgcu_host->store_set(store, k, val, sizeof(val), 0);
+        if (rc < 0)
+            return mgcu_seterr(err, errlen, rc, "publishing the NCCL id in the store (%s): %s", k,
+                               why(rc));
+        return 0;
+    }
+    void *got = NULL;
+    size_t len = 0;
+    rc = mgcu_host->store_get(store, k, &got, &len, timeout);
+    if (rc < 0)
+        return mgcu_seterr(err, errlen, rc, "waiting for rank 0's NCCL id (store key %s): %s", k,
+                           rc == -ETIMEDOUT ? "timed out" : why(rc));
+    const unsigned char *g = got;
+    if (len >= 1 && g[0] == 'E') {
+        rc = mgcu_seterr(err, errlen, -MG_EPEER, "rank 0 could not make the NCCL id: %.*s",
+                         (int)(len - 1 < 300 ? len - 1 : 300), (const char *)g + 1);
+    } else if (len != sizeof(val) || g[0] != 'I') {
+        rc =
+            mgcu_seterr(err, errlen, -MG_EPROTO,
+                        "the NCCL id in the store (%s) is %zu bytes, not %zu", k, len, sizeof(val));
+    } else {
+        memcpy(id, g + 1, MG_NCCL_ID_BYTES);
+        rc = 0;
+    }
+    free(got);
+    return rc;
+}
+
+static uint64_t host_hash(void)
+{
+    char buf[256] = "";
+    FILE *fp = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (fp) {
+        if (!fgets(buf, 64, fp))
+            buf[0] = '\0';
+        fclose(fp);
+    }
+    size_t l = strlen(buf);
+    gethostname(buf + l, sizeof(buf) - l - 1);
+    buf[sizeof(buf) - 1] = '\0';
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+/* An allgather of every rank's host: proves each path works, and gives the layout. */
+static int learn_layout(struct nccl_comm *n, int timeout_ms)
+{
+    struct mg_comm *c = &n->c;
+    struct mgcu_err e = {0};
+    uint64_t mine = host_hash(), *all = calloc((size_t)c->world, sizeof(uint64_t));
+    void *dev = NULL;
+    int rc = -ENOMEM;
+    if (!all)
+        return broken(n, -ENOMEM, "communicator setup: out of memory");
+    if (CU_FAILED(&e, cudaMalloc(&dev, (size_t)c->world * 8)) ||
+        CU_FAILED(
+            &e, cudaMemcpy((char *)dev + (size_t)c->rank * 8, &mine, 8, cudaMemcpyHostToDevice))) {
+        rc = broken(n, e.code, "communicator setup: %s", e.msg);
+        goto out;
+    }
+    rc = nccl_allgather(c, (char *)dev + (size_t)c->rank * 8, dev, 8, timeout_ms);
+    if (rc)
+        goto out;
+    if (CU_FAILED(&e, cudaMemcpy(all, dev, (size_t)c->world * 8, cudaMemcpyDeviceToHost))) {
+        rc = broken(n, e.code, "communicator setup: %s", e.msg);
+        goto out;
+    }
+    c->local_rank = c->local_world = c->nhosts = 0;
+    for (int r = 0; r < c->world; r++) {
+        int first = 1;
+        for (int q = 0; q < r && first; q++)
+            first = all[q] != all[r];
+        c->nhosts += first;
+        if (all[r] == mine) {
+            c->local_world++;
+            if (r < c->rank)
+                c->local_rank++;
+        }
+    }
+    rc = 0;
+out:
+    if (dev)
+        cudaFree(dev);
+    free(all);
+    return rc;
+}
+
+int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct mg_comm_opts *opts,
+                     char *err, size_t errlen)
+{
+    struct nccl_comm *n;
+    struct mgcu_err e = {0};
+    unsigned char id[MG_NCCL_ID_BYTES];
+    char k[256], text[MG_ERRMSG_LEN], news[440];
+    int rc, rank = opts->rank, world = opts->world;
+    int timeout = opts->timeout_ms > 0 ? opts->timeout_ms : MG_COMM_TIMEOUT_DEFAULT_MS;
+    int init_timeout = opts->init_timeout_ms > 0 ? opts->init_timeout_ms : timeout;
+
+    *out = NULL;
+    if (world < 1 || rank < 0 || rank >= world || !store)
+        return mgcu_seterr(err, errlen, -EINVAL,
+                           "invalid rank %d / world size %d for the NCCL communicator", rank,
+                           world);
+    n = calloc(1, sizeof(*n));
+    if (!n)
+        return mgcu_seterr(err, errlen, -ENOMEM, "out of memory");
+    n->c.ops = &nccl_ops;
+    n->c.rank = rank;
+    n->c.world = world;
+    n->c.timeout_ms = timeout;
+    n->store = store;
+    n->wait_on = (cudaStream_t)opts->stream;
+    key_prefix(opts, n->prefix, sizeof(n->prefix));
+
+    /* here and alive (the latter goes with this process's store connection) */
+    snprintf(text, sizeof(text), "pid %d", (int)getpid());
+    key(n, k, sizeof(k), "alive", rank);
+    rc = mgcu_host->store_set(store, k, text, strlen(text), STORE_EPHEMERAL);
+    if (rc == 0) {
+        key(n, k, sizeof(k), "up", rank);
+        rc = mgcu_host->store_set(store, k, text, strlen(text), 0);
+    }
+    if (rc < 0) {
+        mgcu_seterr(err, errlen, rc, "registering rank %d in the store: %s", rank, why(rc));
+        goto fail;
+    }
+
+    rc = mgcu_nccl_exchange_id(store, opts, id, err, errlen);
+    if (rc < 0)
+        goto fail_told;
+
+    /* -1: the caller's current device, which NCCL takes and reports below */
+    if (opts->device_index >= 0 && CU_FAILED(&e, cudaSetDevice(opts->device_index))) {
+        rc = mgcu_seterr(err, errlen, e.code, "device %d: %s", opts->device_index, e.msg);
+        goto fail_told;
+    }
+
+    /* non-blocking: this thread polls, so a rank that never comes cannot hold it */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclUniqueId uid;
+    cfg.blocking = 0;
+    memcpy(uid.internal, id, sizeof(uid.internal));
+    ncclResult_t r = ncclCommInitRankConfig(&n->nc, world, uid, rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        nccl_text(r, n->nc, text, sizeof(text));
+        rc = mgcu_seterr(err, errlen, -EIO, "ncclCommInitRankConfig: %s", text);
+        goto fail_told;
+    }
+    struct waiter w;
+    wait_begin(&w, init_timeout);
+    for (;;) {
+        ncclResult_t a = ncclInternalError;
+        if (n->nc && ncclCommGetAsyncError(n->nc, &a) != ncclSuccess)
+            a = ncclInternalError;
+        if (a == ncclSuccess)
+            break;
+        if (a != ncclInProgress) {
+            nccl_text(a, n->nc, text, sizeof(text));
+            rc = mgcu_seterr(err, errlen, a == ncclRemoteError ? -MG_EPEER : -EIO,
+                             "ncclCommInitRankConfig: %s", text);
+            goto fail_told;
+        }
+        rc = wait_tick(n, &w, news, sizeof(news));
+        if (rc < 0) {
+            mgcu_seterr(err, errlen, rc, "NCCL setup: %s", news);
+            goto fail_told;
+        }
+    }
+    if (ncclCommCuDevice(n->nc, &n->device) != ncclSuccess) {
+        rc = mgcu_seterr(err, errlen, -EIO, "ncclCommCuDevice failed");
+        goto fail_told;
+    }
+    if (CU_FAILED(&e, cudaSetDevice(n->device)) ||
+        CU_FAILED(&e, cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) ||
+        CU_FAILED(&e, cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming)) ||
+        CU_FAILED(&e, cudaMalloc((void **)&n->zero, sizeof(float))) ||
+        CU_FAILED(&e, cudaMemset(n->zero, 0, sizeof(float)))) {
+        rc = mgcu_seterr(err, errlen, e.code, "%s", e.msg);
+        goto fail_told;
+    }
+    rc = learn_layout(n, init_timeout);
+    if (rc < 0) {
+        mgcu_seterr(err, errlen, rc, "%s", n->c.errmsg);
+        goto fail; /* broken() told the store */
+    }
+    int v = 0;
+    ncclGetVersion(&v);
+    snprintf(n->c.desc, sizeof(n->c.desc), "nccl %d.%d.%d (%d rank%s on %d host%s)", v / 10000,
+             v / 100 % 100, v % 100, world, world == 1 ? "" : "s", n->c.nhosts,
+             n->c.nhosts == 1 ? "" : "s");
+    *out = &n->c;
+    return 0;
+
+fail_told:
+    /* the others stop waiting for this rank and name it */
+    key(n, k, sizeof(k), "fail", rank);
+    mgcu_host->store_set(store, k, err ? err : "", err ? strlen(err) : 0, 0);
+fail:
+    if (n->nc) {
+        ncclCommAbort(n->nc);
+        n->nc = NULL;
+    }
+    destroy(n);
+    return rc;
+}
