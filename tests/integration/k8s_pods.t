@@ -70,7 +70,7 @@ DESC="rank 0 checkpointed into the shared volume" ok test -f "$PODS_DIR/vol/pvc-
 w=$(grep 'mg-train-0.mg-train' "$PODS_DIR/1/log" | head -n 1)
 like "$w" "mg-train-0.mg-train:29400" "pod 1 says it waits for pod 0's name until the cluster DNS publishes it"
 todo_like "$w" "does not resolve" "pod 1 says the name does not resolve (yet)" \
-    "phase 2 (issue 13): today it says '$(printf '%s' "$w" | sed 's/.*cannot connect: //' | cut -c1-60)'"
+    "the wording comes with issue 11's connect messages; today it says '$(printf '%s' "$w" | sed 's/.*cannot connect: //' | cut -c1-60)'"
 
 # Kubeflow PyTorchJob, static: PET_MASTER_ADDR is the Master's per-pod Service.
 run_pods pytorchjob 40
