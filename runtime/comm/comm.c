@@ -221,6 +221,32 @@ int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t le
     return c->ops->allgather(c, send, recv, len, resolve_timeout(c, timeout_ms));
 }
 
+int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                           enum mg_reduce_op op, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if (!c->ops->reduce_scatter)
+        return -MG_EUNSUPPORTED;
+    if ((recv_count && (!send || !recv)) ||
+        recv_count > SIZE_MAX / sizeof(float) / 2 / (size_t)c->world ||
+        (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
+        return -EINVAL;
+    return c->ops->reduce_scatter(c, send, recv, recv_count, op, resolve_timeout(c, timeout_ms));
+}
+
+/* Local and quick: nothing to order on a backend without device streams. */
+int mg_comm_wait_event(struct mg_comm *c, void *event)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if (!event || !c->ops->wait_event)
+        return 0;
+    return c->ops->wait_event(c, event);
+}
+
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms)
 {
     int rc = precheck(c);
