@@ -769,6 +769,7 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
     n->c.rank = rank;
     n->c.world = world;
     n->c.timeout_ms = timeout;
+    n->c.device_memory = 1;
     n->store = store;
     n->wait_on = (cudaStream_t)opts->stream;
     key_prefix(opts, n->prefix, sizeof(n->prefix));
