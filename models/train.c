@@ -184,6 +184,8 @@ struct run {
     struct mg_ckpt_owner owner;              /* of --checkpoint-dir once resume() has claimed it */
     char took_from[MG_CKPT_RUN_ID_MAX + 96]; /* the run whose directory this one took over */
     int exit_code;                           /* a failure's own status (EXIT_DIVERGED), else 0 */
+    int device_index;                        /* CUDA: LOCAL_RANK */
+    char auto_why[MG_ERRMSG_LEN];            /* --device auto chose the CPU: why */
 };
 
 /* The launcher's environment (world size 1 without one): joins the other
@@ -193,7 +195,11 @@ static int setup_dist(struct run *r)
     struct train_options *o = r->o;
     char err[1024];
     memset(&r->dist, 0, sizeof(r->dist));
-    int rc = mg_dist_init(&r->dist.d, NULL, err, sizeof(err));
+    struct mg_dist_opts dopts = {.backend = r->be,
+                                 .device_index = r->device_index,
+                                 .device_auto = o->device_auto,
+                                 .auto_why = r->auto_why};
+    int rc = mg_dist_init(&r->dist.d, &dopts, err, sizeof(err));
     if (rc < 0) {
         fail("%s", err);
         return rc;
@@ -257,22 +263,47 @@ static int check_images(const struct run *r)
     return 0;
 }
 
+/* The compute device, before the communicator that follows it: CUDA device
+ * LOCAL_RANK (within the CUDA_VISIBLE_DEVICES mglaunch sets from --gpu_ids),
+ * for --device cuda, or for auto when the driver shows it usable. A GPU that
+ * cannot be used (no plugin, library, driver or device) is a one-line error
+ * with exit status 2, as a bad flag is. */
+static int setup_backend(struct run *r)
+{
+    struct train_options *o = r->o;
+    struct mg_dist_env env;
+    char err[MG_ERRMSG_LEN];
+    int rc = mg_dist_env_read(&env, err, sizeof(err));
+    if (rc < 0) {
+        fail("%s", err);
+        return rc;
+    }
+    r->device_index = env.local_rank;
+    if (o->device_auto)
+        o->device = mg_device_auto(r->device_index, r->auto_why, sizeof(r->auto_why));
+    struct mg_backend_opts bo = {.threads = o->threads, .device_index = r->device_index};
+    rc = mg_backend_open(o->device, &bo, &r->be, err, sizeof(err));
+    if (rc < 0) {
+        fail("cannot start the %s backend: %s", o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", err);
+        if (rc == -MG_EUNSUPPORTED || rc == -ENOENT || rc == -MG_EFORMAT || rc == -MG_EVERSION ||
+            rc == -ENXIO || rc == -ENODEV)
+            r->exit_code = EXIT_USAGE;
+    }
+    return rc;
+}
+
 static int setup(struct run *r)
 {
     struct train_options *o = r->o;
     char err[MG_ERRMSG_LEN];
     int rc;
 
+    rc = setup_backend(r);
+    if (rc < 0)
+        return rc;
     rc = setup_dist(r);
     if (rc < 0)
         return rc;
-    struct mg_backend_opts bo = {.threads = o->threads};
-    rc = mg_backend_create(o->device, &bo, &r->be);
-    if (rc < 0) {
-        fail("cannot start the %s backend: %s", o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-             mg_strerror(rc));
-        return rc;
-    }
     rc = mg_dataset_load(&r->train, o->data, o->data_dir, 1, o->train_samples, err);
     if (rc == 0)
         rc = mg_dataset_load(&r->test, o->data, o->data_dir, 0, o->test_samples, err);
@@ -632,6 +663,8 @@ static void announce(struct run *r)
     say(&r->prog,
         TRAIN_PROG ": model %s (%zu parameters), data %s (%d train / %d test samples), %s",
         o->model, r->model.nparams, mg_data_name(o->data), r->train.n, r->test.n, r->be->name);
+    if (o->device_auto && r->be->device == MG_DEVICE_CPU)
+        say(&r->prog, TRAIN_PROG ": --device auto: computing on the CPU (%s)", r->auto_why);
     say(&r->prog,
         TRAIN_PROG ": %s lr %g%s, schedule %s, batch %d per process x %d process%s x %d accum = "
                    "%d, %ld steps (%ld epoch%s)",

@@ -46,6 +46,7 @@ struct train_options {
     long log_every;
     const char *metrics;
     enum mg_device device;
+    int device_auto; /* --device auto: setup asks the driver (device is then set) */
     int drop_last;
     /* distributed (docs/distributed.md) */
     long global_batch;
