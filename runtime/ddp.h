@@ -19,6 +19,11 @@
  *   (mg_comm_mem_alloc) at the start, once every rank is known to have built
  *   the same model, so allreduces on one host are zero-copy. mg_ddp_release
  *   gives the model its own buffer back: release DDP before the model.
+ * - On a GPU with NCCL, a bucket's allreduce waits on the device for an
+ *   event backward recorded after queuing the bucket's layers, not for the
+ *   host (overlap as in PyTorch's DDP); a GPU model with a CPU communicator
+ *   (MG_COMM=cpu) averages through host memory after backward. Same hooks,
+ *   same checks (ddp.c says how).
  *
  * Errors are negative codes; the message (naming the failed collective and
  * rank, or the mismatch) is in mg_ddp_errmsg(). */
