@@ -212,6 +212,13 @@ static int agree_on_device(struct mg_dist *d, int on_cuda, const char *why, int 
               (long long)cuda, d->world, (long long)(d->world - cuda), first,
               val && len ? (const char *)val : "no reason given");
     free(val);
+    /* rank 0 hosts the store: it leaves once every rank has read the reason */
+    snprintf(k, sizeof(k), "%sread", pre);
+    snprintf(done, sizeof(done), "%sread_all", pre);
+    if (mg_store_add(d->store, k, 1, &n) == 0 && n == d->world)
+        mg_store_set(d->store, done, "1", 1, 0);
+    if (d->rank == 0)
+        mg_store_wait(d->store, &wait_for, 1, 10000);
     return -MG_ECONFIG;
 }
 
