@@ -222,10 +222,14 @@ static void stage(struct mg_trainer *t, int s, long epoch, long start, long batc
 
 /* While the current micro-batch computes: the next one into the other slot,
  * when it is of the same pass (the sampler keeps describing the pass being
- * trained on; the first batch of an epoch is uploaded when it starts). */
+ * trained on; the first batch of an epoch is uploaded when it starts). A
+ * backend without a copy stream (the CPU) has nothing to overlap: its batch
+ * is gathered when it starts, where it is still in cache. */
 static void prefetch(struct mg_trainer *t)
 {
     long epoch, start, batch;
+    if (!t->model->be->ops->upload_async)
+        return;
     following(t, &epoch, &start, &batch);
     if (epoch == t->sampler.epoch && start == t->sampler.start)
         stage(t, t->cur ^ 1, epoch, start, batch);

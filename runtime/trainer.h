@@ -13,8 +13,9 @@
  *     averaged gradients in grad_buf);
  *   optimizer update at the schedule's learning rate.
  * With world 1, no hooks and no accumulation, each layer is updated as soon as
- * its gradients are final (same bits, better cache use). While a micro-batch
- * computes, the next one is gathered and uploaded (struct mg_batch_slot).
+ * its gradients are final (same bits, better cache use). On a device, while a
+ * micro-batch computes, the next one is gathered and uploaded (struct
+ * mg_batch_slot).
  *
  * Data position: micro-batches flow through epochs in order; epoch e uses the
  * sampler's permutation for seed + e, batch b of it covers indices
@@ -124,10 +125,11 @@ struct mg_eval_sums {
     long count;
 };
 
-/* Training batches are double-buffered: while micro-batch k computes, k + 1
- * is gathered into the other slot's page-locked host buffer and uploaded on
- * the backend's copy stream (mg_backend_upload_async); the device waits for
- * it (upload_wait) only when k + 1 starts. Slot 0's device buffers are the
+/* Training batches are double-buffered: on a backend with a copy stream,
+ * while micro-batch k computes, k + 1 is gathered into the other slot's
+ * page-locked host buffer and uploaded on that stream (upload_async); the
+ * device waits for it (upload_wait) only when k + 1 starts. (The CPU gathers
+ * each batch when it starts.) Slot 0's device buffers are the
  * model's input and labels, slot 1's its own; the model reads whichever
  * m->input and m->labels point to. A slot knows which micro-batch it holds
  * (epoch, start of the pass, batch), so anything that moves the position (a
