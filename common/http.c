@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The few libcurl entry points used, resolved with dlsym. */
 struct curl_fns {
@@ -33,8 +34,9 @@ struct mg_http {
     size_t len, cap, max;
     /* the request running */
     const struct mg_http_request *req;
-    int over;    /* the body went over max */
-    int data_rc; /* on_data's negative code */
+    long long sent; /* of req->upload */
+    int over;       /* the body went over max */
+    int data_rc;    /* on_data's negative code */
     char curl_err[CURL_ERROR_SIZE];
     char error[CURL_ERROR_SIZE + 256];
 };
@@ -98,6 +100,28 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     h->len += n;
     h->body[h->len] = 0;
     return n;
+}
+
+/* The upload body, read where the last call stopped. */
+static size_t on_read(char *buf, size_t size, size_t nitems, void *arg)
+{
+    struct mg_http *h = arg;
+    const struct mg_http_file *f = h->req->upload;
+    size_t want = size * nitems;
+    if ((long long)want > f->len - h->sent)
+        want = (size_t)(f->len - h->sent);
+    if (!want)
+        return 0;
+    ssize_t n;
+    do
+        n = pread(f->fd, buf, want, (off_t)h->sent);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) { /* the file shrank, or a read error: the request fails */
+        h->data_rc = n < 0 ? -errno : -EIO;
+        return CURL_READFUNC_ABORT;
+    }
+    h->sent += n;
+    return (size_t)n;
 }
 
 /* libcurl's progress callback, which it calls about once a second even
@@ -220,7 +244,15 @@ static void set_method(struct mg_http *h, const struct mg_http_request *req)
     int head = m && strcmp(m, "HEAD") == 0;
 
     c->easy_setopt(h->h, CURLOPT_NOBODY, head ? 1L : 0L);
-    if (req->body) {
+    c->easy_setopt(h->h, CURLOPT_UPLOAD, req->upload ? 1L : 0L);
+    if (req->upload) {
+        h->sent = 0;
+        c->easy_setopt(h->h, CURLOPT_READFUNCTION, on_read);
+        c->easy_setopt(h->h, CURLOPT_READDATA, h);
+        c->easy_setopt(h->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->upload->len);
+        if (m && strcmp(m, "PUT") == 0)
+            m = NULL;
+    } else if (req->body) {
         c->easy_setopt(h->h, CURLOPT_POSTFIELDS, req->body);
         c->easy_setopt(h->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
         if (m && strcmp(m, "POST") == 0)
@@ -272,6 +304,13 @@ int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
     }
     c->easy_setopt(h->h, CURLOPT_URL, req->url);
     set_method(h, req);
+    /* setting CURLOPT_AWS_SIGV4 chooses that scheme: back to basic without it */
+    if (req->aws_sigv4)
+        c->easy_setopt(h->h, CURLOPT_AWS_SIGV4, req->aws_sigv4);
+    else
+        c->easy_setopt(h->h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+    c->easy_setopt(h->h, CURLOPT_USERNAME, req->user);
+    c->easy_setopt(h->h, CURLOPT_PASSWORD, req->password);
     c->easy_setopt(h->h, CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? (long)req->timeout_ms : 0L);
     cc = c->easy_perform(h->h);
     if (extra) {

@@ -5,10 +5,11 @@
  *
  * One struct mg_http is one libcurl easy handle: its requests run one at a
  * time, each blocking until it is answered, times out or is given up (abort_fd),
- * and they reuse its connection. Uploading from a file, downloading to one,
- * request signing (CURLOPT_AWS_SIGV4) and requests driven from a poll loop
- * (libcurl's multi interface) are meant as additions to struct
- * mg_http_request and a second way to run one, not as changes to these. */
+ * and they reuse its connection. A request may send a file's bytes (upload,
+ * read with pread), take its response as a stream (on_data, e.g. into a
+ * file), and be signed with AWS Signature V4 by libcurl (aws_sigv4), as the
+ * checkpoint uploads of runtime/upload do. Requests driven from a poll loop
+ * (libcurl's multi interface) are meant as a second way to run one. */
 #ifndef MG_HTTP_H
 #define MG_HTTP_H
 
@@ -33,6 +34,13 @@ struct mg_http_opts {
     size_t body_max;            /* cap of a response body; 0: MG_HTTP_BODY_MAX */
 };
 
+/* A body sent from a file: len bytes from offset 0 of fd, read with pread
+ * (the descriptor's position is left alone). */
+struct mg_http_file {
+    int fd;
+    long long len;
+};
+
 struct mg_http_request {
     const char *method; /* "GET", "POST", "PUT", "DELETE", "HEAD"...; NULL: POST
                            when there is a body, GET otherwise */
@@ -40,8 +48,16 @@ struct mg_http_request {
     const char *const *headers; /* more lines for this request, NULL-terminated */
     const void *body;           /* NULL: none */
     size_t body_len;
-    int timeout_ms; /* the whole request, <= 0: none */
-    int abort_fd;   /* -1, or a descriptor whose readability gives the request
+    const struct mg_http_file *upload; /* NULL, or the body from a file (not with body);
+                                          the method defaults to PUT */
+    /* AWS Signature V4 by libcurl (CURLOPT_AWS_SIGV4, "aws:amz:REGION:SERVICE"),
+     * user and password being the access key id and the secret; NULL: none.
+     * libcurl 7.88 signs the x-amz-* headers given but adds no
+     * x-amz-content-sha256 of its own: S3 wants one among headers. */
+    const char *aws_sigv4;
+    const char *user, *password; /* also HTTP basic auth without aws_sigv4 */
+    int timeout_ms;              /* the whole request, <= 0: none */
+    int abort_fd;                /* -1, or a descriptor whose readability gives the request
                        up (-EINTR); libcurl looks about once a second */
     /* Optional: takes the response body as it arrives instead of the
      * response's buffer (a stream, such as etcd's watch). Returns 0 to go on,

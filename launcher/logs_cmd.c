@@ -200,7 +200,7 @@ static void apply_event(struct lrun *r, const struct mg_event *ev)
     }
 }
 
-static int launcher_alive(const struct lrun *r)
+int mg_logs_launcher_alive(const struct lrun *r)
 {
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
@@ -277,11 +277,11 @@ int mg_logs_load_run(struct lrun *r, const char *base, const char *id)
                 r->a[i].w[j] = r->a[i].w[j - 1];
                 r->a[i].w[j - 1] = t;
             }
-    r->alive = r->has_events && !r->ended && launcher_alive(r);
+    r->alive = r->has_events && !r->ended && mg_logs_launcher_alive(r);
     return 0;
 }
 
-static void run_status(const struct lrun *r, char *buf, size_t cap)
+void mg_logs_run_status(const struct lrun *r, char *buf, size_t cap)
 {
     if (!r->has_events)
         mg_fmt(buf, cap, "unknown (no event log)");
@@ -302,10 +302,12 @@ static void run_status(const struct lrun *r, char *buf, size_t cap)
 static const char logs_usage[] =
     "usage: mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
     "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
     "Without selectors: lists the runs in LOG_DIR, the attempts and ranks of the latest run\n"
     "(or --run), and its root cause. With --rank/--stream/--tail/--follow/--grep: prints the\n"
-    "log lines of the last attempt (or --attempt). LOG_DIR defaults to mglaunch's private\n"
-    "directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
+    "log lines of the last attempt (or --attempt). --plot draws the run's loss and accuracy\n"
+    "(train's metrics of every attempt, or --attempt's) into FILE.svg (- for stdout).\n"
+    "LOG_DIR defaults to mglaunch's private directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
 
 static int parse_long(const char *s, long min, long max, long *out)
 {
@@ -354,7 +356,7 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
             continue;
         }
         static const char *const valued[] = {"run",  "attempt", "rank", "stream",
-                                             "tail", "n",       "grep"};
+                                             "tail", "n",       "grep", "plot"};
         int known = 0;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(name, valued[k]);
@@ -422,8 +424,16 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         } else if (!strcmp(name, "grep")) {
             lo->content = 1;
             lo->grep = val;
+        } else if (!strcmp(name, "plot")) {
+            if (!*val)
+                return mg_seterr(err, cap, -EINVAL, "--plot needs a file name");
+            lo->plot = val;
         }
     }
+    if (lo->plot && lo->content)
+        return mg_seterr(err, cap, -EINVAL,
+                         "--plot draws metrics; it does not go with --rank, --stream, --tail, "
+                         "--grep or --follow");
     return 0;
 }
 
@@ -438,7 +448,7 @@ static int cmp_run(const void *a, const void *b)
 }
 
 /* Run directories: those holding an event log or attempt directories. */
-static int list_runs(const char *dir, struct run_ent **out, int *n)
+int mg_logs_list_runs(const char *dir, struct run_ent **out, int *n)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -485,7 +495,7 @@ static int list_runs(const char *dir, struct run_ent **out, int *n)
 int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
 {
     struct lrun r;
-    int rc = list_runs(dir, runs, n);
+    int rc = mg_logs_list_runs(dir, runs, n);
     if (rc || *n == 0) {
         mg_fmt(err, cap, rc ? "cannot read '%s': %s" : "no runs in '%s'%s", dir,
                rc ? mg_strerror(rc) : "");
@@ -502,7 +512,7 @@ int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size
     return 0;
 }
 
-static void worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
+void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
 {
     char dur[32];
     if (!w->exited) {
@@ -582,12 +592,12 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     rc->logs_saved = exists(rc->log_path, "stdout.log") || exists(rc->log_path, "stderr.log");
 }
 
-static void print_root(FILE *out, const struct lrun *r)
+int mg_logs_print_root(FILE *out, const struct lrun *r)
 {
     const struct lroot *x = r->has_root ? &r->root : r->has_first_fail ? &r->first_fail : NULL;
     struct mg_root_cause *rc;
     if (!x || !(rc = malloc(sizeof(*rc))))
-        return;
+        return 0;
     root_cause_of(r, x, rc);
     mg_root_cause_print(out,
                         r->ended && strcmp(r->result, "succeeded") == 0
@@ -595,12 +605,13 @@ static void print_root(FILE *out, const struct lrun *r)
                             : "Root cause (first failure):",
                         rc);
     free(rc);
+    return 1;
 }
 
 static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
 {
     char st[128], t[64], dur[32];
-    run_status(r, st, sizeof(st));
+    mg_logs_run_status(r, st, sizeof(st));
     fprintf(out, "run %s (%s)\n", r->id, r->dir);
     if (r->has_events) {
         mg_format_time_ms(r->start_ms, t, sizeof(t));
@@ -626,7 +637,7 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
         for (int k = 0; k < a->nw; k++) {
             const struct lworker *w = &a->w[k];
             char ws[200];
-            worker_state(r, w, ws, sizeof(ws));
+            mg_logs_worker_state(r, w, ws, sizeof(ws));
             fprintf(out, "    local rank %-3d rank %-4d pid %-7d %s%s%s%s\n", w->local_rank,
                     w->rank, w->pid, ws, w->message[0] ? " \"" : "", w->message,
                     w->message[0] ? "\"" : "");
@@ -649,7 +660,7 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
         char st[128], t[64];
         if (mg_logs_load_run(&r, dir, runs[i].id))
             continue;
-        run_status(&r, st, sizeof(st));
+        mg_logs_run_status(&r, st, sizeof(st));
         mg_format_time_ms(r.start_ms, t, sizeof(t));
         t[19] = '\0';
         int is_sel = strcmp(runs[i].id, sel) == 0;
@@ -673,7 +684,7 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
                        : lo->attempt_given && lo->attempt == -1 && r.na ? r.a[r.na - 1].attempt
                                                                         : -1;
             print_run_detail(out, &r, only);
-            print_root(out, &r);
+            mg_logs_print_root(out, &r);
         }
     }
     mg_logs_run_free(&r);
@@ -701,8 +712,9 @@ int mg_logs_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         }
         dir = defdir;
     }
-    rc = lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
-                    : do_list(out, &lo, dir, err, errcap);
+    rc = lo.plot      ? mg_logs_plot(out, &lo, dir, err, errcap)
+         : lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
+                      : do_list(out, &lo, dir, err, errcap);
     fflush(out);
     return rc == -ENOENT ? (err[0] ? -ENOENT : 1) : rc;
 }

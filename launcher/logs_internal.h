@@ -78,6 +78,22 @@ struct run_ent {
  * a negative code with err set (-ENOENT: there are none). */
 int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap);
 
+/* The run directories in dir (those with an event log or an attempt
+ * directory), unsorted, start_ms from the directory's time: without reading
+ * any event log. 0 or -errno. */
+int mg_logs_list_runs(const char *dir, struct run_ent **runs, int *n);
+
+/* Whether the launcher of a run that has not ended still runs (same host,
+ * pid and start time). */
+int mg_logs_launcher_alive(const struct lrun *r);
+/* "running", "succeeded", "failed (exit 3)", "launcher died", ... */
+void mg_logs_run_status(const struct lrun *r, char *buf, size_t cap);
+/* "running", "failed: exit 3 after 1.2 s", ... */
+void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap);
+/* The root cause block as the failure summary has it (or the first failure
+ * of a run that recovered). Returns 0 when the run has no failure. */
+int mg_logs_print_root(FILE *out, const struct lrun *r);
+
 /* ---- options ---- */
 
 struct logs_opts {
@@ -92,11 +108,16 @@ struct logs_opts {
     int follow;
     const char *grep;
     int content;
+    const char *plot; /* --plot FILE.svg ("-": stdout) */
     int help;
 };
 
 /* Prints the selected lines of the selected files, following them with
  * --follow. Returns 0, or a negative code with err set. */
 int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
+
+/* --plot: the run's metrics (every attempt's, or --attempt's) as an SVG file
+ * (logs_plot.c). Returns 0, or a negative code with err set. */
+int mg_logs_plot(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
 
 #endif

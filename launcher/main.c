@@ -2,6 +2,7 @@
  *
  *   mglaunch [options] PROGRAM [ARGS...]     run nproc_per_node workers
  *   mglaunch logs [LOG_DIR] [selectors]      inspect per-rank logs
+ *   mglaunch dashboard [LOG_DIR] [options]   a web page of the runs (mglaunch-dashboard)
  *
  * The only file that prints errors and decides exit codes: 0 success, the
  * root cause's code after a worker failure, 2 for bad usage, 128+N after
@@ -34,6 +35,8 @@ static const char usage[] =
     "usage: mglaunch [options] PROGRAM [ARGS...]\n"
     "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
     "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
+    "       mglaunch dashboard [LOG_DIR] [--host ADDR] [--port N] [--token TOKEN]\n"
     "\n"
     "Starts nproc_per_node workers running PROGRAM with torchrun's environment (RANK,\n"
     "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises them, restarts the\n"
@@ -290,8 +293,34 @@ out:
     return code;
 }
 
+/* `mglaunch dashboard` is mglaunch-dashboard's, a program of its own (an HTTP
+ * server with a thread, linked with libmicrohttpd), found next to mglaunch or
+ * in PATH: mglaunch itself links no HTTP library and starts no thread. */
+static int dashboard(char **argv)
+{
+    char sdir[PATH_MAX], path[PATH_MAX + 32];
+    const char *name = "mglaunch-dashboard";
+    self_dir(sdir, sizeof(sdir));
+    int found =
+        sdir[0] && mg_fmt(path, sizeof(path), "%s/%s", sdir, name) >= 0 && access(path, X_OK) == 0;
+    if (!found && mg_path_search(name, getenv("PATH"), path, sizeof(path)) < 0) {
+        fprintf(stderr,
+                "mglaunch dashboard: %s is neither next to mglaunch (%s) nor in PATH; it is "
+                "built when libmicrohttpd's header is there (Debian: apt-get install "
+                "libmicrohttpd-dev, then make)\n",
+                name, sdir[0] ? sdir : "?");
+        return 1;
+    }
+    argv[0] = (char *)name;
+    execv(path, argv);
+    fprintf(stderr, "mglaunch dashboard: cannot run '%s': %s\n", path, strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "dashboard") == 0)
+        return dashboard(argv + 1);
     if (argc > 1 && strcmp(argv[1], "logs") == 0) {
         char err[MG_ERRMSG_LEN];
         int rc = mg_logs_main(argc - 1, argv + 1, stdout, err, sizeof(err));

@@ -5,12 +5,14 @@
 #include "plot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "json.h"
 #include "mg_err.h"
@@ -221,6 +223,53 @@ int mg_plot_add_jsonl(struct mg_plot *p, const char *text, size_t len, int attem
         i = end + 1;
     }
     return 0;
+}
+
+#define READ_CHUNK (1 << 20)
+
+int mg_plot_add_file(struct mg_plot *p, const char *path, int attempt, long long *offset,
+                     size_t max, int final)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char *buf = malloc(READ_CHUNK);
+    int rc = buf ? 0 : -ENOMEM;
+    size_t have = 0, total = 0;
+    long long off = *offset;
+    while (rc == 0 && (!max || total < max)) {
+        size_t want = READ_CHUNK - have;
+        if (max && want > max - total)
+            want = max - total;
+        ssize_t n = pread(fd, buf + have, want, (off_t)(off + (long long)have));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        have += (size_t)n;
+        total += (size_t)n;
+        int eof = n == 0 || (max && total >= max);
+        char *nl = memrchr(buf, '\n', have);
+        size_t use = nl ? (size_t)(nl - buf) + 1 : 0;
+        if (!nl && have == READ_CHUNK)
+            use = have; /* a line longer than a chunk: not a record, skipped whole */
+        if (eof && final)
+            use = have;
+        if (use) {
+            rc = mg_plot_add_jsonl(p, buf, use, attempt);
+            off += (long long)use;
+            memmove(buf, buf + use, have - use);
+            have -= use;
+        }
+        if (eof)
+            break;
+    }
+    free(buf);
+    close(fd);
+    *offset = off;
+    return rc;
 }
 
 /* ---- output buffer ------------------------------------------------------------------------ */

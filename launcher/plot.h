@@ -39,6 +39,16 @@ void mg_plot_free(struct mg_plot *p);
  * (what fitted is kept). */
 int mg_plot_add_jsonl(struct mg_plot *p, const char *text, size_t len, int attempt);
 
+/* Adds the records of the JSON lines file path from byte *offset on (0: the
+ * whole file) to the end, or at most max bytes of it (0: no limit), and moves
+ * *offset past what it read: whole lines only, so a file being written can
+ * be read again from *offset later; with final, a last line without its '\n'
+ * is read too. Reads in pieces of MG_PLOT_LINE_MAX bytes or more: memory does
+ * not grow with the file. Returns 0, -ENOENT when there is no such file, -errno,
+ * or -MG_ETOOBIG (as mg_plot_add_jsonl). */
+int mg_plot_add_file(struct mg_plot *p, const char *path, int attempt, long long *offset,
+                     size_t max, int final);
+
 /* Lines that were not a record: not JSON, or without a step. */
 long mg_plot_skipped(const struct mg_plot *p);
 /* Records that gave the plot at least one value. */

@@ -109,6 +109,8 @@ static const char *const managed[] = {
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE",
     "NCCL_ASYNC_ERROR_HANDLING",
+    "MG_RUN_LOG_DIR",
+    "MG_ATTEMPT",
 };
 
 #define NMANAGED         (sizeof(managed) / sizeof(managed[0]))
@@ -152,6 +154,10 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     SETS("TORCHELASTIC_USE_AGENT_STORE", "False");
     SETS("TORCHELASTIC_ERROR_FILE", we->error_file);
     SETS("NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
+    if (we->run_log_dir)
+        SETS("MG_RUN_LOG_DIR", we->run_log_dir);
+    if (we->attempt >= 0)
+        SETI("MG_ATTEMPT", we->attempt);
     if (we->cuda_visible_devices)
         SETS("CUDA_VISIBLE_DEVICES", we->cuda_visible_devices);
     if (we->local_world_size > 1 && !mg_env_get(base, "OMP_NUM_THREADS"))

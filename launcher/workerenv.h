@@ -46,10 +46,15 @@ struct mg_worker_env {
     const char *run_id;
     const char *error_file;
     const char *cuda_visible_devices; /* NULL: leave the inherited value alone */
+    /* mg's own: where the run's logs are on this node (<log_dir>/<run_id>)
+     * and the attempt directory's number, so rank 0 can put its metrics
+     * beside them (MG_RUN_LOG_DIR, MG_ATTEMPT; NULL and -1: not set) */
+    const char *run_log_dir;
+    int attempt;
 };
 
 /* Builds a worker's envp: base minus every variable set here, plus torchrun's
- * variables, OMP_NUM_THREADS=1 when unset in base and local_world_size > 1,
+ * variables, MG_RUN_LOG_DIR and MG_ATTEMPT, OMP_NUM_THREADS=1 when unset in base and local_world_size > 1,
  * NCCL_ASYNC_ERROR_HANDLING (inherited or 1). The result is one allocation
  * (free() it). Returns 0 or -ENOMEM / -E2BIG. */
 int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out);

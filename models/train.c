@@ -19,16 +19,19 @@
 #include "rtutil.h"
 #include "train_args.h"
 #include "train_ckpt.h"
+#include "train_out.h"
 #include "trainer.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Exit statuses (docs/train.md, "Output"). */
@@ -83,10 +86,7 @@ __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
 struct progress {
     int tty;
     double last_draw;
-    FILE *metrics;
-    const char *metrics_path;
-    int metrics_lost; /* a write failed (reported): no more records */
-    int stdout_lost;  /* a write to stdout failed (reported) */
+    int stdout_lost; /* a write to stdout failed (reported) */
 };
 
 /* The first failed write of a stream is reported, once, with the file and
@@ -109,29 +109,6 @@ static void flush_stdout(struct progress *p)
         int e = errno ? errno : EIO;
         clearerr(stdout);
         lost_stdout(p, e);
-    }
-}
-
-static void metrics_line(struct progress *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void metrics_line(struct progress *p, const char *fmt, ...)
-{
-    if (!p->metrics || p->metrics_lost)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    errno = 0;
-    int bad = vfprintf(p->metrics, fmt, ap) < 0;
-    va_end(ap);
-    bad |= fputc('\n', p->metrics) == EOF;
-    bad |= fflush(p->metrics) == EOF;
-    if (bad || ferror(p->metrics)) {
-        int e = errno ? errno : EIO;
-        p->metrics_lost = 1;
-        fprintf(stderr,
-                TRAIN_PROG ": cannot write metrics to '%s': %s (no more records are written; the "
-                           "exit status will be %d)\n",
-                p->metrics_path, strerror(e), EXIT_INCOMPLETE);
     }
 }
 
@@ -166,6 +143,68 @@ static void draw_bar(struct progress *p, long step, long total, long epoch, long
     flush_stdout(p);
 }
 
+/* ---- --profile-startup ------------------------------------------------------------------ */
+
+/* Where the time between main() and the end of the first step goes, phase by
+ * phase: what a restart pays again on every rank (docs/train.md). */
+enum phase {
+    PH_DIST,
+    PH_BACKEND,
+    PH_DATA,
+    PH_MODEL,
+    PH_RESUME,
+    PH_SYNC,
+    PH_STEP,
+    PH_COUNT
+};
+static const char *const phase_names[PH_COUNT] = {"dist",       "backend", "data",      "model",
+                                                  "checkpoint", "sync",    "first step"};
+
+struct profile {
+    int on, printed;
+    double wall0; /* main() on the real-time clock, seconds since the epoch */
+    double t0;    /* main() on the monotonic clock */
+    double mark;  /* end of the last phase */
+    double ms[PH_COUNT];
+};
+
+static struct profile prof;
+
+static void profile_start(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    prof.t0 = prof.mark = mg_seconds();
+    prof.wall0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The time since the last mark goes to phase ph. */
+static void profile_mark(enum phase ph)
+{
+    double now = mg_seconds();
+    prof.ms[ph] += (now - prof.mark) * 1e3;
+    prof.mark = now;
+}
+
+/* One line on stderr, on every rank, once the first step is done: the wall
+ * clock times let a benchmark line it up with the launcher's events. */
+static void profile_print(int rank)
+{
+    char buf[512];
+    int n = 0;
+    if (!prof.on || prof.printed)
+        return;
+    prof.printed = 1;
+    for (int i = 0; i < PH_COUNT; i++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%s %.1f ms", i ? ", " : "",
+                      phase_names[i], prof.ms[i]);
+    double total = (prof.mark - prof.t0) * 1e3;
+    fprintf(stderr,
+            TRAIN_PROG ": startup: rank %d: %s; total %.1f ms (main at %.6f, first step done at "
+                       "%.6f, unix time)\n",
+            rank, buf, total, prof.wall0, prof.wall0 + total / 1e3);
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 struct run {
@@ -186,7 +225,21 @@ struct run {
     int exit_code;                           /* a failure's own status (EXIT_DIVERGED), else 0 */
     int device_index;                        /* CUDA: LOCAL_RANK */
     char auto_why[MG_ERRMSG_LEN];            /* --device auto chose the CPU: why */
+    struct train_out out;                    /* metrics and remote copies (train_out.h) */
+    int out_failed;                          /* an output was lost (said once) */
 };
+
+/* The first failed metrics write is said when it happens; the training goes
+ * on (its checkpoints are its real output) and exits with EXIT_INCOMPLETE. */
+static void check_output(struct run *r, int rc)
+{
+    if (rc >= 0 || r->out_failed)
+        return;
+    r->out_failed = 1;
+    fprintf(stderr,
+            TRAIN_PROG ": %s (no more records are written there; the exit status will be %d)\n",
+            mg_metrics_errmsg(r->out.metrics), EXIT_INCOMPLETE);
+}
 
 /* The launcher's environment (world size 1 without one): joins the other
  * ranks, then sets the per-process batch and learning rate from the world size. */
@@ -231,6 +284,7 @@ static int setup_ddp(struct run *r)
     struct mg_ddp_opts dopts = {
         .bucket_cap = o->bucket_cap_mb > 0 ? (size_t)(o->bucket_cap_mb * 1048576.0) : 0,
         .no_thread = o->no_comm_thread,
+        .zero = o->zero,
     };
     int rc = mg_ddp_create(&r->dist.ddp, r->dist.d->comm, &r->model, &dopts, err, sizeof(err));
     if (rc < 0) {
@@ -292,6 +346,33 @@ static int setup_backend(struct run *r)
     return rc;
 }
 
+/* The training and test sets, through the dataset cache unless it is off.
+ * What the cache could not do is said once per host (it is no error). */
+static int load_data(struct run *r, char *err)
+{
+    const struct train_options *o = r->o;
+    char dir[PATH_MAX] = "";
+    if (o->data_cache)
+        snprintf(dir, sizeof(dir), "%s", strcmp(o->data_cache, "off") ? o->data_cache : "");
+    else if (mg_data_cache_dir(dir, sizeof(dir)) < 0)
+        dir[0] = '\0';
+    int rc = mg_dataset_load_cached(&r->train, o->data, o->data_dir, 1, o->train_samples, dir, err);
+    if (rc == 0)
+        rc = mg_dataset_load_cached(&r->test, o->data, o->data_dir, 0, o->test_samples, dir, err);
+    if (rc < 0)
+        return rc;
+    const struct mg_dataset *sets[2] = {&r->train, &r->test};
+    for (int i = 0; i < 2; i++) {
+        int st = sets[i]->cache;
+        if ((st == MG_DATA_CACHE_BYPASSED || st == MG_DATA_CACHE_REBUILT) &&
+            r->dist.d->local_rank == 0)
+            fprintf(stderr, TRAIN_PROG ": warning: %s\n", sets[i]->cache_note);
+        else if (st == MG_DATA_CACHE_BUILT && prof.on)
+            fprintf(stderr, TRAIN_PROG ": %s\n", sets[i]->cache_note);
+    }
+    return 0;
+}
+
 static int setup(struct run *r)
 {
     struct train_options *o = r->o;
@@ -301,12 +382,12 @@ static int setup(struct run *r)
     rc = setup_backend(r);
     if (rc < 0)
         return rc;
+    profile_mark(PH_BACKEND);
     rc = setup_dist(r);
     if (rc < 0)
         return rc;
-    rc = mg_dataset_load(&r->train, o->data, o->data_dir, 1, o->train_samples, err);
-    if (rc == 0)
-        rc = mg_dataset_load(&r->test, o->data, o->data_dir, 0, o->test_samples, err);
+    profile_mark(PH_DIST);
+    rc = load_data(r, err);
     if (rc < 0) {
         fail("cannot load %s: %s", mg_data_name(o->data), err);
         return rc;
@@ -314,6 +395,7 @@ static int setup(struct run *r)
     rc = check_images(r);
     if (rc < 0)
         return rc;
+    profile_mark(PH_DATA);
     rc = mg_model_create(&r->model, r->be, o->model, &o->model_opts, o->batch_size, err);
     if (rc < 0) {
         fail("cannot build model %s: %s", o->model, err);
@@ -375,6 +457,7 @@ static int setup(struct run *r)
         fail("cannot set up training: %s", err);
         return rc;
     }
+    profile_mark(PH_MODEL);
     return 0;
 }
 
@@ -507,6 +590,34 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
     return 0;
 }
 
+/* --resume auto with --upload, and no complete checkpoint here (a new
+ * machine after a preemption): rank 0 fetches the newest one the
+ * destination has, marked as this run's (--resume auto takes a directory
+ * over); the others wait for it. */
+static int fetch_remote(struct run *r, const char *dir)
+{
+    char err[MG_ERRMSG_LEN], path[MG_CKPT_PATH_MAX], shown[512];
+    uint64_t step;
+    int rc = 0;
+    if (r->dist.rank == 0 && mg_ckpt_list(dir, &step, 1) == 0) {
+        mg_upload_describe(r->o->upload, shown, sizeof(shown));
+        rc = train_out_fetch_latest(r->o, dir, r->trainer.cfg.run_id_hash, path, sizeof(path), err,
+                                    sizeof(err));
+        if (rc < 0) {
+            fail("cannot fetch the newest checkpoint from %s: %s", shown, err);
+            return rc;
+        }
+        if (rc > 0)
+            say(&r->prog, TRAIN_PROG ": no checkpoint in '%s': fetched %s from %s", dir, path,
+                shown);
+    }
+    if (r->dist.ddp && (rc = mg_ddp_barrier(r->dist.ddp)) < 0) {
+        fail("cannot resume: %s", mg_ddp_errmsg(r->dist.ddp));
+        return rc;
+    }
+    return 0;
+}
+
 /* When to resume (docs/train.md, "Resume"): --resume; or, with a
  * --checkpoint-dir of this run's, from its newest checkpoint (a restart, an
  * elastic re-formation, or the same command again). Another run's directory
@@ -518,6 +629,11 @@ static int resume(struct run *r)
     const char *what = o->resume, *dir = o->checkpoint_dir;
     const struct mg_ckpt_owner *only = NULL;
     int quiet = 0, rc;
+    if (dir && what && strcmp(what, "auto") == 0 && o->upload) {
+        rc = fetch_remote(r, dir);
+        if (rc < 0)
+            return rc;
+    }
     if (dir) {
         rc = train_claim_dir(dir, o->resume, r->trainer.cfg.run_id_hash, r->run_id, &r->owner,
                              r->took_from, sizeof(r->took_from), err, sizeof(err));
@@ -578,10 +694,7 @@ static int evaluate(struct run *r, struct mg_eval_sums *ev)
     if (r->dist.rank == 0) {
         say(&r->prog, "eval step %ld epoch %ld: test loss %.4f accuracy %.4f (%ld/%ld)",
             r->trainer.step, epoch, loss, acc, ev->correct, ev->count);
-        metrics_line(&r->prog,
-                     "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%ld,\"test_loss\":%.6f,"
-                     "\"test_accuracy\":%.6f,\"test_samples\":%ld}",
-                     r->trainer.step, epoch, loss, acc, ev->count);
+        check_output(r, train_out_eval(&r->out, r->trainer.step, epoch, loss, acc, ev->count));
     }
     return 0;
 }
@@ -596,6 +709,13 @@ static int checkpoint(struct run *r)
     int rc = 0;
     if (r->dist.ddp) {
         struct mg_rank_state mine;
+        rc = mg_trainer_gather_state(&r->trainer); /* a sharded optimizer's state */
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s",
+                 rc == -ENOMEM ? "out of memory for the whole optimizer state"
+                               : mg_ddp_errmsg(r->dist.ddp));
+            return rc;
+        }
         states = calloc((size_t)r->dist.world, sizeof(*states));
         if (!states) {
             fail("cannot write a checkpoint: out of memory");
@@ -637,6 +757,10 @@ static int checkpoint(struct run *r)
         if (prc < 0)
             fprintf(stderr, TRAIN_PROG ": warning: cannot remove old checkpoints in '%s': %s\n",
                     dir, mg_strerror(prc));
+        /* the metrics as durable as the checkpoint they go with */
+        if (r->out.metrics)
+            check_output(r, mg_metrics_flush(r->out.metrics));
+        train_out_upload_checkpoint(&r->out, dir, r->trainer.step);
     }
 out:
     free(states);
@@ -652,6 +776,8 @@ struct tally {
     double total_samples; /* over every rank */
     double log_t0;        /* start of the report interval, less evaluation and checkpoints */
     double log_loss, log_correct, log_samples;
+    double log_step_time; /* this rank's seconds in steps since the last report */
+    long log_steps;
     double last_loss; /* of the last report, for the progress bar */
 };
 
@@ -678,6 +804,15 @@ static void announce(struct run *r)
             o->lr / r->dist.lr_scale, world);
     if (world > 1)
         say(&r->prog, TRAIN_PROG ": %d processes, %s", world, r->dist.d->comm->desc);
+    if (world > 1 && o->zero) {
+        const struct mg_trainer *t = &r->trainer;
+        size_t whole = mg_trainer_state_count(t);
+        say(&r->prog,
+            TRAIN_PROG ": ZeRO-1: each process keeps the optimizer state of %zu of %zu "
+                       "parameters: %.1f KiB instead of %.1f KiB",
+            t->opt.n, r->model.nparams, (double)t->opt.state_count * sizeof(float) / 1024.0,
+            (double)whole * sizeof(float) / 1024.0);
+    }
 }
 
 /* One optimizer step, and the replica check when one is due. */
@@ -699,12 +834,52 @@ static int train_step(struct run *r, struct mg_step_stats *st)
     return 0;
 }
 
+/* Every rank's mean step time since the last report (one small allgather):
+ * the mean over the ranks, the fastest, the slowest and who that is. */
+static int step_spread(struct run *r, const struct tally *k, struct train_out_train *rec)
+{
+    int world = r->dist.world;
+    double mine = k->log_steps ? k->log_step_time / (double)k->log_steps : 0.0, one = mine;
+    double *all = world > 1 ? calloc((size_t)world, sizeof(double)) : &one;
+    if (!all) {
+        fail("step %ld: out of memory", r->trainer.step);
+        return -ENOMEM;
+    }
+    if (world > 1) {
+        int rc =
+            mg_comm_allgather(r->dist.d->comm, &mine, all, sizeof(mine), MG_COMM_DEFAULT_TIMEOUT);
+        if (rc < 0) {
+            fail("step %ld: cannot gather the step times of the ranks: %s", r->trainer.step,
+                 mg_comm_errmsg(r->dist.d->comm));
+            free(all);
+            return rc;
+        }
+    }
+    double sum = 0.0;
+    rec->step_time_min_s = rec->step_time_max_s = all[0];
+    rec->slowest_rank = 0;
+    for (int i = 0; i < world; i++) {
+        sum += all[i];
+        if (all[i] < rec->step_time_min_s)
+            rec->step_time_min_s = all[i];
+        if (all[i] > rec->step_time_max_s) {
+            rec->step_time_max_s = all[i];
+            rec->slowest_rank = i;
+        }
+    }
+    rec->step_time_s = sum / (double)world;
+    if (world > 1)
+        free(all);
+    return 0;
+}
+
 /* The progress line and the train metrics record: loss and accuracy since the
  * last report, over all ranks (every rank calls this: the sums are reduced). */
 static int report(struct run *r, struct tally *k, const struct mg_step_stats *st)
 {
     const struct mg_trainer *t = &r->trainer;
     double sums[3] = {k->log_loss, k->log_correct, k->log_samples};
+    struct train_out_train rec = {0};
     if (r->dist.hooks.reduce_sums) {
         int rc = r->dist.hooks.reduce_sums(r->dist.hooks.ctx, sums, 3);
         if (rc < 0) {
@@ -712,21 +887,32 @@ static int report(struct run *r, struct tally *k, const struct mg_step_stats *st
             return rc;
         }
     }
+    int src = step_spread(r, k, &rec);
+    if (src < 0)
+        return src;
     double now = mg_seconds();
     double rate = sums[2] / (now - k->log_t0 > 1e-9 ? now - k->log_t0 : 1e-9);
     k->last_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
     double acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
     if (r->dist.rank == 0) {
+        char news[1024];
         if (!r->prog.tty)
             say(&r->prog, "step %ld/%ld epoch %ld loss %.4f accuracy %.4f lr %.6g %.0f samples/s",
                 t->step, r->total_steps, t->epoch + 1, k->last_loss, acc, st->lr, rate);
-        metrics_line(&r->prog,
-                     "{\"type\":\"train\",\"step\":%ld,\"epoch\":%ld,\"loss\":%.6f,"
-                     "\"accuracy\":%.6f,\"lr\":%.9g,\"samples_per_s\":%.1f,"
-                     "\"time_s\":%.3f}",
-                     t->step, t->epoch + 1, k->last_loss, acc, st->lr, rate, now - k->t0);
+        if (train_out_upload_news(&r->out, news, sizeof(news)))
+            fprintf(stderr, TRAIN_PROG ": warning: %s\n", news);
+        rec.step = t->step;
+        rec.epoch = t->epoch + 1;
+        rec.loss = k->last_loss;
+        rec.accuracy = acc;
+        rec.lr = st->lr;
+        rec.samples_per_s = rate;
+        rec.time_s = now - k->t0;
+        check_output(r, train_out_train(&r->out, &rec));
     }
     k->log_loss = k->log_correct = k->log_samples = 0.0;
+    k->log_step_time = 0.0;
+    k->log_steps = 0;
     k->log_t0 = mg_seconds();
     return 0;
 }
@@ -759,12 +945,20 @@ static void summarize(struct run *r, const struct tally *k, const struct mg_eval
                    "in %.1f s (%.0f samples/s), wall time %.1f s; param hash %016" PRIx64,
         acc, ev->correct, ev->count, loss, t->step, k->total_samples, k->train_time, rate, wall,
         hash);
-    metrics_line(&r->prog,
-                 "{\"type\":\"summary\",\"step\":%ld,\"epoch\":%ld,\"test_loss\":%.6f,"
-                 "\"test_accuracy\":%.6f,\"samples\":%.0f,\"train_time_s\":%.3f,"
-                 "\"samples_per_s\":%.1f,\"wall_time_s\":%.3f,\"param_hash\":\"%016" PRIx64 "\"}",
-                 t->step, t->epoch + 1, loss, acc, k->total_samples, k->train_time, rate, wall,
-                 hash);
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
+    struct train_out_summary s = {
+        .step = t->step,
+        .epoch = t->epoch + 1,
+        .test_loss = loss,
+        .test_accuracy = acc,
+        .samples = k->total_samples,
+        .train_time_s = k->train_time,
+        .samples_per_s = rate,
+        .wall_time_s = wall,
+        .param_hash = hex,
+    };
+    check_output(r, train_out_summary(&r->out, &s));
 }
 
 static int run(struct run *r)
@@ -776,8 +970,10 @@ static int run(struct run *r)
     int evaluated_now = 0, rc;
 
     k.log_t0 = k.t0;
-    if (r->dist.rank == 0)
+    if (r->dist.rank == 0) {
         announce(r);
+        check_output(r, train_out_hparams(&r->out, o, r->dist.world, r->total_steps));
+    }
     rc = mg_trainer_start(t);
     if (rc < 0) {
         fail("cannot synchronize the initial parameters: %s", why(r, rc));
@@ -786,6 +982,9 @@ static int run(struct run *r)
     rc = check_resume(r);
     if (rc < 0)
         return rc;
+    if (r->out.metrics)
+        check_output(r, mg_metrics_start(r->out.metrics, t->step));
+    profile_mark(PH_SYNC);
     while (t->step < r->total_steps) {
         struct mg_step_stats st;
         double s0 = mg_seconds();
@@ -801,7 +1000,13 @@ static int run(struct run *r)
             return -ERANGE;
         }
         double s1 = mg_seconds();
+        if (prof.on && !prof.printed) {
+            profile_mark(PH_STEP);
+            profile_print(r->dist.rank);
+        }
         k.train_time += s1 - s0;
+        k.log_step_time += s1 - s0;
+        k.log_steps++;
         k.total_samples += (double)st.samples * r->dist.world;
         k.log_loss += st.loss_sum;
         k.log_correct += (double)st.correct;
@@ -847,6 +1052,70 @@ static int run(struct run *r)
     return 0;
 }
 
+/* Rank 0's metrics and remote copies, once the rank and the run are known. */
+static int open_outputs(struct run *r)
+{
+    char err[MG_ERRMSG_LEN];
+    const struct mg_dist_env *env = &r->dist.d->env;
+    struct train_out_ident id = {
+        .run_id = env->launched ? env->run_id : NULL,
+        .restart = env->restart_count,
+        .rank = r->dist.rank,
+    };
+    int rc = train_out_open(&r->out, r->o, &id, err, sizeof(err));
+    if (rc < 0) {
+        fail("%s", err);
+        return rc;
+    }
+    if (r->dist.rank == 0 && (rc = train_out_upload_open(&r->out, r->o, err, sizeof(err))) < 0)
+        fail("--upload%s: %s", r->o->upload_cmd ? "-cmd" : "", err);
+    return rc;
+}
+
+/* The bounded wait for the remote copies, and what was and was not copied.
+ * Returns 1 when everything was. */
+static int close_upload(struct run *r, int failed)
+{
+    struct mg_upload_stats st;
+    if (!r->out.upload)
+        return 1;
+    train_out_upload_metrics(&r->out);
+    long wait = failed && r->o->upload_wait > 30 ? 30 : r->o->upload_wait;
+    int rc = train_out_upload_close(&r->out, wait, &st);
+    char copied[200];
+    snprintf(copied, sizeof(copied), "%d of %d cop%s made (%.1f MB)", st.copied,
+             st.queued + st.dropped, st.queued + st.dropped == 1 ? "y" : "ies",
+             (double)st.bytes / 1e6);
+    if (rc == 0) {
+        say(&r->prog, TRAIN_PROG ": upload to %s: %s; %d failed tr%s tried again",
+            r->out.upload_shown, copied, st.retries, st.retries == 1 ? "y was" : "ies were");
+        return 1;
+    }
+    char list[4096] = "";
+    size_t n = 0;
+    for (int i = 0; i < st.nlist && n < sizeof(list); i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "; " : "", st.list[i]);
+    fail("upload to %s: %s, %d given up, %d dropped (queue full), %d not sent in %ld s; %d failed "
+         "tr%s tried again; not copied: %s; the last error: %s (the exit status will be %d)",
+         r->out.upload_shown, copied, st.failed, st.dropped, st.pending, wait, st.retries,
+         st.retries == 1 ? "y was" : "ies were", list, st.last_error[0] ? st.last_error : "none",
+         EXIT_INCOMPLETE);
+    return 0;
+}
+
+/* Returns 1 when every output was written whole. */
+static int close_outputs(struct run *r, int failed)
+{
+    char err[MG_ERRMSG_LEN];
+    if (!close_upload(r, failed))
+        r->out_failed = 1;
+    if (train_out_close(&r->out, err, sizeof(err)) < 0 && !r->out_failed) {
+        r->out_failed = 1;
+        fprintf(stderr, TRAIN_PROG ": %s (the exit status will be %d)\n", err, EXIT_INCOMPLETE);
+    }
+    return !r->out_failed;
+}
+
 int main(int argc, char **argv)
 {
     struct train_options o;
@@ -854,6 +1123,7 @@ int main(int argc, char **argv)
     char err[1024];
     int rc;
 
+    profile_start();
     if (train_args_parse(&o, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, TRAIN_PROG ": %s (see " TRAIN_PROG " --help)\n", err);
         record_error(NULL, err);
@@ -872,17 +1142,14 @@ int main(int argc, char **argv)
     r.prog.tty = isatty(STDOUT_FILENO);
     if (train_threads_from_env(&o, err, sizeof(err)))
         fprintf(stderr, TRAIN_PROG ": warning: %s\n", err);
-    if (o.metrics) {
-        r.prog.metrics = fopen(o.metrics, "a");
-        r.prog.metrics_path = o.metrics;
-        if (!r.prog.metrics) {
-            fail("cannot open metrics file '%s': %s", o.metrics, strerror(errno));
-            return EXIT_FAILURE_RUN;
-        }
-    }
+    prof.on = o.profile_startup;
     rc = setup(&r);
     if (rc == 0)
+        rc = open_outputs(&r);
+    if (rc == 0) {
         rc = resume(&r);
+        profile_mark(PH_RESUME);
+    }
     if (rc == 0)
         rc = run(&r);
     /* rank 0 hosts the store: everyone leaves together */
@@ -890,6 +1157,7 @@ int main(int argc, char **argv)
         fail("%s", mg_comm_errmsg(r.dist.d->comm));
         rc = -MG_EPEER;
     }
+    int complete = close_outputs(&r, rc < 0);
     flush_stdout(&r.prog);
     mg_trainer_release(&r.trainer);
     mg_ddp_release(r.dist.ddp);
@@ -899,12 +1167,7 @@ int main(int argc, char **argv)
     mg_backend_release(r.be);
     error_dist = NULL;
     mg_dist_release(r.dist.d);
-    if (r.prog.metrics && fclose(r.prog.metrics) != 0 && !r.prog.metrics_lost) {
-        r.prog.metrics_lost = 1;
-        fprintf(stderr, TRAIN_PROG ": cannot write metrics to '%s': %s\n", o.metrics,
-                strerror(errno));
-    }
     if (rc < 0)
         return r.exit_code ? r.exit_code : EXIT_FAILURE_RUN;
-    return r.prog.stdout_lost || r.prog.metrics_lost ? EXIT_INCOMPLETE : 0;
+    return r.prog.stdout_lost || !complete ? EXIT_INCOMPLETE : 0;
 }

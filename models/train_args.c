@@ -28,6 +28,8 @@ void train_usage(FILE *f)
             "                          (default /usr/share/datasets/<data>)\n"
             "  --train-samples N       use the first N training samples (0 = all)\n"
             "  --test-samples N        use the first N test samples (0 = all)\n"
+            "  --data-cache DIR|off    decoded datasets, shared by the processes of a host\n"
+            "                          (default $MG_DATA_CACHE, else ~/.cache/mg/data)\n"
             "length and batch:\n"
             "  --epochs N              passes over the training set (default 1)\n"
             "  --steps N               optimizer steps instead of epochs\n"
@@ -54,7 +56,18 @@ void train_usage(FILE *f)
             "  --threads N             BLAS threads (default $OMP_NUM_THREADS, else 1)\n"
             "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
             "  --log-every N           a progress line every N steps (default 100)\n"
-            "  --metrics FILE          append JSON lines (train, eval, summary records)\n"
+            "  --profile-startup       print where the time to the first step went (stderr)\n"
+            "  --metrics FILE          append JSON lines (train, eval, summary records); under\n"
+            "                          mglaunch rank 0 writes them to the run's attempt\n"
+            "                          directory without it (docs/metrics.md)\n"
+            "  --tensorboard [DIR]     TensorBoard event files in DIR (default under mglaunch:\n"
+            "                          the run's log directory, tensorboard/)\n"
+            "  --csv [DIR]             Lightning-style DIR/version_N/metrics.csv (default under\n"
+            "                          mglaunch: the run's log directory, csv/)\n"
+            "  --upload DEST           copy checkpoints, metrics and the final model to DEST\n"
+            "                          (s3://BUCKET/PREFIX or http(s)://...) in the background\n"
+            "  --upload-cmd 'CMD {}'   or run CMD with each file's path instead\n"
+            "  --upload-wait S         at the end, wait up to S seconds for copies (default 300)\n"
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
             "  --keep-checkpoints N    keep the run's N newest checkpoints (default 3, 0 = all)\n"
@@ -72,6 +85,8 @@ void train_usage(FILE *f)
             "  --check-replicas N      check every N steps that all ranks hold identical weights\n"
             "  --bucket-cap-mb MB      gradient bucket size (default 25; the first one 1)\n"
             "  --no-comm-thread        average gradients after backward, not during it\n"
+            "  --zero 0|1              1: ZeRO-1, the optimizer state sharded over the\n"
+            "                          processes (default $MG_ZERO, else 0; same results)\n"
             "  --help, --version\n");
 }
 
@@ -176,6 +191,8 @@ static int parse_seed(struct parse *p, const char *v, uint64_t *out)
     return 0;
 }
 
+#define ARG_OPTIONAL 2
+
 enum flag_id {
     F_MODEL,
     F_HIDDEN,
@@ -184,6 +201,7 @@ enum flag_id {
     F_DATA_DIR,
     F_TRAIN_SAMPLES,
     F_TEST_SAMPLES,
+    F_DATA_CACHE,
     F_EPOCHS,
     F_STEPS,
     F_BATCH,
@@ -206,7 +224,13 @@ enum flag_id {
     F_THREADS,
     F_EVAL_EVERY,
     F_LOG_EVERY,
+    F_PROFILE_STARTUP,
     F_METRICS,
+    F_TENSORBOARD,
+    F_CSV,
+    F_UPLOAD,
+    F_UPLOAD_CMD,
+    F_UPLOAD_WAIT,
     F_CKPT_DIR,
     F_CKPT_EVERY,
     F_KEEP,
@@ -216,6 +240,7 @@ enum flag_id {
     F_CHECK_REPLICAS,
     F_BUCKET_CAP,
     F_NO_COMM_THREAD,
+    F_ZERO,
     F_HELP,
     F_VERSION,
 };
@@ -223,7 +248,8 @@ enum flag_id {
 static const struct {
     const char *name;
     enum flag_id id;
-    int has_arg;
+    int has_arg; /* 0 none, 1 a value, ARG_OPTIONAL: a value unless the next
+                    argument is a flag (train takes no other arguments) */
 } flags[] = {
     {"model", F_MODEL, 1},
     {"hidden", F_HIDDEN, 1},
@@ -232,6 +258,7 @@ static const struct {
     {"data-dir", F_DATA_DIR, 1},
     {"train-samples", F_TRAIN_SAMPLES, 1},
     {"test-samples", F_TEST_SAMPLES, 1},
+    {"data-cache", F_DATA_CACHE, 1},
     {"epochs", F_EPOCHS, 1},
     {"steps", F_STEPS, 1},
     {"batch-size", F_BATCH, 1},
@@ -254,7 +281,13 @@ static const struct {
     {"threads", F_THREADS, 1},
     {"eval-every", F_EVAL_EVERY, 1},
     {"log-every", F_LOG_EVERY, 1},
+    {"profile-startup", F_PROFILE_STARTUP, 0},
     {"metrics", F_METRICS, 1},
+    {"tensorboard", F_TENSORBOARD, ARG_OPTIONAL},
+    {"csv", F_CSV, ARG_OPTIONAL},
+    {"upload", F_UPLOAD, 1},
+    {"upload-cmd", F_UPLOAD_CMD, 1},
+    {"upload-wait", F_UPLOAD_WAIT, 1},
     {"checkpoint-dir", F_CKPT_DIR, 1},
     {"checkpoint-every", F_CKPT_EVERY, 1},
     {"keep-checkpoints", F_KEEP, 1},
@@ -264,6 +297,7 @@ static const struct {
     {"check-replicas", F_CHECK_REPLICAS, 1},
     {"bucket-cap-mb", F_BUCKET_CAP, 1},
     {"no-comm-thread", F_NO_COMM_THREAD, 0},
+    {"zero", F_ZERO, 1},
     {"help", F_HELP, 0},
     {"version", F_VERSION, 0},
 };
@@ -298,6 +332,7 @@ static void set_defaults(struct train_options *o)
     o->gamma = 0.1;
     o->keep_checkpoints = 3;
     o->log_every = 100;
+    o->upload_wait = 300;
     o->device = MG_DEVICE_CPU;
 }
 
@@ -331,6 +366,11 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, INT_MAX, &o->train_samples);
     case F_TEST_SAMPLES:
         return parse_long(p, flag, v, 0, INT_MAX, &o->test_samples);
+    case F_DATA_CACHE:
+        if (!*v)
+            return bad(p, "--data-cache: empty path (off turns the cache off)");
+        o->data_cache = v;
+        return 0;
     case F_EPOCHS:
         return parse_long(p, flag, v, 1, MAX_EPOCHS, &o->epochs);
     case F_STEPS:
@@ -390,9 +430,31 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->eval_every);
     case F_LOG_EVERY:
         return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->log_every);
+    case F_PROFILE_STARTUP:
+        o->profile_startup = 1;
+        return 0;
     case F_METRICS:
         o->metrics = v;
         return 0;
+    case F_TENSORBOARD:
+    case F_CSV:
+        if (v && !*v)
+            return bad(p, "%s: empty directory name", flag);
+        *(id == F_CSV ? &o->csv : &o->tensorboard) = v ? v : "";
+        return 0;
+    case F_UPLOAD:
+        if (strncmp(v, "s3://", 5) && strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+            return bad(p, "--upload: want s3://BUCKET/PREFIX, http://... or https://..., got '%s'",
+                       v);
+        o->upload = v;
+        return 0;
+    case F_UPLOAD_CMD:
+        if (!*v)
+            return bad(p, "--upload-cmd: an empty command");
+        o->upload_cmd = v;
+        return 0;
+    case F_UPLOAD_WAIT:
+        return parse_long(p, flag, v, 0, 7 * 24 * 3600, &o->upload_wait);
     case F_CKPT_DIR:
         o->checkpoint_dir = v;
         return 0;
@@ -419,6 +481,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
     case F_NO_COMM_THREAD:
         o->no_comm_thread = 1;
         return 0;
+    case F_ZERO:
+        o->zero_set = 1;
+        return parse_int(p, flag, v, 0, 1, &o->zero);
     case F_HELP:
         o->help = 1;
         return 0;
@@ -434,6 +499,12 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
 {
     if (epochs_set && steps_set)
         return bad(p, "--epochs and --steps cannot be used together");
+    const char *z = getenv("MG_ZERO");
+    if (!o->zero_set && z && *z) {
+        if (strcmp(z, "0") && strcmp(z, "1"))
+            return bad(p, "MG_ZERO='%.32s': expected 0 or 1", z);
+        o->zero = *z == '1';
+    }
     if (!o->lr_set)
         o->lr = o->optimizer == MG_OPTIM_ADAMW ? 0.001 : !strcmp(o->model, "cnn") ? 0.02 : 0.05;
     if (!o->weight_decay_set)
@@ -453,6 +524,15 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
         return bad(p, "--data-dir does not apply to --data synthetic");
     if (o->global_batch && o->batch_set)
         return bad(p, "--batch-size and --global-batch-size cannot be used together");
+    if (o->upload && o->upload_cmd)
+        return bad(p, "--upload and --upload-cmd cannot be used together");
+    const char *run_dir = getenv("MG_RUN_LOG_DIR");
+    if (!(run_dir && *run_dir) && ((o->tensorboard && !*o->tensorboard) || (o->csv && !*o->csv)))
+        return bad(p,
+                   "%s without a directory writes into the run's log directory under mglaunch "
+                   "(MG_RUN_LOG_DIR); outside it, give one: %s DIR",
+                   o->tensorboard && !*o->tensorboard ? "--tensorboard" : "--csv",
+                   o->tensorboard && !*o->tensorboard ? "--tensorboard" : "--csv");
     return 0;
 }
 
@@ -505,7 +585,12 @@ int train_args_parse(struct train_options *o, int argc, char **argv, char *err, 
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s", flags[f].name);
         const char *v = NULL;
-        if (flags[f].has_arg) {
+        if (flags[f].has_arg == ARG_OPTIONAL) {
+            if (eq)
+                v = eq + 1;
+            else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                v = argv[++i];
+        } else if (flags[f].has_arg) {
             if (eq)
                 v = eq + 1;
             else if (i + 1 < argc)

@@ -26,6 +26,7 @@ struct train_options {
     enum mg_data_kind data;
     const char *data_dir;
     long train_samples, test_samples;
+    const char *data_cache; /* --data-cache DIR or "off"; NULL: MG_DATA_CACHE or the default */
     long epochs, steps;
     int batch_size, accum_steps;
     double lr;
@@ -44,7 +45,15 @@ struct train_options {
     int keep_checkpoints;
     const char *resume;
     long log_every;
+    int profile_startup; /* --profile-startup: where the time to the first step goes */
     const char *metrics;
+    /* --tensorboard [DIR], --csv [DIR]: NULL off, "" the run's directory
+     * under mglaunch ($MG_RUN_LOG_DIR/tensorboard, .../csv) */
+    const char *tensorboard, *csv;
+    /* remote copies (docs/train.md, "Remote copies"): --upload DEST or
+     * --upload-cmd CMD, and the wait for them at the end */
+    const char *upload, *upload_cmd;
+    long upload_wait;
     enum mg_device device;
     int device_auto; /* --device auto: setup asks the driver (device is then set) */
     int drop_last;
@@ -55,6 +64,8 @@ struct train_options {
     long check_replicas;
     double bucket_cap_mb;
     int no_comm_thread;
+    int zero; /* --zero 1 or MG_ZERO=1: ZeRO stage 1 (a sharded optimizer) */
+    int zero_set;
     /* --help or --version: parsing stopped there, nothing else was checked */
     int help, version;
 };

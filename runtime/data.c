@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -216,7 +217,36 @@ static int find_file(const char *dir, const char *name, char *path, size_t len, 
                      mg_strerror(rc));
 }
 
-static int load_idx_pair(struct mg_dataset *ds, const char *dir, int train, long limit, char *err)
+int mg_idx_pair_read(const char *ipath, const char *lpath, struct mg_idx *img, struct mg_idx *lab,
+                     char *err)
+{
+    int rc = mg_idx_read(ipath, 3, img, err);
+    if (rc < 0)
+        return rc;
+    rc = mg_idx_read(lpath, 1, lab, err);
+    if (rc < 0)
+        goto release_img;
+    if (lab->dims[0] != img->dims[0]) {
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE, "'%s' has %d labels but '%s' has %d images",
+                       lpath, lab->dims[0], ipath, img->dims[0]);
+        goto release_lab;
+    }
+    for (int i = 0; i < lab->dims[0]; i++)
+        if (lab->data[i] >= 10) {
+            rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                           "'%s': label %d of sample %d is not in 0..9", lpath, lab->data[i], i);
+            goto release_lab;
+        }
+    return 0;
+release_lab:
+    mg_idx_release(lab);
+release_img:
+    mg_idx_release(img);
+    return rc;
+}
+
+static int load_idx_pair(struct mg_dataset *ds, const char *dir, int train, long limit,
+                         const char *cache_dir, char *err)
 {
     char ipath[4096], lpath[4096];
     struct mg_idx img = {0}, lab = {0};
@@ -231,38 +261,24 @@ static int load_idx_pair(struct mg_dataset *ds, const char *dir, int train, long
     rc = find_file(dir, lname, lpath, sizeof(lpath), err);
     if (rc < 0)
         return rc;
-    rc = mg_idx_read(ipath, 3, &img, err);
-    if (rc < 0)
-        return rc;
-    rc = mg_idx_read(lpath, 1, &lab, err);
-    if (rc < 0)
-        goto release_img;
-    if (lab.dims[0] != img.dims[0]) {
-        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ESHAPE, "'%s' has %d labels but '%s' has %d images",
-                       lpath, lab.dims[0], ipath, img.dims[0]);
-        goto release_lab;
-    }
-    for (int i = 0; i < lab.dims[0]; i++)
-        if (lab.data[i] >= 10) {
-            rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
-                           "'%s': label %d of sample %d is not in 0..9", lpath, lab.data[i], i);
-            goto release_lab;
+    if (cache_dir && *cache_dir) {
+        rc = mg_data_cache_load(ds, cache_dir, ipath, lpath, err);
+    } else {
+        rc = mg_idx_pair_read(ipath, lpath, &img, &lab, err);
+        if (rc == 0) {
+            ds->n = img.dims[0];
+            ds->c = 1;
+            ds->h = img.dims[1];
+            ds->w = img.dims[2];
+            ds->classes = 10;
+            ds->pixels = img.data;
+            ds->labels = lab.data;
         }
-    ds->n = img.dims[0];
-    if (limit > 0 && limit < ds->n)
+    }
+    if (rc == 0 && limit > 0 && limit < ds->n)
         ds->n = (int)limit;
-    ds->c = 1;
-    ds->h = img.dims[1];
-    ds->w = img.dims[2];
-    ds->classes = 10;
-    ds->pixels = img.data;
-    ds->labels = lab.data;
-    snprintf(ds->images, sizeof(ds->images), "%s", ipath);
-    return 0;
-release_lab:
-    mg_idx_release(&lab);
-release_img:
-    mg_idx_release(&img);
+    if (rc == 0)
+        snprintf(ds->images, sizeof(ds->images), "%s", ipath);
     return rc;
 }
 
@@ -301,13 +317,20 @@ static int make_synthetic(struct mg_dataset *ds, int train, long limit)
 int mg_dataset_load(struct mg_dataset *ds, enum mg_data_kind kind, const char *dir, int train,
                     long limit, char *err)
 {
+    return mg_dataset_load_cached(ds, kind, dir, train, limit, NULL, err);
+}
+
+int mg_dataset_load_cached(struct mg_dataset *ds, enum mg_data_kind kind, const char *dir,
+                           int train, long limit, const char *cache_dir, char *err)
+{
     int rc;
     memset(ds, 0, sizeof(*ds));
     snprintf(ds->name, sizeof(ds->name), "%s %s", mg_data_name(kind), train ? "train" : "test");
     switch (kind) {
     case MG_DATA_FASHION_MNIST:
     case MG_DATA_MNIST:
-        rc = load_idx_pair(ds, dir && *dir ? dir : mg_data_default_dir(kind), train, limit, err);
+        rc = load_idx_pair(ds, dir && *dir ? dir : mg_data_default_dir(kind), train, limit,
+                           cache_dir, err);
         if (kind == MG_DATA_FASHION_MNIST)
             set_norm(ds, 0.2860f, 0.3530f);
         else
@@ -329,8 +352,14 @@ int mg_dataset_load(struct mg_dataset *ds, enum mg_data_kind kind, const char *d
 
 void mg_dataset_release(struct mg_dataset *ds)
 {
-    free(ds->pixels);
-    free(ds->labels);
+    if (ds->map) {
+        munmap(ds->map, ds->map_len);
+    } else {
+        free(ds->pixels);
+        free(ds->labels);
+    }
+    ds->map = NULL;
+    ds->map_len = 0;
     ds->pixels = ds->labels = NULL;
     ds->n = 0;
 }

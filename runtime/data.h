@@ -11,6 +11,12 @@
  * - synthetic: 10 classes of 28x28 images made from fixed class prototypes
  *   plus noise, generated from a fixed seed (learnable, instant to create).
  *
+ * - a cache of decoded datasets (data_cache.c): the first process of a host
+ *   to need an IDX pair decodes it into one file that every later one maps
+ *   read-only (shared in the page cache), after checking it against the
+ *   source files and its own hash; a stale or corrupt file is rebuilt,
+ *   never used (docs/train.md, "Dataset cache").
+ *
  * Normalization is torchvision's ToTensor + Normalize:
  * (x / 255 - mean) / std, with fashion-mnist (0.2860, 0.3530),
  * mnist (0.1307, 0.3081), synthetic (0.5, 0.5).
@@ -49,6 +55,17 @@ struct mg_idx {
 int mg_idx_read(const char *path, int want_ndim, struct mg_idx *out, char *err);
 void mg_idx_release(struct mg_idx *idx);
 
+/* What the dataset cache did for one load. */
+enum mg_data_cache_status {
+    MG_DATA_CACHE_OFF,      /* no cache asked for, or nothing to cache (synthetic) */
+    MG_DATA_CACHE_HIT,      /* a valid cache file is mapped */
+    MG_DATA_CACHE_BUILT,    /* there was none: decoded, written, mapped */
+    MG_DATA_CACHE_REBUILT,  /* it was stale or corrupt (cache_note says how): rewritten */
+    MG_DATA_CACHE_BYPASSED, /* it could not be used (cache_note says why): decoded only */
+};
+
+#define MG_DATA_CACHE_NOTE_MAX 320
+
 struct mg_dataset {
     char name[MG_DATASET_NAME_MAX];   /* "fashion-mnist train" */
     char images[MG_DATASET_PATH_MAX]; /* the images file, for messages ("" for synthetic) */
@@ -58,6 +75,10 @@ struct mg_dataset {
     uint8_t *pixels; /* n * c*h*w */
     uint8_t *labels; /* n, each < classes */
     float mean, std; /* normalization */
+    void *map;       /* the cache file's mapping, when pixels and labels point into it */
+    size_t map_len;
+    int cache; /* enum mg_data_cache_status */
+    char cache_note[MG_DATA_CACHE_NOTE_MAX];
 };
 
 int mg_data_parse(const char *s, enum mg_data_kind *out);
@@ -70,7 +91,39 @@ const char *mg_data_default_dir(enum mg_data_kind kind);
  * (0 = 4096 train / 1024 test). */
 int mg_dataset_load(struct mg_dataset *ds, enum mg_data_kind kind, const char *dir, int train,
                     long limit, char *err);
+/* The same through the dataset cache in cache_dir (NULL or "": no cache, as
+ * mg_dataset_load). A cache that cannot be used is no error: the files are
+ * decoded as without one and ds->cache says BYPASSED, with the reason in
+ * ds->cache_note. Errors are the files' own, as mg_dataset_load's. */
+int mg_dataset_load_cached(struct mg_dataset *ds, enum mg_data_kind kind, const char *dir,
+                           int train, long limit, const char *cache_dir, char *err);
 void mg_dataset_release(struct mg_dataset *ds);
+
+/* Reads an IDX pair, images (3 dimensions) and labels (1), and checks that
+ * they agree (as many labels as images, each label below 10). On failure
+ * both are released; err names the file. */
+int mg_idx_pair_read(const char *ipath, const char *lpath, struct mg_idx *img, struct mg_idx *lab,
+                     char *err);
+
+/* ---- the dataset cache (data_cache.c) ------------------------------------------ */
+
+/* Where the cache lives: MG_DATA_CACHE when set ("off" or "0": no cache,
+ * giving ""), else $XDG_CACHE_HOME/mg/data, else $HOME/.cache/mg/data, else
+ * ${TMPDIR:-/tmp}/mg-data-<uid>. Writes the directory (or "") into buf;
+ * -ENAMETOOLONG when it does not fit. */
+int mg_data_cache_dir(char *buf, size_t len);
+
+/* Fills ds's n, c, h, w, classes, pixels, labels from the cache file for the
+ * pair (ipath, lpath) in cache_dir, building it first when it is missing,
+ * stale (a source file's device, inode, size, modification or change time
+ * differs from what the file records, or a source changed while it was
+ * built) or corrupt (bad header, length, or hash of the data); concurrent
+ * callers wait for one builder, and a killed builder leaves nothing a later
+ * one would use. Returns 0 (ds->cache says what happened; BYPASSED when the
+ * cache could not be written or read, and the pair was decoded without it) or
+ * the files' own error, as mg_idx_pair_read's. */
+int mg_data_cache_load(struct mg_dataset *ds, const char *cache_dir, const char *ipath,
+                       const char *lpath, char *err);
 
 static inline size_t mg_dataset_sample_size(const struct mg_dataset *ds)
 {

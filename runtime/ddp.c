@@ -9,7 +9,18 @@
  * The gradient buffer is the communicator's registered memory (comm.h), lent
  * to the model at the start (once every rank is known to have built the same
  * model) and taken back at release: on one host the allreduces then sum the
- * ranks' gradients in place, in shared memory, with no staging copy.
+ * ranks' gradients in place, in shared memory, with no staging copy. It is
+ * `padded` floats long (the buckets' alignment, ddp.h); so are the
+ * parameters' under ZeRO-1.
+ *
+ * ZeRO-1: bucket k of `count` floats is W chunks of count / W; rank r's
+ * shard of it is chunk r (less any padding), and the optimizer state of the
+ * shards of all buckets is kept back to back (shard_at[k]), so a rank holds
+ * padded / W floats per state vector. For each bucket the thread
+ * reduce-scatters the gradients in place (rank r's averaged chunk lands where
+ * its chunk was), updates the shard (the optimizer and learning rate come
+ * from begin_update, before any bucket of the step is launched) and
+ * allgathers the parameters in place.
  *
  * On a device (CUDA) with a communicator on the device too (NCCL), each
  * bucket waits for an event, not for the host: grad_ready records one on the
@@ -39,9 +50,18 @@ struct mg_ddp {
     struct mg_model *m;
     int timeout_ms;
     float *reg_grads; /* registered memory lent to the model as its grad_buf */
-    float *own_grads; /* the model's own grad_buf meanwhile */
+    size_t align;     /* floats every bucket is a multiple of */
+    size_t padded;    /* floats the buckets cover: nparams rounded up to align */
     int nb;
     struct mg_ddp_bucket b[MG_DDP_MAX_BUCKETS];
+    /* ZeRO-1 */
+    int zero;
+    struct mg_ddp_bucket shard[MG_DDP_MAX_BUCKETS]; /* this rank's run of each bucket */
+    size_t shard_at[MG_DDP_MAX_BUCKETS];            /* where its state starts */
+    size_t shard_len;
+    float *reg_params;    /* the same for its param_buf (ZeRO-1) */
+    struct mg_optim *opt; /* from begin_update */
+    double lr;
     char errmsg[MG_ERRMSG_LEN + 128];
 
     void *ev[MG_DDP_MAX_BUCKETS]; /* the event each launched bucket waits for (or NULL) */
@@ -171,12 +191,16 @@ static int reduce_on_host(struct mg_ddp *d)
 
 /* ---- buckets ------------------------------------------------------------------- */
 
-/* Whole layers, from the last one back, until a bucket reaches its cap. */
+/* Whole layers, from the last one back, until a bucket reaches its cap; then
+ * each cut moves up to a multiple of the alignment (a bucket left empty
+ * goes), and the first bucket ends at `padded`. A bucket is still complete
+ * when backward has finished its layers: moving its start up only shrinks it. */
 static void plan_buckets(struct mg_ddp *d, size_t cap_bytes, size_t first_bytes)
 {
     struct mg_model *m = d->m;
     size_t cap = first_bytes / sizeof(float), start = m->nparams, end = m->nparams;
     d->nb = 0;
+    d->padded = (m->nparams + d->align - 1) / d->align * d->align;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct mg_layer *l = &m->layers[i];
         if (!l->param_count)
@@ -192,6 +216,31 @@ static void plan_buckets(struct mg_ddp *d, size_t cap_bytes, size_t first_bytes)
         d->b[d->nb++] = (struct mg_ddp_bucket){0, end};
     if (d->nb == 0 && m->nparams)
         d->b[d->nb++] = (struct mg_ddp_bucket){0, m->nparams};
+    int nb = 0;
+    end = d->padded;
+    for (int k = 0; k < d->nb; k++) {
+        start = (d->b[k].offset + d->align - 1) / d->align * d->align;
+        if (start >= end)
+            continue;
+        d->b[nb++] = (struct mg_ddp_bucket){start, end - start};
+        end = start;
+    }
+    d->nb = nb;
+}
+
+/* ZeRO-1: rank r's chunk of each bucket, less the padding, and where its
+ * state goes. */
+static void plan_shard(struct mg_ddp *d)
+{
+    size_t world = (size_t)d->comm->world, at = 0, n = d->m->nparams;
+    for (int k = 0; k < d->nb; k++) {
+        size_t chunk = d->b[k].count / world, from = d->b[k].offset + (size_t)d->comm->rank * chunk;
+        size_t to = from + chunk < n ? from + chunk : n;
+        d->shard[k] = (struct mg_ddp_bucket){from, to > from ? to - from : 0};
+        d->shard_at[k] = at;
+        at += chunk;
+    }
+    d->shard_len = at;
 }
 
 static int reduce_bucket(struct mg_ddp *d, int k)
@@ -200,6 +249,30 @@ static int reduce_bucket(struct mg_ddp *d, int k)
     int rc = mg_comm_allreduce(d->comm, d->m->grad_buf + b->offset, b->count, MG_REDUCE_AVG,
                                d->timeout_ms);
     return rc ? comm_failed(d, rc) : 0;
+}
+
+/* ZeRO-1: reduce-scatter, update this rank's chunk, allgather (see the top). */
+static int zero_bucket(struct mg_ddp *d, int k)
+{
+    struct mg_model *m = d->m;
+    const struct mg_ddp_bucket *b = &d->b[k];
+    size_t chunk = b->count / (size_t)d->comm->world;
+    size_t mine = b->offset + (size_t)d->comm->rank * chunk;
+    int rc = mg_comm_reduce_scatter(d->comm, m->grad_buf + b->offset, m->grad_buf + mine, chunk,
+                                    MG_REDUCE_AVG, d->timeout_ms);
+    if (rc)
+        return comm_failed(d, rc);
+    if (d->shard[k].count)
+        mg_optim_update(d->opt, m->param_buf + mine, m->grad_buf + mine, d->shard_at[k],
+                        d->shard[k].count, d->lr);
+    rc = mg_comm_allgather(d->comm, m->param_buf + mine, m->param_buf + b->offset,
+                           chunk * sizeof(float), d->timeout_ms);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
+static int do_bucket(struct mg_ddp *d, int k)
+{
+    return d->zero ? zero_bucket(d, k) : reduce_bucket(d, k);
 }
 
 static void *comm_thread(void *arg)
@@ -218,8 +291,8 @@ static void *comm_thread(void *arg)
         void *ev = d->ev[k];
         d->ev[k] = NULL;
         int rc = skip ? 0 : mg_comm_wait_event(d->comm, ev);
-        rc = rc ? comm_failed(d, rc) : skip ? 0 : reduce_bucket(d, k);
-        mg_backend_event_release(d->m->be, ev); /* the allreduce that waits on it is queued */
+        rc = rc ? comm_failed(d, rc) : skip ? 0 : do_bucket(d, k);
+        mg_backend_event_release(d->m->be, ev); /* the collective that waits on it is queued */
         pthread_mutex_lock(&d->mu);
         if (rc && !d->err)
             d->err = rc;
@@ -261,7 +334,7 @@ static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
         return reduce_on_host(d);
     if (!d->threaded) {
         for (int k = 0; k < d->nb && !rc; k++)
-            rc = reduce_bucket(d, k);
+            rc = do_bucket(d, k);
         return rc;
     }
     for (int k = d->launched; k < d->nb; k++)
@@ -344,20 +417,34 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
                       all[0].nparams, all[0].ntensors, all[0].hash);
             goto out;
         }
-    /* Same model everywhere: the gradients can move to registered memory (a
-     * collective, so only now, or a different model would be reported as a
-     * registration of another size). Device backends keep their own. */
+    /* Same model everywhere: the gradients (and under ZeRO-1 the parameters)
+     * can move to registered memory, `padded` floats (a collective, so only
+     * now, or a different model would be reported as a registration of
+     * another size). Device backends keep their own. */
     if (!d->reg_grads && d->m->nparams && d->m->be->device == MG_DEVICE_CPU) {
         void *p;
-        rc = mg_comm_mem_alloc(c, d->m->nparams * sizeof(float), &p, d->timeout_ms);
+        rc = mg_comm_mem_alloc(c, d->padded * sizeof(float), &p, d->timeout_ms);
         if (rc) {
             rc =
                 rc == -ENOMEM ? fail(d, rc, "out of memory for the gradients") : comm_failed(d, rc);
             goto out;
         }
         d->reg_grads = p;
-        d->own_grads = mg_model_swap_grad_buf(d->m, d->reg_grads);
+        /* the model's own buffer would only take room until release */
+        d->m->be->ops->free(d->m->be, mg_model_swap_grad_buf(d->m, d->reg_grads));
     }
+    if (d->zero && !d->reg_params && d->m->nparams) {
+        void *p;
+        rc = mg_comm_mem_alloc(c, d->padded * sizeof(float), &p, d->timeout_ms);
+        if (rc) {
+            rc = rc == -ENOMEM ? fail(d, rc, "out of memory for the parameters")
+                               : comm_failed(d, rc);
+            goto out;
+        }
+        d->reg_params = p;
+        d->m->be->ops->free(d->m->be, mg_model_swap_param_buf(d->m, d->reg_params));
+    }
+    param_buf = d->m->param_buf;
     rc = broadcast(d, param_buf, count);
     if (rc) {
         rc = comm_failed(d, rc);
@@ -402,6 +489,54 @@ static int hook_reduce_sums(void *ctx, double *sums, int n)
     return 0;
 }
 
+/* ---- ZeRO-1 hooks ------------------------------------------------------------------ */
+
+static int hook_begin_update(void *ctx, struct mg_optim *opt, double lr)
+{
+    struct mg_ddp *d = ctx;
+    if (opt->n != d->shard_len)
+        return fail(d, -EINVAL, "the optimizer keeps state for %zu parameters, the shard has %zu",
+                    opt->n, d->shard_len);
+    d->opt = opt;
+    d->lr = lr;
+    return 0;
+}
+
+/* Each bucket's chunks allgathered straight to where they belong in a
+ * vector of the padded length (they are its consecutive chunks), then the
+ * vectors closed up to nparams floats each: no room beyond full's. */
+static int hook_gather_state(void *ctx, const float *shard, float *full, int nvec)
+{
+    struct mg_ddp *d = ctx;
+    size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
+    size_t padded = len * world;
+    for (int v = 0; v < nvec; v++)
+        for (int k = 0; k < d->nb; k++) {
+            size_t chunk = d->b[k].count / world;
+            int rc = mg_comm_allgather(d->comm, shard + (size_t)v * len + d->shard_at[k],
+                                       full + (size_t)v * padded + d->b[k].offset,
+                                       chunk * sizeof(float), d->timeout_ms);
+            if (rc)
+                return comm_failed(d, rc);
+        }
+    for (int v = 1; v < nvec; v++)
+        memmove(full + (size_t)v * n, full + (size_t)v * padded, n * sizeof(float));
+    return 0;
+}
+
+static void hook_shard_state(void *ctx, const float *full, float *shard, int nvec)
+{
+    struct mg_ddp *d = ctx;
+    size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
+    for (int v = 0; v < nvec; v++)
+        for (int k = 0; k < d->nb; k++) {
+            float *out = shard + (size_t)v * len + d->shard_at[k];
+            memset(out, 0, d->b[k].count / world * sizeof(float));
+            memcpy(out, full + (size_t)v * n + d->shard[k].offset,
+                   d->shard[k].count * sizeof(float));
+        }
+}
+
 void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks)
 {
     *hooks = (struct mg_train_hooks){
@@ -411,6 +546,12 @@ void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks)
         .broadcast_params = hook_broadcast_params,
         .reduce_sums = hook_reduce_sums,
     };
+    if (d->zero) {
+        hooks->shard_len = d->shard_len;
+        hooks->begin_update = hook_begin_update;
+        hooks->gather_state = hook_gather_state;
+        hooks->shard_state = hook_shard_state;
+    }
 }
 
 /* ---- checks ---------------------------------------------------------------------- */
@@ -461,7 +602,8 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
 {
     struct mg_model *m = d->m;
     int world = d->comm->world, rc = 0;
-    size_t nstate = t->opt.state_count;
+    /* a shard is not comparable: the whole state each rank read from its file */
+    size_t nstate = d->zero ? 0 : t->opt.state_count;
     float *host = malloc((nstate ? nstate : 1) * sizeof(float));
     uint64_t mine[5], *all = calloc((size_t)world * 5, sizeof(uint64_t));
     if (!host || !all) {
@@ -478,7 +620,7 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
     mine[1] = (uint64_t)t->epoch;
     mine[2] = (uint64_t)t->batch_in_epoch;
     mine[3] = mg_model_param_hash(m);
-    mine[4] = mg_hash64(host, nstate * sizeof(float));
+    mine[4] = d->zero ? t->resumed.state_hash : mg_hash64(host, nstate * sizeof(float));
     rc = gather(d, mine, all, sizeof(mine));
     if (rc) {
         rc = comm_failed(d, rc);
@@ -525,6 +667,18 @@ int mg_ddp_buckets(const struct mg_ddp *d, const struct mg_ddp_bucket **buckets)
     return d->nb;
 }
 
+size_t mg_ddp_padded_len(const struct mg_ddp *d)
+{
+    return d->padded;
+}
+
+int mg_ddp_shard(const struct mg_ddp *d, const struct mg_ddp_bucket **runs, size_t *len)
+{
+    *runs = d->shard;
+    *len = d->shard_len;
+    return d->zero ? d->nb : 0;
+}
+
 /* ---- lifetime --------------------------------------------------------------------- */
 
 int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
@@ -537,11 +691,21 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     d->comm = comm;
     d->m = m;
     d->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : MG_COMM_DEFAULT_TIMEOUT;
+    d->zero = o.zero;
+    if (d->zero && m->be->device != MG_DEVICE_CPU) {
+        free(d);
+        return mg_seterr(err, errlen, -MG_EUNSUPPORTED,
+                         "ZeRO-1 (--zero 1) runs on the cpu device only in this build");
+    }
+    /* Only a buffer DDP allocates has room for padding: on the CPU. */
+    d->align = comm->world > 1 && m->be->device == MG_DEVICE_CPU ? 16 * (size_t)comm->world : 1;
     size_t cap = o.bucket_cap ? o.bucket_cap : MG_DDP_DEFAULT_BUCKET_CAP;
     size_t first = o.first_bucket                      ? o.first_bucket
                    : cap < MG_DDP_DEFAULT_FIRST_BUCKET ? cap
                                                        : MG_DDP_DEFAULT_FIRST_BUCKET;
     plan_buckets(d, cap, first);
+    if (d->zero)
+        plan_shard(d);
     d->dev_comm = comm->device_memory;
     d->host_comm = !comm->device_memory && m->be->device != MG_DEVICE_CPU;
     if (d->dev_comm && m->be->device == MG_DEVICE_CPU) {
@@ -571,6 +735,18 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     return 0;
 }
 
+/* Out of memory giving the model a buffer back: it has none (its release
+ * accepts that), rather than one its backend would free wrongly. */
+static void forget_buf(struct mg_model *m, int params)
+{
+    if (params)
+        m->param_buf = NULL;
+    else
+        m->grad_buf = NULL;
+    for (int t = 0; t < m->ntensors; t++)
+        (params ? m->params : m->grads)[t].data = NULL;
+}
+
 void mg_ddp_release(struct mg_ddp *d)
 {
     if (!d)
@@ -585,9 +761,23 @@ void mg_ddp_release(struct mg_ddp *d)
         pthread_cond_destroy(&d->finished);
         pthread_mutex_destroy(&d->mu);
     }
+    struct mg_model *m = d->m;
+    size_t bytes = m->nparams * sizeof(float);
     if (d->reg_grads) {
-        mg_model_swap_grad_buf(d->m, d->own_grads);
+        float *mine = m->be->ops->alloc(m->be, bytes);
+        if (mine)
+            mg_model_swap_grad_buf(m, mine);
+        else
+            forget_buf(m, 0);
         mg_comm_mem_free(d->comm, d->reg_grads);
+    }
+    if (d->reg_params) { /* the model keeps the trained parameters */
+        float *mine = m->be->ops->alloc(m->be, bytes);
+        if (mine)
+            mg_model_swap_param_buf(m, mine);
+        else
+            forget_buf(m, 1);
+        mg_comm_mem_free(d->comm, d->reg_params);
     }
     for (int k = 0; k < MG_DDP_MAX_BUCKETS; k++)
         mg_backend_event_release(d->m->be, d->ev[k]); /* of a step that failed */

@@ -7,7 +7,12 @@
  * - Gradients are averaged in buckets: slices of the flat gradient buffer, cut
  *   from its end (reverse layer order, the order backward finishes them) at
  *   layer boundaries, at most bucket_cap bytes each (PyTorch's bucket_cap_mb,
- *   default 25 MiB), the first one smaller (first_bucket, default 1 MiB). A
+ *   default 25 MiB), the first one smaller (first_bucket, default 1 MiB). On
+ *   the CPU every cut is moved up to a multiple of 16 x world floats and the
+ *   first bucket runs on past the last parameter to one (into padding that
+ *   stays zero), so that every bucket splits into world chunks of whole cache
+ *   lines: an allreduce and a reduce-scatter of it then cut it alike and sum
+ *   alike, in every layout. A
  *   communication thread averages each bucket as soon as backward has
  *   finished its layers, while backward goes on with the earlier layers; the
  *   optimizer waits for the last one. With gradient accumulation only the last
@@ -17,8 +22,20 @@
  * - mg_ddp_check_replicas compares a hash of the parameters across ranks.
  * - The model's gradient buffer becomes the communicator's registered memory
  *   (mg_comm_mem_alloc) at the start, once every rank is known to have built
- *   the same model, so allreduces on one host are zero-copy. mg_ddp_release
- *   gives the model its own buffer back: release DDP before the model.
+ *   the same model, so allreduces on one host are zero-copy. The model's own
+ *   buffer is freed meanwhile (it would only take room); mg_ddp_release gives
+ *   the model a buffer of its backend's memory back, with the gradients (or,
+ *   out of memory, none): release DDP before the model.
+ * - ZeRO-1 (opts.zero, CPU only): each bucket is reduce-scattered (averaged)
+ *   instead of allreduced, each rank updates its chunk of the bucket (its
+ *   shard) with the optimizer, whose state it keeps for its shard only, and
+ *   the chunks are allgathered back into every rank's parameters: all of it
+ *   on the communication thread, bucket by bucket, while backward goes on
+ *   with the earlier layers (whose backward does not read these weights).
+ *   The sums, the update and so the bits are those of plain DDP, so a run can
+ *   switch between the two at a resume. The parameters move to registered
+ *   memory too (the padding needs room).
+ *   Checkpoints get the whole optimizer state through the gather_state hook.
  * - On a GPU with NCCL, a bucket's allreduce waits on the device for an
  *   event backward recorded after queuing the bucket's layers, not for the
  *   host (overlap as in PyTorch's DDP); a GPU model with a CPU communicator
@@ -46,6 +63,7 @@ struct mg_ddp_opts {
     size_t first_bucket; /* bytes; 0 = min(MG_DDP_DEFAULT_FIRST_BUCKET, bucket_cap) */
     int no_thread;       /* average every bucket in reduce_grads, on the caller's thread */
     int timeout_ms;      /* per collective; 0 = the communicator's default */
+    int zero;            /* 1: ZeRO stage 1 (a sharded optimizer); CPU only */
 };
 
 struct mg_ddp_bucket {
@@ -63,6 +81,14 @@ void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks);
 
 /* The bucket layout, in the order buckets are sent. */
 int mg_ddp_buckets(const struct mg_ddp *d, const struct mg_ddp_bucket **buckets);
+/* Floats the buckets cover: nparams rounded up to the alignment (above). */
+size_t mg_ddp_padded_len(const struct mg_ddp *d);
+
+/* ZeRO-1: this rank's shard, as runs of parameters (offset, count in the flat
+ * buffer; padding past nparams left out), in the order their state is kept.
+ * Returns the number of runs (one per bucket, some maybe empty); *len gets
+ * the shard's length with its padding (the optimizer state per vector). */
+int mg_ddp_shard(const struct mg_ddp *d, const struct mg_ddp_bucket **runs, size_t *len);
 
 /* Every rank must hold bit-identical parameters: -MG_EDIVERGED otherwise,
  * naming the first rank that differs from rank 0. */

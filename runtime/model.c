@@ -395,6 +395,18 @@ float *mg_model_swap_grad_buf(struct mg_model *m, float *buf)
     return old;
 }
 
+float *mg_model_swap_param_buf(struct mg_model *m, float *buf)
+{
+    float *old = m->param_buf;
+    if (!buf || buf == old)
+        return old;
+    m->be->ops->copy(m->be, buf, old, m->nparams * sizeof(float));
+    m->param_buf = buf;
+    for (int t = 0; t < m->ntensors; t++)
+        m->params[t].data = buf + m->params[t].offset;
+    return old;
+}
+
 void mg_model_zero_grad(struct mg_model *m)
 {
     m->be->ops->zero(m->be, m->grad_buf, m->nparams * sizeof(float));

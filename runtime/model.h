@@ -123,6 +123,9 @@ void mg_model_zero_grad(struct mg_model *m);
  * returned buffer and must swap it back before mg_model_release(), which frees
  * whatever grad_buf is then. NULL or the current buffer changes nothing. */
 float *mg_model_swap_grad_buf(struct mg_model *m, float *buf);
+/* The same for the parameters (ZeRO-1 keeps them in registered memory, with
+ * room for its padding): buf gets the current parameters. */
+float *mg_model_swap_param_buf(struct mg_model *m, float *buf);
 
 /* A tensor's layout as a fixed record: its name, NUL-padded to MG_NAME_MAX,
  * then ndim and the shape as little-endian u32 (the checkpoint's TENSORS

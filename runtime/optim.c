@@ -53,6 +53,11 @@ const char *mg_optim_name(enum mg_optim_kind kind)
     return kind == MG_OPTIM_ADAMW ? "adamw" : kind == MG_OPTIM_SGD ? "sgd" : "?";
 }
 
+int mg_optim_state_vectors(const struct mg_optim_config *cfg)
+{
+    return cfg->kind == MG_OPTIM_ADAMW ? 2 : cfg->momentum != 0.0 ? 1 : 0;
+}
+
 int mg_optim_init(struct mg_optim *o, struct mg_backend *be, const struct mg_optim_config *cfg,
                   size_t nparams)
 {
@@ -60,10 +65,7 @@ int mg_optim_init(struct mg_optim *o, struct mg_backend *be, const struct mg_opt
     o->cfg = *cfg;
     o->be = be;
     o->n = nparams;
-    if (cfg->kind == MG_OPTIM_ADAMW)
-        o->state_count = 2 * nparams;
-    else if (cfg->momentum != 0.0)
-        o->state_count = nparams;
+    o->state_count = (size_t)mg_optim_state_vectors(cfg) * nparams;
     if (o->state_count) {
         o->state = be->ops->alloc(be, o->state_count * sizeof(float));
         if (!o->state)
@@ -79,19 +81,24 @@ void mg_optim_release(struct mg_optim *o)
     memset(o, 0, sizeof(*o));
 }
 
-void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads, double lr,
-                           size_t offset, size_t count)
+void mg_optim_update(struct mg_optim *o, float *p, const float *g, size_t state_offset,
+                     size_t count, double lr)
 {
     struct mg_backend *be = o->be;
     const struct mg_optim_config *c = &o->cfg;
-    float *p = params + offset;
-    const float *g = grads + offset;
+    size_t at = state_offset;
     if (c->kind == MG_OPTIM_ADAMW)
-        be->ops->adamw_step(be, p, g, o->state + offset, o->state + o->n + offset, count, lr,
-                            c->beta1, c->beta2, c->eps, c->weight_decay, o->steps + 1);
+        be->ops->adamw_step(be, p, g, o->state + at, o->state + o->n + at, count, lr, c->beta1,
+                            c->beta2, c->eps, c->weight_decay, o->steps + 1);
     else
-        be->ops->sgd_step(be, p, g, o->state ? o->state + offset : NULL, count, lr, c->momentum,
+        be->ops->sgd_step(be, p, g, o->state ? o->state + at : NULL, count, lr, c->momentum,
                           c->weight_decay, c->nesterov, o->steps == 0);
+}
+
+void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads, double lr,
+                           size_t offset, size_t count)
+{
+    mg_optim_update(o, params + offset, grads + offset, offset, count, lr);
 }
 
 void mg_optim_step(struct mg_optim *o, float *params, const float *grads, double lr)

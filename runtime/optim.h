@@ -2,7 +2,9 @@
  *
  * The optimizer state is one flat allocation with the parameters' layout:
  * SGD keeps a momentum buffer [n] (none without momentum), AdamW keeps
- * exp_avg [n] then exp_avg_sq [n]. Updates follow PyTorch 1.13's
+ * exp_avg [n] then exp_avg_sq [n]. n is the model's parameter count, or with
+ * ZeRO-1 (ddp.h) the size of this rank's shard: mg_optim_update then takes
+ * where in the state a run of parameters has its state. Updates follow PyTorch 1.13's
  * torch.optim.SGD and torch.optim.AdamW (single-tensor path) operation by
  * operation; the only differences are FMA contractions PyTorch's vectorized
  * kernels make, i.e. the last bit of some elements.
@@ -41,9 +43,9 @@ struct mg_optim_config {
 struct mg_optim {
     struct mg_optim_config cfg;
     struct mg_backend *be;
-    size_t n;           /* parameters */
+    size_t n;           /* parameters whose state is kept */
     float *state;       /* device, state_count floats */
-    size_t state_count; /* 0, n or 2n */
+    size_t state_count; /* 0, n or 2n: mg_optim_state_vectors(cfg) * n */
     uint64_t steps;     /* updates applied so far (AdamW's t before the next step) */
 };
 
@@ -53,6 +55,8 @@ void mg_optim_defaults(struct mg_optim_config *cfg, enum mg_optim_kind kind);
 /* -EINVAL with a message for out-of-range hyperparameters. */
 int mg_optim_check(const struct mg_optim_config *cfg, char *err);
 int mg_optim_parse(const char *s, enum mg_optim_kind *out);
+/* State vectors per parameter: 0 (sgd without momentum), 1 (momentum), 2 (adamw). */
+int mg_optim_state_vectors(const struct mg_optim_config *cfg);
 const char *mg_optim_name(enum mg_optim_kind kind);
 
 int mg_optim_init(struct mg_optim *o, struct mg_backend *be, const struct mg_optim_config *cfg,
@@ -66,6 +70,11 @@ void mg_optim_step(struct mg_optim *o, float *params, const float *grads, double
  * update follow backward layer by layer, or DDP bucket by bucket. */
 void mg_optim_update_range(struct mg_optim *o, float *params, const float *grads, double lr,
                            size_t offset, size_t count);
+/* The same for count parameters p with gradients g whose state is at
+ * state_offset of each state vector (ZeRO: a rank's shard keeps the state of
+ * scattered runs of parameters back to back). */
+void mg_optim_update(struct mg_optim *o, float *p, const float *g, size_t state_offset,
+                     size_t count, double lr);
 
 enum mg_sched_kind {
     MG_SCHED_CONSTANT = 1,

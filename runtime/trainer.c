@@ -77,14 +77,17 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     }
     t->batches_per_epoch = mg_sampler_batches(&t->sampler, cfg->batch_size);
     t->pass_batches = t->batches_per_epoch;
-    rc = mg_optim_init(&t->opt, m->be, &cfg->optim, m->nparams);
+    /* a sharded optimizer keeps its shard's state only */
+    rc = mg_optim_init(&t->opt, m->be, &cfg->optim,
+                       t->hooks.begin_update ? t->hooks.shard_len : m->nparams);
     if (rc < 0) {
         mg_seterr(err, MG_ERRMSG_LEN, rc, "out of memory for the optimizer state");
         goto fail;
     }
     t->x_host = malloc(sizeof(float) * sample * (size_t)m->max_batch);
     t->y_host = malloc(sizeof(int32_t) * (size_t)m->max_batch);
-    t->host_state = malloc(sizeof(float) * (m->nparams + t->opt.state_count) + 1);
+    t->host_state = malloc(
+        sizeof(float) * (m->nparams + (t->hooks.begin_update ? 0 : mg_trainer_state_count(t))) + 1);
     if (!t->x_host || !t->y_host || !t->host_state) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory for batch buffers");
         goto fail;
@@ -111,6 +114,8 @@ void mg_trainer_release(struct mg_trainer *t)
     free(t->x_host);
     free(t->y_host);
     free(t->host_state);
+    free(t->gathered);
+    t->gathered = NULL;
     t->x_host = NULL;
     t->y_host = NULL;
     t->host_state = NULL;
@@ -290,9 +295,17 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     struct mg_model *m = t->model;
     struct ready_ctx rctx = {t, mg_schedule_lr(&t->cfg.sched, t->step)};
     int fused = !t->hooks.grad_ready && !t->hooks.reduce_grads && t->cfg.accum_steps == 1;
+    int sharded = t->hooks.begin_update != NULL;
     int rc;
     memset(st, 0, sizeof(*st));
     st->lr = rctx.lr;
+    free(t->gathered); /* a checkpoint's, if this rank did not write it */
+    t->gathered = NULL;
+    if (sharded) {
+        rc = t->hooks.begin_update(t->hooks.ctx, &t->opt, rctx.lr);
+        if (rc < 0)
+            return rc;
+    }
     for (int a = 0; a < t->cfg.accum_steps; a++) {
         int n = next_batch(t);
         double loss;
@@ -321,7 +334,7 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
         if (rc < 0)
             return rc;
     }
-    if (fused)
+    if (fused || sharded) /* the update is done */
         t->opt.steps++;
     else
         mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);

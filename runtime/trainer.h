@@ -37,7 +37,9 @@
  * docs/checkpoint-format.md): META, TENSORS, PARAMS, OPTIM, one RANK
  * section per rank (its dropout generator) and CONFIG (the run's id and
  * configuration, which a resume compares with its own). Restoring all of it makes a
- * resumed run bit-identical to one that never stopped.
+ * resumed run bit-identical to one that never stopped. A sharded optimizer
+ * (ZeRO-1) saves its whole state, gathered, in the same layout, and takes its
+ * shard of one on load: the files are the same with and without it.
  *
  * A function with a `char *err` argument writes what went wrong there: a
  * buffer of MG_ERRMSG_LEN bytes (mg_err.h). */
@@ -63,6 +65,23 @@ struct mg_train_hooks {
     int (*broadcast_params)(void *ctx, float *param_buf, size_t count);
     /* sum n doubles across ranks in place (evaluation and loss reporting) */
     int (*reduce_sums)(void *ctx, double *sums, int n);
+    /* ZeRO-1, a sharded optimizer (ddp.h), when begin_update is set:
+     * shard_len  parameters of this rank's shard: the optimizer keeps state
+     *            for these only;
+     * begin_update  at the start of every step, with the optimizer and the
+     *            step's learning rate; reduce_grads then returns with the
+     *            update applied to every rank's parameters (each rank updates
+     *            its shard, the shards are gathered), and the trainer only
+     *            counts the step;
+     * gather_state  the whole optimizer state (nvec vectors of the model's
+     *            nparams floats, the checkpoint's layout) from every rank's
+     *            shard, on every rank: a collective; full has room for nvec x
+     *            shard_len x world floats (the padded length);
+     * shard_state  this rank's shard of a whole state (local). */
+    size_t shard_len;
+    int (*begin_update)(void *ctx, struct mg_optim *opt, double lr);
+    int (*gather_state)(void *ctx, const float *shard, float *full, int nvec);
+    void (*shard_state)(void *ctx, const float *full, float *shard, int nvec);
 };
 
 struct mg_train_config {
@@ -113,10 +132,11 @@ struct mg_resume_info {
      * informational fields) says differently from cfg.run_config, as
      * "key A (this run: B), ..."; "" when nothing. */
     char config_diff[MG_ERRMSG_LEN];
-    long epoch;    /* 0-based epoch the run goes on with */
-    long position; /* positions of that epoch's order already taken */
-    long left;     /* samples of that epoch not taken yet (n - position, or 0) */
-    long per_rank; /* samples each rank takes in the rest of the pass */
+    long epoch;          /* 0-based epoch the run goes on with */
+    long position;       /* positions of that epoch's order already taken */
+    long left;           /* samples of that epoch not taken yet (n - position, or 0) */
+    long per_rank;       /* samples each rank takes in the rest of the pass */
+    uint64_t state_hash; /* mg_hash64 of the whole optimizer state it held */
 };
 
 struct mg_eval_sums {
@@ -165,7 +185,10 @@ struct mg_trainer {
     int cur;
     float *x_host; /* [max_batch * sample], evaluation's batches */
     int32_t *y_host;
-    float *host_state; /* [nparams + optimizer state] for checkpoints */
+    float *host_state; /* [nparams + the whole optimizer state] for checkpoints; a
+                          sharded optimizer's: [nparams] */
+    float *gathered;   /* ZeRO: the whole optimizer state gathered for this step's
+                          checkpoint (freed by the save, or the next step) */
 };
 
 /* ---- steps and evaluation (trainer.c) ------------------------------------------- */
@@ -195,6 +218,15 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st);
 int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out);
 
 /* ---- checkpoint content and resume (trainer_ckpt.c) ----------------------------- */
+
+/* Floats of the whole optimizer state: what a checkpoint holds (with ZeRO,
+ * more than this rank keeps). */
+size_t mg_trainer_state_count(const struct mg_trainer *t);
+/* Every rank, before rank 0's mg_trainer_save, when the optimizer is sharded
+ * (ZeRO): gathers the whole optimizer state (a collective) into a buffer that
+ * lives until the save (or the next step: a shard stays a shard between
+ * checkpoints). Does nothing otherwise. */
+int mg_trainer_gather_state(struct mg_trainer *t);
 
 /* The hash checkpoints record for a launcher's run id (TORCHELASTIC_RUN_ID):
  * 0 for NULL, "" and "none" (no job identity). */

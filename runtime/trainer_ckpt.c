@@ -112,6 +112,31 @@ static char *config_text(const struct mg_trainer *t, size_t *len)
     return text;
 }
 
+size_t mg_trainer_state_count(const struct mg_trainer *t)
+{
+    return (size_t)mg_optim_state_vectors(&t->opt.cfg) * t->model->nparams;
+}
+
+int mg_trainer_gather_state(struct mg_trainer *t)
+{
+    int nvec = mg_optim_state_vectors(&t->opt.cfg);
+    if (!t->hooks.gather_state || !nvec)
+        return 0;
+    size_t room = t->hooks.shard_len * (size_t)t->cfg.world;
+    if (room < t->model->nparams)
+        room = t->model->nparams;
+    free(t->gathered);
+    t->gathered = malloc((size_t)nvec * room * sizeof(float));
+    if (!t->gathered)
+        return -ENOMEM;
+    int rc = t->hooks.gather_state(t->hooks.ctx, t->opt.state, t->gathered, nvec);
+    if (rc < 0) {
+        free(t->gathered);
+        t->gathered = NULL;
+    }
+    return rc;
+}
+
 int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
                     int nranks, char *err)
 {
@@ -140,10 +165,17 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     pack_meta(t, meta);
     for (int i = 0; i < m->ntensors; i++)
         mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
-    float *hp = t->host_state, *hs = t->host_state + m->nparams;
+    int sharded = t->hooks.gather_state != NULL;
+    float *hp = t->host_state, *hs = !sharded ? hp + m->nparams : t->gathered ? t->gathered : hp;
+    size_t nstate = mg_trainer_state_count(t);
     mg_model_get_params(m, hp);
-    if (t->opt.state_count)
-        m->be->ops->download(m->be, hs, t->opt.state, t->opt.state_count * sizeof(float));
+    if (sharded && nstate && !t->gathered) {
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
+                       "the sharded optimizer state was not gathered for this checkpoint");
+        goto out;
+    }
+    if (nstate && !sharded) /* a sharded state was gathered into hs */
+        m->be->ops->download(m->be, hs, t->opt.state, nstate * sizeof(float));
     rc = m->be->ops->sync(m->be);
     if (rc < 0) {
         mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot copy the parameters from the device: %s",
@@ -153,7 +185,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
     mg_put_u32(ohdr + 4, 0);
     mg_put_u64(ohdr + 8, t->opt.steps);
-    mg_put_u64(ohdr + 16, t->opt.state_count);
+    mg_put_u64(ohdr + 16, nstate);
 
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
@@ -162,8 +194,7 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
     /* OPTIM is its header then the state: two sections with the same tag would be
      * ambiguous, so the header goes in index 0 and the state in index 1 */
     secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, ohdr};
-    secs[n++] =
-        (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), hs};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), hs};
     for (int r = 0; r < nranks; r++) {
         unsigned char *b = rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
         mg_rank_state_pack(&ranks[r], b);
@@ -179,6 +210,10 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         .world_size = (uint32_t)t->cfg.world,
     };
     rc = mg_ckpt_write(dir, &info, secs, n, err);
+    if (sharded) { /* the shard is all this rank keeps */
+        free(t->gathered);
+        t->gathered = NULL;
+    }
 out:
     free(tensors);
     free(rank_blobs);
@@ -500,14 +535,14 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     if (!s)
         return rc;
     const unsigned char *oh = s->data;
-    if (mg_get_u64(oh + 16) != t->opt.state_count)
+    size_t nstate = mg_trainer_state_count(t);
+    if (mg_get_u64(oh + 16) != nstate)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
                          "(different momentum setting?)",
-                         path, mg_get_u64(oh + 16), t->opt.state_count);
+                         path, mg_get_u64(oh + 16), nstate);
     const struct mg_ckpt_section *ostate =
-        need(f, MG_CKPT_TAG_OPTIM, 1, t->opt.state_count * sizeof(float), path, "optimizer state",
-             err, &rc);
+        need(f, MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), path, "optimizer state", err, &rc);
     if (!ostate)
         return rc;
 
@@ -533,8 +568,12 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
         return rc;
     }
     mg_model_set_params(m, params->data);
-    if (t->opt.state_count)
-        m->be->ops->upload(m->be, t->opt.state, ostate->data, t->opt.state_count * sizeof(float));
+    if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
+        t->hooks.shard_state(t->hooks.ctx, ostate->data, t->opt.state,
+                             mg_optim_state_vectors(&t->opt.cfg));
+    else if (nstate)
+        m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
+    ri->state_hash = mg_hash64(ostate->data, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);

@@ -4,17 +4,17 @@
 #   scripts/deps.sh            build + run + test packages
 #   scripts/deps.sh --bench    also the reference tools the benchmarks compare against
 set -u
-pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev
+pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev libmicrohttpd-dev
       dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps coreutils
       clang-format python3 openssl protobuf-compiler python3-crcmod python3-yaml libxml2-utils
-      nodejs slurmctld slurmd slurm-client munge"
+      nodejs slurmctld slurmd slurm-client munge chromium nginx curl"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-# tests/k8s/npm-setup.sh needs npm, which NodeSource's nodejs carries and Debian's does not.
+# tests/k8s/npm-setup.sh and tests/lib/node.sh need npm, which NodeSource's nodejs carries and Debian's does not.
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 

@@ -125,6 +125,11 @@ void mg_opdesc_text(const struct mg_opdesc *d, char *buf, size_t len)
         snprintf(buf, len, "allreduce%s of %llu float%s",
                  d->kind == MG_OP_ALLREDUCE_AVG ? " (avg)" : "", n / 4, n / 4 == 1 ? "" : "s");
         break;
+    case MG_OP_REDUCE_SCATTER_SUM:
+    case MG_OP_REDUCE_SCATTER_AVG:
+        snprintf(buf, len, "reduce-scatter%s of %llu float%s per rank",
+                 d->kind == MG_OP_REDUCE_SCATTER_AVG ? " (avg)" : "", n / 4, n / 4 == 1 ? "" : "s");
+        break;
     case MG_OP_BROADCAST:
         snprintf(buf, len, "broadcast of %llu byte%s from rank %d", n, n == 1 ? "" : "s",
                  (int)d->root);
@@ -227,16 +232,20 @@ int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, si
     int rc = precheck(c);
     if (rc)
         return rc;
-    if (!c->ops->reduce_scatter)
-        return -MG_EUNSUPPORTED;
     if ((recv_count && (!send || !recv)) ||
         recv_count > SIZE_MAX / sizeof(float) / 2 / (size_t)c->world ||
         (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
         return -EINVAL;
+    /* in place, or apart */
+    uintptr_t s0 = (uintptr_t)send, s1 = s0 + (size_t)c->world * recv_count * sizeof(float);
+    uintptr_t r0 = (uintptr_t)recv, r1 = r0 + recv_count * sizeof(float);
+    if (recv_count && r0 != s0 + (size_t)c->rank * recv_count * sizeof(float) && r1 > s0 && r0 < s1)
+        return -EINVAL;
+    if (!c->ops->reduce_scatter)
+        return -MG_EUNSUPPORTED;
     return c->ops->reduce_scatter(c, send, recv, recv_count, op, resolve_timeout(c, timeout_ms));
 }
 
-/* Local and quick: nothing to order on a backend without device streams. */
 int mg_comm_wait_event(struct mg_comm *c, void *event)
 {
     int rc = precheck(c);

@@ -24,7 +24,8 @@
  *   with the same message. The job is expected to exit and be restarted.
  * - A communicator is used by one thread at a time (DDP's communication thread,
  *   or the main thread while that one is idle).
- * - Buffers may be anywhere in memory; allreduce works in place.
+ * - Buffers may be anywhere in memory; allreduce works in place, and so may
+ *   allgather and reduce-scatter (this rank's block of the whole buffer).
  * - Memory from mem_alloc (registered memory, like NCCL's user buffer
  *   registration) may make collectives on it faster: the CPU backend then sums
  *   the ranks' buffers in place, without staging copies (zero-copy). Any
@@ -84,6 +85,14 @@ struct mg_comm_ops {
     /* Every rank's len bytes of send land at recv + rank * len, on every rank.
      * send may be recv + rank * len (in place). */
     int (*allgather)(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
+    /* Optional (NULL: mg_comm_reduce_scatter says -MG_EUNSUPPORTED).
+     * send holds world * recv_count floats; rank r receives the sum (or
+     * average) over the ranks of chunk r, send[r * recv_count, (r + 1) *
+     * recv_count): the same bits an allreduce of send would leave there. recv
+     * may be send + rank * recv_count (in place); otherwise the two do not
+     * overlap. Nothing else of send changes. */
+    int (*reduce_scatter)(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                          enum mg_reduce_op op, int timeout_ms);
     /* Returns once every rank has entered the barrier. */
     int (*barrier)(struct mg_comm *c, int timeout_ms);
     void (*release)(struct mg_comm *c);
@@ -95,12 +104,6 @@ struct mg_comm_ops {
     int (*mem_alloc)(struct mg_comm *c, size_t bytes, void **out, int timeout_ms);
     /* Local: no other rank takes part. */
     void (*mem_free)(struct mg_comm *c, void *p);
-    /* Optional (NULL: mg_comm_reduce_scatter says -MG_EUNSUPPORTED). send holds
-     * world * recv_count floats; rank r receives in recv the reduced chunk r,
-     * send[r * recv_count ...], with the same bits on every rank (the chunk of
-     * an allreduce of send). recv may be send + rank * recv_count. */
-    int (*reduce_scatter)(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
-                          enum mg_reduce_op op, int timeout_ms);
     /* Optional (NULL: nothing to order, as on the CPU). The next collective
      * starts on the device once the work recorded by event (a backend's
      * event_record) is done, instead of all the work queued on opts->stream.
@@ -191,10 +194,11 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
                       int timeout_ms);
 int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms);
 int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms);
-int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
-/* -MG_EUNSUPPORTED when the communicator has no reduce_scatter. */
+/* -EINVAL for recv overlapping send other than in place; -MG_EUNSUPPORTED
+ * from a backend without it. */
 int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
                            enum mg_reduce_op op, int timeout_ms);
+int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
 /* 0 at once when the communicator has no wait_event or event is NULL. */
 int mg_comm_wait_event(struct mg_comm *c, void *event);
 void mg_comm_release(struct mg_comm *c);

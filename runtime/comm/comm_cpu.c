@@ -206,6 +206,7 @@ static int cpu_allgather(struct mg_comm *c, const void *send, void *recv, size_t
     switch (cc->layout) {
     case L_SHM:
         rc = mg_shm_allgather(cc->shm, send, recv, len, &d, deadline, &f);
+        c->zerocopy = mg_shm_zerocopy_count(cc->shm);
         break;
     case L_RING:
         if (send != out + (size_t)c->rank * len && len)
@@ -260,6 +261,73 @@ static int cpu_allgather(struct mg_comm *c, const void *send, void *recv, size_t
     free(local);
     free(hostbuf);
     free(lens);
+    return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+}
+
+/* Whether the ring's allreduce of n chunks of count floats cuts them where
+ * the reduce-scatter does: then the ring's own reduce-scatter has its bits. */
+static int ring_chunks_match(size_t count, int n)
+{
+    size_t off[MG_SHM_MAX_LOCAL + 1], *o = off;
+    if (n > MG_SHM_MAX_LOCAL && !(o = malloc(((size_t)n + 1) * sizeof(size_t))))
+        return 0;
+    mg_split_chunks(count * (size_t)n, n, o);
+    int match = 1;
+    for (int c = 0; c <= n && match; c++)
+        match = o[c] == (size_t)c * count;
+    if (o != off)
+        free(o);
+    return match;
+}
+
+/* The bits are an allreduce's of the same buffer, in every layout: shared
+ * memory sums each chunk in rank order, as its allreduce does; the ring uses
+ * its allreduce's schedule when the chunks fall where that one cuts them, and
+ * otherwise (and across hosts) does the allreduce itself on a copy and keeps
+ * its chunk. */
+static int cpu_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t count,
+                              enum mg_reduce_op op, int timeout_ms)
+{
+    struct cpu_comm *cc = (struct cpu_comm *)c;
+    struct mg_opdesc d = {.kind = op == MG_REDUCE_AVG ? MG_OP_REDUCE_SCATTER_AVG
+                                                      : MG_OP_REDUCE_SCATTER_SUM,
+                          .root = -1,
+                          .len = (uint64_t)count * sizeof(float)};
+    struct mg_fault f = {0};
+    int64_t deadline = deadline_of(timeout_ms);
+    int div = op == MG_REDUCE_AVG ? c->world : 1, rc = 0;
+    size_t total = count * (size_t)c->world;
+    float *work = NULL;
+
+    if (cc->layout == L_SHM) {
+        rc = mg_shm_reduce_scatter(cc->shm, send, recv, count, div, &d, deadline, &f);
+        c->zerocopy = mg_shm_zerocopy_count(cc->shm);
+        return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+    }
+    /* the ring and the host reduce overwrite their buffer: a copy of send */
+    work = malloc(total * sizeof(float) + 1);
+    if (!work) {
+        f = (struct mg_fault){.kind = MG_FAULT_LOCAL, .peer = c->rank, .err = -ENOMEM};
+        return comm_fail(cc, &d, &f, timeout_ms);
+    }
+    memcpy(work, send, total * sizeof(float));
+    if (cc->layout == L_RING && ring_chunks_match(count, c->world)) {
+        rc = mg_ring_reduce_scatter(cc->ring, work, count, recv, div, &d, deadline, &f);
+    } else if (cc->layout == L_RING) {
+        rc = mg_ring_allreduce(cc->ring, work, total, div, &d, deadline, &f);
+        if (!rc)
+            memmove(recv, work + (size_t)c->rank * count, count * sizeof(float));
+    } else {
+        if (cc->shm)
+            rc = mg_shm_reduce(cc->shm, work, total, 0, &d, deadline, &f);
+        if (!rc && cc->ring)
+            rc = mg_ring_allreduce(cc->ring, work, total, div, &d, deadline, &f);
+        if (!rc && cc->shm)
+            rc = mg_shm_broadcast(cc->shm, work, total * sizeof(float), 0, &d, deadline, &f);
+        if (!rc)
+            memmove(recv, work + (size_t)c->rank * count, count * sizeof(float));
+    }
+    free(work);
     return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
 }
 
@@ -336,6 +404,7 @@ static const struct mg_comm_ops cpu_ops = {
     .allreduce = cpu_allreduce,
     .broadcast = cpu_broadcast,
     .allgather = cpu_allgather,
+    .reduce_scatter = cpu_reduce_scatter,
     .barrier = cpu_barrier,
     .release = cpu_release,
     .mem_alloc = cpu_mem_alloc,

@@ -1,15 +1,20 @@
 /* Bootstrap of the CPU communicator through the store (mg_comm_cpu_create).
  *
- * Each rank publishes under mg/comm/rank/<r> its host identity (the kernel's
- * boot id plus the mount and pid namespaces: two containers that share a kernel
- * but not /dev/shm are two hosts), hostname, pid and a listening TCP address;
- * every rank reads all of them and derives the same layout. A host's leader
- * creates the shared memory segment as a memfd, which has no name: it goes
- * with the last process that holds it, so nothing is ever left in /dev/shm,
- * whichever rank dies at whichever step. The leader publishes its pid and the
- * descriptor's number; the others open it through /proc/<pid>/fd/<n> (the
- * header's nonce, chosen by rank 0, proves it is this job's segment). Ring
- * members connect to the
+ * Each rank but 0 publishes under mg/comm/rank/<r> its host identity (the
+ * kernel's boot id plus the mount and pid namespaces: two containers that share
+ * a kernel but not /dev/shm are two hosts), hostname, pid and a listening TCP
+ * address. Rank 0 reads them all and publishes them, with its own and a
+ * per-job nonce, as one value, mg/comm/peers, which every other rank reads:
+ * one round trip for each of them instead of one per rank (and W reads for the
+ * store instead of W x W), the same for one host or a thousand. A job whose
+ * records would not fit one value (over MG_STORE_MAX_VALUE) falls back to
+ * everyone reading every record. Every rank derives the same layout. A host's
+ * leader creates the shared memory segment as a memfd, which has no name: it
+ * goes with the last process that holds it, so nothing is ever left in
+ * /dev/shm, whichever rank dies at whichever step. The leader publishes its pid
+ * and the descriptor's number; the others open it through /proc/<pid>/fd/<n>
+ * (the header's nonce, chosen by rank 0, proves it is this job's segment).
+ * Ring members connect to the
  * next member and accept from the previous one; a hello carrying the nonce and
  * the rank keeps stray connections out. A final barrier over the new
  * communicator proves every path works.
@@ -201,28 +206,19 @@ static int get_key(struct boot *b, const char *key, void **val)
     return mg_store_get(b->store, key, val, &len, left < 1 ? 1 : left);
 }
 
-/* The job's nonce, chosen by rank 0. */
-static int agree_nonce(struct boot *b)
+/* The job's nonce, chosen by rank 0 (the others learn it in exchange_peers). */
+static void choose_nonce(struct boot *b)
 {
-    char text[32];
-    void *val;
-    int rc;
-    if (b->rank == 0) {
-        if (getrandom(&b->nonce, sizeof(b->nonce), 0) != sizeof(b->nonce))
-            b->nonce = (uint64_t)mg_now_us() ^ ((uint64_t)getpid() << 32);
-        snprintf(text, sizeof(text), "%016" PRIx64, b->nonce);
-        rc = mg_store_set(b->store, KEY_PREFIX "nonce", text, strlen(text), 0);
-        if (rc)
-            return boot_err(b, rc, "publishing the communicator's nonce in the store: %s",
-                            mg_strerror(rc));
-        return 0;
-    }
-    rc = get_key(b, KEY_PREFIX "nonce", &val);
-    if (rc)
-        return boot_err(b, rc, "waiting for rank 0 to set up the communicator: %s", why(rc));
-    b->nonce = strtoull(val, NULL, 16);
-    free(val);
-    return 0;
+    if (b->rank != 0)
+        return;
+    if (getrandom(&b->nonce, sizeof(b->nonce), 0) != sizeof(b->nonce))
+        b->nonce = (uint64_t)mg_now_us() ^ ((uint64_t)getpid() << 32);
+}
+
+static void format_info(const struct rank_info *ri, char *text, size_t len)
+{
+    snprintf(text, len, "1\n%s\n%s\n%d\n%s\n%d\n", ri->host_id, ri->hostname, ri->pid, ri->addr,
+             ri->port);
 }
 
 /* What this rank is, and where its ring connection can reach it. */
@@ -260,8 +256,9 @@ static int publish_self(struct boot *b)
             return boot_err(b, rc, "cannot find this host's address: %s", mg_strerror(rc));
     }
     me->port = port;
-    snprintf(text, sizeof(text), "1\n%s\n%s\n%d\n%s\n%d\n", me->host_id, me->hostname, me->pid,
-             me->addr, me->port);
+    if (b->rank == 0) /* its record goes out with everyone's */
+        return 0;
+    format_info(me, text, sizeof(text));
     snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", b->rank);
     rc = mg_store_set(b->store, key, text, strlen(text), 0);
     if (rc)
@@ -270,12 +267,12 @@ static int publish_self(struct boot *b)
     return 0;
 }
 
-/* Every other rank's record, in rank order. */
-static int read_peers(struct boot *b)
+/* The records of ranks [from, world) but this one's, one key each. */
+static int read_records(struct boot *b, int from)
 {
     char key[128];
     void *val;
-    for (int r = 0; r < b->world; r++) {
+    for (int r = from; r < b->world; r++) {
         if (r == b->rank)
             continue;
         snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", r);
@@ -288,6 +285,67 @@ static int read_peers(struct boot *b)
             return boot_err(b, rc, "rank %d published a malformed address in the store", r);
     }
     return 0;
+}
+
+/* Rank 0 gathers every record and publishes them as mg/comm/peers: "<nonce
+ * hex>\n<count>\n" then count records in rank order (count 1, rank 0's only,
+ * when all of them would not fit one value: the others then read each rank's
+ * own key). Every other rank reads that one key. */
+static int exchange_peers(struct boot *b)
+{
+    void *val;
+    size_t len;
+    int rc;
+    if (b->rank == 0) {
+        rc = read_records(b, 1);
+        if (rc)
+            return rc;
+        size_t cap = (size_t)b->world * INFO_MAX + 64, at;
+        if (cap > MG_STORE_MAX_VALUE)
+            cap = INFO_MAX + 64; /* too many: rank 0's record only */
+        char *text = malloc(cap);
+        if (!text)
+            return boot_err(b, -ENOMEM, "out of memory");
+        int all = cap > INFO_MAX + 64 || b->world == 1;
+        at = (size_t)snprintf(text, cap, "%016" PRIx64 "\n%d\n", b->nonce, all ? b->world : 1);
+        for (int r = 0; r < (all ? b->world : 1); r++) {
+            format_info(&b->info[r], text + at, cap - at);
+            at += strlen(text + at);
+        }
+        rc = mg_store_set(b->store, KEY_PREFIX "peers", text, at, 0);
+        free(text);
+        if (rc)
+            return boot_err(b, rc, "publishing the ranks' addresses in the store: %s",
+                            mg_strerror(rc));
+        return 0;
+    }
+    int left = mg_ms_until(b->deadline);
+    rc = mg_store_get(b->store, KEY_PREFIX "peers", &val, &len, left < 1 ? 1 : left);
+    if (rc)
+        return boot_err(b, rc, "waiting for rank 0 to gather the ranks' addresses: %s", why(rc));
+    const char *p = val;
+    char *end;
+    int count = 0;
+    b->nonce = strtoull(p, &end, 16);
+    if (*end == '\n')
+        count = (int)strtol(end + 1, &end, 10);
+    if (*end != '\n' || (count != b->world && count != 1)) {
+        free(val);
+        return boot_err(b, -MG_EPROTO, "rank 0 published malformed addresses in the store");
+    }
+    p = end + 1;
+    for (int r = 0; r < count && !rc; r++) {
+        struct rank_info ri;
+        rc = parse_info(p, &ri);
+        for (int k = 0; k < 6 && !rc; k++)
+            p = strchr(p, '\n') + 1; /* parse_info checked the six lines */
+        if (!rc && r != b->rank)
+            b->info[r] = ri;
+    }
+    free(val);
+    if (rc)
+        return boot_err(b, rc, "rank 0 published a malformed address in the store");
+    return count == 1 ? read_records(b, 1) : 0;
 }
 
 /* Hosts numbered in order of their lowest rank; this host's ranks. Every rank
@@ -518,15 +576,14 @@ int mg_comm_cpu_create(struct mg_comm **out, struct mg_store *store,
     int rc = 0;
     if (!b.info || !b.host_of || !b.first || !b.local_ranks || !b.ring_ranks)
         rc = boot_err(&b, -ENOMEM, "out of memory");
-    if (!rc)
-        rc = agree_nonce(&b);
+    choose_nonce(&b);
     if (!rc) {
         debug_kill(&b, "nonce");
         rc = publish_self(&b);
     }
     if (!rc) {
         debug_kill(&b, "published");
-        rc = read_peers(&b);
+        rc = exchange_peers(&b);
     }
     if (!rc)
         rc = plan_hosts(&b);

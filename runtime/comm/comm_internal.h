@@ -21,12 +21,14 @@ enum mg_opkind {
     MG_OP_BARRIER,
     MG_OP_SETUP,
     MG_OP_REGISTER, /* mg_comm_mem_alloc: len = bytes per rank */
+    MG_OP_REDUCE_SCATTER_SUM,
+    MG_OP_REDUCE_SCATTER_AVG,
 };
 
 struct mg_opdesc {
     uint32_t kind; /* enum mg_opkind */
     int32_t root;  /* broadcast root (global rank), else -1 */
-    uint64_t len;  /* bytes (allreduce: 4 * floats; allgather: per rank) */
+    uint64_t len;  /* bytes (allreduce: 4 * floats; allgather, reduce-scatter: per rank) */
 };
 
 /* "allreduce of 4096 floats", "broadcast of 12 bytes from rank 0", ... */
@@ -128,6 +130,13 @@ int mg_shm_reduce(struct mg_shm *g, float *buf, size_t count, int root_local,
                   const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
 int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
+/* send holds nlocal chunks of count floats; recv gets chunk local_rank summed
+ * in rank order (divided by divide_by when > 1): the bits mg_shm_allreduce
+ * gives those elements. recv may be this rank's chunk of send. Buffers
+ * registered at the same offset on every rank are read in place. */
+int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size_t count,
+                          int divide_by, const struct mg_opdesc *d, int64_t deadline_ms,
+                          struct mg_fault *f);
 /* recv holds nlocal blocks of len bytes, in local-rank order. */
 int mg_shm_allgather(struct mg_shm *g, const void *send, void *recv, size_t len,
                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
@@ -151,6 +160,11 @@ void mg_ring_abort(struct mg_ring *r);
 
 int mg_ring_allreduce(struct mg_ring *r, float *buf, size_t count, int divide_by,
                       const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
+/* buf holds n chunks of count floats (overwritten with partial sums); out
+ * gets chunk idx, summed as mg_ring_allreduce sums it when its chunks are
+ * these (mg_split_chunks(n * count, n) falls on multiples of count). */
+int mg_ring_reduce_scatter(struct mg_ring *r, float *buf, size_t count, float *out, int divide_by,
+                           const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
 int mg_ring_broadcast(struct mg_ring *r, void *buf, size_t len, int root_idx,
                       const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
 /* buf holds member blocks of lens[i] bytes back to back, in ring order; this

@@ -9,7 +9,9 @@
  * goes on while segment j+1 is still arriving. One thread drives both sockets,
  * non-blocking, with poll() bounded by the operation's deadline.
  *
- * allreduce is the classic ring: reduce-scatter then allgather. Chunk c is
+ * allreduce is the classic ring: reduce-scatter then allgather; a
+ * reduce-scatter is the first half and one step that moves each finished
+ * chunk to its owner. Chunk c is
  * summed in the fixed order c+1, c+2, ..., c (partial + own), divided by the
  * world size once by its last adder for an average, and then only copied, so
  * all members hold identical bits. Every operation starts with a header on each
@@ -303,6 +305,29 @@ int mg_ring_allreduce(struct mg_ring *r, float *buf, size_t count, int divide_by
     int rc = ring_run(r, nsu, nru, deadline_ms, f);
     free(off);
     return rc;
+}
+
+/* The allreduce's reduce-scatter, after which member i holds chunk i+1, and
+ * one more step that hands each finished chunk to the next member: its owner. */
+int mg_ring_reduce_scatter(struct mg_ring *r, float *buf, size_t count, float *out, int divide_by,
+                           const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    int n = r->n, i = r->idx, nsu, nru;
+#define CHUNK(c) (char *)(buf + (size_t)(c)*count), count * sizeof(float)
+    start_schedule(r, d, &nsu, &nru);
+    for (int s = 0; s < n - 1; s++) {
+        int cs = ((i - s) % n + n) % n, cr = ((i - s - 1) % n + n) % n;
+        r->su[nsu] = (struct unit){CHUNK(cs), .dep = s == 0 ? -1 : nru - 1};
+        nsu++;
+        r->ru[nru] = (struct unit){CHUNK(cr), .mode = U_REDUCE, .div = s == n - 2 ? divide_by : 1};
+        nru++;
+    }
+    r->su[nsu] = (struct unit){CHUNK((i + 1) % n), .dep = nru - 1};
+    nsu++;
+    r->ru[nru] = (struct unit){(char *)out, count * sizeof(float), .mode = U_COPY};
+    nru++;
+#undef CHUNK
+    return ring_run(r, nsu, nru, deadline_ms, f);
 }
 
 int mg_ring_broadcast(struct mg_ring *r, void *buf, size_t len, int root_idx,

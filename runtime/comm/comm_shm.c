@@ -810,6 +810,110 @@ int mg_shm_reduce(struct mg_shm *g, float *buf, size_t count, int root_local,
     return shm_reduce(g, buf, count, 1, root_local, d, deadline_ms, f);
 }
 
+/* ---- reduce-scatter ---------------------------------------------------------------- */
+
+/* Each rank sums only its own chunk, in rank order, as an allreduce's rank
+ * would (so the bits are an allreduce's): from the flag round's slots for a
+ * small message, straight from the peers' registered buffers when every rank's
+ * send sits at the same offset of one registration, else through the staging
+ * slots, A(k) and R(j) of the allreduce's pipeline without its copy-out. */
+static int small_scatter(struct mg_shm *g, const float *send, float *recv, size_t count,
+                         int divide_by, const struct mg_opdesc *d, int64_t deadline_ms,
+                         struct mg_fault *f)
+{
+    const float *src[MG_SHM_MAX_LOCAL];
+    uint32_t seq = g->round;
+    int rc = shm_round(g, d, send, (size_t)g->n * count * sizeof(float), deadline_ms, f);
+    if (rc)
+        return rc;
+    for (int q = 0; q < g->n; q++)
+        src[q] = (q == g->me ? send : (const float *)(small_slot(g, q, seq) + SMALL_HDR)) +
+                 (size_t)g->me * count;
+    mg_reduce_f32(recv, NULL, src, g->n, count, divide_by);
+    return 0;
+}
+
+int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size_t count,
+                          int divide_by, const struct mg_opdesc *d, int64_t deadline_ms,
+                          struct mg_fault *f)
+{
+    const float *src[MG_SHM_MAX_LOCAL];
+    int n = g->n, me = g->me, rc;
+    size_t bytes = (size_t)n * count * sizeof(float);
+    int zc = bytes && bytes >= g->zc_min;
+    uint32_t seq = g->round;
+
+    if (bytes <= g->small_max && !zc)
+        return small_scatter(g, send, recv, count, divide_by, d, deadline_ms, f);
+
+    struct zc_tag tag = {0};
+    if (zc)
+        find_reg(g, send, bytes, &tag);
+    memcpy(small_slot(g, me, seq) + TAG_OFF, &tag, sizeof(tag));
+    rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    if (rc)
+        return rc;
+    if (zc) {
+        int all = tag.reg != 0;
+        for (int q = 0; q < n && all; q++) {
+            struct zc_tag t;
+            memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
+            all = t.reg == tag.reg && t.off == tag.off;
+        }
+        if (all) {
+            const struct shm_reg *r = &g->regs[tag.reg - 1];
+            for (int q = 0; q < n; q++)
+                src[q] =
+                    (const float *)(r->map + (size_t)q * r->stride + tag.off) + (size_t)me * count;
+            mg_reduce_f32(recv, NULL, src, n, count, divide_by);
+            g->nzc++;
+            /* nobody may change its send buffer while the others read it */
+            return shm_round(g, d, NULL, 0, deadline_ms, f);
+        }
+        if (bytes <= g->small_max) /* zc_min below small_max (tests): another round */
+            return small_scatter(g, send, recv, count, divide_by, d, deadline_ms, f);
+    }
+
+    size_t seg = g->step_bytes / (size_t)n / 64 * 64 / sizeof(float);
+    uint32_t nsteps = (uint32_t)((count + seg - 1) / seg), base = g->steps;
+    struct shm_rankctl *mine = &g->ctl[me];
+    for (uint32_t k = 0; k <= nsteps; k++) {
+        if (k > 0) {
+            /* R(j): segment j of my chunk, summed in rank order into recv */
+            uint32_t j = k - 1;
+            for (int q = 0; q < n; q++) {
+                if (q == me)
+                    continue;
+                rc = wait_for(g, q, &g->ctl[q].posted, base + j + 1, deadline_ms, f);
+                if (rc)
+                    return rc;
+            }
+            size_t at = (size_t)j * seg, l = count - at < seg ? count - at : seg;
+            for (int q = 0; q < n; q++)
+                src[q] = q == me ? send + (size_t)me * count + at
+                                 : (const float *)large_slot(g, q, base + j) + (size_t)me * seg;
+            mg_reduce_f32(recv + at, NULL, src, n, l, divide_by);
+            post(&mine->reduced, base + j + 1);
+            post(&mine->consumed, base + j + 1);
+        }
+        if (k < nsteps) {
+            /* A(k): stage segment k of every other rank's chunk */
+            rc = wait_slot_free(g, base, k, 1, deadline_ms, f);
+            if (rc)
+                return rc;
+            float *slot = (float *)large_slot(g, me, base + k);
+            size_t at = (size_t)k * seg, l = count - at < seg ? count - at : seg;
+            for (int p = 0; p < n; p++)
+                if (p != me)
+                    memcpy(slot + (size_t)p * seg, send + (size_t)p * count + at,
+                           l * sizeof(float));
+            post(&mine->posted, base + k + 1);
+        }
+    }
+    finish_steps(g, base + nsteps);
+    return 0;
+}
+
 /* ---- broadcast --------------------------------------------------------------------- */
 
 int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
@@ -855,13 +959,49 @@ int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
 
 /* ---- allgather ---------------------------------------------------------------------- */
 
+static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t deadline_ms,
+                            struct mg_fault *f);
+
 int mg_shm_allgather(struct mg_shm *g, const void *send, void *recv, size_t len,
                      const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
 {
     int n = g->n, me = g->me, rc;
     char *out = recv;
+    size_t total = (size_t)n * len;
     if (send != out + (size_t)me * len && len)
         memmove(out + (size_t)me * len, send, len);
+    if (total && total >= g->zc_min) {
+        /* recv registered at the same offset everywhere: copy each block
+         * straight from its owner's recv (one read, one write of the others'
+         * blocks, no staging), then a round so that nobody changes its block
+         * while another still reads it. The path depends on the size only. */
+        struct zc_tag tag = {0};
+        uint32_t seq = g->round;
+        if ((uintptr_t)recv % sizeof(float) == 0)
+            find_reg(g, recv, total, &tag);
+        memcpy(small_slot(g, me, seq) + TAG_OFF, &tag, sizeof(tag));
+        rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+        if (rc)
+            return rc;
+        int all = tag.reg != 0;
+        for (int q = 0; q < n && all; q++) {
+            struct zc_tag t;
+            memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
+            all = t.reg == tag.reg && t.off == tag.off;
+        }
+        if (all) {
+            const struct shm_reg *r = &g->regs[tag.reg - 1];
+            for (int q = 0; q < n; q++)
+                if (q != me)
+                    memcpy(out + (size_t)q * len,
+                           r->map + (size_t)q * r->stride + tag.off + (size_t)q * len, len);
+            g->nzc++;
+            return shm_round(g, d, NULL, 0, deadline_ms, f);
+        }
+        if (len > g->small_max) /* the round is done: straight to the slots */
+            return staged_allgather(g, out, len, deadline_ms, f);
+        /* zc_min below small_max (tests): another round, the small way */
+    }
     if (len <= g->small_max) {
         uint32_t seq = g->round;
         rc = shm_round(g, d, out + (size_t)me * len, len, deadline_ms, f);
@@ -875,6 +1015,14 @@ int mg_shm_allgather(struct mg_shm *g, const void *send, void *recv, size_t len,
     rc = shm_round(g, d, NULL, 0, deadline_ms, f);
     if (rc)
         return rc;
+    return staged_allgather(g, out, len, deadline_ms, f);
+}
+
+/* After the operation's round: each block through its owner's staging slots. */
+static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t deadline_ms,
+                            struct mg_fault *f)
+{
+    int n = g->n, me = g->me, rc;
     size_t step = g->step_bytes;
     uint32_t nsteps = (uint32_t)((len + step - 1) / step), base = g->steps;
     const char *mine = out + (size_t)me * len;

@@ -28,6 +28,14 @@ static int single_allgather(struct mg_comm *c, const void *send, void *recv, siz
     return 0;
 }
 
+static int single_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t count,
+                                 enum mg_reduce_op op, int timeout_ms)
+{
+    if (count && send != recv)
+        memmove(recv, send, count * sizeof(float));
+    return 0;
+}
+
 static int single_barrier(struct mg_comm *c, int timeout_ms)
 {
     return 0;
@@ -54,6 +62,7 @@ static const struct mg_comm_ops single_ops = {
     .allreduce = single_allreduce,
     .broadcast = single_broadcast,
     .allgather = single_allgather,
+    .reduce_scatter = single_reduce_scatter,
     .barrier = single_barrier,
     .release = single_release,
     .mem_alloc = single_mem_alloc,

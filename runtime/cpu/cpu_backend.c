@@ -6,6 +6,7 @@
 #include "cpu_kernels.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,21 +32,33 @@ static inline void gemm(struct mg_backend *be, int ta, int tb, int m, int n, int
  * the weight gradient, so it must not vary between machines. */
 #define CONV_GROUP_BYTES (1u << 20)
 
+/* Zero-filled, 64-byte aligned: calloc's block, with its pointer kept just
+ * in front of ours. calloc leaves the kernel's fresh pages as they come
+ * (zero, and not yet mapped) where a memset would touch every one: the
+ * activation arena alone is tens of MB, and a start paid ~10 ms to fault it
+ * all in before the first step had touched what it uses. */
 static void *cpu_alloc(struct mg_backend *be, size_t bytes)
 {
-    void *p = NULL;
     if (bytes == 0)
         bytes = 64;
     bytes = (bytes + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, bytes) != 0)
+    if (bytes > SIZE_MAX - 128)
         return NULL;
-    memset(p, 0, bytes);
+    char *raw = calloc(1, bytes + 128);
+    if (!raw)
+        return NULL;
+    char *p = (char *)(((uintptr_t)raw + 64 + 63) & ~(uintptr_t)63);
+    memcpy(p - sizeof(raw), &raw, sizeof(raw));
     return p;
 }
 
 static void cpu_free(struct mg_backend *be, void *p)
 {
-    free(p);
+    char *raw;
+    if (!p)
+        return;
+    memcpy(&raw, (char *)p - sizeof(raw), sizeof(raw));
+    free(raw);
 }
 
 static void cpu_copy(struct mg_backend *be, void *dst, const void *src, size_t bytes)

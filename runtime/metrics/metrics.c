@@ -307,6 +307,16 @@ int mg_metrics_flush(struct mg_metrics *m)
     return m->err;
 }
 
+int mg_metrics_files(const struct mg_metrics *m, const char **paths, int max)
+{
+    int n = 0;
+    for (int i = 0; m && i < m->nsinks; i++)
+        for (int k = 0; k < 2; k++)
+            if (m->sinks[i]->files[k] && n < max)
+                paths[n++] = m->sinks[i]->files[k];
+    return n;
+}
+
 const char *mg_metrics_errmsg(const struct mg_metrics *m)
 {
     return m && m->err ? m->errmsg : "";

@@ -121,6 +121,12 @@ const char *mg_metrics_errmsg(const struct mg_metrics *m);
  * first error of m's life, with its message copied into err. */
 int mg_metrics_close(struct mg_metrics *m, char *err, size_t errlen);
 
+/* The files m writes, for copying them elsewhere (train --upload): the JSON
+ * lines file, the TensorBoard file, CSV's metrics.csv and hparams.yaml (these
+ * two may not exist yet). Up to max paths go into paths, valid until
+ * mg_metrics_close; returns how many. */
+int mg_metrics_files(const struct mg_metrics *m, const char **paths, int max);
+
 /* The highest step that run_id's train, eval and summary records reach in the
  * JSON lines file path (its last 1 MiB is read): 0 with *step set, -1 when
  * none; -MG_ENOKEY when the file is missing or holds no such record. */

@@ -45,6 +45,7 @@ struct csv {
     char dir[PATH_MAX];
     char path[PATH_MAX];
     char tmp[PATH_MAX];
+    char yaml[PATH_MAX];
     char **keys; /* the header, sorted */
     int nkeys;
     char row[ROW_MAX];
@@ -340,7 +341,7 @@ static int csv_hparams(struct mg_metrics *m, struct mg_metrics_sink *s,
         len += (size_t)snprintf(yaml + len, cap - len, "%s: %s\n", f->key, v);
     }
     /* The lengths were checked when the directory was made. */
-    mg_fmt(yaml_path, sizeof(yaml_path), "%s/hparams.yaml", c->dir);
+    mg_fmt(yaml_path, sizeof(yaml_path), "%s", c->yaml);
     mg_fmt(tmp, sizeof(tmp), "%s.tmp", yaml_path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -444,6 +445,9 @@ int mg_metrics_csv_open(struct mg_metrics *m, const char *dir, struct mg_metrics
     }
     mg_fmt(c->path, sizeof(c->path), "%s/metrics.csv", c->dir);
     mg_fmt(c->tmp, sizeof(c->tmp), "%s/metrics.csv.tmp", c->dir);
+    mg_fmt(c->yaml, sizeof(c->yaml), "%s/hparams.yaml", c->dir);
+    c->head.files[0] = c->path;
+    c->head.files[1] = c->yaml;
     *out = &c->head;
     return 0;
 }

@@ -36,7 +36,9 @@ struct mg_metrics_sink_ops {
 /* The head of every sink's own struct. */
 struct mg_metrics_sink {
     const struct mg_metrics_sink_ops *ops;
-    int broken; /* a write failed: the sink writes nothing more */
+    int broken;           /* a write failed: the sink writes nothing more */
+    const char *files[2]; /* the files it writes (the sink's own strings), for
+                             mg_metrics_files; NULL when fewer */
 };
 
 struct mg_metrics {

@@ -202,6 +202,7 @@ int mg_metrics_jsonl_open(struct mg_metrics *m, const char *path, struct mg_metr
         }
     }
     j->head.ops = &jsonl_ops;
+    j->head.files[0] = j->path;
     *out = &j->head;
     return 0;
 }

@@ -379,6 +379,7 @@ int mg_metrics_tb_open(struct mg_metrics *m, const char *dir, struct mg_metrics_
         free(t);
         return rc;
     }
+    t->head.files[0] = t->path;
     *out = &t->head;
     return 0;
 }

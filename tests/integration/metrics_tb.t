@@ -12,39 +12,7 @@ PY=/usr/bin/python3
 $PY -c 'import crcmod' 2>/dev/null || skip_all "python3-crcmod is not installed (scripts/deps.sh)"
 command -v protoc >/dev/null || skip_all "protoc is not installed (scripts/deps.sh)"
 
-# tfcheck FILE [DUMPDIR]: checks every record's two masked CRC32Cs; writes
-# payload K to DUMPDIR/K.pb. Prints "ok: N records"; exits 1 at a bad record.
-cat >"$T/tfcheck.py" <<'EOF'
-import os, struct, sys
-import crcmod.predefined
-crc = crcmod.predefined.mkCrcFun("crc-32c")
-def masked(b):
-    c = crc(b)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-data = open(sys.argv[1], "rb").read()
-dump = sys.argv[2] if len(sys.argv) > 2 else None
-off = n = 0
-while off < len(data):
-    if len(data) - off < 12:
-        sys.exit("record %d: truncated header" % n)
-    head = data[off:off + 8]
-    (length,) = struct.unpack("<Q", head)
-    (hcrc,) = struct.unpack("<I", data[off + 8:off + 12])
-    if hcrc != masked(head):
-        sys.exit("record %d: bad length crc" % n)
-    if len(data) - off < 16 + length:
-        sys.exit("record %d: truncated data" % n)
-    body = data[off + 12:off + 12 + length]
-    (dcrc,) = struct.unpack("<I", data[off + 12 + length:off + 16 + length])
-    if dcrc != masked(body):
-        sys.exit("record %d: bad data crc" % n)
-    if dump:
-        open(os.path.join(dump, "%d.pb" % n), "wb").write(body)
-    off += 16 + length
-    n += 1
-print("ok: %d records" % n)
-EOF
-tfcheck() { $PY "$T/tfcheck.py" "$@" 2>&1; }
+tfcheck() { $PY "$(dirname "$0")/../lib/tfcheck.py" "$@" 2>&1; }
 
 "$W" --tb "$T/tb" --run-id job7 --to 100 --every 10 --eval-every 50 2>"$T/err"
 is "$?" 0 "the writer ran ($(cat "$T/err"))"
@@ -98,7 +66,7 @@ is "$(tfcheck "$T/short")" "record 15: truncated data" "a cut file: every record
 bg "$W" --tb "$T/live" --run-id job8 --to 200 --every 10 --hold 30
 live=$!
 # 3 + 20 train + 4 eval + the summary
-wait_for 10 sh -c "ls '$T/live' | grep -q tfevents && $PY '$T/tfcheck.py' '$T/live'/events* | grep -qx 'ok: 28 records'"
+wait_for 10 sh -c "ls '$T/live' | grep -q tfevents && $PY '$(dirname "$0")/../lib/tfcheck.py' '$T/live'/events* | grep -qx 'ok: 28 records'"
 DESC="the writer is still running" ok kill -0 "$live"
 is "$(tfcheck "$T/live"/events*)" "ok: 28 records" "all its records are in its file, CRCs valid"
 kill "$live"

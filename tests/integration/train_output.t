@@ -25,7 +25,7 @@ like "$(cat "$T/err")" "cannot write to standard output: No space left on device
 # ---- metrics on a full disk ----
 "$TRAIN" $ARGS --steps 20 --log-every 5 --metrics /dev/full >"$T/out" 2>"$T/err"
 is $? 3 "--metrics /dev/full: exit 3"
-is "$(cat "$T/err")" "train: cannot write metrics to '/dev/full': No space left on device (no more records are written; the exit status will be 3)" \
+is "$(cat "$T/err")" "train: cannot write metrics file '/dev/full': No space left on device (no more records are written there; the exit status will be 3)" \
     "said once, with the file and the reason"
 like "$(cat "$T/out")" "train: done: test accuracy" "the run itself finishes"
 "$TRAIN" $ARGS --steps 20 --metrics "$T/m.jsonl" >/dev/null 2>&1

@@ -1,6 +1,7 @@
 /* Checks of the collectives that every rank of a job runs against its
- * communicator: allreduce (sum and avg), broadcast and allgather over a range of
- * sizes, odd ones included, and barrier. Shared by the unit test (ranks made by
+ * communicator: allreduce (sum and avg), reduce-scatter (sum and avg, in place
+ * or not), broadcast and allgather over a range of sizes, odd ones included,
+ * and barrier. Shared by the unit test (ranks made by
  * fork) and the rank helper the integration tests start.
  *
  * Each element of rank r's input is a pseudo-random float of varying
@@ -8,13 +9,16 @@
  *   - against the exact sum (computed in double) within the fp32 error bound,
  *   - bit for bit against the rank-order sum when the layout promises that order
  *     (shared memory only), and
- *   - for identical bits on every rank (a hash of the result, allgathered).
+ *   - for identical bits on every rank (a hash of the result, allgathered);
+ * a reduce-scatter's chunk must have the bits an allreduce of the same input
+ * leaves there, and the rest of its input must be untouched.
  * Failures are printed as TAP comments ("# ...") and counted. */
 #ifndef MG_COMM_CHECK_H
 #define MG_COMM_CHECK_H
 
 #include "comm.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -122,6 +126,65 @@ static int cc_allreduce_in(struct mg_comm *c, float *buf, size_t count, enum mg_
     return bad;
 }
 
+/* One reduce-scatter of test t's inputs (world * count floats in send; recv
+ * NULL: in place, into this rank's chunk of send), checked against an
+ * allreduce of the same inputs in scratch (world * count floats). */
+static int cc_reduce_scatter_in(struct mg_comm *c, float *send, float *recv, float *scratch,
+                                size_t count, enum mg_reduce_op op, unsigned t,
+                                const struct cc_opts *o)
+{
+    char what[96];
+    size_t total = count * (size_t)c->world, me = (size_t)c->rank * count;
+    snprintf(what, sizeof(what), "reduce-scatter %s of %zu floats per rank%s",
+             op == MG_REDUCE_AVG ? "avg" : "sum", count, recv ? "" : " (in place)");
+    for (size_t i = 0; i < total; i++)
+        send[i] = cc_val(c->rank, i, t);
+    if (recv)
+        for (size_t i = 0; i < count; i++)
+            recv[i] = -1.0f;
+    int rc = mg_comm_reduce_scatter(c, send, recv ? recv : send + me, count, op,
+                                    MG_COMM_DEFAULT_TIMEOUT);
+    if (rc) {
+        printf("# rank %d: %s failed: %s\n", c->rank, what, mg_comm_errmsg(c));
+        return 1;
+    }
+    const float *got = recv ? recv : send + me;
+    /* the reference: an allreduce of the same input, checked on its own */
+    int bad = cc_allreduce_in(c, scratch, total, op, t, o);
+    if (memcmp(got, scratch + me, count * sizeof(float)) != 0) {
+        for (size_t i = 0; i < count; i++)
+            if (memcmp(&got[i], &scratch[me + i], sizeof(float)) != 0) {
+                printf("# rank %d: %s: element %zu is %.9g, the allreduce gives %.9g\n", c->rank,
+                       what, i, got[i], scratch[me + i]);
+                break;
+            }
+        bad = 1;
+    }
+    for (size_t i = 0; i < total; i++)
+        if ((i < me || i >= me + count || recv) && send[i] != cc_val(c->rank, i, t)) {
+            printf("# rank %d: %s: input element %zu changed\n", c->rank, what, i);
+            bad = 1;
+            break;
+        }
+    return bad;
+}
+
+static int cc_reduce_scatter(struct mg_comm *c, size_t count, enum mg_reduce_op op, unsigned t,
+                             int in_place, const struct cc_opts *o)
+{
+    size_t total = count * (size_t)c->world;
+    float *send = malloc((total ? total : 1) * sizeof(float));
+    float *recv = malloc((count ? count : 1) * sizeof(float));
+    float *scratch = malloc((total ? total : 1) * sizeof(float));
+    int bad = !send || !recv || !scratch;
+    if (!bad)
+        bad = cc_reduce_scatter_in(c, send, in_place ? NULL : recv, scratch, count, op, t, o);
+    free(send);
+    free(recv);
+    free(scratch);
+    return bad;
+}
+
 static int cc_allreduce(struct mg_comm *c, size_t count, enum mg_reduce_op op, unsigned t,
                         const struct cc_opts *o)
 {
@@ -208,6 +271,22 @@ static int cc_run_all(struct mg_comm *c, const struct cc_opts *o)
             bad += cc_allreduce(c, counts[k], MG_REDUCE_AVG, t++, o);
     }
     bad += cc_allreduce(c, 65537, MG_REDUCE_AVG, t++, o);
+    static const size_t rs_counts[] = {0, 1, 3, 16, 17, 1000, 4097, 16384, 16385, 65537, 262147};
+    for (size_t k = 0; k < sizeof(rs_counts) / sizeof(rs_counts[0]); k++) {
+        if (rs_counts[k] * (size_t)c->world * sizeof(float) > o->max_bytes)
+            continue;
+        bad += cc_reduce_scatter(c, rs_counts[k], k % 2 ? MG_REDUCE_AVG : MG_REDUCE_SUM, t++,
+                                 (int)(k / 2 % 2), o);
+    }
+    /* recv overlapping send other than in place is refused, on every rank alike */
+    if (c->world > 1) {
+        float both[64] = {0};
+        if (mg_comm_reduce_scatter(c, both, both + 1 + (size_t)c->rank * 4, 4, MG_REDUCE_SUM,
+                                   MG_COMM_DEFAULT_TIMEOUT) != -EINVAL) {
+            printf("# rank %d: an overlapping reduce-scatter was accepted\n", c->rank);
+            bad++;
+        }
+    }
     for (size_t k = 0; k < sizeof(bytes) / sizeof(bytes[0]); k++) {
         if (bytes[k] > o->max_bytes)
             continue;
@@ -301,6 +380,60 @@ static int cc_run_registered(struct mg_comm *c, const struct cc_opts *o, size_t 
             t++;
         }
     }
+    /* Reduce-scatters whose input is registered (zero-copy on one host), in
+     * place and not, off a cache line and not: the bits of ordinary memory. */
+    static const size_t rs_counts[] = {1, 17, 1000, 16385, 65537, 262147};
+    float *recv = malloc((maxf + 3) * sizeof(float)), *scratch = malloc((maxf + 3) * sizeof(float));
+    for (size_t k = 0; recv && scratch && k < sizeof(rs_counts) / sizeof(rs_counts[0]); k++) {
+        size_t n = rs_counts[k], total = n * (size_t)c->world;
+        if (total + 3 > maxf)
+            continue;
+        for (int v = 0; v < 3; v++) {
+            enum mg_reduce_op op = (k + (size_t)v) % 2 ? MG_REDUCE_AVG : MG_REDUCE_SUM;
+            float *send = reg + (v == 2 ? 3 : 0);
+            bad += cc_reduce_scatter_in(c, send, v == 1 ? NULL : recv, scratch, n, op, t, o);
+            /* cc_reduce_scatter_in's reference allreduce is in ordinary memory */
+            if (total * sizeof(float) >= zc_from)
+                want++;
+            bad += cc_reduce_scatter_in(c, plain, recv, scratch, n, op, t, o);
+            t++;
+        }
+    }
+    free(recv);
+    free(scratch);
+    /* Allgathers into registered memory (zero-copy on one host: each block read
+     * from its owner's), in place and not. */
+    static const size_t ag_floats[] = {1, 100, 16385, 70000};
+    float *mine = malloc(70000 * sizeof(float));
+    for (size_t k = 0; mine && k < sizeof(ag_floats) / sizeof(ag_floats[0]); k++) {
+        size_t n = ag_floats[k], total = n * (size_t)c->world;
+        if (total > maxf)
+            continue;
+        for (int in_place = 0; in_place < 2; in_place++) {
+            float *src = in_place ? reg + (size_t)c->rank * n : mine;
+            for (size_t i = 0; i < n; i++)
+                src[i] = cc_val(c->rank, i, t);
+            if (mg_comm_allgather(c, src, reg, n * sizeof(float), MG_COMM_DEFAULT_TIMEOUT)) {
+                printf("# rank %d: registered allgather of %zu floats failed: %s\n", c->rank, n,
+                       mg_comm_errmsg(c));
+                bad++;
+                continue;
+            }
+            int wrong = 0;
+            for (int q = 0; q < c->world && !wrong; q++)
+                for (size_t i = 0; i < n && !wrong; i++)
+                    wrong = reg[(size_t)q * n + i] != cc_val(q, i, t);
+            if (wrong) {
+                printf("# rank %d: registered allgather of %zu floats%s: wrong result\n", c->rank,
+                       n, in_place ? " (in place)" : "");
+                bad++;
+            }
+            if (total * sizeof(float) >= zc_from)
+                want++;
+            t++;
+        }
+    }
+    free(mine);
     /* A rerun repeats exactly. */
     size_t n = maxf < 100003 ? maxf : 100003;
     bad += cc_allreduce_in(c, reg, n, MG_REDUCE_AVG, 999, o);

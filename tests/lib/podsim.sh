@@ -59,9 +59,9 @@ pods_up() {
 }
 
 _pods_stop() {
-    for _p in $_pods_pids; do kill -TERM -- "-$_p" 2>/dev/null; done
+    for _p in $_pods_pids; do kill -TERM "-$_p" 2>/dev/null; done
     sleep 0.2
-    for _p in $_pods_pids; do kill -KILL -- "-$_p" 2>/dev/null; done
+    for _p in $_pods_pids; do kill -KILL "-$_p" 2>/dev/null; done
     # A pod's orphans (nothing should be left) go with their namespace's processes.
     for _i in $(seq 0 $((PODS_N - 1))); do
         for _p in $(ip netns pids "$(_host_ns "$_i")" 2>/dev/null); do kill -KILL "$_p" 2>/dev/null; done

@@ -11,8 +11,9 @@
 #
 # Sets $TOP (the tree), $MG_BUILD (absolute; build/ unless set), $MGLAUNCH,
 # $TRAIN, $HELPERS (the binaries under test), and $T, a private temporary
-# directory removed at exit, which is also $TMPDIR. The script itself must sit
-# two levels below the top (tests/integration/x.t, tests/bench/x.sh).
+# directory removed at exit, which is also $TMPDIR and holds $MG_DATA_CACHE.
+# The script itself must sit two levels below the top (tests/integration/x.t,
+# tests/bench/x.sh).
 
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +27,9 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/${_t_prefix:-mgtest}.XXXXXX")
 # mglaunch's default log directory, ${TMPDIR:-/tmp}/mglaunch-<uid>, and every
 # other temporary file the programs make land in $T and go with it.
 export TMPDIR=$T
+# train's dataset cache too (docs/train.md): a run never reads or leaves one
+# outside $T.
+export MG_DATA_CACHE=$T/data-cache
 _cleanups=""
 _bg_pids=""
 
@@ -33,7 +37,7 @@ _run_cleanup() {
     _rc=$?
     trap - EXIT INT TERM
     for p in $_bg_pids; do
-        kill -KILL -- "-$p" 2>/dev/null
+        kill -KILL "-$p" 2>/dev/null
         kill -KILL "$p" 2>/dev/null
     done
     eval "$_cleanups"

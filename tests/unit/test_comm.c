@@ -3,7 +3,8 @@
  * way comm_cpu_boot.c does it. Covers every layout (shared memory, TCP ring,
  * hierarchical, hosts with non-contiguous ranks), world sizes 1 to 4, sizes
  * up to 64 MB, and the failures: a rank killed mid-collective, a hung rank,
- * a rank calling a different collective. The same for allreduces in
+ * a rank calling a different collective; reduce-scatter the same way. The
+ * same for allreduces and reduce-scatters in
  * registered memory (zero-copy on one host), and its fallbacks: buffers that
  * are not registered on every rank or not at the same offset, the layouts
  * without shared memory, registrations past the limit.
@@ -33,6 +34,7 @@ struct plan {
     int timeout_ms;
     int registered; /* the failure tests use registered memory */
     size_t zc_min;  /* shm zero-copy threshold (0 = default) */
+    int rs;         /* the failure tests run reduce-scatters, not allreduces */
 };
 
 #define DEFAULT_ZC_FROM ((64u << 10) + 1) /* comm_shm.c: the messages above small_max */
@@ -294,7 +296,9 @@ static int fn_killed(const struct plan *p, struct mg_comm *c, int rank)
     if (rank == victim)
         pthread_create(&t, NULL, killer, NULL);
     for (int i = 0; i < 100000; i++) {
-        int rc = mg_comm_allreduce(c, buf, n, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT);
+        int rc = p->rs ? mg_comm_reduce_scatter(c, buf, buf + (size_t)rank * (n / 4), n / 4,
+                                                MG_REDUCE_AVG, MG_COMM_DEFAULT_TIMEOUT)
+                       : mg_comm_allreduce(c, buf, n, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT);
         if (rc) {
             char want[32];
             snprintf(want, sizeof(want), "rank %d", victim);
@@ -333,12 +337,19 @@ static int fn_hung(const struct plan *p, struct mg_comm *c, int rank)
     return strstr(mg_comm_errmsg(c), want) ? 0 : 1;
 }
 
-/* Rank 1 calls allreduce with one float more than the others. */
+/* Rank 1 calls allreduce with one float more than the others (with rs: a
+ * reduce-scatter of the same floats instead). */
 static int fn_mismatch(const struct plan *p, struct mg_comm *c, int rank)
 {
     float x[17] = {0};
-    int rc = mg_comm_allreduce(c, x, rank == 1 ? 17 : 16, MG_REDUCE_SUM, 5000);
+    int rc = p->rs && rank == 1 ? mg_comm_reduce_scatter(c, x, x + 8, 8, MG_REDUCE_AVG, 5000)
+                                : mg_comm_allreduce(c, x, rank == 1 || p->rs ? 16 + !p->rs : 16,
+                                                    MG_REDUCE_SUM, 5000);
     printf("# %s: rank %d: %s\n", p->name, rank, mg_comm_errmsg(c));
+    if (p->rs && rank == 0 &&
+        !strstr(mg_comm_errmsg(c), "rank 1 called reduce-scatter (avg) of 8 "
+                                   "floats per rank instead"))
+        return 2;
     return rc ? 0 : 1;
 }
 
@@ -438,6 +449,9 @@ int main(void)
         {"killed zero-copy shm w4", 4, {0, 0, 0, 0}, 0, 0, 0, 20000, 1},
         {"killed ring w3", 3, {0, 0, 0}, 1, 0, 0, 20000},
         {"killed hier 2x2", 4, {0, 0, 1, 1}, 0, 0, 0, 20000},
+        {"killed reduce-scatter shm w3", 3, {0, 0, 0}, 0, 0, 0, 20000, .rs = 1},
+        {"killed zero-copy reduce-scatter shm w4", 4, {0, 0, 0, 0}, 0, 0, 0, 20000, 1, .rs = 1},
+        {"killed reduce-scatter ring w4", 4, {0, 0, 0, 0}, 1, 0, 0, 20000, .rs = 1},
     };
     for (size_t i = 0; i < sizeof(killed) / sizeof(killed[0]); i++) {
         int st[MAXW];
@@ -490,6 +504,8 @@ int main(void)
     struct plan mism[] = {
         {"mismatch shm w2", 2, {0, 0}, 0, 0, 0, 5000},
         {"mismatch ring w2", 2, {0, 0}, 1, 0, 0, 5000},
+        {"mismatch reduce-scatter shm w2", 2, {0, 0}, 0, 0, 0, 5000, .rs = 1},
+        {"mismatch reduce-scatter ring w2", 2, {0, 0}, 1, 0, 0, 5000, .rs = 1},
     };
     for (size_t i = 0; i < sizeof(mism) / sizeof(mism[0]); i++) {
         int st[MAXW];

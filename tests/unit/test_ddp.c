@@ -1,9 +1,14 @@
 /* DDP's gradient buckets: slices of the flat gradient buffer cut at layer
  * boundaries from its end, the first one small, none over the cap unless one
- * layer is; and the averaging of buckets by the communication thread as
- * backward reports layers ready, checked with two forked ranks, with the
- * gradients in registered memory (zero-copy) and without.
- * timeout: 60 */
+ * layer is, and with several ranks every cut moved up to a multiple of 16 x
+ * world floats; the averaging of buckets by the communication thread as
+ * backward reports layers ready, checked with two and three forked ranks,
+ * with the gradients in registered memory (zero-copy) and without; and
+ * ZeRO-1: the shards cover the parameters once, the sharded update (SGD with
+ * momentum, AdamW) leaves every rank with exactly the parameters of a whole
+ * update, and the whole optimizer state gathered from the shards is the
+ * whole update's, and shards back exactly.
+ * timeout: 120 */
 #include "tap.h"
 #include "comm_internal.h"
 #include "ddp.h"
@@ -58,11 +63,175 @@ static void check_plan(struct mg_model *m, struct mg_comm *c, size_t cap, size_t
     mg_ddp_release(d);
 }
 
+/* This rank's communicator: world ranks forked on one host. */
+static struct mg_comm *join(int rank, int world, const char *shm_name, int zerocopy)
+{
+    int ranks[4] = {0, 1, 2, 3}, host_of[4] = {0, 0, 0, 0};
+    struct mg_shm_cfg cfg = {.nlocal = world, .local_rank = rank, .ranks = ranks, .spin_us = -1};
+    struct mg_shm *g = NULL;
+    struct mg_fault f;
+    int rc;
+    if (rank == 0)
+        rc = mg_shm_create(&g, shm_name, 7, &cfg);
+    else
+        while ((rc = mg_shm_attach(&g, shm_name, 7, &cfg)) == -ENOENT || rc == -MG_EFORMAT)
+            usleep(1000);
+    if (rc || mg_shm_wait_attached(g, mg_now_ms() + 10000, &f))
+        return NULL;
+    if (rank == 0)
+        mg_shm_unlink(shm_name);
+    struct mg_comm *c;
+    struct mg_cpu_parts parts = {
+        .rank = rank, .world = world, .host_of = host_of, .shm = g, .no_zerocopy = !zerocopy};
+    return mg_comm_cpu_assemble(&c, &parts) ? NULL : c;
+}
+
+/* The buckets of a world-size job: multiples of 16 x world floats, covering
+ * the parameters and the padding to the next multiple, each starting at most
+ * one multiple above a layer boundary. */
+static int aligned_plan(const struct mg_ddp *d, const struct mg_model *m, int world)
+{
+    const struct mg_ddp_bucket *b;
+    int nb = mg_ddp_buckets(d, &b);
+    size_t a = 16 * (size_t)world, end = mg_ddp_padded_len(d);
+    if (end % a || end < m->nparams || end - m->nparams >= a)
+        return 0;
+    for (int k = 0; k < nb; k++) {
+        if (b[k].count % a || b[k].offset + b[k].count != end || !b[k].count)
+            return 0;
+        int near = 0;
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].param_count && b[k].offset >= m->layers[i].param_offset &&
+                b[k].offset - m->layers[i].param_offset < a)
+                near = 1;
+        if (!near && b[k].offset != 0)
+            return 0;
+        end = b[k].offset;
+    }
+    return end == 0;
+}
+
+/* The gradients every rank gives in step `step` (rank r's element i). */
+static float fake_grad(int rank, size_t i, int step)
+{
+    return (float)(rank + 1) * (float)((i * 7 + (size_t)step) % 1000) * 1e-3f - 0.3f;
+}
+
+/* ZeRO-1 over world forked ranks: three steps of the sharded update through
+ * the hooks, against the same steps of a whole optimizer computed locally from
+ * the averaged gradients (the same rank-order sums); then the whole state
+ * gathered from the shards, and sharded back. Exit status 0 or the failed
+ * check. */
+static int zero_main(int rank, int world, const char *shm_name, struct mg_model *m, int threaded,
+                     enum mg_optim_kind kind)
+{
+    struct mg_comm *c = join(rank, world, shm_name, 1);
+    if (!c)
+        return 10;
+    struct mg_ddp *d;
+    char err[256];
+    struct mg_ddp_opts o = {
+        .bucket_cap = 64 << 10, .first_bucket = 16 << 10, .no_thread = !threaded, .zero = 1};
+    if (mg_ddp_create(&d, c, m, &o, err, sizeof(err)))
+        return 11;
+    if (!aligned_plan(d, m, world))
+        return 12;
+    const struct mg_ddp_bucket *runs, *b;
+    size_t len, covered = 0;
+    int nr = mg_ddp_shard(d, &runs, &len), nb = mg_ddp_buckets(d, &b);
+    if (nr != nb || len * (size_t)world != mg_ddp_padded_len(d))
+        return 13;
+    for (int k = 0; k < nr; k++) {
+        size_t chunk = b[k].count / (size_t)world;
+        if (runs[k].offset != b[k].offset + (size_t)rank * chunk || runs[k].count > chunk)
+            return 14;
+        covered += runs[k].count;
+    }
+    /* every parameter in exactly one rank's shard */
+    size_t total = 0;
+    size_t all[4];
+    if (mg_comm_allgather(c, &covered, all, sizeof(covered), 5000))
+        return 15;
+    for (int q = 0; q < world; q++)
+        total += all[q];
+    if (total != m->nparams)
+        return 16;
+
+    struct mg_train_hooks h;
+    mg_ddp_hooks(d, &h);
+    if (h.shard_len != len || !h.begin_update || !h.gather_state || !h.shard_state)
+        return 17;
+    struct mg_optim_config cfg;
+    mg_optim_defaults(&cfg, kind);
+    cfg.momentum = kind == MG_OPTIM_SGD ? 0.9 : 0.0;
+    cfg.weight_decay = 0.01;
+    struct mg_optim shard, whole;
+    if (mg_optim_init(&shard, m->be, &cfg, len) || mg_optim_init(&whole, m->be, &cfg, m->nparams))
+        return 18;
+    for (size_t i = 0; i < m->nparams; i++)
+        m->param_buf[i] = (float)(i % 17) * 0.01f - 0.05f;
+    float *ref = malloc(m->nparams * sizeof(float)), *avg = malloc(m->nparams * sizeof(float));
+    memcpy(ref, m->param_buf, m->nparams * sizeof(float));
+    if (h.broadcast_params(h.ctx, m->param_buf, m->nparams))
+        return 19;
+    for (int step = 0; step < 3; step++) {
+        double lr = 0.1 / (step + 1);
+        if (h.begin_update(h.ctx, &shard, lr))
+            return 20;
+        for (size_t i = 0; i < m->nparams; i++) {
+            m->grad_buf[i] = fake_grad(rank, i, step);
+            float sum = fake_grad(0, i, step);
+            for (int q = 1; q < world; q++)
+                sum += fake_grad(q, i, step);
+            avg[i] = sum / (float)world;
+        }
+        for (int i = m->nlayers - 1; i >= 0; i--)
+            if (m->layers[i].param_count &&
+                h.grad_ready(h.ctx, m->grad_buf, m->layers[i].param_offset,
+                             m->layers[i].param_count))
+                return 21;
+        if (h.reduce_grads(h.ctx, m->grad_buf, m->nparams))
+            return 22;
+        shard.steps++;
+        mg_optim_step(&whole, ref, avg, lr);
+        if (memcmp(ref, m->param_buf, m->nparams * sizeof(float)) != 0)
+            return 23; /* the whole update's bits, on every rank */
+    }
+    int nvec = mg_optim_state_vectors(&cfg);
+    /* room for the padded length, as the hook asks */
+    float *full = calloc(2 * len * (size_t)world, sizeof(float));
+    float *back = calloc(2 * len, sizeof(float));
+    if (h.gather_state(h.ctx, shard.state, full, nvec))
+        return 24;
+    if (memcmp(full, whole.state, (size_t)nvec * m->nparams * sizeof(float)) != 0)
+        return 25; /* the gathered state is the whole optimizer's */
+    h.shard_state(h.ctx, full, back, nvec);
+    if (memcmp(back, shard.state, (size_t)nvec * len * sizeof(float)) != 0)
+        return 26;
+    if (mg_ddp_check_replicas(d, 3) != 0)
+        return 27;
+    float *trained = malloc(m->nparams * sizeof(float));
+    memcpy(trained, m->param_buf, m->nparams * sizeof(float));
+    float *regp = m->param_buf;
+    mg_ddp_release(d);
+    if (m->param_buf == regp || memcmp(trained, m->param_buf, m->nparams * sizeof(float)))
+        return 28; /* the model has its own buffer back, with the trained weights */
+    mg_optim_release(&shard);
+    mg_optim_release(&whole);
+    mg_comm_release(c);
+    free(ref);
+    free(avg);
+    free(full);
+    free(back);
+    free(trained);
+    return 0;
+}
+
 /* Two ranks average gradients through the hooks: grad_ready in reverse layer
  * order, then reduce_grads; every element must be the mean, on both ranks.
  * With zerocopy the gradients move to registered memory at the start
- * (broadcast_params) and the large buckets are zero-copy; the model gets its
- * own buffer back at release. */
+ * (broadcast_params) and the large buckets are zero-copy; the model gets a
+ * buffer of its own back at release, with the gradients. */
 static int rank_main(int rank, const char *shm_name, struct mg_model *m, int threaded, int zerocopy)
 {
     int ranks[2] = {0, 1}, host_of[2] = {0, 0};
@@ -90,8 +259,12 @@ static int rank_main(int rank, const char *shm_name, struct mg_model *m, int thr
         .bucket_cap = 64 << 10, .first_bucket = 16 << 10, .no_thread = !threaded};
     if (mg_ddp_create(&d, c, m, &o, err, sizeof(err)))
         return 12;
+    if (!aligned_plan(d, m, 2))
+        return 17;
     struct mg_train_hooks h;
     mg_ddp_hooks(d, &h);
+    if (h.begin_update || h.shard_len)
+        return 18; /* no sharding without zero */
     float *own = m->grad_buf;
     if (h.broadcast_params(h.ctx, m->param_buf, m->nparams))
         return 15;
@@ -127,8 +300,11 @@ static int rank_main(int rank, const char *shm_name, struct mg_model *m, int thr
         bad = 1; /* rank 1 now differs: both ranks must say so */
     if ((c->zerocopy > 0) != zerocopy)
         bad = 1;
+    float *reg = m->grad_buf, last = m->grad_buf[m->nparams - 1];
     mg_ddp_release(d);
-    if (m->grad_buf != own || m->grads[0].data != own + m->params[0].offset)
+    if (!m->grad_buf || m->grad_buf == reg ||
+        m->grads[0].data != m->grad_buf + m->params[0].offset ||
+        m->grad_buf[m->nparams - 1] != last)
         bad = 1;
     mg_comm_release(c);
     return bad;
@@ -176,6 +352,46 @@ int main(void)
         }
         mg_shm_unlink(name);
     }
+
+    /* ZeRO-1: 2 to 4 ranks, both optimizers, with and without the thread */
+    for (int run = 0; run < 6; run++) {
+        int world = 2 + run % 3, threaded = run < 3;
+        enum mg_optim_kind kind = run % 2 ? MG_OPTIM_ADAMW : MG_OPTIM_SGD;
+        struct mg_model *m = run % 2 ? &mlp : &cnn;
+        char name[64];
+        snprintf(name, sizeof(name), "/mg-test-zero-%d", (int)getpid());
+        fflush(stdout);
+        pid_t pids[4];
+        for (int r = 0; r < world; r++) {
+            pids[r] = fork();
+            if (pids[r] == 0) {
+                alarm(100);
+                _exit(zero_main(r, world, name, m, threaded, kind));
+            }
+        }
+        for (int r = 0; r < world; r++) {
+            int st;
+            waitpid(pids[r], &st, 0);
+            ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+               "ZeRO-1, %d ranks, %s, %s, %s: rank %d: shards cover the parameters once, the "
+               "sharded update gives the whole update's bits, the state gathers and shards back "
+               "(status %d)",
+               world, m == &cnn ? "cnn" : "mlp", kind == MG_OPTIM_ADAMW ? "adamw" : "sgd",
+               threaded ? "communication thread" : "no thread", r,
+               WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        }
+        mg_shm_unlink(name);
+    }
+    struct mg_ddp *dz;
+    mg_comm_single_create(&one);
+    struct mg_ddp_opts zo = {.zero = 1};
+    is_int(mg_ddp_create(&dz, one, &mlp, &zo, err, sizeof(err)), 0, "ZeRO-1 on one rank");
+    const struct mg_ddp_bucket *runs;
+    size_t zlen;
+    ok(mg_ddp_shard(dz, &runs, &zlen) >= 1 && zlen == mlp.nparams,
+       "one rank's shard is every parameter");
+    mg_ddp_release(dz);
+    mg_comm_release(one);
     mg_model_release(&mlp);
     mg_model_release(&cnn);
     mg_backend_release(be);

@@ -2,7 +2,9 @@
  * thread: methods on a reused handle, the client's and the request's headers,
  * bodies both ways, a status that is not 200, the body cap, a refused
  * connection, an unknown host, the timeout, abort_fd, a streamed body ended
- * by on_data, and a libcurl that cannot be loaded. */
+ * by on_data, a body sent from a file (PUT, then a GET on the same handle), a
+ * request signed with AWS Signature V4 by libcurl, basic auth, and a libcurl
+ * that cannot be loaded. */
 #include "http.h"
 #include "mg_err.h"
 #include "net.h"
@@ -84,13 +86,16 @@ static void serve(int fd)
     }
     if (!end)
         return;
-    char method[16] = "", path[256] = "", len[32], client[64], test[64], ctype[64];
+    char method[16] = "", path[256] = "", len[32], client[64], test[64], ctype[64], auth[512],
+         amz[128];
     sscanf(req, "%15s %255s", method, path);
     *end = 0;
     header(req, "Content-Length", len, sizeof(len));
     header(req, "X-Client", client, sizeof(client));
     header(req, "X-Test", test, sizeof(test));
     header(req, "Content-Type", ctype, sizeof(ctype));
+    header(req, "Authorization", auth, sizeof(auth));
+    header(req, "X-Amz-Date", amz, sizeof(amz));
     size_t want = len[0] == '-' ? 0 : (size_t)atol(len), have = n - (size_t)(end + 4 - req);
     char *body = end + 4;
     while (have < want && body + have < req + sizeof(req) - 1) {
@@ -104,6 +109,10 @@ static void serve(int fd)
     if (strcmp(path, "/echo") == 0) {
         int k = snprintf(out, sizeof(out), "%s %s\nx-client=%s\nx-test=%s\nctype=%s\nbody=%s",
                          method, path, client, test, ctype, body);
+        respond(fd, 200, out, (size_t)k);
+    } else if (strcmp(path, "/auth") == 0) {
+        int k = snprintf(out, sizeof(out), "%s\nauth=%s\nx-amz-date=%s\nbody=%s", method, auth, amz,
+                         body);
         respond(fd, 200, out, (size_t)k);
     } else if (strcmp(path, "/404") == 0) {
         respond(fd, 404, "nope", 4);
@@ -279,6 +288,57 @@ int main(void)
         req.url = "http://nosuchhost.invalid:1/";
         rc = mg_http_request(h, &req, &res);
         ok(rc == -ENOENT, "an unknown host: -ENOENT (%s)", res.error);
+    }
+
+    {
+        /* a body from a file: only len bytes, read with pread */
+        char path[] = "/tmp/mghttp.XXXXXX";
+        int fd = mkstemp(path);
+        if (fd < 0 || write(fd, "file body and more", 18) != 18)
+            BAIL_OUT("temp file");
+        unlink(path);
+        struct mg_http_file f = {.fd = fd, .len = 9};
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/echo", srv_port);
+        struct mg_http_request req = {.url = url, .timeout_ms = 5000, .abort_fd = -1, .upload = &f};
+        rc = mg_http_request(h, &req, &res);
+        ok(rc == 0 && strstr(res.body, "PUT /echo\n") && strstr(res.body, "body=file body") &&
+               !strstr(res.body, "body=file body and"),
+           "a body from a file: PUT of its first 9 bytes (rc %d)", rc);
+        is_int((int)lseek(fd, 0, SEEK_CUR), 18, "  the descriptor's position is left alone");
+        rc = mg_http_request(h, &req, &res);
+        ok(rc == 0 && strstr(res.body, "body=file body"), "  and again from the start");
+        rc = get(h, NULL, "/echo", NULL, NULL, &res);
+        ok(rc == 0 && strncmp(res.body, "GET /echo\n", 10) == 0, "a GET after it is a GET");
+        f.len = 100; /* more than the file has */
+        rc = mg_http_request(h, &req, &res);
+        ok(rc < 0, "a file shorter than said fails the request (rc %d: %s)", rc, res.error);
+        close(fd);
+
+        static const char *const s3[] = {"x-amz-content-sha256: UNSIGNED-PAYLOAD", NULL};
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/auth", srv_port);
+        struct mg_http_request sreq = {.url = url,
+                                       .method = "PUT",
+                                       .body = "x",
+                                       .body_len = 1,
+                                       .headers = s3,
+                                       .timeout_ms = 5000,
+                                       .abort_fd = -1,
+                                       .aws_sigv4 = "aws:amz:us-east-1:s3",
+                                       .user = "AKIDEXAMPLE",
+                                       .password = "secret"};
+        rc = mg_http_request(h, &sreq, &res);
+        ok(rc == 0 && strstr(res.body, "auth=AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") &&
+               strstr(res.body, "/us-east-1/s3/aws4_request, SignedHeaders=") &&
+               strstr(res.body, ";host;x-amz-content-sha256;x-amz-date;") &&
+               !strstr(res.body, "x-amz-date=-"),
+           "signed by libcurl with AWS SigV4, the payload hash header among the signed ones");
+        struct mg_http_request breq = {
+            .url = url, .timeout_ms = 5000, .abort_fd = -1, .user = "user", .password = "pass"};
+        rc = mg_http_request(h, &breq, &res);
+        ok(rc == 0 && strstr(res.body, "GET\nauth=Basic dXNlcjpwYXNz\n"),
+           "user and password without SigV4: basic auth");
+        rc = get(h, NULL, "/auth", NULL, NULL, &res);
+        ok(rc == 0 && strstr(res.body, "auth=-\n"), "  neither stays for the next request");
     }
 
     mg_http_close(h);

@@ -32,6 +32,7 @@ static void test_env(void)
 {
     char *base[] = {"PATH=/usr/bin",
                     "RANK=99",
+                    "MG_ATTEMPT=9",
                     "HOME=/root",
                     "CUDA_VISIBLE_DEVICES=7",
                     "WORLD_SIZE=1",
@@ -54,6 +55,8 @@ static void test_env(void)
         .run_id = "job7",
         .error_file = "/logs/job7/attempt_1/1/error.json",
         .cuda_visible_devices = NULL,
+        .run_log_dir = "/logs/job7",
+        .attempt = 1,
     };
     char **env;
     is_int(mg_env_build(base, &we, &env), 0, "environment built");
@@ -77,6 +80,8 @@ static void test_env(void)
         {"NCCL_ASYNC_ERROR_HANDLING", "0"},
         {"OMP_NUM_THREADS", "1"},
         {"CUDA_VISIBLE_DEVICES", "7"},
+        {"MG_RUN_LOG_DIR", "/logs/job7"},
+        {"MG_ATTEMPT", "1"},
         {"PATH", "/usr/bin"},
         {"HOME", "/root"},
     };
@@ -98,6 +103,13 @@ static void test_env(void)
     we.local_world_size = 1;
     mg_env_build(NULL, &we, &env);
     ok(mg_env_get(env, "OMP_NUM_THREADS") == NULL, "one worker: OMP_NUM_THREADS not set");
+    free(env);
+    char *inherited[] = {"MG_RUN_LOG_DIR=/elsewhere", "MG_ATTEMPT=3", NULL};
+    we.run_log_dir = NULL;
+    we.attempt = -1;
+    mg_env_build(inherited, &we, &env);
+    ok(mg_env_get(env, "MG_RUN_LOG_DIR") == NULL && mg_env_get(env, "MG_ATTEMPT") == NULL,
+       "no run directory: inherited MG_RUN_LOG_DIR and MG_ATTEMPT are dropped");
     free(env);
 }
 

@@ -311,6 +311,32 @@ static void failures(void)
     is_int(mg_metrics_open(&m, NULL, err, sizeof(err)), -EINVAL, "no configuration: -EINVAL");
 }
 
+/* The files of every sink, for train --upload: JSON lines, the TensorBoard
+ * file, CSV's metrics.csv and hparams.yaml. */
+static void files(void)
+{
+    char path[300], tb[300], csv[300], err[MG_ERRMSG_LEN] = "";
+    snprintf(path, sizeof(path), "%s/files.jsonl", tmp);
+    snprintf(tb, sizeof(tb), "%s/files_tb", tmp);
+    snprintf(csv, sizeof(csv), "%s/files_csv", tmp);
+    struct mg_metrics_config cfg = {.jsonl_path = path, .tb_dir = tb, .csv_dir = csv};
+    struct mg_metrics *m = NULL;
+    is_int(mg_metrics_open(&m, &cfg, err, sizeof(err)), 0, "open three sinks (%s)", err);
+    const char *f[8];
+    is_int(mg_metrics_files(m, f, 8), 4, "four files");
+    is_str(f[0], path, "the JSON lines file");
+    ok(strncmp(f[1], tb, strlen(tb)) == 0 && strstr(f[1], "/events.out.tfevents."),
+       "the TensorBoard file: %s", f[1]);
+    char want[400];
+    snprintf(want, sizeof(want), "%s/version_0/metrics.csv", csv);
+    is_str(f[2], want, "CSV's metrics.csv");
+    snprintf(want, sizeof(want), "%s/version_0/hparams.yaml", csv);
+    is_str(f[3], want, "CSV's hparams.yaml");
+    is_int(mg_metrics_files(m, f, 2), 2, "no more than max");
+    is_int(mg_metrics_files(NULL, f, 8), 0, "none without metrics");
+    mg_metrics_close(m, NULL, 0);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "%s/mgmetrics.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -320,6 +346,7 @@ int main(void)
     refused();
     replay();
     failures();
+    files();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     if (system(cmd) != 0)

@@ -221,6 +221,40 @@ static void edges(void)
     mg_plot_free(p);
 }
 
+/* A file read in pieces, as the dashboard reads a file being written: whole
+ * lines only until final, at most max bytes a call, the offset moving on. */
+static void from_file(void)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/m.jsonl", tmp);
+    FILE *f = fopen(path, "w");
+    for (int s = 1; s <= 100; s++)
+        fprintf(f, "{\"type\":\"train\",\"step\":%d,\"loss\":%g,\"accuracy\":0.5}\n", s, 1.0 / s);
+    /* the last record without its '\n': being written, or the writer died there */
+    fputs("{\"type\":\"train\",\"step\":101,\"loss\":0.01,\"accuracy\":0.5}", f);
+    fclose(f);
+    struct mg_plot *p;
+    long long off = 0;
+    mg_plot_new(&p);
+    is_int(mg_plot_add_file(p, path, 0, &off, 1000, 0), 0, "the first 1000 bytes");
+    long first = mg_plot_records(p);
+    ok(first > 0 && first < 100 && off > 0 && off <= 1000, "whole lines of them: %ld, offset %lld",
+       first, off);
+    is_int(mg_plot_add_file(p, path, 0, &off, 0, 0), 0, "the rest");
+    is_int(mg_plot_records(p), 100, "100 records: the line being written waits");
+    long long at = off;
+    is_int(mg_plot_add_file(p, path, 0, &off, 0, 0), 0, "nothing new");
+    ok(off == at && mg_plot_records(p) == 100, "the offset stays before the unfinished line");
+    is_int(mg_plot_add_file(p, path, 0, &off, 0, 1), 0, "final: the last line too");
+    is_int(mg_plot_records(p), 101, "101 records");
+    long long zero = 0;
+    snprintf(path, sizeof(path), "%s/none.jsonl", tmp);
+    is_int(mg_plot_add_file(p, path, 0, &zero, 0, 1), -ENOENT, "a missing file: -ENOENT");
+    const char *out = render_and_check(p, "file", "file");
+    has(out, "curve loss train 0 101 0 0\n", "the SVG has a point per record");
+    mg_plot_free(p);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "%s/mgplot.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -236,6 +270,7 @@ int main(void)
         skip_all("xmllint or /usr/bin/python3 missing (scripts/deps.sh)");
     run_of_three();
     edges();
+    from_file();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     if (system(cmd) != 0)
