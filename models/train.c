@@ -846,11 +846,11 @@ static int step_spread(struct run *r, const struct tally *k, struct train_out_tr
         return -ENOMEM;
     }
     if (world > 1) {
-        int rc =
-            mg_comm_allgather(r->dist.d->comm, &mine, all, sizeof(mine), MG_COMM_DEFAULT_TIMEOUT);
+        /* through DDP: on NCCL, host values go through device memory */
+        int rc = mg_ddp_allgather(r->dist.ddp, &mine, all, sizeof(mine));
         if (rc < 0) {
             fail("step %ld: cannot gather the step times of the ranks: %s", r->trainer.step,
-                 mg_comm_errmsg(r->dist.d->comm));
+                 mg_ddp_errmsg(r->dist.ddp));
             free(all);
             return rc;
         }

@@ -656,6 +656,12 @@ int mg_ddp_barrier(struct mg_ddp *d)
     return rc ? comm_failed(d, rc) : 0;
 }
 
+int mg_ddp_allgather(struct mg_ddp *d, const void *send, void *recv, size_t len)
+{
+    int rc = gather(d, send, recv, len);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
 const char *mg_ddp_errmsg(const struct mg_ddp *d)
 {
     return d ? d->errmsg : "";

@@ -104,6 +104,11 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t);
 
 int mg_ddp_barrier(struct mg_ddp *d);
 
+/* Every rank's len bytes of host memory land at recv + rank * len: the
+ * program's own small exchanges (step times), through device memory when the
+ * communicator takes only that (NCCL), as DDP's own are. */
+int mg_ddp_allgather(struct mg_ddp *d, const void *send, void *recv, size_t len);
+
 const char *mg_ddp_errmsg(const struct mg_ddp *d);
 
 #endif

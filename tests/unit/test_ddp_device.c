@@ -575,8 +575,10 @@ static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
         }
         struct mg_eval_sums ev;
         struct mg_rank_state mine, all[2];
+        double me = rank + 0.5, both[2] = {0, 0};
         mg_trainer_rank_state(&t, &mine);
-        if (mg_ddp_check_replicas(d, 6) || mg_trainer_evaluate(&t, &ev) || ev.count != 50 ||
+        if (mg_ddp_allgather(d, &me, both, sizeof(me)) || both[0] != 0.5 || both[1] != 1.5 ||
+            mg_ddp_check_replicas(d, 6) || mg_trainer_evaluate(&t, &ev) || ev.count != 50 ||
             mg_ddp_gather_rank_states(d, &mine, all) || all[1].rank != 1 ||
             mg_ddp_check_resume(d, &t))
             bad |= 4 << (mode * 8); /* the host exchanges */
@@ -652,8 +654,8 @@ int main(void)
         int b = bad < 0 ? 0xff : (bad >> (mode * 8)) & 0xff;
         ok(!(b & 1), "DDP on %s, 2 ranks: start and 6 steps", modes[mode]);
         ok(!(b & 2), "... every event returned by the end of its step");
-        ok(!(b & 4), "... replicas checked, evaluation, rank states and resume check through its "
-                     "exchanges");
+        ok(!(b & 4), "... the program's allgather, replicas checked, evaluation, rank states and "
+                     "resume check through its exchanges");
         ok(!(b & 8), mode == 1 ? "... one event per bucket, and each bucket's allreduce waits "
                                  "for its own, recorded once backward had queued the bucket"
                                : "... no events");
