@@ -293,14 +293,16 @@ deps:
 
 # The whole suite: unit tests (C, TAP) and integration tests (shell, TAP) under prove.
 # T=... runs a subset. Each test runs under tests/lib/run-test, which applies its timeout.
-T ?= $(UNIT_BIN) $(sort $(wildcard tests/integration/*.t))
+T ?= $(UNIT_BIN) $(sort $(wildcard tests/integration/*.t)) $(GPU_T)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) prove -j$(or $(J),2) --timer --exec tests/lib/run-test $(T)
 check: test
 
-# The GPU suite (docs/gpu.md): the CUDA backend against the CPU one, NCCL.
-GPU_TESTS := $(BUILD)/tests/unit/test_cuda_backend $(BUILD)/tests/unit/test_comm_nccl
+# The GPU suite (docs/gpu.md): the CUDA backend against the CPU one, NCCL,
+# and train on GPUs (tests/gpu/*.t).
+GPU_T := $(sort $(wildcard tests/gpu/*.t))
+GPU_TESTS := $(BUILD)/tests/unit/test_cuda_backend $(BUILD)/tests/unit/test_comm_nccl $(GPU_T)
 test-gpu: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) prove -j1 --timer --exec tests/lib/run-test $(GPU_TESTS)
