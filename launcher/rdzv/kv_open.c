@@ -124,6 +124,7 @@ static int open_etcd(const struct mg_kv_open_opts *s, struct mg_kv **kv, const c
         .cacert = c->cacert,
         .cert = c->cert,
         .key = c->key,
+        .https = c->https,
         .timeout_ms = request_timeout_ms(c),
         .lease_ttl_ms = lease_ms(c),
     };

@@ -55,7 +55,7 @@ struct multi {
     int64_t progress_ms; /* while joining: when to say what the join waits for */
     char hostname[MG_HOST_MAX];
     char run_id[MG_RDZV_RUN_ID_MAX + 1];
-    char notice[768];
+    char notice[2048];
 };
 
 /* ---- what mglaunch prints ------------------------------------------------------------- */
@@ -74,10 +74,15 @@ __attribute__((format(printf, 2, 3))) static void note(struct multi *m, const ch
     va_end(ap);
 }
 
+/* text may hold several lines: each becomes a "mglaunch: " line. */
 static void add_notice(struct multi *m, const char *text)
 {
-    size_t n = strlen(m->notice);
-    snprintf(m->notice + n, sizeof(m->notice) - n, "%s%s", n ? "\nmglaunch: " : "", text);
+    while (*text) {
+        size_t n = strlen(m->notice), len = strcspn(text, "\n");
+        snprintf(m->notice + n, sizeof(m->notice) - n, "%s%.*s", n ? "\nmglaunch: " : "", (int)len,
+                 text);
+        text += len + (text[len] == '\n');
+    }
 }
 
 /* ---- driving the protocol from the agent's timers ----------------------------------------- */
@@ -477,15 +482,18 @@ static int read_conf(struct mg_rdzv_conf *c, enum mg_rdzv_backend b, const struc
     return rc ? rc : mg_rdzv_conf_finish(c, b, env, err, errcap);
 }
 
-int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
-                             size_t errcap)
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *notes,
+                             size_t notescap, char *err, size_t errcap)
 {
     struct mg_rdzv_conf c;
     enum mg_rdzv_backend b;
 
     if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
         b = MG_RDZV_C10D;
-    return read_conf(&c, b, o, env, err, errcap);
+    int rc = read_conf(&c, b, o, env, err, errcap);
+    if (rc == 0 && notescap)
+        snprintf(notes, notescap, "%s", c.notes);
+    return rc;
 }
 
 /* Without --nnodes, a Slurm allocation says how many nodes there are, which
@@ -687,8 +695,10 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
         goto fail;
     }
     if ((rc = take_slurm(o, env, m, &p, err, errcap)) < 0 ||
-        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0 ||
-        (rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
+        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0)
+        goto fail;
+    add_notice(m, m->conf.notes);
+    if ((rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
         (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||
         (rc = open_backend(m, &p, &kv, err, errcap)) < 0 ||
         (rc = start_rdzv(o, m, &p, kv, err, errcap)) < 0)
