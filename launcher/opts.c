@@ -446,6 +446,38 @@ static int check_filter(struct parse *p, const char *v)
     return 0;
 }
 
+/* A host for MASTER_ADDR as torchrun takes it: a name, an IPv4 address, an
+ * IPv6 address bare or in brackets ("[::1]", as torchrun's help asks). The
+ * brackets are dropped, as torchrun does (rendezvous/utils.py), since torch's
+ * TCPStore cannot resolve "[::1]" and its workers would wait for nothing. */
+static int check_addr(struct parse *p, int id, const char *v, char *buf, size_t cap,
+                      const char **out)
+{
+    size_t n = strlen(v);
+    if (!*v || n >= cap || strpbrk(v, " \t\n/"))
+        return bad_value(p, id, v, "expected a host name or address");
+    if (v[0] == '[') {
+        const char *close = strchr(v, ']');
+        if (!close || close == v + 1)
+            return bad_value(p, id, v, "expected an IPv6 address in brackets, like [::1]");
+        if (close[1] == ':')
+            return bad_value(p, id, v,
+                             id == O_MASTER_ADDR
+                                 ? "expected a host without a port; the port goes in --master_port"
+                                 : "expected a host without a port");
+        if (close[1])
+            return bad_value(p, id, v, "expected an IPv6 address in brackets, like [::1]");
+        memcpy(buf, v + 1, (size_t)(close - v - 1));
+        buf[close - v - 1] = '\0';
+        *out = buf;
+        return 0;
+    }
+    if (strchr(v, '[') || strchr(v, ']'))
+        return bad_value(p, id, v, "expected a host name or address");
+    *out = v;
+    return 0;
+}
+
 static int check_run_id(struct parse *p, const char *v)
 {
     size_t n = strlen(v);
@@ -572,21 +604,17 @@ static int check_values(struct parse *p)
             return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "must be less than --nnodes");
         o->node_rank_given = 1;
     }
-    if (s[O_MASTER_ADDR].set) {
-        const char *v = s[O_MASTER_ADDR].val;
-        if (!*v || strlen(v) >= MG_HOST_MAX || strpbrk(v, " \t\n/"))
-            return bad_value(p, O_MASTER_ADDR, v, "expected a host name or address");
-        o->master_addr = v;
-    }
+    if (s[O_MASTER_ADDR].set &&
+        (rc = check_addr(p, O_MASTER_ADDR, s[O_MASTER_ADDR].val, o->master_addr_buf,
+                         sizeof(o->master_addr_buf), &o->master_addr)))
+        return rc;
     if (s[O_MASTER_PORT].set && parse_int(s[O_MASTER_PORT].val, 0, 65535, &o->master_port))
         return bad_value(p, O_MASTER_PORT, s[O_MASTER_PORT].val,
                          "expected a port number from 0 to 65535");
-    if (s[O_LOCAL_ADDR].set) {
-        const char *v = s[O_LOCAL_ADDR].val;
-        if (!*v || strlen(v) >= MG_HOST_MAX || strpbrk(v, " \t\n/"))
-            return bad_value(p, O_LOCAL_ADDR, v, "expected a host name or address");
-        o->local_addr = v;
-    }
+    if (s[O_LOCAL_ADDR].set &&
+        (rc = check_addr(p, O_LOCAL_ADDR, s[O_LOCAL_ADDR].val, o->local_addr_buf,
+                         sizeof(o->local_addr_buf), &o->local_addr)))
+        return rc;
     if (s[O_LOGS_SPECS].set)
         return not_implemented(p, O_LOGS_SPECS, s[O_LOGS_SPECS].val);
     if (s[O_RANKS_FILTER].set) {

@@ -9,6 +9,7 @@
 #define MG_OPTS_H
 
 #include "mg_err.h"
+#include "net.h"
 
 #include <stddef.h>
 
@@ -70,7 +71,7 @@ struct mg_launch_opts {
     struct mg_stdmap redirects, tee;
     int node_rank;
     int node_rank_given;
-    const char *master_addr; /* NULL: 127.0.0.1 */
+    const char *master_addr; /* NULL: 127.0.0.1; "[v6]" given: without the brackets */
     const char *local_addr;  /* NULL: this node's advertised address is found out */
     int master_port;         /* -1 or 0: a free port chosen per attempt */
     int *ranks_filter;       /* --local_ranks_filter, NULL = every rank */
@@ -88,6 +89,8 @@ struct mg_launch_opts {
     char nproc_src[192];
     char gpu_ids_src[192];
     char filter_src[192];
+    char master_addr_buf[MG_HOST_MAX]; /* the addresses without their brackets */
+    char local_addr_buf[MG_HOST_MAX];
 };
 
 /* What the machine has, for nproc cpu/gpu/auto and the GPU checks. */

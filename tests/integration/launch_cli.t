@@ -46,6 +46,10 @@ unset PET_NPROC_PER_NODE
 bad "no local rank 4" --nproc_per_node 2 --local_ranks_filter 4 "$FW"
 bad "ambiguous option '--n'" --n 2 "$FW"
 bad "cannot be used together" --no_python -m x
+bad "invalid value '\\[::1\\]:29500' for --master_addr: expected a host without a port; the port goes in --master_port" \
+    --master_addr '[::1]:29500' "$FW"
+bad "invalid value '\\[::1' for --master_addr: expected an IPv6 address in brackets" --master_addr '[::1' "$FW"
+bad "invalid value 'a\\[1\\]' for --local_addr" --local_addr 'a[1]' "$FW"
 
 # Multi-node settings are checked before anything starts (docs/rendezvous.md): exit 2
 bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_backend c10d "$FW"
