@@ -25,6 +25,7 @@
 
 #include "loop.h"
 #include "net.h"
+#include "numa.h"
 #include "opts.h"
 
 #include <poll.h>
@@ -101,6 +102,7 @@ struct mg_agent_config {
     int sentinel;        /* start the sentinel (sentinel.h) */
     const struct mg_rdzv_ops *rdzv;
     void *rdzv_impl;
+    const struct mg_numa_place *numa; /* --numa-binding: one per local rank, or NULL */
 };
 
 /* ---- results ---------------------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include "sentinel.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -32,6 +33,7 @@ struct stream {
     int file_fd; /* stdout.log / stderr.log, -1 once closed, -2 when not saved */
     int console; /* enum stream_console */
     int prefixed;
+    int tee; /* -t selects it: its lines may be duplicated (filt_fd) */
     struct mg_linebuf lb;
 };
 
@@ -89,6 +91,7 @@ struct mg_agent {
     char *rbuf;
     int *pipe_owner;          /* worker*2+stream of each pipe handed to the loop */
     char cvd[MG_GPU_IDS_MAX]; /* CUDA_VISIBLE_DEVICES for --gpu_ids, "" = leave alone */
+    int filt_fd[2];           /* the attempt's filtered_stdout.log / filtered_stderr.log, or -1 */
     struct mg_sentinel sent;
     int sentinel_restarts;
 
@@ -117,6 +120,9 @@ struct mg_agent {
         mg_agent_timer_fn fn;
         void *ctx;
     } timers[MG_LOOP_MAX_TIMERS]; /* the backends' timers, by loop timer id */
+
+    sigset_t stop_set;  /* signals that stop the run (--signals-to-handle) */
+    sigset_t reset_set; /* signals the workers get with their default action */
 
     struct mg_agent_result res;
     int attempts_cap;

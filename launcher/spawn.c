@@ -35,6 +35,11 @@ static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spaw
         goto fail;
     }
     sigaction(SIGPIPE, &dfl, NULL);
+    for (int s = 1; req->reset && s < NSIG; s++)
+        if (sigismember(req->reset, s) == 1)
+            sigaction(s, &dfl, NULL);
+    if (req->numa)
+        mg_numa_apply(req->numa);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (!req->path || !*req->path) {

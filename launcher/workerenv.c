@@ -76,7 +76,8 @@ int mg_prog_resolve(const struct mg_prog_req *req, struct mg_prog *out)
     memset(out, 0, sizeof(*out));
     if (!req->program || !*req->program)
         return -EINVAL;
-    int python = req->module || (!req->no_python && ends_with(req->program, ".py"));
+    int python =
+        req->module || req->run_path || (!req->no_python && ends_with(req->program, ".py"));
     if (!python)
         return find_program(req->program, req, out->path, sizeof(out->path));
     const char *py = req->python && *req->python ? req->python : "python3";
@@ -109,6 +110,7 @@ static const char *const managed[] = {
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE",
     "NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 };
 
 #define NMANAGED         (sizeof(managed) / sizeof(managed[0]))
@@ -132,6 +134,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     const char *names[NMANAGED + 2], *vals[NMANAGED + 2];
     int nv = 0, nn = 0;
     const char *nccl = mg_env_get(base, "NCCL_ASYNC_ERROR_HANDLING");
+    const char *tnccl = mg_env_get(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
 
 #define SETS(name, v) (names[nv] = (name), vals[nv++] = (v) ? (v) : "")
 #define SETI(name, x) (snprintf(nums[nn], sizeof(nums[nn]), "%d", (x)), SETS(name, nums[nn]), nn++)
@@ -152,6 +155,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     SETS("TORCHELASTIC_USE_AGENT_STORE", "False");
     SETS("TORCHELASTIC_ERROR_FILE", we->error_file);
     SETS("NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
+    SETS("TORCH_NCCL_ASYNC_ERROR_HANDLING", tnccl ? tnccl : "1"); /* torchrun 2.x's name */
     if (we->cuda_visible_devices)
         SETS("CUDA_VISIBLE_DEVICES", we->cuda_visible_devices);
     if (we->local_world_size > 1 && !mg_env_get(base, "OMP_NUM_THREADS"))

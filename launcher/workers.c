@@ -4,6 +4,7 @@
 #include "agent_internal.h"
 #include "errfile.h"
 #include "events.h"
+#include "gpus.h"
 #include "mg_err.h"
 #include "net.h"
 #include "proc.h"
@@ -17,6 +18,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -289,6 +291,26 @@ struct line_ctx {
     struct stream *s;
 };
 
+/* --duplicate-std*-filters (torchrun 2.x): a tee'd line that contains one of
+ * the filters also goes, prefixed, to the attempt's filtered_std*.log. */
+static void duplicate_line(struct mg_agent *ag, int k, const struct worker *w, const char *text,
+                           size_t len)
+{
+    const char *f;
+    int hit = 0;
+    for (int i = 0; !hit && (f = mg_opts_dup_filter(ag->o, k, i)); i++)
+        hit = *f == '\0' || memmem(text, len, f, strlen(f)) != NULL;
+    if (!hit)
+        return;
+    struct iovec v[3] = {{(void *)w->prefix, w->prefix_len}, {(void *)text, len}, {"\n", 1}};
+    if (writev(ag->filt_fd[k], v, 3) < 0) {
+        mg_agent_note(ag, "warning: cannot write %s: %s; it stops here",
+                      k ? "filtered_stderr.log" : "filtered_stdout.log", strerror(errno));
+        close(ag->filt_fd[k]);
+        ag->filt_fd[k] = -1;
+    }
+}
+
 static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end end)
 {
     struct line_ctx *c = vctx;
@@ -306,6 +328,9 @@ static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end e
         console_put(con, c->w->prefix, c->w->prefix_len);
     console_put(con, text, len);
     console_put(con, end == MG_LINE_CR ? "\r" : "\n", 1);
+    int k = c->s == &c->w->out ? 0 : 1;
+    if (c->s->tee && c->ag->filt_fd[k] >= 0)
+        duplicate_line(c->ag, k, c->w, text, len);
 }
 
 static void tail_add(struct worker *w, const char *p, size_t n)
@@ -421,6 +446,7 @@ static void setup_stream(struct mg_agent *ag, struct worker *w, struct stream *s
     if ((!red || tee) && mg_opts_rank_shown(o, w->local_rank))
         s->console = bit == MG_STD_OUT ? CON_OUT : CON_ERR;
     s->prefixed = tee || o->prefix_template != NULL;
+    s->tee = tee != 0;
     mg_linebuf_init(&s->lb, 0);
 }
 
@@ -441,10 +467,14 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     int i = w->local_rank, rc;
     char dir[PATH_MAX + 16], ef[PATH_MAX + 32];
 
+    char vdev[MG_GPU_ID_LEN];
     worker_dir(ag, i, dir, sizeof(dir));
     error_file_path(ag, i, ef, sizeof(ef));
+    if (o->virtual_local_rank)
+        mg_virtual_device(o, mg_env_get(ag->cfg.environ, "CUDA_VISIBLE_DEVICES"), i, vdev,
+                          sizeof(vdev));
     struct mg_worker_env we = {
-        .local_rank = i,
+        .local_rank = o->virtual_local_rank ? 0 : i,
         .rank = w->rank,
         .group_rank = g->group_rank,
         .role_rank = g->role_rank_offset + i,
@@ -459,7 +489,9 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
         .max_restarts = o->max_restarts,
         .run_id = ag->cfg.run_id,
         .error_file = ef,
-        .cuda_visible_devices = ag->cvd[0] ? ag->cvd : NULL,
+        .cuda_visible_devices = o->virtual_local_rank ? vdev
+                                : ag->cvd[0]          ? ag->cvd
+                                                      : NULL,
     };
     if ((rc = mg_env_build(ag->cfg.environ, &we, &w->envp))) {
         mg_agent_error(ag, rc, "cannot build the environment of local rank %d", i);
@@ -481,6 +513,13 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
 
 void mg_workers_prepare(struct mg_agent *ag)
 {
+    static const char *const filtered[2] = {"filtered_stdout.log", "filtered_stderr.log"};
+    for (int k = 0; k < 2; k++)
+        if (ag->o->ndup_filters[k] > 0) {
+            ag->filt_fd[k] = open_log(ag->attempt_dir, filtered[k]);
+            if (ag->filt_fd[k] < 0)
+                mg_agent_error(ag, -errno, "cannot create %s/%s", ag->attempt_dir, filtered[k]);
+        }
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         memset(w, 0, sizeof(*w));
@@ -520,6 +559,8 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
         .stdout_fd = out[1],
         .stderr_fd = err[1],
         .sentinel_fd = ag->sent.fd,
+        .reset = &ag->reset_set,
+        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
     };
     int rc = mg_spawn(&req, &sp);
     close(out[1]);
@@ -603,6 +644,11 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
         free(w->tail);
         w->tail = NULL;
     }
+    for (int k = 0; k < 2; k++) {
+        if (ag->filt_fd[k] >= 0)
+            close(ag->filt_fd[k]);
+        ag->filt_fd[k] = -1;
+    }
 }
 
 /* ---- the pipes in the loop -------------------------------------------------------------- */
@@ -649,6 +695,9 @@ int mg_workers_process(void *ctx, const struct pollfd *fds, int n)
 
 void mg_workers_release(struct mg_agent *ag)
 {
+    for (int k = 0; k < 2; k++)
+        if (ag->filt_fd[k] >= 0)
+            close(ag->filt_fd[k]);
     for (int i = 0; ag->w && i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         if (w->outcome == W_RUNNING)

@@ -19,7 +19,7 @@ bad() {
     like "$(cat "$T/err")" "^mglaunch: .*$want" "names the problem: $*"
 }
 
-bad "invalid value '0' for --nproc_per_node: expected an integer from 1 to 4096, cpu, gpu or auto" \
+bad "invalid value '0' for --nproc_per_node: expected an integer from 1 to 4096, cpu, gpu, xpu or auto" \
     --nproc_per_node 0 "$FW"
 bad "invalid value '4097' for --nproc_per_node: expected an integer from 1 to 4096" \
     --nproc_per_node 4097 "$FW"
@@ -66,8 +66,8 @@ bad "MG_RDZV_TOKEN: 300 bytes, the limit is 256" "$FW"
 unset MG_RDZV_TOKEN
 bad "--rdzv_conf join_timeout=abc" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint x:1 \
     --rdzv_conf join_timeout=abc "$FW"
-# torchrun features for later issues: refused, exit 2
-bad "--run_path: not implemented yet" --run_path "$FW"
+# --logs_specs names a Python class: refused with what to use instead, exit 2
+bad "--logs_specs my_specs: names a Python class .*use --log_dir" --logs_specs my_specs "$FW"
 
 if [ -z "$(ls /dev/nvidia[0-9]* 2>/dev/null)" ] && [ ! -d /proc/driver/nvidia/gpus ]; then
     bad "invalid value 'gpu' for --nproc_per_node: no GPU found" --nproc_per_node gpu "$FW"
@@ -99,7 +99,7 @@ is $? 0 "--nproc_per_node cpu"
 out=$("$MGLAUNCH" --help)
 is $? 0 "--help exits 0"
 like "$out" "^usage: mglaunch \\[options\\] PROGRAM" "--help shows the usage"
-like "$out" "--nproc_per_node N\\|cpu\\|gpu\\|auto" "--help lists the flags"
+like "$out" "--nproc_per_node N\\|cpu\\|gpu\\|xpu\\|auto" "--help lists the flags"
 like "$("$MGLAUNCH" -h)" "^usage:" "-h"
 like "$("$MGLAUNCH" --version)" "^mglaunch [0-9]+\\.[0-9]+\\.[0-9]+" "--version"
 like "$("$MGLAUNCH" logs --help)" "^usage: mglaunch logs" "logs --help"
