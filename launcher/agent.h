@@ -103,6 +103,10 @@ struct mg_agent_config {
     const struct mg_rdzv_ops *rdzv;
     void *rdzv_impl;
     const struct mg_numa_place *numa; /* --numa-binding: one per local rank, or NULL */
+    /* A .py program (or -m): the interpreter it runs under, and whether
+     * PYTHON_EXEC chose it; NULL for any other program. */
+    const char *python;
+    int python_exec_set;
 };
 
 /* ---- results ---------------------------------------------------------------------------- */
@@ -119,6 +123,7 @@ struct mg_failure {
     int exec_errno;    /* the program could not be executed */
     int64_t wall_ms;   /* when it was seen (ms since the epoch) */
     char message[256]; /* from error.json, shortened */
+    char oom[200];     /* killed by the kernel's OOM killer: what says so; "" otherwise */
 };
 
 /* The root cause (the first failure of the run), in full. */
@@ -155,6 +160,7 @@ struct mg_agent_result {
     struct mg_root_cause root;
     char run_dir[4096];
     char run_id[160];
+    char hint[768]; /* what to try, when the failure says it (every rank missing a module) */
 };
 
 /* ---- life cycle ------------------------------------------------------------------------- */

@@ -9,6 +9,7 @@
 #include "agent.h"
 #include "logdir.h"
 #include "loop.h"
+#include "oom.h"
 #include "output.h"
 #include "sentinel.h"
 
@@ -62,6 +63,7 @@ struct worker {
     char **envp;
     char **argv; /* only when an argument uses ${local_rank} */
     int failure; /* index into the result's failures, or -1 */
+    struct mg_oom_watch oom;
 };
 
 struct console {

@@ -108,6 +108,7 @@ static void apply_worker_exit(struct lrun *r, struct lattempt *a, struct lworker
     put(w->signal, sizeof(w->signal), x->signal);
     put(w->message, sizeof(w->message), x->message);
     put(w->exec_error, sizeof(w->exec_error), x->exec_error);
+    put(w->oom, sizeof(w->oom), x->oom);
     w->duration_ms = x->duration_ms;
     if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
         struct mg_ev_root_cause c = {
@@ -518,6 +519,9 @@ static void worker_state(const struct lrun *r, const struct lworker *w, char *bu
     if (w->exec_error[0])
         mg_fmt(buf, cap, "failed: could not be executed (%s), exit %d", w->exec_error,
                w->exit_code);
+    else if (w->oom[0])
+        mg_fmt(buf, cap, "%s: killed by the kernel's OOM killer, out of memory (exit %d) after %s",
+               w->outcome, w->exit_code, dur);
     else if (w->signal[0])
         mg_fmt(buf, cap, "%s: killed by %s (exit %d) after %s", w->outcome, w->signal, w->exit_code,
                dur);
@@ -568,8 +572,10 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     rc->f.signo = x->signal[0] && mg_signum(x->signal) > 0 ? mg_signum(x->signal) : 0;
     rc->f.wall_ms = x->time_ms;
     for (int k = 0; a && k < a->nw; k++)
-        if (a->w[k].local_rank == x->local_rank)
+        if (a->w[k].local_rank == x->local_rank) {
             mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", a->w[k].exec_error);
+            mg_fmt(rc->f.oom, sizeof(rc->f.oom), "%s", a->w[k].oom);
+        }
     mg_fmt(rc->host, sizeof(rc->host), "%s", x->host);
     mg_fmt(rc->log_path, sizeof(rc->log_path), "%s/attempt_%d/%d", r->dir, x->attempt,
            x->local_rank);

@@ -20,6 +20,7 @@ struct lworker {
     char signal[24];
     char message[256];
     char exec_error[96];
+    char oom[200]; /* killed by the kernel's OOM killer: what says so */
     int64_t duration_ms;
 };
 

@@ -248,6 +248,8 @@ static struct mg_agent_config build_config(const struct launch *l)
         .rdzv = l->rops,
         .rdzv_impl = l->rimpl,
         .numa = l->numa,
+        .python = l->prog.nlead ? l->prog.path : NULL,
+        .python_exec_set = getenv("PYTHON_EXEC") && *getenv("PYTHON_EXEC"),
     };
 }
 

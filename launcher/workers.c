@@ -136,12 +136,14 @@ static void error_file_path(const struct mg_agent *ag, int local_rank, char *buf
     mg_fmt(buf, cap, "%s/%d/error.json", ag->attempt_dir, local_rank);
 }
 
-static void describe_exit(const struct worker *w, char *buf, size_t cap)
+static void describe_exit(const struct worker *w, const char *oom, char *buf, size_t cap)
 {
     char sig[32];
     if (w->exec_errno)
         mg_fmt(buf, cap, "could not be executed (%s), exit code %d", strerror(w->exec_errno),
                mg_status_code(w->wstatus));
+    else if (oom && *oom)
+        mg_fmt(buf, cap, "was killed by the kernel's OOM killer (out of memory; %s)", oom);
     else if (WIFSIGNALED(w->wstatus))
         mg_fmt(buf, cap, "was killed by %s", mg_signame(WTERMSIG(w->wstatus), sig, sizeof(sig)));
     else
@@ -149,7 +151,7 @@ static void describe_exit(const struct worker *w, char *buf, size_t cap)
 }
 
 static void record_failure(struct mg_agent *ag, struct worker *w, const struct mg_errfile *ef,
-                           int has_ef)
+                           int has_ef, const char *oom)
 {
     struct mg_agent_result *r = &ag->res;
     w->failure = -1;
@@ -170,6 +172,7 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     f->wall_ms = mg_wall_ms();
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
+    mg_fmt(f->oom, sizeof(f->oom), "%s", oom);
     w->failure = r->nfailures++;
 }
 
@@ -201,7 +204,7 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
 
 static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
 {
-    char how[256], sig[32];
+    char how[512], sig[32], oom[200] = "";
     struct mg_errfile ef;
     int has_ef = 0;
 
@@ -222,7 +225,10 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
         w->outcome = W_FAILED;
         error_file_path(ag, w->local_rank, ef_path, sizeof(ef_path));
         has_ef = !w->exec_errno && mg_errfile_read(ef_path, &ef) == 0;
-        record_failure(ag, w, &ef, has_ef);
+        /* A SIGKILL nobody here sent: the OOM killer's, when the kernel says so. */
+        if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL)
+            mg_oom_check(&w->oom, (int)w->pid, NULL, oom, sizeof(oom));
+        record_failure(ag, w, &ef, has_ef, oom);
         ag->attempt_failed = 1;
         if (w->exec_errno)
             ag->attempt_fatal = 1;
@@ -238,11 +244,12 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
         .exec_error = w->exec_errno ? strerror(w->exec_errno) : NULL,
         .duration_ms = w->end_ms - w->start_ms,
         .message = has_ef ? ef.message : NULL,
+        .oom = oom[0] ? oom : NULL,
     };
     mg_event_worker_exit(&ag->rd, &e);
 
     if (w->outcome == W_FAILED && !ag->stopping) {
-        describe_exit(w, how, sizeof(how));
+        describe_exit(w, oom, how, sizeof(how));
         mg_agent_note(ag, "local rank %d (rank %d, pid %d) %s; stopping the other workers",
                       w->local_rank, w->rank, (int)w->pid, how);
         mg_workers_stop(ag, SIGTERM);
@@ -573,6 +580,7 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
     }
     w->pid = sp.pid;
     w->exec_errno = sp.exec_errno;
+    mg_oom_watch_start(&w->oom, NULL, (int)sp.pid);
     w->outcome = W_RUNNING;
     w->start_ms = mg_now_ms();
     w->out.fd = out[0];
@@ -605,6 +613,51 @@ void mg_workers_spawn(struct mg_agent *ag)
 
 /* ---- the end of an attempt -------------------------------------------------------------- */
 
+/* The module a Python traceback says it could not import, from the last
+ * "No module named 'x'" in text; 0 when there is none. */
+static int missing_module(const char *text, size_t len, char *name, size_t cap)
+{
+    const char *key = "No module named '", *p = NULL;
+    for (const char *s = text; (s = memmem(s, len - (size_t)(s - text), key, strlen(key)));
+         s += strlen(key))
+        p = s + strlen(key);
+    if (!p)
+        return 0;
+    size_t n = 0;
+    while (p + n < text + len && p[n] != '\'' && p[n] != '\n')
+        n++;
+    if (n == 0 || n >= cap || p + n >= text + len)
+        return 0;
+    memcpy(name, p, n);
+    name[n] = '\0';
+    return 1;
+}
+
+/* When a Python program could not import a module and no rank said
+ * anything else (the ranks still importing are stopped after the first
+ * failure, so "every rank" cannot be asked for), the interpreter is the
+ * likely culprit: say which one ran and how to pick another. first: the
+ * worker of the attempt's first failure. */
+static void import_hint(struct mg_agent *ag, const struct worker *first)
+{
+    char mod[128], other[128];
+    if (!ag->cfg.python || ag->res.hint[0] || !first->tail ||
+        !missing_module(first->tail, first->tail_len, mod, sizeof(mod)))
+        return;
+    for (int i = 0; i < ag->nproc; i++) {
+        const struct worker *w = &ag->w[i];
+        int has = w->tail && missing_module(w->tail, w->tail_len, other, sizeof(other));
+        if (w->outcome == W_SUCCEEDED || (w->outcome == W_FAILED && !has) ||
+            (has && strcmp(other, mod) != 0))
+            return;
+    }
+    mg_fmt(ag->res.hint, sizeof(ag->res.hint),
+           "rank %d could not import '%s' under %s (%s), and no rank reported anything else. If "
+           "another Python has it, name that one: PYTHON_EXEC=/path/to/python mglaunch ...",
+           first->rank, mod, ag->cfg.python,
+           ag->cfg.python_exec_set ? "from PYTHON_EXEC" : "python3, the first one on PATH");
+}
+
 void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
 {
     int first = -1;
@@ -633,6 +686,8 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
     }
     if (first >= 0)
         fill_root_cause(ag, &ag->w[first]);
+    if (first >= 0)
+        import_hint(ag, &ag->w[first]);
     t->first_failure = first >= 0 ? ag->w[first].failure : -1;
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
