@@ -137,6 +137,7 @@ struct mg_root_cause {
     char stderr_tail[4096]; /* its last lines of stderr */
     char log_path[4096];    /* its attempt/rank directory */
     int logs_saved;         /* stdout.log/stderr.log exist there */
+    int exit_unknown;       /* known from its error file alone (a torchrun log directory) */
 };
 
 struct mg_attempt_summary {

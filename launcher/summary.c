@@ -140,10 +140,19 @@ void mg_root_cause_print(FILE *f, const char *heading, const struct mg_root_caus
     fprintf(f, "%s\n", heading);
     fprintf(f, "  rank      : %d (local rank %d)\n", rc->f.rank, rc->f.local_rank);
     fprintf(f, "  host      : %s\n", rc->host[0] ? rc->host : "?");
-    fprintf(f, "  pid       : %d\n", (int)rc->f.pid);
+    if (rc->f.pid > 0)
+        fprintf(f, "  pid       : %d\n", (int)rc->f.pid);
+    else
+        fprintf(f, "  pid       : ? (not recorded)\n");
     fprintf(f, "  attempt   : %d (restart %d)\n", rc->f.attempt, rc->f.restart_count);
     fprintf(f, "  time      : %s\n", t);
-    fprintf(f, "  exit      : %s\n", d);
+    if (rc->exit_unknown)
+        fprintf(f, "  exit      : %s\n",
+                rc->f.exit_code > 0 ? d
+                                    : "failed, exit code unknown (no event log: its error file "
+                                      "says it failed)");
+    else
+        fprintf(f, "  exit      : %s\n", d);
     if (rc->f.oom[0])
         fprintf(f, "  memory    : %s\n", rc->f.oom);
     if (rc->error_file[0])
