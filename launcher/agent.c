@@ -48,6 +48,7 @@ static void finish(struct mg_agent *ag, int code)
     if (ag->state == ST_DONE)
         return;
     ag->state = ST_DONE;
+    mg_tty_restore(&ag->tty);
     r->exit_code = code;
     r->signo = ag->term_sig;
     r->ok = code == 0;
@@ -365,6 +366,8 @@ static void handled_signals(struct mg_agent *ag, sigset_t *set)
     sigaddset(set, SIGCHLD);
     sigaddset(set, SIGCONT);
     sigaddset(set, SIGTSTP);
+    if (ag->cfg.on_tty)
+        sigaddset(set, SIGWINCH);
 }
 
 static void on_term_signal(struct mg_agent *ag, int sig)
@@ -418,10 +421,16 @@ static void on_signal(void *ctx, int sig)
         mg_workers_signal(ag, SIGSTOP);
         mg_workers_flush(ag);
         mg_rundir_flush(&ag->rd);
+        mg_tty_restore(&ag->tty); /* the shell gets its terminal back as it was */
         raise(SIGSTOP);
         break;
     case SIGCONT:
+        if (mg_workers_on_pty(ag) && mg_tty_is_foreground(ag->tty.fd))
+            mg_tty_raw(&ag->tty);
         mg_workers_signal(ag, SIGCONT);
+        break;
+    case SIGWINCH:
+        mg_workers_resize(ag);
         break;
     }
 }
@@ -610,13 +619,14 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     ag->sent.fd = -1;
     ag->group.master_fd = -1;
     ag->filt_fd[0] = ag->filt_fd[1] = -1;
+    ag->tty.fd = cfg->on_tty ? 0 : -1;
     ag->con[0].fd = cfg->out_fd;
     ag->con[1].fd = cfg->err_fd;
     mg_fmt(ag->res.run_id, sizeof(ag->res.run_id), "%s", cfg->run_id);
 
     on.ctx = ag;
     ag->w = calloc((size_t)ag->nproc, sizeof(*ag->w));
-    ag->pipe_owner = calloc((size_t)ag->nproc * 2, sizeof(*ag->pipe_owner));
+    ag->pipe_owner = calloc((size_t)ag->nproc * 2 + 1, sizeof(*ag->pipe_owner));
     ag->rbuf = malloc(READ_CHUNK);
     ag->con[0].buf = malloc(CONSOLE_BUF);
     ag->con[1].buf = malloc(CONSOLE_BUF);

@@ -97,6 +97,8 @@ struct mg_agent_config {
     const char *log_dir; /* base directory (given, or the private default) */
     int log_dir_given;   /* --log_dir: save every stream */
     int stdin_fd;        /* workers' stdin, or -1 to inherit */
+    int on_tty;          /* mglaunch runs in the foreground of a terminal, its stdin: the
+                            shown ranks run on pseudo-terminals (pty.h) */
     int out_fd, err_fd;  /* the console */
     FILE *status;        /* the launcher's own messages (NULL: none) */
     int sentinel;        /* start the sentinel (sentinel.h) */

@@ -11,6 +11,7 @@
 #include "loop.h"
 #include "oom.h"
 #include "output.h"
+#include "pty.h"
 #include "sentinel.h"
 
 #include <limits.h>
@@ -35,6 +36,8 @@ struct stream {
     int console; /* enum stream_console */
     int prefixed;
     int tee; /* -t selects it: its lines may be duplicated (filt_fd) */
+    int pty; /* a pseudo-terminal's master: relayed as it comes, not by lines */
+    int at_line_start;
     struct mg_linebuf lb;
 };
 
@@ -64,6 +67,8 @@ struct worker {
     char **argv; /* only when an argument uses ${local_rank} */
     int failure; /* index into the result's failures, or -1 */
     struct mg_oom_watch oom;
+    int has_pty;          /* runs on pseudo-terminals (pty.h) */
+    struct mg_pty pty[2]; /* stdin+stdout (its controlling terminal), stderr */
 };
 
 struct console {
@@ -91,9 +96,19 @@ struct mg_agent {
     struct mg_rundir rd;
     struct console con[2];
     char *rbuf;
-    int *pipe_owner;          /* worker*2+stream of each pipe handed to the loop */
+    int *pipe_owner;          /* worker*2+stream of each pipe handed to the loop (-1: the tty) */
     char cvd[MG_GPU_IDS_MAX]; /* CUDA_VISIBLE_DEVICES for --gpu_ids, "" = leave alone */
     int filt_fd[2];           /* the attempt's filtered_stdout.log / filtered_stderr.log, or -1 */
+    struct mg_tty tty;        /* mglaunch's terminal when workers get pseudo-terminals */
+    /* A pseudo-terminal's line in progress on the console (a prompt): taken
+     * off while another worker's line is written, then put back. */
+    struct {
+        const struct stream *s;
+        const struct worker *w;
+        char buf[1024];
+        size_t len;
+        int erase; /* the console is a terminal: erase the line, not just end it */
+    } pend;
     struct mg_sentinel sent;
     int sentinel_restarts;
 
@@ -172,5 +187,10 @@ int mg_workers_fill(void *ctx, struct pollfd *fds, int max);
 int mg_workers_process(void *ctx, const struct pollfd *fds, int n);
 /* Kills what still runs and frees the per-worker state. */
 void mg_workers_release(struct mg_agent *ag);
+/* After SIGWINCH: the terminal's size to every worker's pseudo-terminals. */
+void mg_workers_resize(struct mg_agent *ag);
+/* Whether a worker with a pseudo-terminal is running (the terminal's
+ * settings follow: mg_tty_raw while one is). */
+int mg_workers_on_pty(const struct mg_agent *ag);
 
 #endif

@@ -16,6 +16,7 @@
 #include "gpus.h"
 #include "workerenv.h"
 #include "rdzv.h"
+#include "pty.h"
 #include "summary.h"
 
 #include <errno.h>
@@ -132,6 +133,7 @@ struct launch {
     const struct mg_rdzv_ops *rops;
     void *rimpl;
     int stdin_fd;
+    int on_tty;                 /* mglaunch runs in the foreground of a terminal (its stdin) */
     struct mg_numa_place *numa; /* --numa-binding, one per local rank */
 };
 
@@ -241,6 +243,7 @@ static struct mg_agent_config build_config(const struct launch *l)
         .log_dir = l->log_dir,
         .log_dir_given = l->o.log_dir != NULL,
         .stdin_fd = l->stdin_fd,
+        .on_tty = l->on_tty,
         .out_fd = 1,
         .err_fd = 2,
         .status = stderr,
@@ -341,9 +344,12 @@ static int run(int argc, char **argv)
                 "(%s/%s/events.jsonl, docs/logs.md)\n",
                 l->o.event_log_handler, l->log_dir, l->run_id);
     raise_fd_limit(l->o.nproc);
-    /* A worker group in the background cannot read the terminal; give it nothing. */
+    /* A worker group in the background cannot read the terminal; give it
+     * nothing. The ranks shown on the console get pseudo-terminals instead,
+     * when mglaunch is in the terminal's foreground. */
     if (isatty(0))
         l->stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    l->on_tty = mg_tty_is_foreground(0);
     code = supervise(l);
 out:
     if (l->rops && l->rops->release)

@@ -298,6 +298,27 @@ struct line_ctx {
     struct stream *s;
 };
 
+/* Another worker's line is about to reach the console while a worker on a
+ * pseudo-terminal shows a line in progress (a debugger's prompt): take it
+ * off the screen first, so the line does not land behind the prompt... */
+static void pending_hide(struct mg_agent *ag)
+{
+    struct console *pc = &ag->con[ag->pend.s->console];
+    console_put(pc, ag->pend.erase ? "\r\033[K" : "\n", ag->pend.erase ? 4 : 1);
+    console_flush(pc);
+}
+
+/* ...and put it back after. */
+static void pending_show(struct mg_agent *ag, struct console *con)
+{
+    struct console *pc = &ag->con[ag->pend.s->console];
+    console_flush(con);
+    if (ag->pend.s->prefixed)
+        console_put(pc, ag->pend.w->prefix, ag->pend.w->prefix_len);
+    console_put(pc, ag->pend.buf, ag->pend.len);
+    console_flush(pc);
+}
+
 /* --duplicate-std*-filters (torchrun 2.x): a tee'd line that contains one of
  * the filters also goes, prefixed, to the attempt's filtered_std*.log. */
 static void duplicate_line(struct mg_agent *ag, int k, const struct worker *w, const char *text,
@@ -330,11 +351,16 @@ static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end e
         con->last = NULL;
         return;
     }
+    int pending = c->ag->pend.s && c->ag->pend.s != c->s;
+    if (pending)
+        pending_hide(c->ag);
     con->last = c->s;
     if (c->s->prefixed)
         console_put(con, c->w->prefix, c->w->prefix_len);
     console_put(con, text, len);
     console_put(con, end == MG_LINE_CR ? "\r" : "\n", 1);
+    if (pending)
+        pending_show(c->ag, con);
     int k = c->s == &c->w->out ? 0 : 1;
     if (c->s->tee && c->ag->filt_fd[k] >= 0)
         duplicate_line(c->ag, k, c->w, text, len);
@@ -364,6 +390,8 @@ static void close_stream(struct mg_agent *ag, struct worker *w, struct stream *s
 {
     if (s->fd < 0)
         return;
+    if (ag->pend.s == s)
+        ag->pend.s = NULL;
     if (s->console != CON_NONE) {
         struct line_ctx c = {ag, w, s};
         mg_linebuf_flush(&s->lb, on_line, &c);
@@ -374,12 +402,55 @@ static void close_stream(struct mg_agent *ag, struct worker *w, struct stream *s
     ag->open_pipes--;
 }
 
+/* A pseudo-terminal's output goes to the console as it comes, partial lines
+ * included (a debugger's prompt has no newline), with the prefix at the
+ * start of each line when the stream is prefixed. */
+static void pty_to_console(struct mg_agent *ag, struct worker *w, struct stream *s, const char *p,
+                           size_t n)
+{
+    struct console *con = &ag->con[s->console];
+    con->last = s;
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) + 1 : n;
+        if (s->at_line_start && s->prefixed)
+            console_put(con, w->prefix, w->prefix_len);
+        console_put(con, p, k);
+        s->at_line_start = p[k - 1] == '\n';
+        /* the line in progress, for pending_show (its last bytes when long) */
+        if (ag->pend.s != s || s->at_line_start)
+            ag->pend.len = 0;
+        if (!s->at_line_start) {
+            size_t add = k, cap = sizeof(ag->pend.buf);
+            const char *from = p;
+            if (add > cap) {
+                from += add - cap;
+                add = cap;
+            }
+            if (ag->pend.len + add > cap) {
+                size_t drop = ag->pend.len + add - cap;
+                memmove(ag->pend.buf, ag->pend.buf + drop, ag->pend.len - drop);
+                ag->pend.len -= drop;
+            }
+            memcpy(ag->pend.buf + ag->pend.len, from, add);
+            ag->pend.len += add;
+        }
+        p += k;
+        n -= k;
+    }
+    ag->pend.s = s->at_line_start ? NULL : s;
+    ag->pend.w = w;
+    ag->pend.erase = isatty(con->fd);
+}
+
 /* Reads one chunk; returns bytes read, 0 at EOF (stream closed), -1 when none ready. */
 static ssize_t read_stream(struct mg_agent *ag, struct worker *w, struct stream *s, int is_err)
 {
     ssize_t n = read(s->fd, ag->rbuf, READ_CHUNK);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return -1;
+    if (n < 0 && errno == EIO && s->pty)
+        n = 0; /* a pseudo-terminal whose every slave is closed: the end */
     if (n <= 0) {
         close_stream(ag, w, s);
         return 0;
@@ -393,7 +464,9 @@ static ssize_t read_stream(struct mg_agent *ag, struct worker *w, struct stream 
     }
     if (is_err)
         tail_add(w, ag->rbuf, (size_t)n);
-    if (s->console != CON_NONE) {
+    if (s->console != CON_NONE && s->pty) {
+        pty_to_console(ag, w, s, ag->rbuf, (size_t)n);
+    } else if (s->console != CON_NONE) {
         struct line_ctx c = {ag, w, s};
         mg_linebuf_feed(&s->lb, ag->rbuf, (size_t)n, on_line, &c);
     }
@@ -454,6 +527,8 @@ static void setup_stream(struct mg_agent *ag, struct worker *w, struct stream *s
         s->console = bit == MG_STD_OUT ? CON_OUT : CON_ERR;
     s->prefixed = tee || o->prefix_template != NULL;
     s->tee = tee != 0;
+    s->pty = 0;
+    s->at_line_start = 1;
     mg_linebuf_init(&s->lb, 0);
 }
 
@@ -516,6 +591,10 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     w->prefix_len = n > 0 ? (size_t)n : 0;
     setup_stream(ag, w, &w->out, MG_STD_OUT, dir, "stdout.log");
     setup_stream(ag, w, &w->err, MG_STD_ERR, dir, "stderr.log");
+    /* A terminal for the ranks shown on the console: --local_ranks_filter's,
+     * else local rank 0, when its stdout is shown (-r may send it to a file). */
+    w->has_pty =
+        ag->tty.fd >= 0 && w->out.console != CON_NONE && (o->ranks_filter != NULL || i == 0);
 }
 
 void mg_workers_prepare(struct mg_agent *ag)
@@ -530,6 +609,7 @@ void mg_workers_prepare(struct mg_agent *ag)
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         memset(w, 0, sizeof(*w));
+        w->pty[0].master = w->pty[0].slave = w->pty[1].master = w->pty[1].slave = -1;
         w->local_rank = i;
         w->rank = ag->group.rank_offset + i;
         w->out.fd = w->err.fd = -1;
@@ -544,11 +624,59 @@ void mg_workers_prepare(struct mg_agent *ag)
 
 /* Starts one prepared worker with its stdout and stderr on pipes to us.
  * Returns 0 or a negative code (recorded with mg_agent_error). */
+/* Starts a worker on two pseudo-terminals: stdin+stdout and stderr. */
+static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
+{
+    struct mg_spawned sp;
+    int rc;
+    if ((rc = mg_pty_open(&w->pty[0], ag->tty.fd)) || (rc = mg_pty_open(&w->pty[1], ag->tty.fd))) {
+        mg_pty_close(&w->pty[0]);
+        mg_agent_error(ag, rc, "cannot open a pseudo-terminal for local rank %d", w->local_rank);
+        return rc;
+    }
+    struct mg_spawn_req req = {
+        .path = ag->cfg.exec_path,
+        .argv = w->argv ? w->argv : ag->cfg.argv,
+        .envp = w->envp,
+        .tty_fd = w->pty[0].slave,
+        .stdin_fd = -1,
+        .stdout_fd = -1,
+        .stderr_fd = w->pty[1].slave,
+        .sentinel_fd = ag->sent.fd,
+        .reset = &ag->reset_set,
+        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
+    };
+    rc = mg_spawn(&req, &sp);
+    mg_pty_close_slave(&w->pty[0]);
+    mg_pty_close_slave(&w->pty[1]);
+    if (rc) {
+        mg_pty_close(&w->pty[0]);
+        mg_pty_close(&w->pty[1]);
+        mg_agent_error(ag, rc, "cannot start local rank %d", w->local_rank);
+        return rc;
+    }
+    w->pid = sp.pid;
+    w->exec_errno = sp.exec_errno;
+    /* The streams own the masters from now on (close_stream closes them). */
+    w->out.fd = w->pty[0].master;
+    w->err.fd = w->pty[1].master;
+    w->pty[0].master = w->pty[1].master = -1;
+    w->out.pty = w->err.pty = 1;
+    mg_tty_raw(&ag->tty);
+    return 0;
+}
+
 static int spawn_worker(struct mg_agent *ag, struct worker *w)
 {
     int out[2], err[2];
     struct mg_spawned sp;
 
+    if (w->has_pty) {
+        int rc = spawn_on_pty(ag, w);
+        if (rc)
+            return rc;
+        goto started;
+    }
     if (pipe2(out, O_CLOEXEC) < 0)
         goto no_pipes;
     if (pipe2(err, O_CLOEXEC) < 0) {
@@ -580,13 +708,14 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
     }
     w->pid = sp.pid;
     w->exec_errno = sp.exec_errno;
-    mg_oom_watch_start(&w->oom, NULL, (int)sp.pid);
-    w->outcome = W_RUNNING;
-    w->start_ms = mg_now_ms();
     w->out.fd = out[0];
     w->err.fd = err[0];
     fcntl(w->out.fd, F_SETFL, O_NONBLOCK);
     fcntl(w->err.fd, F_SETFL, O_NONBLOCK);
+started:
+    mg_oom_watch_start(&w->oom, NULL, (int)w->pid);
+    w->outcome = W_RUNNING;
+    w->start_ms = mg_now_ms();
     ag->running++;
     ag->open_pipes += 2;
     struct mg_ev_worker e = {ag->attempt, w->local_rank, w->rank, w->pid};
@@ -708,14 +837,69 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
 
 /* ---- the pipes in the loop -------------------------------------------------------------- */
 
+/* The worker the keyboard goes to: the lowest local rank on a
+ * pseudo-terminal that still runs; NULL when none (or mglaunch is not in
+ * the foreground of its terminal: reading it would stop mglaunch). */
+static struct worker *input_target(struct mg_agent *ag)
+{
+    if (ag->tty.fd < 0 || !ag->tty.raw)
+        return NULL;
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        if (w->has_pty && w->outcome == W_RUNNING && w->out.fd >= 0)
+            return mg_tty_is_foreground(ag->tty.fd) ? w : NULL;
+    }
+    return NULL;
+}
+
+/* Keyboard input to the worker's terminal, as it comes (its own line
+ * discipline edits and echoes it). What does not fit is dropped: a terminal
+ * can lose typed-ahead bytes the same way. */
+static void forward_input(struct mg_agent *ag)
+{
+    char buf[4096];
+    struct worker *w = input_target(ag);
+    ssize_t n = read(ag->tty.fd, buf, sizeof(buf));
+    if (n <= 0 || !w)
+        return;
+    ssize_t k = write(w->out.fd, buf, (size_t)n);
+    (void)k;
+}
+
+int mg_workers_on_pty(const struct mg_agent *ag)
+{
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].has_pty && ag->w[i].outcome == W_RUNNING)
+            return 1;
+    return 0;
+}
+
+void mg_workers_resize(struct mg_agent *ag)
+{
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        if (!w->has_pty)
+            continue;
+        if (w->out.fd >= 0)
+            mg_pty_copy_size(ag->tty.fd, w->out.fd);
+        if (w->err.fd >= 0)
+            mg_pty_copy_size(ag->tty.fd, w->err.fd);
+    }
+}
+
 int mg_workers_fill(void *ctx, struct pollfd *fds, int max)
 {
     struct mg_agent *ag = ctx;
     int n = 0;
     if (ag->state != ST_RUNNING)
         return 0;
-    if (ag->open_pipes > max)
+    if (ag->open_pipes + 1 > max)
         return -ENOSPC;
+    if (input_target(ag)) {
+        fds[n].fd = ag->tty.fd;
+        fds[n].events = POLLIN;
+        ag->pipe_owner[n++] = -1;
+    }
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         if (w->out.fd >= 0) {
@@ -739,6 +923,10 @@ int mg_workers_process(void *ctx, const struct pollfd *fds, int n)
         int own = ag->pipe_owner[i];
         if (!fds[i].revents)
             continue;
+        if (own < 0) {
+            forward_input(ag);
+            continue;
+        }
         struct worker *w = &ag->w[own / 2];
         struct stream *s = own % 2 ? &w->err : &w->out;
         if (s->fd == fds[i].fd)
@@ -767,7 +955,10 @@ void mg_workers_release(struct mg_agent *ag)
             close(w->err.file_fd);
         mg_linebuf_release(&w->out.lb);
         mg_linebuf_release(&w->err.lb);
+        mg_pty_close(&w->pty[0]);
+        mg_pty_close(&w->pty[1]);
         free(w->tail);
         cleanup_worker_setup(w);
     }
+    mg_tty_restore(&ag->tty);
 }
