@@ -53,6 +53,12 @@ struct mg_group {
      * has_restart_count the agent counts its own. */
     int has_restart_count;
     int restart_count;
+    /* The static backend across nodes: the workers' store is the one node
+     * rank 0's agent hosts at master_addr:master_port for the agents
+     * (TORCHELASTIC_USE_AGENT_STORE=True, torchrun's agent store), with
+     * this token (NULL: none). */
+    int use_agent_store;
+    const char *agent_store_token;
 };
 
 struct mg_round_info {

@@ -111,6 +111,8 @@ static const char *const managed[] = {
     "TORCHELASTIC_ERROR_FILE",
     "NCCL_ASYNC_ERROR_HANDLING",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "MG_AGENT_STORE",
+    "MG_AGENT_STORE_TOKEN",
 };
 
 #define NMANAGED         (sizeof(managed) / sizeof(managed[0]))
@@ -131,7 +133,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     /* Values are pointed to, not copied: a long --gpu_ids list or error file
      * path goes through whole. Only the numbers are formatted here. */
     char nums[NMANAGED][24];
-    const char *names[NMANAGED + 2], *vals[NMANAGED + 2];
+    const char *names[NMANAGED + 4], *vals[NMANAGED + 4];
     int nv = 0, nn = 0;
     const char *nccl = mg_env_get(base, "NCCL_ASYNC_ERROR_HANDLING");
     const char *tnccl = mg_env_get(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
@@ -152,7 +154,11 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     SETI("TORCHELASTIC_RESTART_COUNT", we->restart_count);
     SETI("TORCHELASTIC_MAX_RESTARTS", we->max_restarts);
     SETS("TORCHELASTIC_RUN_ID", we->run_id);
-    SETS("TORCHELASTIC_USE_AGENT_STORE", "False");
+    SETS("TORCHELASTIC_USE_AGENT_STORE", we->use_agent_store ? "True" : "False");
+    if (we->use_agent_store)
+        SETS("MG_AGENT_STORE", "mg");
+    if (we->use_agent_store && we->agent_store_token && *we->agent_store_token)
+        SETS("MG_AGENT_STORE_TOKEN", we->agent_store_token);
     SETS("TORCHELASTIC_ERROR_FILE", we->error_file);
     SETS("NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     SETS("TORCH_NCCL_ASYNC_ERROR_HANDLING", tnccl ? tnccl : "1"); /* torchrun 2.x's name */

@@ -48,9 +48,16 @@ struct mg_worker_env {
     const char *run_id;
     const char *error_file;
     const char *cuda_visible_devices; /* NULL: leave the inherited value alone */
+    /* The agent hosts the workers' store at MASTER_ADDR:MASTER_PORT (the
+     * static backend across nodes): TORCHELASTIC_USE_AGENT_STORE=True, and
+     * MG_AGENT_STORE=mg so that libmg joins it (runtime/dist.h), with
+     * MG_AGENT_STORE_TOKEN when the store has a token (NULL: none). */
+    int use_agent_store;
+    const char *agent_store_token;
 };
 
-/* Builds a worker's envp: base minus every variable set here, plus torchrun's
+/* Builds a worker's envp: base minus every variable set here (and
+ * MG_AGENT_STORE, MG_AGENT_STORE_TOKEN), plus torchrun's
  * variables, OMP_NUM_THREADS=1 when unset in base and local_world_size > 1,
  * NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING (each
  * inherited or 1). The result is one allocation

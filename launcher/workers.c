@@ -574,6 +574,8 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
         .cuda_visible_devices = o->virtual_local_rank ? vdev
                                 : ag->cvd[0]          ? ag->cvd
                                                       : NULL,
+        .use_agent_store = g->use_agent_store,
+        .agent_store_token = g->agent_store_token,
     };
     if ((rc = mg_env_build(ag->cfg.environ, &we, &w->envp))) {
         mg_agent_error(ag, rc, "cannot build the environment of local rank %d", i);
