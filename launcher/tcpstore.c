@@ -206,7 +206,7 @@ void mg_tcpstore_clear(struct mg_tcpstore *t)
 
 static void put(struct client *c, const void *p, size_t n)
 {
-    if (c->dead)
+    if (c->dead || n == 0) /* an empty value's p may be NULL */
         return;
     if (c->olen + n > c->ocap) {
         size_t cap = c->ocap ? c->ocap : 4096;
@@ -254,6 +254,8 @@ static void flush_out(struct client *c)
         else
             c->dead = 1;
     }
+    if (off == 0)
+        return; /* nothing sent (c->out may still be NULL): memmove's arguments must not be */
     memmove(c->out, c->out + off, c->olen - off);
     c->olen -= off;
 }
