@@ -39,15 +39,17 @@ if r == 0:
 EOF
 
 # start NAME ARGS...: mglaunch ARGS in a 100x30 window of a tmux server of
-# its own; its exit code lands in $T/NAME.exit, its pid in $T/NAME.pid
+# its own; its exit code lands in $T/NAME.exit, its pid in $T/NAME.pid, the
+# terminal's settings after it in $T/NAME.stty
 start() {
     _n=$1
     shift
     SOCK=$T/tmux.$_n
     at_cleanup "tmux -S $SOCK kill-server 2>/dev/null"
     printf '%s\n' "echo \$\$ >'$T/$_n.pid'; PYTHON_EXEC=$PY exec '$MGLAUNCH' $*" >"$T/$_n.sh"
+    # the terminal's settings are saved before the exit code the test waits for
     tmx new-session -d -x 100 -y 30 \
-        "sh '$T/$_n.sh'; echo \$? >'$T/$_n.exit'; stty -a >'$T/$_n.stty'; sleep 60"
+        "sh '$T/$_n.sh'; rc=\$?; stty -a >'$T/$_n.stty'; echo \$rc >'$T/$_n.exit'; sleep 60"
 }
 
 # ---- pdb in rank 0, stepping; the window resized under it
