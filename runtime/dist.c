@@ -134,12 +134,13 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
                       env->world);
             return -EINVAL;
         }
-        if (env->use_agent_store == 1) {
+        env->agent_store_mg = (v = getenv("MG_AGENT_STORE")) && strcmp(v, "mg") == 0;
+        if (env->use_agent_store == 1 && !env->agent_store_mg) {
             mg_seterr(
                 err, errlen, 0,
-                "TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent hosts the store "
-                "(torchrun's default static rendezvous), and mg workers bootstrap through a "
-                "store hosted by rank 0. Run under mglaunch, or give torchrun "
+                "TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent hosts the store, and "
+                "torchrun's (its default static rendezvous) speaks torch's TCPStore, which mg "
+                "workers do not. Run under mglaunch, or give torchrun "
                 "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT (or --standalone on one node)");
             return -MG_ECONFIG;
         }
@@ -271,7 +272,14 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
         goto fail;
     }
 
-    if (d->rank == 0) {
+    /* torch's rule: the agent's store when TORCHELASTIC_USE_AGENT_STORE,
+     * each attempt in a namespace of its own (rendezvous.py _create_c10d_store). */
+    char prefix[64] = "";
+    const char *host_is = "hosted by rank 0";
+    if (d->env.use_agent_store == 1) {
+        snprintf(prefix, sizeof(prefix), "/worker/attempt_%d/", d->env.restart_count);
+        host_is = "the launcher's agent store";
+    } else if (d->rank == 0) {
         struct mg_store_server_opts so = {
             .host = NULL, .port = d->env.master_port, .listen_fd = -1};
         rc = mg_store_server_start(&d->server, &so);
@@ -286,18 +294,19 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
             goto fail;
         }
     }
+    const char *token = getenv("MG_AGENT_STORE_TOKEN");
     struct mg_store_opts co = {.host = d->env.master_addr,
                                .port = d->env.master_port,
                                .connect_timeout_ms = copts.init_timeout_ms,
-                               .timeout_ms = copts.init_timeout_ms};
+                               .timeout_ms = copts.init_timeout_ms,
+                               .prefix = prefix,
+                               .token = d->env.use_agent_store == 1 ? token : NULL};
     rc = mg_store_connect(&d->store, &co);
     if (rc) {
-        mg_seterr(
-            err, errlen, 0,
-            "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, hosted by rank 0): "
-            "%s",
-            d->env.master_addr, d->env.master_port,
-            rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
+        mg_seterr(err, errlen, 0,
+                  "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, %s): %s",
+                  d->env.master_addr, d->env.master_port, host_is,
+                  rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
         goto fail;
     }
     if (opts && opts->device_auto) {

@@ -15,7 +15,14 @@
  * With world size > 1, rank 0 hosts the store on MASTER_PORT (all
  * interfaces) in a background thread, the way torch.distributed does when
  * TORCHELASTIC_USE_AGENT_STORE is False; every rank connects to
- * MASTER_ADDR:MASTER_PORT, retrying until the init timeout. */
+ * MASTER_ADDR:MASTER_PORT, retrying until the init timeout. With
+ * TORCHELASTIC_USE_AGENT_STORE=True the launcher's agent hosts the store
+ * there instead (mglaunch's static backend across nodes, which says so with
+ * MG_AGENT_STORE=mg): every rank, rank 0 too, joins it, in the namespace
+ * /worker/attempt_<TORCHELASTIC_RESTART_COUNT>/ as torch's workers do, with
+ * MG_AGENT_STORE_TOKEN when the agents' store has one. torchrun's own agent
+ * store speaks torch's TCPStore, which libmg does not: an error says what
+ * to use instead. */
 #ifndef MG_DIST_H
 #define MG_DIST_H
 
@@ -37,6 +44,7 @@ struct mg_dist_env {
     int master_port;
     char run_id[MG_DIST_RUN_ID_MAX + 1];
     int use_agent_store; /* -1 unset, 0 False, 1 True */
+    int agent_store_mg;  /* the agent's store is mg's (MG_AGENT_STORE=mg) */
     char error_file[PATH_MAX];
 };
 
