@@ -4,7 +4,7 @@
 #   make test       install/check dependencies, build, run the whole suite under prove
 #   make demo       the README's main job: 2 workers train the CNN on Fashion-MNIST
 #   make bench      benchmarks against torchrun / PyTorch DDP / memcpy (tests/bench/)
-#   make install    PREFIX=/usr/local
+#   make install    PREFIX=/usr/local (DESTDIR=, COMPLETIONDIR=): programs, man pages, bash completions
 #   make clean
 #
 #   make test-gpu   the GPU suite alone (it skips, saying why, without a usable GPU)
@@ -293,14 +293,16 @@ deps:
 
 # The whole suite: unit tests (C, TAP) and integration tests (shell, TAP) under prove.
 # T=... runs a subset. Each test runs under tests/lib/run-test, which applies its timeout.
-T ?= $(UNIT_BIN) $(sort $(wildcard tests/integration/*.t))
+T ?= $(UNIT_BIN) $(sort $(wildcard tests/integration/*.t)) $(GPU_T)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) prove -j$(or $(J),2) --timer --exec tests/lib/run-test $(T)
 check: test
 
-# The GPU suite (docs/gpu.md): the CUDA backend against the CPU one, NCCL.
-GPU_TESTS := $(BUILD)/tests/unit/test_cuda_backend $(BUILD)/tests/unit/test_comm_nccl
+# The GPU suite (docs/gpu.md): the CUDA backend against the CPU one, NCCL,
+# and train on GPUs (tests/gpu/*.t).
+GPU_T := $(sort $(wildcard tests/gpu/*.t))
+GPU_TESTS := $(BUILD)/tests/unit/test_cuda_backend $(BUILD)/tests/unit/test_comm_nccl $(GPU_T)
 test-gpu: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) prove -j1 --timer --exec tests/lib/run-test $(GPU_TESTS)
@@ -316,11 +318,15 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) tests/bench/run-all.sh
 
+# The programs, their man pages (docs/man) and their bash completions (scripts/completion).
+COMPLETIONDIR ?= $(PREFIX)/share/bash-completion/completions
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(COMPLETIONDIR)
 	install -m 755 $(ALL_BIN) $(DESTDIR)$(PREFIX)/bin/
 	$(if $(CUDA_PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib && install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 scripts/completion/mglaunch.bash $(DESTDIR)$(COMPLETIONDIR)/mglaunch
+	install -m 644 scripts/completion/train.bash $(DESTDIR)$(COMPLETIONDIR)/train
 
 FORMAT_SRC = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format:

@@ -46,6 +46,14 @@ struct mg_store_server_opts {
      * one client's pipelined requests make per mg_store_server_process: a
      * caller whose loop must stay responsive (the launcher) passes less. */
     size_t read_bytes_per_turn;
+    /* Another protocol on the same port (NULL: none). A connection whose
+     * first bytes cannot begin the mg store's handshake (docs/store-protocol.md)
+     * is handed over instead of closed: foreign() gets the socket (it is the
+     * callee's from then on, also when it returns an error) and the bytes
+     * already read. The launcher serves torch's TCPStore clients this way on
+     * the port its agent store holds. Called from mg_store_server_process. */
+    int (*foreign)(void *ctx, int fd, const void *bytes, size_t n);
+    void *foreign_ctx;
 };
 int mg_store_server_start(struct mg_store_server **out, const struct mg_store_server_opts *opts);
 int mg_store_server_port(const struct mg_store_server *srv);
@@ -139,6 +147,10 @@ struct mg_store_opts {
                                ephemeral keys) after this long without a message.
                                During a blocking call the client pings by itself;
                                between calls, call mg_store_ping in time */
+    const char *prefix;     /* NULL or "": none; else put in front of every key this
+                               client names (and taken off the keys mg_store_list
+                               returns): its own namespace in a store it shares, as
+                               the workers in the launcher's agent store */
 };
 
 /* Errors: -MG_EAUTH (token refused, missing on one side, or the server could

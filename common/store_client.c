@@ -40,6 +40,9 @@ struct mg_store {
     size_t rpos, rlen, rcap, consume;
     uint8_t *wbuf;
     size_t wcap;
+    char *prefix; /* mg_store_opts.prefix, or NULL */
+    size_t plen;
+    char kbuf[MG_STORE_MAX_KEY + 1]; /* prefix + the key of the call under way */
 };
 
 /* ---- connecting ---------------------------------------------------------------------- */
@@ -132,6 +135,17 @@ int mg_store_connect(struct mg_store **out, const struct mg_store_opts *o)
         rc = -ENOMEM;
         goto fail;
     }
+    if (o->prefix && *o->prefix) {
+        st->plen = strlen(o->prefix);
+        if (st->plen > MG_STORE_MAX_KEY / 2) {
+            rc = -MG_ETOOBIG;
+            goto fail;
+        }
+        if (!(st->prefix = strdup(o->prefix))) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
     int64_t deadline =
         mg_now_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DEF_CONNECT_TIMEOUT_MS);
     for (;;) {
@@ -167,6 +181,7 @@ fail:
     if (st->fd >= 0)
         close(st->fd);
     free(st->rbuf);
+    free(st->prefix);
     free(st);
     return rc;
 }
@@ -179,6 +194,7 @@ void mg_store_release(struct mg_store *st)
         close(st->fd);
     free(st->rbuf);
     free(st->wbuf);
+    free(st->prefix);
     free(st);
 }
 
@@ -394,12 +410,21 @@ static int wait_arg(const struct mg_store *st, int timeout_ms)
     return timeout_ms < 0 ? st->timeout_ms : timeout_ms;
 }
 
-static int key_arg(const char *key, struct mg_sp_req *q)
+/* The key as sent: with the client's prefix, in st->kbuf. */
+static int key_arg(struct mg_store *st, const char *key, struct mg_sp_req *q)
 {
     if (!key)
         return -EINVAL;
     q->key = (const uint8_t *)key;
     q->klen = strlen(key);
+    if (!st->prefix)
+        return 0;
+    if (st->plen + q->klen > MG_STORE_MAX_KEY)
+        return -MG_ETOOBIG;
+    memcpy(st->kbuf, st->prefix, st->plen);
+    memcpy(st->kbuf + st->plen, key, q->klen + 1);
+    q->key = (const uint8_t *)st->kbuf;
+    q->klen += st->plen;
     return 0;
 }
 
@@ -425,7 +450,7 @@ int mg_store_set(struct mg_store *st, const char *key, const void *val, size_t l
 {
     struct mg_sp_req q = {.op = MG_SP_SET, .val = val, .vlen = len};
     struct mg_sp_reply y;
-    if (key_arg(key, &q) || (flags & ~MG_STORE_EPHEMERAL) || (len && !val))
+    if (key_arg(st, key, &q) || (flags & ~MG_STORE_EPHEMERAL) || (len && !val))
         return -EINVAL;
     if (flags & MG_STORE_EPHEMERAL)
         q.flags = MG_SP_F_EPHEMERAL;
@@ -436,7 +461,7 @@ int mg_store_get(struct mg_store *st, const char *key, void **val, size_t *len, 
 {
     struct mg_sp_req q = {.op = MG_SP_GET};
     struct mg_sp_reply y;
-    if (key_arg(key, &q))
+    if (key_arg(st, key, &q))
         return -EINVAL;
     q.timeout_ms = (uint32_t)wait_arg(st, timeout_ms);
     int rc = call(st, &q, q.timeout_ms, &y);
@@ -447,7 +472,7 @@ int mg_store_add(struct mg_store *st, const char *key, int64_t delta, int64_t *r
 {
     struct mg_sp_req q = {.op = MG_SP_ADD, .num = delta};
     struct mg_sp_reply y;
-    if (key_arg(key, &q))
+    if (key_arg(st, key, &q))
         return -EINVAL;
     int rc = call(st, &q, 0, &y);
     if (!rc && result)
@@ -465,7 +490,7 @@ int mg_store_compare_set(struct mg_store *st, const char *key, const void *expec
                           .val2 = desired,
                           .vlen2 = desired_len};
     struct mg_sp_reply y;
-    if (key_arg(key, &q) || (desired_len && !desired))
+    if (key_arg(st, key, &q) || (desired_len && !desired))
         return -EINVAL;
     if (!expected)
         q.flags = MG_SP_F_EXPECT_ABSENT;
@@ -482,8 +507,9 @@ int mg_store_compare_set(struct mg_store *st, const char *key, const void *expec
     return (y.flags & MG_SP_F_SWAPPED) ? 1 : 0;
 }
 
-/* Packs keys for WAIT and CHECK into a malloc'd buffer. */
-static int pack_keys(const char *const *keys, int nkeys, struct mg_sp_req *q, uint8_t **buf)
+/* Packs keys (with the client's prefix) for WAIT and CHECK into a malloc'd buffer. */
+static int pack_keys(struct mg_store *st, const char *const *keys, int nkeys, struct mg_sp_req *q,
+                     uint8_t **buf)
 {
     size_t total = 0;
     if (nkeys < 1)
@@ -494,10 +520,14 @@ static int pack_keys(const char *const *keys, int nkeys, struct mg_sp_req *q, ui
         if (!keys[i])
             return -EINVAL;
         size_t kl = strlen(keys[i]);
-        int rc = mg_sp_key_check((const uint8_t *)keys[i], kl, 0);
+        if (st->plen + kl > MG_STORE_MAX_KEY)
+            return -MG_ETOOBIG;
+        memcpy(st->kbuf, st->prefix ? st->prefix : "", st->plen);
+        memcpy(st->kbuf + st->plen, keys[i], kl);
+        int rc = mg_sp_key_check((const uint8_t *)st->kbuf, st->plen + kl, 0);
         if (rc)
             return rc;
-        total += 2 + kl;
+        total += 2 + st->plen + kl;
     }
     uint8_t *p = malloc(total);
     if (!p)
@@ -506,8 +536,12 @@ static int pack_keys(const char *const *keys, int nkeys, struct mg_sp_req *q, ui
     q->keys = p;
     q->keys_len = total;
     q->nkeys = nkeys;
-    for (int i = 0; i < nkeys; i++)
-        p += mg_sp_keys_put(p, (const uint8_t *)keys[i], strlen(keys[i]));
+    for (int i = 0; i < nkeys; i++) {
+        size_t kl = strlen(keys[i]);
+        memcpy(st->kbuf, st->prefix ? st->prefix : "", st->plen);
+        memcpy(st->kbuf + st->plen, keys[i], kl);
+        p += mg_sp_keys_put(p, (const uint8_t *)st->kbuf, st->plen + kl);
+    }
     return 0;
 }
 
@@ -518,7 +552,7 @@ int mg_store_wait(struct mg_store *st, const char *const *keys, int nkeys, int t
     uint8_t *buf = NULL;
     if (nkeys == 0)
         return 0;
-    int rc = pack_keys(keys, nkeys, &q, &buf);
+    int rc = pack_keys(st, keys, nkeys, &q, &buf);
     if (rc)
         return rc;
     q.timeout_ms = (uint32_t)wait_arg(st, timeout_ms);
@@ -534,7 +568,7 @@ int mg_store_check(struct mg_store *st, const char *const *keys, int nkeys)
     uint8_t *buf = NULL;
     if (nkeys == 0)
         return 1;
-    int rc = pack_keys(keys, nkeys, &q, &buf);
+    int rc = pack_keys(st, keys, nkeys, &q, &buf);
     if (rc)
         return rc;
     rc = call(st, &q, 0, &y);
@@ -546,7 +580,7 @@ int mg_store_delete(struct mg_store *st, const char *key)
 {
     struct mg_sp_req q = {.op = MG_SP_DELETE};
     struct mg_sp_reply y;
-    if (key_arg(key, &q))
+    if (key_arg(st, key, &q))
         return -EINVAL;
     int rc = call(st, &q, 0, &y);
     return rc ? rc : (y.flags & MG_SP_F_PRESENT) ? 1 : 0;
@@ -557,7 +591,7 @@ int mg_store_watch(struct mg_store *st, const char *key, int64_t since_rev, int 
 {
     struct mg_sp_req q = {.op = MG_SP_WATCH, .num = since_rev};
     struct mg_sp_reply y;
-    if (key_arg(key, &q))
+    if (key_arg(st, key, &q))
         return -EINVAL;
     q.timeout_ms = (uint32_t)wait_arg(st, timeout_ms);
     int rc = call(st, &q, since_rev < 0 ? 0 : q.timeout_ms, &y);
@@ -581,7 +615,7 @@ int mg_store_list(struct mg_store *st, const char *prefix, int max, char ***keys
     struct mg_sp_reply y;
     *keys = NULL;
     *nkeys = 0;
-    if (key_arg(prefix ? prefix : "", &q))
+    if (key_arg(st, prefix ? prefix : "", &q))
         return -EINVAL;
     q.max = max < 0 || max > MG_STORE_MAX_LIST ? MG_STORE_MAX_LIST : (uint32_t)max;
     int rc = call(st, &q, 0, &y);
@@ -594,6 +628,10 @@ int mg_store_list(struct mg_store *st, const char *prefix, int max, char ***keys
     size_t kl;
     int n = 0;
     while (n < (int)y.nkeys && mg_sp_keys_next(&p, end, &k, &kl) > 0) {
+        if (st->prefix && kl >= st->plen) { /* the namespace is the client's business */
+            k += st->plen;
+            kl -= st->plen;
+        }
         out[n] = strndup((const char *)k, kl);
         if (!out[n]) {
             mg_store_free_list(out, n);

@@ -95,7 +95,8 @@ static void conn_teardown(struct conn *c)
     free(c->ibuf);
     if (c->fd >= 0 && c->fd < s->byfd_cap)
         s->byfd[c->fd] = NULL;
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
     free(c);
 }
 
@@ -225,6 +226,24 @@ static void handle_auth(struct mg_store_server *s, struct conn *c, const uint8_t
     become_ready(c);
 }
 
+/* A connection that speaks another protocol (its first bytes are not the
+ * handshake's magic) goes to the server's foreign handler with what it sent
+ * so far; this server forgets it without closing it. 1 when handed over. */
+static int hand_over(struct mg_store_server *s, struct conn *c, const uint8_t *p, size_t avail)
+{
+    static const uint8_t magic[4] = {'M', 'G', 'S', 'T'};
+    size_t k = avail < sizeof(magic) ? avail : sizeof(magic);
+    if (!s->foreign || c->state != ST_HELLO || c->ipos != 0 || memcmp(p, magic, k) == 0)
+        return 0;
+    int fd = c->fd;
+    if (fd < s->byfd_cap)
+        s->byfd[fd] = NULL;
+    c->fd = -1;
+    mg_ss_conn_kill(c); /* torn down in mg_ss_settle, the socket left alone */
+    s->foreign(s->foreign_ctx, fd, p, avail);
+    return 1;
+}
+
 /* Handles every complete message in the input buffer. Returns the bytes the
  * message in progress still needs (0 when unknown). */
 static size_t process_input(struct mg_store_server *s, struct conn *c)
@@ -233,6 +252,8 @@ static size_t process_input(struct mg_store_server *s, struct conn *c)
     while (c->closing == CL_OPEN && !backpressured(c)) {
         size_t avail = c->ilen - c->ipos;
         const uint8_t *p = c->ibuf + c->ipos;
+        if (avail && hand_over(s, c, p, avail))
+            return 0;
         if (c->state == ST_HELLO || c->state == ST_AUTH) {
             size_t len = c->state == ST_HELLO ? MG_SP_HELLO_LEN : MG_SP_AUTH_LEN;
             if (avail < len) {
@@ -517,6 +538,8 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s->handshake_ms = o->handshake_timeout_ms > 0 ? o->handshake_timeout_ms : DEF_HANDSHAKE_MS;
     s->frame_ms = o->frame_timeout_ms > 0 ? o->frame_timeout_ms : DEF_FRAME_MS;
     s->read_budget = o->read_bytes_per_turn ? o->read_bytes_per_turn : READ_BUDGET;
+    s->foreign = o->foreign;
+    s->foreign_ctx = o->foreign_ctx;
     if (o->token && *o->token && !(s->token = strdup(o->token))) {
         rc = -ENOMEM;
         goto fail_free;

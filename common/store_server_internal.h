@@ -131,6 +131,8 @@ struct mg_store_server {
     int lfd, own_lfd, wakefd, port;
     char *token;
     int max_clients, max_waiters, handshake_ms, frame_ms;
+    int (*foreign)(void *ctx, int fd, const void *bytes, size_t n);
+    void *foreign_ctx;
     size_t max_store, max_buffer, read_budget;
     uint64_t sipkey[2];
 

@@ -49,6 +49,7 @@ static void finish_now(struct mg_agent *ag, int code)
     if (ag->state == ST_DONE)
         return;
     ag->state = ST_DONE;
+    mg_tty_restore(&ag->tty);
     r->exit_code = code;
     r->signo = ag->term_sig;
     r->ok = code == 0;
@@ -357,21 +358,40 @@ static int next_deadline_ms(void *ctx)
 
 /* ---- signals ------------------------------------------------------------------------------ */
 
-/* The signals the loop reads from its signalfd. One that was ignored when
- * mglaunch started (nohup, a background job of a script) stays ignored, by
- * mglaunch and, inheriting that, by the workers: it is left out. */
-static void handled_signals(sigset_t *set)
+/* The signals the loop reads from its signalfd: --signals-to-handle (which
+ * stop the run), SIGUSR1 and SIGUSR2 (passed on) unless listed there, and
+ * the ones mglaunch needs itself. They are handled whatever their
+ * disposition at start: a script's background job starts with SIGINT and
+ * SIGQUIT ignored, and must still stop on them, as torchrun does. The one
+ * exception is SIGHUP ignored at start by nohup, whose whole point is to
+ * survive a hangup, unless --signals-to-handle names SIGHUP. The workers get
+ * the signals passed on to them with their default action (stop_set and
+ * reset_set). */
+static void handled_signals(struct mg_agent *ag, sigset_t *set)
 {
-    static const int wanted[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP};
+    const struct mg_launch_opts *o = ag->o;
     sigemptyset(set);
+    sigemptyset(&ag->stop_set);
+    sigemptyset(&ag->reset_set);
+    for (int i = 0; i < o->nsignals; i++) {
+        int sig = o->signals[i];
+        struct sigaction old;
+        if (sig == SIGHUP && !o->signals_given && sigaction(SIGHUP, NULL, &old) == 0 &&
+            old.sa_handler == SIG_IGN)
+            continue; /* nohup */
+        sigaddset(&ag->stop_set, sig);
+        sigaddset(&ag->reset_set, sig);
+        sigaddset(set, sig);
+    }
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGUSR2);
+    sigaddset(&ag->reset_set, SIGUSR1);
+    sigaddset(&ag->reset_set, SIGUSR2);
     sigaddset(set, SIGCHLD);
     sigaddset(set, SIGCONT);
-    for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++) {
-        struct sigaction old;
-        if (sigaction(wanted[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            continue;
-        sigaddset(set, wanted[i]);
-    }
+    sigaddset(set, SIGTSTP);
+    if (ag->cfg.on_tty)
+        sigaddset(set, SIGWINCH);
 }
 
 static void on_term_signal(struct mg_agent *ag, int sig)
@@ -402,16 +422,12 @@ static void on_term_signal(struct mg_agent *ag, int sig)
 
 void mg_agent_take_stop_signal(struct mg_agent *ag)
 {
-    static const int stops[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     struct timespec now = {0, 0};
     sigset_t pending, set;
 
     if (ag->nterm || sigpending(&pending) < 0)
         return;
-    sigemptyset(&set);
-    for (size_t i = 0; i < sizeof(stops) / sizeof(stops[0]); i++)
-        if (sigismember(&pending, stops[i]) == 1)
-            sigaddset(&set, stops[i]);
+    sigandset(&set, &pending, &ag->stop_set);
     if (sigisemptyset(&set))
         return;
     /* Taken off the pending set (the signals are blocked), so the loop's
@@ -424,18 +440,18 @@ void mg_agent_take_stop_signal(struct mg_agent *ag)
 static void on_signal(void *ctx, int sig)
 {
     struct mg_agent *ag = ctx;
-    switch (sig) {
-    case SIGINT:
-    case SIGTERM:
-    case SIGHUP:
-    case SIGQUIT:
+    if (sigismember(&ag->stop_set, sig) == 1) {
         if (ag->state == ST_DONE)
             ag->lingering = 0; /* the run already ended: just stop waiting */
         else
             on_term_signal(ag, sig);
-        break;
+        return;
+    }
+    switch (sig) {
     case SIGUSR1:
     case SIGUSR2: {
+        /* To the worker only, as torchrun sends its signals: a child of the
+         * worker without a handler (a DataLoader process) would die of it. */
         char name[32];
         struct mg_ev_signal e = {mg_signame(sig, name, sizeof(name)), 1};
         mg_workers_notify(ag, sig);
@@ -446,10 +462,16 @@ static void on_signal(void *ctx, int sig)
         mg_workers_signal(ag, SIGSTOP);
         mg_workers_flush(ag);
         mg_rundir_flush(&ag->rd);
+        mg_tty_restore(&ag->tty); /* the shell gets its terminal back as it was */
         raise(SIGSTOP);
         break;
     case SIGCONT:
+        if (mg_workers_on_pty(ag) && mg_tty_is_foreground(ag->tty.fd))
+            mg_tty_raw(&ag->tty);
         mg_workers_signal(ag, SIGCONT);
+        break;
+    case SIGWINCH:
+        mg_workers_resize(ag);
         break;
     }
 }
@@ -637,13 +659,15 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     ag->sent.pid = -1;
     ag->sent.fd = -1;
     ag->group.master_fd = -1;
+    ag->filt_fd[0] = ag->filt_fd[1] = -1;
+    ag->tty.fd = cfg->on_tty ? 0 : -1;
     ag->con[0].fd = cfg->out_fd;
     ag->con[1].fd = cfg->err_fd;
     mg_fmt(ag->res.run_id, sizeof(ag->res.run_id), "%s", cfg->run_id);
 
     on.ctx = ag;
     ag->w = calloc((size_t)ag->nproc, sizeof(*ag->w));
-    ag->pipe_owner = calloc((size_t)ag->nproc * 2, sizeof(*ag->pipe_owner));
+    ag->pipe_owner = calloc((size_t)ag->nproc * 2 + 1, sizeof(*ag->pipe_owner));
     ag->rbuf = malloc(READ_CHUNK);
     ag->con[0].buf = malloc(CONSOLE_BUF);
     ag->con[1].buf = malloc(CONSOLE_BUF);
@@ -673,11 +697,16 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     /* A parent that ignores SIGCHLD would make our children vanish unreaped. */
     sigaction(SIGCHLD, &dfl, NULL);
     sigaction(SIGPIPE, &ign, NULL);
-    handled_signals(&set);
+    handled_signals(ag, &set);
     if ((rc = mg_loop_init(&ag->loop, &set, &on))) {
         mg_fmt(err, errcap, "signalfd: %s", strerror(-rc));
         goto fail;
     }
+    /* Blocked now and read from the signalfd; an ignored disposition
+     * inherited from the parent must not decide anything any more. */
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(&ag->reset_set, s) == 1)
+            sigaction(s, &dfl, NULL);
     /* The workers' pipes come first in every poll, as their output came
      * first before anything a backend does about it. */
     struct mg_poller pipes = {mg_workers_fill, mg_workers_process, next_deadline_ms, ag};

@@ -25,6 +25,7 @@
 
 #include "loop.h"
 #include "net.h"
+#include "numa.h"
 #include "opts.h"
 
 #include <poll.h>
@@ -52,6 +53,12 @@ struct mg_group {
      * has_restart_count the agent counts its own. */
     int has_restart_count;
     int restart_count;
+    /* The static backend across nodes: the workers' store is the one node
+     * rank 0's agent hosts at master_addr:master_port for the agents
+     * (TORCHELASTIC_USE_AGENT_STORE=True, torchrun's agent store), with
+     * this token (NULL: none). */
+    int use_agent_store;
+    const char *agent_store_token;
 };
 
 struct mg_round_info {
@@ -96,11 +103,18 @@ struct mg_agent_config {
     const char *log_dir; /* base directory (given, or the private default) */
     int log_dir_given;   /* --log_dir: save every stream */
     int stdin_fd;        /* workers' stdin, or -1 to inherit */
+    int on_tty;          /* mglaunch runs in the foreground of a terminal, its stdin: the
+                            shown ranks run on pseudo-terminals (pty.h) */
     int out_fd, err_fd;  /* the console */
     FILE *status;        /* the launcher's own messages (NULL: none) */
     int sentinel;        /* start the sentinel (sentinel.h) */
     const struct mg_rdzv_ops *rdzv;
     void *rdzv_impl;
+    const struct mg_numa_place *numa; /* --numa-binding: one per local rank, or NULL */
+    /* A .py program (or -m): the interpreter it runs under, and whether
+     * PYTHON_EXEC chose it; NULL for any other program. */
+    const char *python;
+    int python_exec_set;
 };
 
 /* ---- results ---------------------------------------------------------------------------- */
@@ -119,6 +133,7 @@ struct mg_failure {
     int64_t seen_ms;     /* the same on mg_now_ms()'s clock */
     int64_t duration_ms; /* how long the worker ran */
     char message[256];   /* from error.json, shortened */
+    char oom[200];       /* killed by the kernel's OOM killer: what says so; "" otherwise */
 };
 
 /* The root cause (the first failure of the run), in full. */
@@ -132,6 +147,7 @@ struct mg_root_cause {
     char stderr_tail[4096]; /* its last lines of stderr */
     char log_path[4096];    /* its attempt/rank directory */
     int logs_saved;         /* stdout.log/stderr.log exist there */
+    int exit_unknown;       /* known from its error file alone (a torchrun log directory) */
 };
 
 struct mg_attempt_summary {
@@ -155,6 +171,7 @@ struct mg_agent_result {
     struct mg_root_cause root;
     char run_dir[4096];
     char run_id[160];
+    char hint[768]; /* what to try, when the failure says it (every rank missing a module) */
 };
 
 /* ---- life cycle ------------------------------------------------------------------------- */

@@ -9,10 +9,13 @@
 #include "agent.h"
 #include "logdir.h"
 #include "loop.h"
+#include "oom.h"
 #include "output.h"
+#include "pty.h"
 #include "sentinel.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -39,6 +42,9 @@ struct stream {
     int file_fd; /* stdout.log / stderr.log, -1 once closed, -2 when not saved */
     int console; /* enum stream_console */
     int prefixed;
+    int tee; /* -t selects it: its lines may be duplicated (filt_fd) */
+    int pty; /* a pseudo-terminal's master: relayed as it comes, not by lines */
+    int at_line_start;
     struct mg_linebuf lb;
 };
 
@@ -67,6 +73,9 @@ struct worker {
     char **envp;
     char **argv; /* only when an argument uses ${local_rank} */
     int failure; /* index into the result's failures, or -1 */
+    struct mg_oom_watch oom;
+    int has_pty;          /* runs on pseudo-terminals (pty.h) */
+    struct mg_pty pty[2]; /* stdin+stdout (its controlling terminal), stderr */
 };
 
 struct console {
@@ -95,8 +104,19 @@ struct mg_agent {
     struct mg_rundir rd;
     struct console con[2];
     char *rbuf;
-    int *pipe_owner;          /* worker*2+stream of each pipe handed to the loop */
+    int *pipe_owner;          /* worker*2+stream of each pipe handed to the loop (-1: the tty) */
     char cvd[MG_GPU_IDS_MAX]; /* CUDA_VISIBLE_DEVICES for --gpu_ids, "" = leave alone */
+    int filt_fd[2];           /* the attempt's filtered_stdout.log / filtered_stderr.log, or -1 */
+    struct mg_tty tty;        /* mglaunch's terminal when workers get pseudo-terminals */
+    /* A pseudo-terminal's line in progress on the console (a prompt): taken
+     * off while another worker's line is written, then put back. */
+    struct {
+        const struct stream *s;
+        const struct worker *w;
+        char buf[1024];
+        size_t len;
+        int erase; /* the console is a terminal: erase the line, not just end it */
+    } pend;
     struct mg_sentinel sent;
     int sentinel_restarts;
 
@@ -128,6 +148,9 @@ struct mg_agent {
         mg_agent_timer_fn fn;
         void *ctx;
     } timers[MG_LOOP_MAX_TIMERS]; /* the backends' timers, by loop timer id */
+
+    sigset_t stop_set;  /* signals that stop the run (--signals-to-handle) */
+    sigset_t reset_set; /* signals the workers get with their default action */
 
     struct mg_agent_result res;
     int attempts_cap;
@@ -188,5 +211,10 @@ int mg_workers_fill(void *ctx, struct pollfd *fds, int max);
 int mg_workers_process(void *ctx, const struct pollfd *fds, int n);
 /* Kills what still runs and frees the per-worker state. */
 void mg_workers_release(struct mg_agent *ag);
+/* After SIGWINCH: the terminal's size to every worker's pseudo-terminals. */
+void mg_workers_resize(struct mg_agent *ag);
+/* Whether a worker with a pseudo-terminal is running (the terminal's
+ * settings follow: mg_tty_raw while one is). */
+int mg_workers_on_pty(const struct mg_agent *ag);
 
 #endif

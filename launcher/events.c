@@ -124,6 +124,7 @@ void mg_event_worker_exit(struct mg_rundir *rd, const struct mg_ev_worker_exit *
         mg_jsonw_key(&e.w, "message");
         mg_jsonw_strn(&e.w, x->message, strnlen(x->message, MG_EV_MESSAGE_MAX));
     }
+    opt_str(&e, "oom", x->oom);
     ev_end(rd, &e);
 }
 
@@ -295,6 +296,7 @@ static void read_worker_exit(struct parse *p, struct mg_ev_worker_exit *x)
     x->exec_error = str(p, 0, "exec_error");
     x->duration_ms = num(p, 0, "duration_ms", 0);
     x->message = str(p, 0, "message");
+    x->oom = str(p, 0, "oom");
 }
 
 static void read_run_end(struct parse *p, struct mg_ev_run_end *x)

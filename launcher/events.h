@@ -68,6 +68,7 @@ struct mg_ev_worker_exit {
     const char *exec_error; /* strerror text when the program could not be executed */
     int64_t duration_ms;
     const char *message; /* from its error file */
+    const char *oom;     /* killed by the kernel's OOM killer: what says so (oom.h) */
 };
 
 struct mg_ev_signal {

@@ -4,6 +4,7 @@
  * themselves is logs_follow.c's. */
 #include "logs_cmd.h"
 #include "logs_internal.h"
+#include "errfile.h"
 #include "events.h"
 #include "logdir.h"
 #include "mg_err.h"
@@ -108,6 +109,7 @@ static void apply_worker_exit(struct lrun *r, struct lattempt *a, struct lworker
     put(w->signal, sizeof(w->signal), x->signal);
     put(w->message, sizeof(w->message), x->message);
     put(w->exec_error, sizeof(w->exec_error), x->exec_error);
+    put(w->oom, sizeof(w->oom), x->oom);
     w->duration_ms = x->duration_ms;
     if (strcmp(w->outcome, "failed") == 0 && !r->has_first_fail) {
         struct mg_ev_root_cause c = {
@@ -211,6 +213,77 @@ int mg_logs_launcher_alive(const struct lrun *r)
     return mg_proc_start_time(r->pid) == r->proc_start;
 }
 
+/* torchrun's run directories are tempfile.mkdtemp(prefix=f"{run_id}_") in
+ * --log_dir: the run id, "_", and 8 characters of [a-z0-9_]. */
+static int torchrun_dir_name(const char *name, char *run_id, size_t cap)
+{
+    size_t n = strlen(name);
+    if (n < 10 || name[n - 9] != '_')
+        return 0;
+    for (size_t i = n - 8; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+              name[i] == '_'))
+            return 0;
+    mg_fmt(run_id, cap, "%.*s", (int)(n - 9), name);
+    return 1;
+}
+
+/* Without an event log (a torchrun log directory, or an mg run whose log
+ * is gone), the error files are what says who failed: each worker with one
+ * failed, and the earliest by its timestamp is the root cause. */
+static void read_error_files(struct lrun *r)
+{
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < r->na; i++) {
+        struct lattempt *a = &r->a[i];
+        char ad[PATH_MAX + 32];
+        struct stat ast;
+        mg_fmt(ad, sizeof(ad), "%s/attempt_%d", r->dir, a->attempt);
+        if (!a->start_ms && stat(ad, &ast) == 0)
+            a->start_ms = (int64_t)ast.st_mtime * 1000;
+        if (r->torchrun)
+            a->restart_count = a->attempt; /* torchrun numbers attempts by restart */
+        for (int k = 0; k < a->nw; k++) {
+            struct lworker *w = &a->w[k];
+            char p[PATH_MAX + 96];
+            struct mg_errfile ef;
+            struct stat st;
+            mg_fmt(p, sizeof(p), "%s/attempt_%d/%d/error.json", r->dir, a->attempt, w->local_rank);
+            if (w->exited || mg_errfile_read(p, &ef) < 0)
+                continue;
+            if (!a->ended) { /* what can be known of the attempt: it failed */
+                a->ended = 1;
+                mg_fmt(a->result, sizeof(a->result), "failed");
+            }
+            w->exited = w->from_errfile = 1;
+            mg_fmt(w->outcome, sizeof(w->outcome), "failed");
+            w->exit_code = ef.error_code;
+            if (ef.rank >= 0)
+                w->rank = ef.rank;
+            mg_fmt(w->message, sizeof(w->message), "%s", ef.message);
+            r->errfiles++;
+            int64_t t = ef.timestamp > 0    ? ef.timestamp * 1000
+                        : stat(p, &st) == 0 ? (int64_t)st.st_mtime * 1000
+                                            : 0;
+            if (t < best) { /* ties: the lower attempt, then the lower rank, came first */
+                struct mg_ev_root_cause c = {
+                    .attempt = a->attempt,
+                    .rank = w->rank,
+                    .local_rank = w->local_rank,
+                    .exit_code = ef.error_code,
+                    .host = ef.hostname[0] ? ef.hostname : r->host,
+                    .time_ms = t,
+                    .message = ef.message,
+                };
+                set_root(&r->first_fail, &c);
+                r->first_fail.exit_unknown = 1;
+                r->has_first_fail = 1;
+                best = t;
+            }
+        }
+    }
+}
+
 int mg_logs_load_run(struct lrun *r, const char *base, const char *id)
 {
     char path[PATH_MAX + 32];
@@ -277,13 +350,22 @@ int mg_logs_load_run(struct lrun *r, const char *base, const char *id)
                 r->a[i].w[j] = r->a[i].w[j - 1];
                 r->a[i].w[j - 1] = t;
             }
+    if (!r->has_events) {
+        r->torchrun = torchrun_dir_name(id, r->torchrun_id, sizeof(r->torchrun_id));
+        read_error_files(r);
+    }
+
     r->alive = r->has_events && !r->ended && mg_logs_launcher_alive(r);
     return 0;
 }
 
 void mg_logs_run_status(const struct lrun *r, char *buf, size_t cap)
 {
-    if (!r->has_events)
+    if (!r->has_events && r->torchrun)
+        mg_fmt(buf, cap, r->errfiles ? "failed (torchrun's log)" : "no error file (torchrun's)");
+    else if (!r->has_events && r->errfiles)
+        mg_fmt(buf, cap, "failed (no event log)");
+    else if (!r->has_events)
         mg_fmt(buf, cap, "unknown (no event log)");
     else if (r->ended && strcmp(r->result, "succeeded") == 0)
         mg_fmt(buf, cap, "succeeded");
@@ -492,6 +574,29 @@ int mg_logs_list_runs(const char *dir, struct run_ent **out, int *n)
     return 0;
 }
 
+const char *mg_logs_resolve_run(const char *dir, const char *id, char *buf, size_t cap)
+{
+    char p[PATH_MAX + 300], rid[256];
+    struct stat st;
+    int64_t newest = -1;
+    mg_fmt(p, sizeof(p), "%s/%s", dir, id);
+    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        return id;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!torchrun_dir_name(de->d_name, rid, sizeof(rid)) || strcmp(rid, id) != 0)
+            continue;
+        mg_fmt(p, sizeof(p), "%s/%s", dir, de->d_name);
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (int64_t)st.st_mtime > newest &&
+            mg_fmt(buf, cap, "%s", de->d_name) >= 0)
+            newest = (int64_t)st.st_mtime;
+    }
+    if (d)
+        closedir(d);
+    return newest >= 0 ? buf : id;
+}
+
 int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
 {
     struct lrun r;
@@ -518,6 +623,8 @@ void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *b
     if (!w->exited) {
         if (r->alive)
             mg_fmt(buf, cap, "running");
+        else if (!r->has_events)
+            mg_fmt(buf, cap, "no error file");
         else if (w->pid)
             mg_fmt(buf, cap, "no exit recorded (launcher died)");
         else
@@ -525,9 +632,14 @@ void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *b
         return;
     }
     mg_format_duration_ms(w->duration_ms, dur, sizeof(dur));
-    if (w->exec_error[0])
+    if (w->from_errfile)
+        mg_fmt(buf, cap, "failed (error.json)%s", w->exit_code > 0 ? "" : ", exit code unknown");
+    else if (w->exec_error[0])
         mg_fmt(buf, cap, "failed: could not be executed (%s), exit %d", w->exec_error,
                w->exit_code);
+    else if (w->oom[0])
+        mg_fmt(buf, cap, "%s: killed by the kernel's OOM killer, out of memory (exit %d) after %s",
+               w->outcome, w->exit_code, dur);
     else if (w->signal[0])
         mg_fmt(buf, cap, "%s: killed by %s (exit %d) after %s", w->outcome, w->signal, w->exit_code,
                dur);
@@ -577,9 +689,12 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     rc->f.exit_code = x->exit_code;
     rc->f.signo = x->signal[0] && mg_signum(x->signal) > 0 ? mg_signum(x->signal) : 0;
     rc->f.wall_ms = x->time_ms;
+    rc->exit_unknown = x->exit_unknown;
     for (int k = 0; a && k < a->nw; k++)
-        if (a->w[k].local_rank == x->local_rank)
+        if (a->w[k].local_rank == x->local_rank) {
             mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", a->w[k].exec_error);
+            mg_fmt(rc->f.oom, sizeof(rc->f.oom), "%s", a->w[k].oom);
+        }
     mg_fmt(rc->host, sizeof(rc->host), "%s", x->host);
     mg_fmt(rc->log_path, sizeof(rc->log_path), "%s/attempt_%d/%d", r->dir, x->attempt,
            x->local_rank);
@@ -617,6 +732,13 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
     char st[128], t[64], dur[32];
     mg_logs_run_status(r, st, sizeof(st));
     fprintf(out, "run %s (%s)\n", r->id, r->dir);
+    if (r->torchrun)
+        fprintf(out,
+                "  a torchrun log directory: run id %s; torchrun keeps no event log, so its error "
+                "files alone say which workers failed\n",
+                r->torchrun_id);
+    else if (!r->has_events)
+        fprintf(out, "  no event log: the error files alone say which workers failed\n");
     if (r->has_events) {
         mg_format_time_ms(r->start_ms, t, sizeof(t));
         fprintf(out, "  launcher pid %d on %s, started %s, %s\n", r->pid, r->host, t, st);
@@ -632,18 +754,24 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
         else
             mg_fmt(t, sizeof(t), "?");
         mg_format_duration_ms(a->duration_ms, dur, sizeof(dur));
-        fprintf(out, "  attempt %d (restart %d), started %s: %s%s%s\n", a->attempt,
-                a->restart_count, t,
-                a->ended   ? a->result
-                : r->alive ? "running"
-                           : (r->has_events ? "not finished" : "unknown"),
-                a->ended ? " after " : "", a->ended ? dur : "");
+        if (!r->has_events)
+            fprintf(out, "  attempt %d (restart %d), directory from %s: %s\n", a->attempt,
+                    a->restart_count, t, a->ended ? a->result : "no error file");
+        else
+            fprintf(out, "  attempt %d (restart %d), started %s: %s%s%s\n", a->attempt,
+                    a->restart_count, t,
+                    a->ended   ? a->result
+                    : r->alive ? "running"
+                               : "not finished",
+                    a->ended ? " after " : "", a->ended ? dur : "");
         for (int k = 0; k < a->nw; k++) {
             const struct lworker *w = &a->w[k];
             char ws[200];
             mg_logs_worker_state(r, w, ws, sizeof(ws));
-            fprintf(out, "    local rank %-3d rank %-4d pid %-7d %s%s%s%s\n", w->local_rank,
-                    w->rank, w->pid, ws, w->message[0] ? " \"" : "", w->message,
+            char pid[16];
+            mg_fmt(pid, sizeof(pid), w->pid ? "%d" : "?", w->pid);
+            fprintf(out, "    local rank %-3d rank %-4d pid %-7s %s%s%s%s\n", w->local_rank,
+                    w->rank, pid, ws, w->message[0] ? " \"" : "", w->message,
                     w->message[0] ? "\"" : "");
         }
     }
@@ -657,7 +785,9 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
     if (rc)
         return rc;
     memset(&r, 0, sizeof(r));
-    const char *sel = lo->run ? lo->run : runs[n - 1].id;
+    char given[256];
+    const char *sel =
+        lo->run ? mg_logs_resolve_run(dir, lo->run, given, sizeof(given)) : runs[n - 1].id;
     fprintf(out, "  %-34s %-23s %-28s %s\n", "RUN", "STARTED", "STATUS", "ATTEMPTS");
     int found = 0;
     for (int i = 0; i < n; i++) {

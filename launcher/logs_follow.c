@@ -297,10 +297,13 @@ int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char
         }
         rep = &re;
     }
+    char given[256];
     if (!id) { /* the latest run */
         if ((rc = mg_logs_runs(dir, &runs, &n, err, cap)))
             goto out;
         id = runs[n - 1].id;
+    } else {
+        id = mg_logs_resolve_run(dir, id, given, sizeof(given));
     }
     if ((rc = mg_logs_load_run(&r, dir, id))) {
         mg_fmt(err, cap, "no run '%s' in '%s'", id, dir);

@@ -20,7 +20,9 @@ struct lworker {
     char signal[24];
     char message[256];
     char exec_error[96];
+    char oom[200]; /* killed by the kernel's OOM killer: what says so */
     int64_t duration_ms;
+    int from_errfile; /* no event log: known to have failed from its error.json alone */
 };
 
 struct lattempt {
@@ -35,6 +37,7 @@ struct lattempt {
 
 struct lroot {
     int attempt, rank, local_rank, pid, exit_code;
+    int exit_unknown; /* from an error file alone (torchrun's logs): no exit code */
     char signal[24];
     char message[512];
     char host[256];
@@ -62,6 +65,11 @@ struct lrun {
     struct lattempt *a;
     int na, acap;
     int alive;
+    /* A torchrun log directory (<run_id>_<random>, no event log): the run
+     * id it was given, and whether any error file says a worker failed. */
+    int torchrun;
+    char torchrun_id[256];
+    int errfiles;
 };
 
 /* Builds r from <base>/<id>: its event log (lines cut or not JSON are
@@ -73,6 +81,11 @@ struct run_ent {
     char id[256];
     int64_t start_ms;
 };
+
+/* --run ID as given: a run directory of dir, or else the run id torchrun
+ * gave (its directory is ID_<random>; the newest such). Returns the
+ * directory's name (id itself, or buf). */
+const char *mg_logs_resolve_run(const char *dir, const char *id, char *buf, size_t cap);
 
 /* The runs in dir, oldest first (by their event logs' start). Returns 0, or
  * a negative code with err set (-ENOENT: there are none). */

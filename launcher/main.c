@@ -17,6 +17,7 @@
 #include "gpus.h"
 #include "workerenv.h"
 #include "rdzv.h"
+#include "pty.h"
 #include "summary.h"
 
 #include <errno.h>
@@ -42,16 +43,18 @@ static const char usage[] =
     "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises them, restarts the\n"
     "group when a worker fails, and exits with the first failure's exit code.\n"
     "A PROGRAM ending in .py runs as `python3 -u PROGRAM` (PYTHON_EXEC overrides python3).\n"
+    "On a terminal, the ranks shown on the console run on a pseudo-terminal (pdb works).\n"
     "\n"
     "torchrun options (also --flag=value, dashes or underscores, PET_<FLAG> in the environment):\n"
-    "  --nproc_per_node N|cpu|gpu|auto  workers on this node (default 1)\n"
+    "  --nproc_per_node N|cpu|gpu|xpu|auto  workers on this node (default 1)\n"
     "  --nnodes N|MIN:MAX               nodes (default 1; Slurm: SLURM_NNODES)\n"
     "  --standalone                     single-node run with a fresh run id\n"
     "  --rdzv_id ID                     run id: TORCHELASTIC_RUN_ID and the log directory name\n"
     "  --rdzv_backend static|c10d|etcd  how the nodes meet (docs/rendezvous.md)\n"
     "  --rdzv_endpoint HOST[:PORT]      c10d: the agent store (29400); etcd: host:2379,...\n"
-    "  --rdzv_conf K=V,...              join_timeout, last_call_timeout, heartbeat_interval,\n"
-    "                                   heartbeat_timeout, token, is_host, ... (see docs)\n"
+    "  --rdzv_conf K=V,...              join_timeout (timeout), last_call_timeout, read_timeout,\n"
+    "                                   heartbeat_interval, heartbeat_timeout, token, is_host,\n"
+    "                                   ... every torchrun key (docs/rendezvous.md)\n"
     "  --local_addr ADDR                with several nodes: this node's address for MASTER_ADDR\n"
     "                                   when it is node rank 0\n"
     "  --max_restarts N                 restarts of the worker group after a failure (0)\n"
@@ -62,28 +65,41 @@ static const char usage[] =
     "  -t, --tee 0-3|MAP                streams that go to log files and the console, prefixed\n"
     "  --local_ranks_filter 0,1         only these local ranks reach the console\n"
     "  --log_line_prefix_template T     console prefix: ${role_name} ${local_rank} ${rank}\n"
-    "                                   ${hostname} (default [${role_name}${local_rank}]:)\n"
+    "                                   ${hostname} (default [${role_name}${local_rank}]:;\n"
+    "                                   TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)\n"
     "  --master_addr ADDR               MASTER_ADDR (default 127.0.0.1)\n"
     "  --master_port PORT               MASTER_PORT (default: a free port)\n"
     "  --node_rank R                    static backend: this node's rank (Slurm: SLURM_NODEID)\n"
     "  --start_method M                 accepted (spawn, fork, forkserver); no effect\n"
     "  -m, --module                     run PROGRAM as a python module (python3 -u -m)\n"
     "  --no_python                      run PROGRAM directly, even a .py file\n"
+    "  --run_path                       run PROGRAM under python3 -u, whatever its name\n"
+    "  --signals-to-handle LIST         signals that stop the workers and the run\n"
+    "                                   (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
+    "  --shutdown_timeout S             grace period before SIGKILL when stopping (30;\n"
+    "                                   TORCH_ELASTIC_SHUTDOWN_TIMEOUT)\n"
+    "  --virtual-local-rank             LOCAL_RANK=0 and one visible GPU per worker\n"
+    "  --numa-binding node|socket|exclusive|core-complex\n"
+    "                                   bind each worker to the CPUs near its GPU\n"
+    "  --duplicate-stdout-filters F,..  tee'd lines containing one also go to\n"
+    "  --duplicate-stderr-filters F,..  attempt_N/filtered_stdout.log (stderr.log)\n"
+    "  --event-log-handler NAME         accepted; mglaunch writes its own event log\n"
     "mg options:\n"
     "  --gpu_ids 0,1                    GPU of each local rank (repeatable): workers see\n"
     "                                   CUDA_VISIBLE_DEVICES=<ids>, device LOCAL_RANK\n"
-    "  --shutdown_timeout S             grace period before SIGKILL when stopping (30)\n"
     "  -h, --help                       this help\n"
     "  -V, --version                    the version\n"
     "\n"
     "Documentation: docs/cli.md, docs/environment.md, docs/logs.md, man mglaunch.\n";
 
-static void host_info(struct mg_host_info *h, char *why, size_t cap)
+static void host_info(struct mg_host_info *h, char *why, size_t cap, char *xwhy, size_t xcap)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     h->ncpu = n > 0 ? (int)n : 1;
     h->ngpu = mg_gpu_count_usable(why, cap);
     h->no_gpu_why = h->ngpu > 0 ? NULL : why;
+    h->nxpu = mg_xpu_count(NULL, xwhy, xcap);
+    h->no_xpu_why = h->nxpu ? NULL : xwhy;
 }
 
 static void self_dir(char *buf, size_t cap)
@@ -120,6 +136,8 @@ struct launch {
     const struct mg_rdzv_ops *rops;
     void *rimpl;
     int stdin_fd;
+    int on_tty;                 /* mglaunch runs in the foreground of a terminal (its stdin) */
+    struct mg_numa_place *numa; /* --numa-binding, one per local rank */
 };
 
 /* The program and the full worker argv. Returns 0 or mglaunch's exit code. */
@@ -132,6 +150,7 @@ static int resolve_program(struct launch *l)
         .program = o->prog_argv[0],
         .module = o->module,
         .no_python = o->no_python,
+        .run_path = o->run_path,
         .python = getenv("PYTHON_EXEC"),
         .path_env = getenv("PATH"),
         .self_dir = sdir[0] ? sdir : NULL,
@@ -157,6 +176,34 @@ static int resolve_program(struct launch *l)
         l->wargv[i] = (char *)l->prog.lead[i];
     for (int i = 0; i < o->prog_argc; i++)
         l->wargv[l->prog.nlead + i] = o->prog_argv[i];
+    return 0;
+}
+
+/* --numa-binding: where each worker runs, decided before any starts.
+ * Returns 0 or mglaunch's exit code. */
+static int plan_numa(struct launch *l)
+{
+    const struct mg_launch_opts *o = &l->o;
+    char err[MG_ERRMSG_LEN];
+    char(*pci)[32];
+    int rc;
+    if (o->numa_binding == MG_NUMA_NONE)
+        return 0;
+    pci = calloc((size_t)o->nproc, sizeof(*pci));
+    l->numa = calloc((size_t)o->nproc, sizeof(*l->numa));
+    if (!pci || !l->numa) {
+        free(pci);
+        fprintf(stderr, "mglaunch: out of memory\n");
+        return 1;
+    }
+    rc = mg_numa_gpus(NULL, o, o->nproc, getenv("CUDA_VISIBLE_DEVICES"), pci, err, sizeof(err));
+    if (rc == 0)
+        rc = mg_numa_plan(NULL, o->numa_binding, o->nproc, pci, l->numa, err, sizeof(err));
+    free(pci);
+    if (rc) {
+        fprintf(stderr, "mglaunch: %s\n", err);
+        return 2;
+    }
     return 0;
 }
 
@@ -199,12 +246,16 @@ static struct mg_agent_config build_config(const struct launch *l)
         .log_dir = l->log_dir,
         .log_dir_given = l->o.log_dir != NULL,
         .stdin_fd = l->stdin_fd,
+        .on_tty = l->on_tty,
         .out_fd = 1,
         .err_fd = 2,
         .status = stderr,
         .sentinel = 1,
         .rdzv = l->rops,
         .rdzv_impl = l->rimpl,
+        .numa = l->numa,
+        .python = l->prog.nlead ? l->prog.path : NULL,
+        .python_exec_set = getenv("PYTHON_EXEC") && *getenv("PYTHON_EXEC"),
     };
 }
 
@@ -231,7 +282,7 @@ static int run(int argc, char **argv)
 {
     struct launch launch = {.stdin_fd = -1}, *l = &launch;
     struct mg_host_info host = {0};
-    char err[MG_ERRMSG_LEN], why[200];
+    char err[MG_ERRMSG_LEN], why[200], xwhy[200];
     int rc, code;
 
     if (mg_opts_parse(&l->o, argc, argv, environ, err, sizeof(err))) {
@@ -248,14 +299,26 @@ static int run(int argc, char **argv)
         goto out;
     }
     if (l->o.nproc_kind != MG_NPROC_NUM)
-        host_info(&host, why, sizeof(why));
+        host_info(&host, why, sizeof(why), xwhy, sizeof(xwhy));
     if (mg_opts_resolve(&l->o, &host, err, sizeof(err))) {
         fprintf(stderr, "mglaunch: %s\n", err);
         code = 2;
         goto out;
     }
-    if ((code = resolve_program(l)))
+    if ((code = resolve_program(l)) || (code = plan_numa(l)))
         goto out;
+    if (l->o.virtual_local_rank) {
+        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+        char dev[MG_GPU_ID_LEN];
+        if (mg_virtual_device(&l->o, cvd, l->o.nproc - 1, dev, sizeof(dev))) {
+            fprintf(stderr,
+                    "mglaunch: --virtual-local-rank: local rank %d has no GPU: "
+                    "CUDA_VISIBLE_DEVICES='%s' lists fewer than %d\n",
+                    l->o.nproc - 1, cvd ? cvd : "", l->o.nproc);
+            code = 2;
+            goto out;
+        }
+    }
 
     mg_fmt(l->hostname, sizeof(l->hostname), "localhost");
     gethostname(l->hostname, sizeof(l->hostname) - 1);
@@ -278,10 +341,18 @@ static int run(int argc, char **argv)
     const char *agreed = mg_rdzv_run_id(l->rops, l->rimpl);
     if (agreed)
         snprintf(l->run_id, sizeof(l->run_id), "%s", agreed);
+    if (strcmp(l->o.event_log_handler, "null") != 0)
+        fprintf(stderr,
+                "mglaunch: --event-log-handler %s: no effect; mglaunch writes its own event log "
+                "(%s/%s/events.jsonl, docs/logs.md)\n",
+                l->o.event_log_handler, l->log_dir, l->run_id);
     raise_fd_limit(l->o.nproc);
-    /* A worker group in the background cannot read the terminal; give it nothing. */
+    /* A worker group in the background cannot read the terminal; give it
+     * nothing. The ranks shown on the console get pseudo-terminals instead,
+     * when mglaunch is in the terminal's foreground. */
     if (isatty(0))
         l->stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    l->on_tty = mg_tty_is_foreground(0);
     code = supervise(l);
 out:
     if (l->rops && l->rops->release)
@@ -289,6 +360,7 @@ out:
     if (l->stdin_fd >= 0)
         close(l->stdin_fd);
     free(l->wargv);
+    free(l->numa);
     mg_opts_release(&l->o);
     return code;
 }

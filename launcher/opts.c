@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,12 @@ enum opt_id {
     O_PREFIX_TMPL,
     O_GPU_IDS,
     O_SHUTDOWN_TIMEOUT,
+    O_SIGNALS_TO_HANDLE,
+    O_VIRTUAL_LOCAL_RANK,
+    O_NUMA_BINDING,
+    O_EVENT_LOG_HANDLER,
+    O_DUP_STDOUT,
+    O_DUP_STDERR,
     O_HELP,
     O_VERSION,
     O_COUNT
@@ -86,6 +93,12 @@ static const struct opt_def {
     [O_PREFIX_TMPL] = {"log_line_prefix_template", 0, OPT_VALUE, 1},
     [O_GPU_IDS] = {"gpu_ids", 0, OPT_LIST, 1},
     [O_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0, OPT_VALUE, 1},
+    [O_SIGNALS_TO_HANDLE] = {"signals_to_handle", 0, OPT_VALUE, 1},
+    [O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", 0, OPT_FLAG, 1},
+    [O_NUMA_BINDING] = {"numa_binding", 0, OPT_VALUE, 1},
+    [O_EVENT_LOG_HANDLER] = {"event_log_handler", 0, OPT_VALUE, 1},
+    [O_DUP_STDOUT] = {"duplicate_stdout_filters", 0, OPT_VALUE, 1},
+    [O_DUP_STDERR] = {"duplicate_stderr_filters", 0, OPT_VALUE, 1},
     [O_HELP] = {"help", 'h', OPT_FLAG, 0},
     [O_VERSION] = {"version", 'V', OPT_FLAG, 0},
 };
@@ -127,14 +140,6 @@ static int bad_value(struct parse *p, int id, const char *val, const char *why)
 {
     char l[160];
     return fail(p, "invalid value '%s' for %s: %s", val, label(p, id, l, sizeof(l)), why);
-}
-
-static int not_implemented(struct parse *p, int id, const char *what)
-{
-    char l[160];
-    snprintf(p->err, p->errcap, "%s%s%s: not implemented yet (see docs/cli.md)",
-             label(p, id, l, sizeof(l)), what ? " " : "", what ? what : "");
-    return -MG_EUNSUPPORTED;
 }
 
 /* Strict decimal integer in [min, max]. */
@@ -363,8 +368,126 @@ static int apply_env(struct parse *p, char **env)
         if (rc)
             return rc;
     }
+    /* torchrun 2.x reads these two from the environment, after the flags
+     * (run.py, agent/server/api.py); so does mglaunch, after PET_ too. */
+    static const struct {
+        int id;
+        const char *var;
+    } torch_env[] = {
+        {O_PREFIX_TMPL, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+        {O_SHUTDOWN_TIMEOUT, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+    };
+    for (size_t i = 0; i < sizeof(torch_env) / sizeof(torch_env[0]); i++) {
+        int id = torch_env[i].id;
+        const char *v = mg_env_get(env, torch_env[i].var);
+        if (p->s[id].set || !v || !*v)
+            continue;
+        p->s[id].from_env = 1;
+        int rc = record(p, id, v, torch_env[i].var);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
+
+/* --signals-to-handle: torchrun's comma-separated names (SIGTERM,SIGUSR1);
+ * TERM and numbers work too. Signals mglaunch needs for itself, or that
+ * cannot be caught, are refused. */
+static int check_signals(struct parse *p, const char *v)
+{
+    struct mg_launch_opts *o = p->o;
+    char buf[512], why[160];
+    if (strlen(v) >= sizeof(buf))
+        return bad_value(p, O_SIGNALS_TO_HANDLE, "...", "too long");
+    snprintf(buf, sizeof(buf), "%s", v);
+    o->nsignals = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        for (size_t n = strlen(t); n && t[n - 1] == ' '; n--)
+            t[n - 1] = '\0';
+        if (!*t)
+            continue;
+        int sig = mg_signum(t);
+        if (sig < 0) {
+            snprintf(why, sizeof(why), "'%s' is not a signal name (like SIGTERM,SIGUSR1)", t);
+            return bad_value(p, O_SIGNALS_TO_HANDLE, v, why);
+        }
+        switch (sig) {
+        case SIGKILL:
+        case SIGSTOP:
+        case SIGSEGV:
+        case SIGBUS:
+        case SIGFPE:
+        case SIGILL:
+            snprintf(why, sizeof(why), "%s cannot be handled", t);
+            return bad_value(p, O_SIGNALS_TO_HANDLE, v, why);
+        case SIGCHLD:
+        case SIGCONT:
+        case SIGTSTP:
+        case SIGTTIN:
+        case SIGTTOU:
+        case SIGWINCH:
+        case SIGPIPE:
+            snprintf(why, sizeof(why), "mglaunch handles %s itself", t);
+            return bad_value(p, O_SIGNALS_TO_HANDLE, v, why);
+        }
+        int dup = 0;
+        for (int i = 0; i < o->nsignals; i++)
+            dup |= o->signals[i] == sig;
+        if (dup)
+            continue;
+        if (o->nsignals == MG_MAX_SIGNALS)
+            return bad_value(p, O_SIGNALS_TO_HANDLE, v, "too many signals");
+        o->signals[o->nsignals++] = sig;
+    }
+    o->signals_given = 1;
+    return 0;
+}
+
+/* --duplicate-std*-filters: comma-separated substrings, ",," for a comma
+ * (torchrun's comma_separated_list), kept '\0'-separated. */
+static int check_filters(struct parse *p, int id, int stream)
+{
+    struct mg_launch_opts *o = p->o;
+    const char *v = p->s[id].val;
+    size_t n = strlen(v);
+    char *out = malloc(n + 2);
+    if (!out)
+        return fail(p, "out of memory");
+    size_t k = 0;
+    int count = 0;
+    for (const char *c = v;; c++) {
+        if (*c == ',' && c[1] == ',') {
+            out[k++] = ',';
+            c++;
+            continue;
+        }
+        if (*c == ',' || !*c) {
+            out[k++] = '\0';
+            count++;
+            if (!*c)
+                break;
+            continue;
+        }
+        out[k++] = *c;
+    }
+    out[k] = '\0';
+    if (count > MG_MAX_FILTERS) {
+        free(out);
+        return bad_value(p, id, v, "more than 64 filters");
+    }
+    o->dup_filters[stream] = out;
+    o->ndup_filters[stream] = count;
+    return 0;
+}
+
+static const char *const numa_names[] = {
+    [MG_NUMA_NODE] = "node",
+    [MG_NUMA_SOCKET] = "socket",
+    [MG_NUMA_EXCLUSIVE] = "exclusive",
+    [MG_NUMA_CORE_COMPLEX] = "core-complex",
+};
 
 static int check_gpu_ids(struct parse *p)
 {
@@ -448,6 +571,38 @@ static int check_filter(struct parse *p, const char *v)
     return 0;
 }
 
+/* A host for MASTER_ADDR as torchrun takes it: a name, an IPv4 address, an
+ * IPv6 address bare or in brackets ("[::1]", as torchrun's help asks). The
+ * brackets are dropped, as torchrun does (rendezvous/utils.py), since torch's
+ * TCPStore cannot resolve "[::1]" and its workers would wait for nothing. */
+static int check_addr(struct parse *p, int id, const char *v, char *buf, size_t cap,
+                      const char **out)
+{
+    size_t n = strlen(v);
+    if (!*v || n >= cap || strpbrk(v, " \t\n/"))
+        return bad_value(p, id, v, "expected a host name or address");
+    if (v[0] == '[') {
+        const char *close = strchr(v, ']');
+        if (!close || close == v + 1)
+            return bad_value(p, id, v, "expected an IPv6 address in brackets, like [::1]");
+        if (close[1] == ':')
+            return bad_value(p, id, v,
+                             id == O_MASTER_ADDR
+                                 ? "expected a host without a port; the port goes in --master_port"
+                                 : "expected a host without a port");
+        if (close[1])
+            return bad_value(p, id, v, "expected an IPv6 address in brackets, like [::1]");
+        memcpy(buf, v + 1, (size_t)(close - v - 1));
+        buf[close - v - 1] = '\0';
+        *out = buf;
+        return 0;
+    }
+    if (strchr(v, '[') || strchr(v, ']'))
+        return bad_value(p, id, v, "expected a host name or address");
+    *out = v;
+    return 0;
+}
+
 static int check_run_id(struct parse *p, const char *v)
 {
     size_t n = strlen(v);
@@ -501,10 +656,13 @@ static int check_values(struct parse *p)
             o->nproc_kind = MG_NPROC_CPU;
         else if (strcmp(v, "gpu") == 0)
             o->nproc_kind = MG_NPROC_GPU;
+        else if (strcmp(v, "xpu") == 0)
+            o->nproc_kind = MG_NPROC_XPU;
         else if (strcmp(v, "auto") == 0)
             o->nproc_kind = MG_NPROC_AUTO;
         else if (parse_int(v, 1, MG_MAX_NPROC, &o->nproc))
-            return bad_value(p, O_NPROC, v, "expected an integer from 1 to 4096, cpu, gpu or auto");
+            return bad_value(p, O_NPROC, v,
+                             "expected an integer from 1 to 4096, cpu, gpu, xpu or auto");
     }
     if (s[O_RDZV_BACKEND].set) {
         const char *v = s[O_RDZV_BACKEND].val;
@@ -553,8 +711,11 @@ static int check_values(struct parse *p)
     o->no_python = s[O_NO_PYTHON].set;
     if (o->module && o->no_python)
         return fail(p, "--no_python and --module cannot be used together");
-    if (s[O_RUN_PATH].set)
-        return not_implemented(p, O_RUN_PATH, NULL);
+    /* torchrun: runpy.run_path in the worker's interpreter, taking precedence
+     * over --no_python; here, python3 -u PROGRAM whatever its name. */
+    o->run_path = s[O_RUN_PATH].set;
+    if (o->run_path && o->module)
+        return fail(p, "--run_path and --module cannot be used together");
     if (s[O_LOG_DIR].set) {
         if (!*s[O_LOG_DIR].val)
             return bad_value(p, O_LOG_DIR, "", "expected a directory");
@@ -574,23 +735,27 @@ static int check_values(struct parse *p)
             return bad_value(p, O_NODE_RANK, s[O_NODE_RANK].val, "must be less than --nnodes");
         o->node_rank_given = 1;
     }
-    if (s[O_MASTER_ADDR].set) {
-        const char *v = s[O_MASTER_ADDR].val;
-        if (!*v || strlen(v) >= MG_HOST_MAX || strpbrk(v, " \t\n/"))
-            return bad_value(p, O_MASTER_ADDR, v, "expected a host name or address");
-        o->master_addr = v;
-    }
+    if (s[O_MASTER_ADDR].set &&
+        (rc = check_addr(p, O_MASTER_ADDR, s[O_MASTER_ADDR].val, o->master_addr_buf,
+                         sizeof(o->master_addr_buf), &o->master_addr)))
+        return rc;
     if (s[O_MASTER_PORT].set && parse_int(s[O_MASTER_PORT].val, 0, 65535, &o->master_port))
         return bad_value(p, O_MASTER_PORT, s[O_MASTER_PORT].val,
                          "expected a port number from 0 to 65535");
-    if (s[O_LOCAL_ADDR].set) {
-        const char *v = s[O_LOCAL_ADDR].val;
-        if (!*v || strlen(v) >= MG_HOST_MAX || strpbrk(v, " \t\n/"))
-            return bad_value(p, O_LOCAL_ADDR, v, "expected a host name or address");
-        o->local_addr = v;
+    if (s[O_LOCAL_ADDR].set &&
+        (rc = check_addr(p, O_LOCAL_ADDR, s[O_LOCAL_ADDR].val, o->local_addr_buf,
+                         sizeof(o->local_addr_buf), &o->local_addr)))
+        return rc;
+    if (s[O_LOGS_SPECS].set) {
+        char l[160];
+        snprintf(p->err, p->errcap,
+                 "%s %s: names a Python class (a torchrun.logs_specs entry point) that "
+                 "mglaunch cannot load; its log layout is fixed (docs/logs.md): use --log_dir, "
+                 "-r/-t, --local_ranks_filter and --log_line_prefix_template to shape it, and "
+                 "`mglaunch logs` to read it",
+                 label(p, O_LOGS_SPECS, l, sizeof(l)), s[O_LOGS_SPECS].val);
+        return -MG_EUNSUPPORTED;
     }
-    if (s[O_LOGS_SPECS].set)
-        return not_implemented(p, O_LOGS_SPECS, s[O_LOGS_SPECS].val);
     if (s[O_RANKS_FILTER].set) {
         label(p, O_RANKS_FILTER, o->filter_src, sizeof(o->filter_src));
         if ((rc = check_filter(p, s[O_RANKS_FILTER].val)))
@@ -621,6 +786,28 @@ static int check_values(struct parse *p)
         parse_double(s[O_SHUTDOWN_TIMEOUT].val, 0, 1e6, &o->shutdown_timeout))
         return bad_value(p, O_SHUTDOWN_TIMEOUT, s[O_SHUTDOWN_TIMEOUT].val,
                          "expected a number of seconds (0 or more)");
+    if (s[O_SIGNALS_TO_HANDLE].set && (rc = check_signals(p, s[O_SIGNALS_TO_HANDLE].val)))
+        return rc;
+    o->virtual_local_rank = s[O_VIRTUAL_LOCAL_RANK].set;
+    if (s[O_NUMA_BINDING].set) {
+        const char *v = s[O_NUMA_BINDING].val;
+        for (int m = MG_NUMA_NODE; m <= MG_NUMA_CORE_COMPLEX; m++)
+            if (strcmp(v, numa_names[m]) == 0)
+                o->numa_binding = (enum mg_numa_mode)m;
+        if (o->numa_binding == MG_NUMA_NONE)
+            return bad_value(p, O_NUMA_BINDING, v,
+                             "expected node, socket, exclusive or core-complex");
+    }
+    if (s[O_EVENT_LOG_HANDLER].set) {
+        const char *v = s[O_EVENT_LOG_HANDLER].val;
+        if (!*v || strlen(v) > 128)
+            return bad_value(p, O_EVENT_LOG_HANDLER, v, "expected a handler name");
+        o->event_log_handler = v;
+    }
+    if (s[O_DUP_STDOUT].set && (rc = check_filters(p, O_DUP_STDOUT, 0)))
+        return rc;
+    if (s[O_DUP_STDERR].set && (rc = check_filters(p, O_DUP_STDERR, 1)))
+        return rc;
     return 0;
 }
 
@@ -640,6 +827,13 @@ int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, c
     o->role = "default";
     o->master_port = -1;
     o->shutdown_timeout = 30;
+    o->event_log_handler = "null";
+    /* torchrun 2.x's default --signals-to-handle */
+    o->signals[0] = SIGTERM;
+    o->signals[1] = SIGINT;
+    o->signals[2] = SIGHUP;
+    o->signals[3] = SIGQUIT;
+    o->nsignals = 4;
     snprintf(o->nproc_src, sizeof(o->nproc_src), "--nproc_per_node");
     snprintf(o->gpu_ids_src, sizeof(o->gpu_ids_src), "--gpu_ids");
     snprintf(o->filter_src, sizeof(o->filter_src), "--local_ranks_filter");
@@ -694,6 +888,14 @@ int mg_opts_resolve(struct mg_launch_opts *o, const struct mg_host_info *host, c
         if (n == 0)
             n = host->ncpu; /* auto without a GPU: one worker per CPU, as torchrun */
         break;
+    case MG_NPROC_XPU:
+        n = host->nxpu;
+        if (n <= 0) {
+            snprintf(err, errcap, "invalid value 'xpu' for %s: no Intel GPU found (%s)",
+                     o->nproc_src, host->no_xpu_why ? host->no_xpu_why : "none visible");
+            return -EINVAL;
+        }
+        break;
     }
     if (n < 1)
         n = 1;
@@ -744,8 +946,21 @@ int mg_opts_gpu_id(const struct mg_launch_opts *o, int i, char *buf, size_t cap)
     return 0;
 }
 
+const char *mg_opts_dup_filter(const struct mg_launch_opts *o, int stream, int i)
+{
+    const char *f = o->dup_filters[stream];
+    if (!f || i < 0 || i >= o->ndup_filters[stream])
+        return NULL;
+    while (i-- > 0)
+        f += strlen(f) + 1;
+    return f;
+}
+
 void mg_opts_release(struct mg_launch_opts *o)
 {
+    free(o->dup_filters[0]);
+    free(o->dup_filters[1]);
+    o->dup_filters[0] = o->dup_filters[1] = NULL;
     free(o->ranks_filter);
     o->ranks_filter = NULL;
     o->nranks_filter = 0;

@@ -9,6 +9,7 @@
 #define MG_OPTS_H
 
 #include "mg_err.h"
+#include "net.h"
 
 #include <stddef.h>
 
@@ -47,8 +48,22 @@ enum mg_nproc_kind {
     MG_NPROC_NUM,
     MG_NPROC_CPU,
     MG_NPROC_GPU,
+    MG_NPROC_XPU, /* torchrun 2.x: one per Intel GPU */
     MG_NPROC_AUTO,
 };
+
+/* --numa-binding (torchrun 2.x's AffinityMode): how a worker is bound to the
+ * CPUs near its GPU (launcher/numa.h). */
+enum mg_numa_mode {
+    MG_NUMA_NONE,
+    MG_NUMA_NODE,         /* every CPU of the GPU's NUMA node */
+    MG_NUMA_SOCKET,       /* every CPU of the socket holding that node */
+    MG_NUMA_EXCLUSIVE,    /* a share of the node's cores no other worker gets */
+    MG_NUMA_CORE_COMPLEX, /* the CPUs of one L3 cache (core complex) in the node */
+};
+
+#define MG_MAX_SIGNALS 16 /* --signals-to-handle entries */
+#define MG_MAX_FILTERS 64 /* --duplicate-std*-filters entries */
 
 /* Everything the command line said, checked for syntax. */
 struct mg_launch_opts {
@@ -70,7 +85,7 @@ struct mg_launch_opts {
     struct mg_stdmap redirects, tee;
     int node_rank;
     int node_rank_given;
-    const char *master_addr; /* NULL: 127.0.0.1 */
+    const char *master_addr; /* NULL: 127.0.0.1; "[v6]" given: without the brackets */
     const char *local_addr;  /* NULL: this node's advertised address is found out */
     int master_port;         /* -1 or 0: a free port chosen per attempt */
     int *ranks_filter;       /* --local_ranks_filter, NULL = every rank */
@@ -79,6 +94,17 @@ struct mg_launch_opts {
     char gpu_ids[MG_GPU_IDS_MAX]; /* --gpu_ids values joined with ',' ("" = none) */
     int ngpu_ids;
     double shutdown_timeout; /* seconds before SIGKILL */
+    /* --signals-to-handle: the signals that stop the workers (passed on,
+     * SIGKILL after the grace period) and end the run with 128+N. */
+    int signals[MG_MAX_SIGNALS];
+    int nsignals;
+    int signals_given;      /* given explicitly (then a signal ignored at start is handled too) */
+    int virtual_local_rank; /* LOCAL_RANK=0, one GPU visible per worker */
+    enum mg_numa_mode numa_binding; /* --numa-binding */
+    const char *event_log_handler;  /* torchrun 2.x's; "null" by default, no effect */
+    int run_path;                   /* --run_path: the program runs under python3 */
+    char *dup_filters[2];           /* --duplicate-stdout/stderr-filters, '\0'-separated */
+    int ndup_filters[2];
     int help, version;
 
     char **prog_argv; /* the program and its arguments (points into argv) */
@@ -88,6 +114,8 @@ struct mg_launch_opts {
     char nproc_src[192];
     char gpu_ids_src[192];
     char filter_src[192];
+    char master_addr_buf[MG_HOST_MAX]; /* the addresses without their brackets */
+    char local_addr_buf[MG_HOST_MAX];
 };
 
 /* What the machine has, for nproc cpu/gpu/auto and the GPU checks. */
@@ -95,6 +123,8 @@ struct mg_host_info {
     int ncpu;
     int ngpu;               /* GPUs this node was given (gpus.h); < 0: cannot be told */
     const char *no_gpu_why; /* when ngpu <= 0, why (for the message) */
+    int nxpu;               /* Intel GPUs (nproc xpu) */
+    const char *no_xpu_why;
 };
 
 /* Parses argv (argv[0] is the program name). env: the environment for PET_*
@@ -108,6 +138,10 @@ int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, c
  * the GPU id list and the rank filter against nproc. */
 int mg_opts_resolve(struct mg_launch_opts *o, const struct mg_host_info *host, char *err,
                     size_t errcap);
+
+/* The i-th filter of --duplicate-stdout-filters (stream 0) or
+ * --duplicate-stderr-filters (stream 1), or NULL past the last. */
+const char *mg_opts_dup_filter(const struct mg_launch_opts *o, int stream, int i);
 
 /* 1 when local_rank's output may reach the console (--local_ranks_filter). */
 int mg_opts_rank_shown(const struct mg_launch_opts *o, int local_rank);

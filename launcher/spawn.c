@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -16,7 +17,15 @@ static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spaw
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     int e;
 
-    setpgid(0, 0);
+    if (req->tty_fd > 0) {
+        /* A session of its own, so the terminal can be its controlling one. */
+        if (setsid() < 0 || ioctl(req->tty_fd, TIOCSCTTY, 0) < 0) {
+            e = errno;
+            goto fail;
+        }
+    } else {
+        setpgid(0, 0);
+    }
     /* Die with the launcher; if it already died, do not start at all. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) {
@@ -28,13 +37,19 @@ static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spaw
         ssize_t rc = write(req->sentinel_fd, &pgid, sizeof(pgid));
         (void)rc;
     }
-    if ((req->stdin_fd >= 0 && dup2(req->stdin_fd, 0) < 0) ||
-        (req->stdout_fd >= 0 && dup2(req->stdout_fd, 1) < 0) ||
+    int in = req->tty_fd > 0 ? req->tty_fd : req->stdin_fd;
+    int out = req->tty_fd > 0 ? req->tty_fd : req->stdout_fd;
+    if ((in >= 0 && dup2(in, 0) < 0) || (out >= 0 && dup2(out, 1) < 0) ||
         (req->stderr_fd >= 0 && dup2(req->stderr_fd, 2) < 0)) {
         e = errno;
         goto fail;
     }
     sigaction(SIGPIPE, &dfl, NULL);
+    for (int s = 1; req->reset && s < NSIG; s++)
+        if (sigismember(req->reset, s) == 1)
+            sigaction(s, &dfl, NULL);
+    if (req->numa)
+        mg_numa_apply(req->numa);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (!req->path || !*req->path) {

@@ -47,6 +47,12 @@ static void describe(int exit_code, int signo, const char *exec_error, char *buf
 
 void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
 {
+    if (fl->oom[0]) {
+        mg_fmt(buf, cap,
+               "was killed by the kernel's OOM killer: out of memory (SIGKILL, exit code %d)",
+               fl->exit_code);
+        return;
+    }
     describe(fl->exit_code, fl->signo, fl->exec_errno ? strerror(fl->exec_errno) : NULL, buf, cap);
 }
 
@@ -106,6 +112,8 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
         fprintf(f, "  (%d more failures not listed)\n", r->failures_dropped);
 
     mg_root_cause_print(f, "Root cause (first failure):", &r->root);
+    if (r->hint[0])
+        fprintf(f, "hint: %s\n", r->hint);
 }
 
 int mg_root_cause_errfile(struct mg_root_cause *rc)
@@ -125,15 +133,28 @@ int mg_root_cause_errfile(struct mg_root_cause *rc)
 void mg_root_cause_print(FILE *f, const char *heading, const struct mg_root_cause *rc)
 {
     char d[256], t[64];
-    describe(rc->f.exit_code, rc->f.signo, rc->exec_error, d, sizeof(d));
+    mg_failure_describe(&rc->f, d, sizeof(d));
+    if (rc->exec_error[0])
+        describe(rc->f.exit_code, rc->f.signo, rc->exec_error, d, sizeof(d));
     mg_format_time_ms(rc->f.wall_ms, t, sizeof(t));
     fprintf(f, "%s\n", heading);
     fprintf(f, "  rank      : %d (local rank %d)\n", rc->f.rank, rc->f.local_rank);
     fprintf(f, "  host      : %s\n", rc->host[0] ? rc->host : "?");
-    fprintf(f, "  pid       : %d\n", (int)rc->f.pid);
+    if (rc->f.pid > 0)
+        fprintf(f, "  pid       : %d\n", (int)rc->f.pid);
+    else
+        fprintf(f, "  pid       : ? (not recorded)\n");
     fprintf(f, "  attempt   : %d (restart %d)\n", rc->f.attempt, rc->f.restart_count);
     fprintf(f, "  time      : %s\n", t);
-    fprintf(f, "  exit      : %s\n", d);
+    if (rc->exit_unknown)
+        fprintf(f, "  exit      : %s\n",
+                rc->f.exit_code > 0 ? d
+                                    : "failed, exit code unknown (no event log: its error file "
+                                      "says it failed)");
+    else
+        fprintf(f, "  exit      : %s\n", d);
+    if (rc->f.oom[0])
+        fprintf(f, "  memory    : %s\n", rc->f.oom);
     if (rc->error_file[0])
         fprintf(f, "  error file: %s\n", rc->error_file);
     if (rc->message[0])

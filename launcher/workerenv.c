@@ -76,7 +76,8 @@ int mg_prog_resolve(const struct mg_prog_req *req, struct mg_prog *out)
     memset(out, 0, sizeof(*out));
     if (!req->program || !*req->program)
         return -EINVAL;
-    int python = req->module || (!req->no_python && ends_with(req->program, ".py"));
+    int python =
+        req->module || req->run_path || (!req->no_python && ends_with(req->program, ".py"));
     if (!python)
         return find_program(req->program, req, out->path, sizeof(out->path));
     const char *py = req->python && *req->python ? req->python : "python3";
@@ -111,6 +112,9 @@ static const char *const managed[] = {
     "NCCL_ASYNC_ERROR_HANDLING",
     "MG_RUN_LOG_DIR",
     "MG_ATTEMPT",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "MG_AGENT_STORE",
+    "MG_AGENT_STORE_TOKEN",
 };
 
 #define NMANAGED         (sizeof(managed) / sizeof(managed[0]))
@@ -131,9 +135,10 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     /* Values are pointed to, not copied: a long --gpu_ids list or error file
      * path goes through whole. Only the numbers are formatted here. */
     char nums[NMANAGED][24];
-    const char *names[NMANAGED + 2], *vals[NMANAGED + 2];
+    const char *names[NMANAGED + 4], *vals[NMANAGED + 4];
     int nv = 0, nn = 0;
     const char *nccl = mg_env_get(base, "NCCL_ASYNC_ERROR_HANDLING");
+    const char *tnccl = mg_env_get(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
 
 #define SETS(name, v) (names[nv] = (name), vals[nv++] = (v) ? (v) : "")
 #define SETI(name, x) (snprintf(nums[nn], sizeof(nums[nn]), "%d", (x)), SETS(name, nums[nn]), nn++)
@@ -151,13 +156,18 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     SETI("TORCHELASTIC_RESTART_COUNT", we->restart_count);
     SETI("TORCHELASTIC_MAX_RESTARTS", we->max_restarts);
     SETS("TORCHELASTIC_RUN_ID", we->run_id);
-    SETS("TORCHELASTIC_USE_AGENT_STORE", "False");
+    SETS("TORCHELASTIC_USE_AGENT_STORE", we->use_agent_store ? "True" : "False");
+    if (we->use_agent_store)
+        SETS("MG_AGENT_STORE", "mg");
+    if (we->use_agent_store && we->agent_store_token && *we->agent_store_token)
+        SETS("MG_AGENT_STORE_TOKEN", we->agent_store_token);
     SETS("TORCHELASTIC_ERROR_FILE", we->error_file);
     SETS("NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     if (we->run_log_dir)
         SETS("MG_RUN_LOG_DIR", we->run_log_dir);
     if (we->attempt >= 0)
         SETI("MG_ATTEMPT", we->attempt);
+    SETS("TORCH_NCCL_ASYNC_ERROR_HANDLING", tnccl ? tnccl : "1"); /* torchrun 2.x's name */
     if (we->cuda_visible_devices)
         SETS("CUDA_VISIBLE_DEVICES", we->cuda_visible_devices);
     if (we->local_world_size > 1 && !mg_env_get(base, "OMP_NUM_THREADS"))

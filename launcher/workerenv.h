@@ -19,6 +19,8 @@ struct mg_prog_req {
     const char *program;  /* the first positional argument */
     int module;           /* -m: python3 -u -m program */
     int no_python;        /* run program directly even if it ends in .py */
+    int run_path;         /* --run_path: python3 -u program whatever its name (wins over
+                             no_python, as in torchrun) */
     const char *python;   /* PYTHON_EXEC or NULL for "python3" */
     const char *path_env; /* PATH or NULL */
     const char *self_dir; /* directory of the mglaunch executable, or NULL */
@@ -51,11 +53,19 @@ struct mg_worker_env {
      * beside them (MG_RUN_LOG_DIR, MG_ATTEMPT; NULL and -1: not set) */
     const char *run_log_dir;
     int attempt;
+    /* The agent hosts the workers' store at MASTER_ADDR:MASTER_PORT (the
+     * static backend across nodes): TORCHELASTIC_USE_AGENT_STORE=True, and
+     * MG_AGENT_STORE=mg so that libmg joins it (runtime/dist.h), with
+     * MG_AGENT_STORE_TOKEN when the store has a token (NULL: none). */
+    int use_agent_store;
+    const char *agent_store_token;
 };
 
-/* Builds a worker's envp: base minus every variable set here, plus torchrun's
- * variables, MG_RUN_LOG_DIR and MG_ATTEMPT, OMP_NUM_THREADS=1 when unset in base and local_world_size > 1,
- * NCCL_ASYNC_ERROR_HANDLING (inherited or 1). The result is one allocation
+/* Builds a worker's envp: base minus every variable set here (and
+ * MG_AGENT_STORE, MG_AGENT_STORE_TOKEN), plus torchrun's variables,
+ * MG_RUN_LOG_DIR and MG_ATTEMPT, OMP_NUM_THREADS=1 when unset in base and
+ * local_world_size > 1, NCCL_ASYNC_ERROR_HANDLING and
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING (each inherited or 1). The result is one allocation
  * (free() it). Returns 0 or -ENOMEM / -E2BIG. */
 int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out);
 

@@ -4,6 +4,7 @@
 #include "agent_internal.h"
 #include "errfile.h"
 #include "events.h"
+#include "gpus.h"
 #include "mg_err.h"
 #include "net.h"
 #include "proc.h"
@@ -17,6 +18,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,12 +143,14 @@ static void error_file_path(const struct mg_agent *ag, int local_rank, char *buf
     mg_fmt(buf, cap, "%s/%d/error.json", ag->attempt_dir, local_rank);
 }
 
-static void describe_exit(const struct worker *w, char *buf, size_t cap)
+static void describe_exit(const struct worker *w, const char *oom, char *buf, size_t cap)
 {
     char sig[32];
     if (w->exec_errno)
         mg_fmt(buf, cap, "could not be executed (%s), exit code %d", strerror(w->exec_errno),
                mg_status_code(w->wstatus));
+    else if (oom && *oom)
+        mg_fmt(buf, cap, "was killed by the kernel's OOM killer (out of memory; %s)", oom);
     else if (WIFSIGNALED(w->wstatus))
         mg_fmt(buf, cap, "was killed by %s", mg_signame(WTERMSIG(w->wstatus), sig, sizeof(sig)));
     else
@@ -155,18 +159,14 @@ static void describe_exit(const struct worker *w, char *buf, size_t cap)
 
 /* An exit a stop signal would cause: killed by one, or exited 128 + its
  * number (a handler's "exit(128 + signum)", a shell's). */
-static int stop_shaped(int wstatus)
+static int stop_shaped(const struct mg_agent *ag, int wstatus)
 {
-    static const int stops[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus) - 128;
-    for (size_t i = 0; i < sizeof(stops) / sizeof(stops[0]); i++)
-        if (sig == stops[i])
-            return 1;
-    return 0;
+    return sig > 0 && sig < NSIG && sigismember(&ag->stop_set, sig) == 1;
 }
 
 static void record_failure(struct mg_agent *ag, struct worker *w, const struct mg_errfile *ef,
-                           int has_ef)
+                           int has_ef, const char *oom)
 {
     struct mg_agent_result *r = &ag->res;
     w->failure = -1;
@@ -189,11 +189,12 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     f->duration_ms = w->end_ms - w->start_ms;
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
+    mg_fmt(f->oom, sizeof(f->oom), "%s", oom);
     w->failure = r->nfailures++;
     /* A stop of the whole job may be on its way: a worker that died of a
      * terminating signal (or exited as its handler of one does), or, with
      * several nodes, any failure (its peer may have been stopped first). */
-    if (!w->exec_errno && (stop_shaped(w->wstatus) || ag->group.group_world_size > 1))
+    if (!w->exec_errno && (stop_shaped(ag, w->wstatus) || ag->group.group_world_size > 1))
         ag->hold_failure_until = w->end_ms + STOP_WINDOW_MS;
 }
 
@@ -289,7 +290,7 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
 
 static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
 {
-    char how[256], sig[32];
+    char how[512], sig[32], oom[200] = "";
     struct mg_errfile ef;
     int has_ef = 0;
 
@@ -314,7 +315,10 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
         w->outcome = W_FAILED;
         error_file_path(ag, w->local_rank, ef_path, sizeof(ef_path));
         has_ef = !w->exec_errno && mg_errfile_read(ef_path, &ef) == 0;
-        record_failure(ag, w, &ef, has_ef);
+        /* A SIGKILL nobody here sent: the OOM killer's, when the kernel says so. */
+        if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL)
+            mg_oom_check(&w->oom, (int)w->pid, NULL, oom, sizeof(oom));
+        record_failure(ag, w, &ef, has_ef, oom);
         ag->attempt_failed = 1;
         if (w->exec_errno)
             ag->attempt_fatal = 1;
@@ -330,11 +334,12 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
         .exec_error = w->exec_errno ? strerror(w->exec_errno) : NULL,
         .duration_ms = w->end_ms - w->start_ms,
         .message = has_ef ? ef.message : NULL,
+        .oom = oom[0] ? oom : NULL,
     };
     mg_event_worker_exit(&ag->rd, &e);
 
     if (w->outcome == W_FAILED && !ag->stopping) {
-        describe_exit(w, how, sizeof(how));
+        describe_exit(w, oom, how, sizeof(how));
         mg_agent_note(ag, "local rank %d (rank %d, pid %d) %s; stopping the other workers",
                       w->local_rank, w->rank, (int)w->pid, how);
         mg_workers_stop(ag, SIGTERM);
@@ -383,6 +388,47 @@ struct line_ctx {
     struct stream *s;
 };
 
+/* Another worker's line is about to reach the console while a worker on a
+ * pseudo-terminal shows a line in progress (a debugger's prompt): take it
+ * off the screen first, so the line does not land behind the prompt... */
+static void pending_hide(struct mg_agent *ag)
+{
+    struct console *pc = &ag->con[ag->pend.s->console];
+    console_put(pc, ag->pend.erase ? "\r\033[K" : "\n", ag->pend.erase ? 4 : 1);
+    console_flush(pc);
+}
+
+/* ...and put it back after. */
+static void pending_show(struct mg_agent *ag, struct console *con)
+{
+    struct console *pc = &ag->con[ag->pend.s->console];
+    console_flush(con);
+    if (ag->pend.s->prefixed)
+        console_put(pc, ag->pend.w->prefix, ag->pend.w->prefix_len);
+    console_put(pc, ag->pend.buf, ag->pend.len);
+    console_flush(pc);
+}
+
+/* --duplicate-std*-filters (torchrun 2.x): a tee'd line that contains one of
+ * the filters also goes, prefixed, to the attempt's filtered_std*.log. */
+static void duplicate_line(struct mg_agent *ag, int k, const struct worker *w, const char *text,
+                           size_t len)
+{
+    const char *f;
+    int hit = 0;
+    for (int i = 0; !hit && (f = mg_opts_dup_filter(ag->o, k, i)); i++)
+        hit = *f == '\0' || memmem(text, len, f, strlen(f)) != NULL;
+    if (!hit)
+        return;
+    struct iovec v[3] = {{(void *)w->prefix, w->prefix_len}, {(void *)text, len}, {"\n", 1}};
+    if (writev(ag->filt_fd[k], v, 3) < 0) {
+        mg_agent_note(ag, "warning: cannot write %s: %s; it stops here",
+                      k ? "filtered_stderr.log" : "filtered_stdout.log", strerror(errno));
+        close(ag->filt_fd[k]);
+        ag->filt_fd[k] = -1;
+    }
+}
+
 static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end end)
 {
     struct line_ctx *c = vctx;
@@ -395,11 +441,19 @@ static void on_line(void *vctx, const char *text, size_t len, enum mg_line_end e
         con->last = NULL;
         return;
     }
+    int pending = c->ag->pend.s && c->ag->pend.s != c->s;
+    if (pending)
+        pending_hide(c->ag);
     con->last = c->s;
     if (c->s->prefixed)
         console_put(con, c->w->prefix, c->w->prefix_len);
     console_put(con, text, len);
     console_put(con, end == MG_LINE_CR ? "\r" : "\n", 1);
+    if (pending)
+        pending_show(c->ag, con);
+    int k = c->s == &c->w->out ? 0 : 1;
+    if (c->s->tee && c->ag->filt_fd[k] >= 0)
+        duplicate_line(c->ag, k, c->w, text, len);
 }
 
 static void tail_add(struct worker *w, const char *p, size_t n)
@@ -426,6 +480,8 @@ static void close_stream(struct mg_agent *ag, struct worker *w, struct stream *s
 {
     if (s->fd < 0)
         return;
+    if (ag->pend.s == s)
+        ag->pend.s = NULL;
     if (s->console != CON_NONE) {
         struct line_ctx c = {ag, w, s};
         mg_linebuf_flush(&s->lb, on_line, &c);
@@ -436,12 +492,55 @@ static void close_stream(struct mg_agent *ag, struct worker *w, struct stream *s
     ag->open_pipes--;
 }
 
+/* A pseudo-terminal's output goes to the console as it comes, partial lines
+ * included (a debugger's prompt has no newline), with the prefix at the
+ * start of each line when the stream is prefixed. */
+static void pty_to_console(struct mg_agent *ag, struct worker *w, struct stream *s, const char *p,
+                           size_t n)
+{
+    struct console *con = &ag->con[s->console];
+    con->last = s;
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) + 1 : n;
+        if (s->at_line_start && s->prefixed)
+            console_put(con, w->prefix, w->prefix_len);
+        console_put(con, p, k);
+        s->at_line_start = p[k - 1] == '\n';
+        /* the line in progress, for pending_show (its last bytes when long) */
+        if (ag->pend.s != s || s->at_line_start)
+            ag->pend.len = 0;
+        if (!s->at_line_start) {
+            size_t add = k, cap = sizeof(ag->pend.buf);
+            const char *from = p;
+            if (add > cap) {
+                from += add - cap;
+                add = cap;
+            }
+            if (ag->pend.len + add > cap) {
+                size_t drop = ag->pend.len + add - cap;
+                memmove(ag->pend.buf, ag->pend.buf + drop, ag->pend.len - drop);
+                ag->pend.len -= drop;
+            }
+            memcpy(ag->pend.buf + ag->pend.len, from, add);
+            ag->pend.len += add;
+        }
+        p += k;
+        n -= k;
+    }
+    ag->pend.s = s->at_line_start ? NULL : s;
+    ag->pend.w = w;
+    ag->pend.erase = isatty(con->fd);
+}
+
 /* Reads one chunk; returns bytes read, 0 at EOF (stream closed), -1 when none ready. */
 static ssize_t read_stream(struct mg_agent *ag, struct worker *w, struct stream *s, int is_err)
 {
     ssize_t n = read(s->fd, ag->rbuf, READ_CHUNK);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return -1;
+    if (n < 0 && errno == EIO && s->pty)
+        n = 0; /* a pseudo-terminal whose every slave is closed: the end */
     if (n <= 0) {
         close_stream(ag, w, s);
         return 0;
@@ -455,7 +554,9 @@ static ssize_t read_stream(struct mg_agent *ag, struct worker *w, struct stream 
     }
     if (is_err)
         tail_add(w, ag->rbuf, (size_t)n);
-    if (s->console != CON_NONE) {
+    if (s->console != CON_NONE && s->pty) {
+        pty_to_console(ag, w, s, ag->rbuf, (size_t)n);
+    } else if (s->console != CON_NONE) {
         struct line_ctx c = {ag, w, s};
         mg_linebuf_feed(&s->lb, ag->rbuf, (size_t)n, on_line, &c);
     }
@@ -515,6 +616,9 @@ static void setup_stream(struct mg_agent *ag, struct worker *w, struct stream *s
     if ((!red || tee) && mg_opts_rank_shown(o, w->local_rank))
         s->console = bit == MG_STD_OUT ? CON_OUT : CON_ERR;
     s->prefixed = tee || o->prefix_template != NULL;
+    s->tee = tee != 0;
+    s->pty = 0;
+    s->at_line_start = 1;
     mg_linebuf_init(&s->lb, 0);
 }
 
@@ -535,10 +639,14 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     int i = w->local_rank, rc;
     char dir[PATH_MAX + 16], ef[PATH_MAX + 32];
 
+    char vdev[MG_GPU_ID_LEN];
     worker_dir(ag, i, dir, sizeof(dir));
     error_file_path(ag, i, ef, sizeof(ef));
+    if (o->virtual_local_rank)
+        mg_virtual_device(o, mg_env_get(ag->cfg.environ, "CUDA_VISIBLE_DEVICES"), i, vdev,
+                          sizeof(vdev));
     struct mg_worker_env we = {
-        .local_rank = i,
+        .local_rank = o->virtual_local_rank ? 0 : i,
         .rank = w->rank,
         .group_rank = g->group_rank,
         .role_rank = g->role_rank_offset + i,
@@ -553,7 +661,11 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
         .max_restarts = o->max_restarts,
         .run_id = ag->cfg.run_id,
         .error_file = ef,
-        .cuda_visible_devices = ag->cvd[0] ? ag->cvd : NULL,
+        .cuda_visible_devices = o->virtual_local_rank ? vdev
+                                : ag->cvd[0]          ? ag->cvd
+                                                      : NULL,
+        .use_agent_store = g->use_agent_store,
+        .agent_store_token = g->agent_store_token,
         .run_log_dir = ag->rd.dir,
         .attempt = ag->attempt,
     };
@@ -573,13 +685,25 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     w->prefix_len = n > 0 ? (size_t)n : 0;
     setup_stream(ag, w, &w->out, MG_STD_OUT, dir, "stdout.log");
     setup_stream(ag, w, &w->err, MG_STD_ERR, dir, "stderr.log");
+    /* A terminal for the ranks shown on the console: --local_ranks_filter's,
+     * else local rank 0, when its stdout is shown (-r may send it to a file). */
+    w->has_pty =
+        ag->tty.fd >= 0 && w->out.console != CON_NONE && (o->ranks_filter != NULL || i == 0);
 }
 
 void mg_workers_prepare(struct mg_agent *ag)
 {
+    static const char *const filtered[2] = {"filtered_stdout.log", "filtered_stderr.log"};
+    for (int k = 0; k < 2; k++)
+        if (ag->o->ndup_filters[k] > 0) {
+            ag->filt_fd[k] = open_log(ag->attempt_dir, filtered[k]);
+            if (ag->filt_fd[k] < 0)
+                mg_agent_error(ag, -errno, "cannot create %s/%s", ag->attempt_dir, filtered[k]);
+        }
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         memset(w, 0, sizeof(*w));
+        w->pty[0].master = w->pty[0].slave = w->pty[1].master = w->pty[1].slave = -1;
         w->local_rank = i;
         w->rank = ag->group.rank_offset + i;
         w->out.fd = w->err.fd = -1;
@@ -594,11 +718,59 @@ void mg_workers_prepare(struct mg_agent *ag)
 
 /* Starts one prepared worker with its stdout and stderr on pipes to us.
  * Returns 0 or a negative code (recorded with mg_agent_error). */
+/* Starts a worker on two pseudo-terminals: stdin+stdout and stderr. */
+static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
+{
+    struct mg_spawned sp;
+    int rc;
+    if ((rc = mg_pty_open(&w->pty[0], ag->tty.fd)) || (rc = mg_pty_open(&w->pty[1], ag->tty.fd))) {
+        mg_pty_close(&w->pty[0]);
+        mg_agent_error(ag, rc, "cannot open a pseudo-terminal for local rank %d", w->local_rank);
+        return rc;
+    }
+    struct mg_spawn_req req = {
+        .path = ag->cfg.exec_path,
+        .argv = w->argv ? w->argv : ag->cfg.argv,
+        .envp = w->envp,
+        .tty_fd = w->pty[0].slave,
+        .stdin_fd = -1,
+        .stdout_fd = -1,
+        .stderr_fd = w->pty[1].slave,
+        .sentinel_fd = ag->sent.fd,
+        .reset = &ag->reset_set,
+        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
+    };
+    rc = mg_spawn(&req, &sp);
+    mg_pty_close_slave(&w->pty[0]);
+    mg_pty_close_slave(&w->pty[1]);
+    if (rc) {
+        mg_pty_close(&w->pty[0]);
+        mg_pty_close(&w->pty[1]);
+        mg_agent_error(ag, rc, "cannot start local rank %d", w->local_rank);
+        return rc;
+    }
+    w->pid = sp.pid;
+    w->exec_errno = sp.exec_errno;
+    /* The streams own the masters from now on (close_stream closes them). */
+    w->out.fd = w->pty[0].master;
+    w->err.fd = w->pty[1].master;
+    w->pty[0].master = w->pty[1].master = -1;
+    w->out.pty = w->err.pty = 1;
+    mg_tty_raw(&ag->tty);
+    return 0;
+}
+
 static int spawn_worker(struct mg_agent *ag, struct worker *w)
 {
     int out[2], err[2];
     struct mg_spawned sp;
 
+    if (w->has_pty) {
+        int rc = spawn_on_pty(ag, w);
+        if (rc)
+            return rc;
+        goto started;
+    }
     if (pipe2(out, O_CLOEXEC) < 0)
         goto no_pipes;
     if (pipe2(err, O_CLOEXEC) < 0) {
@@ -616,6 +788,8 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
         .stdout_fd = out[1],
         .stderr_fd = err[1],
         .sentinel_fd = ag->sent.fd,
+        .reset = &ag->reset_set,
+        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
     };
     int rc = mg_spawn(&req, &sp);
     close(out[1]);
@@ -628,12 +802,14 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
     }
     w->pid = sp.pid;
     w->exec_errno = sp.exec_errno;
-    w->outcome = W_RUNNING;
-    w->start_ms = mg_now_ms();
     w->out.fd = out[0];
     w->err.fd = err[0];
     fcntl(w->out.fd, F_SETFL, O_NONBLOCK);
     fcntl(w->err.fd, F_SETFL, O_NONBLOCK);
+started:
+    mg_oom_watch_start(&w->oom, NULL, (int)w->pid);
+    w->outcome = W_RUNNING;
+    w->start_ms = mg_now_ms();
     ag->running++;
     ag->open_pipes += 2;
     struct mg_ev_worker e = {ag->attempt, w->local_rank, w->rank, w->pid};
@@ -659,6 +835,51 @@ void mg_workers_spawn(struct mg_agent *ag)
 }
 
 /* ---- the end of an attempt -------------------------------------------------------------- */
+
+/* The module a Python traceback says it could not import, from the last
+ * "No module named 'x'" in text; 0 when there is none. */
+static int missing_module(const char *text, size_t len, char *name, size_t cap)
+{
+    const char *key = "No module named '", *p = NULL;
+    for (const char *s = text; (s = memmem(s, len - (size_t)(s - text), key, strlen(key)));
+         s += strlen(key))
+        p = s + strlen(key);
+    if (!p)
+        return 0;
+    size_t n = 0;
+    while (p + n < text + len && p[n] != '\'' && p[n] != '\n')
+        n++;
+    if (n == 0 || n >= cap || p + n >= text + len)
+        return 0;
+    memcpy(name, p, n);
+    name[n] = '\0';
+    return 1;
+}
+
+/* When a Python program could not import a module and no rank said
+ * anything else (the ranks still importing are stopped after the first
+ * failure, so "every rank" cannot be asked for), the interpreter is the
+ * likely culprit: say which one ran and how to pick another. first: the
+ * worker of the attempt's first failure. */
+static void import_hint(struct mg_agent *ag, const struct worker *first)
+{
+    char mod[128], other[128];
+    if (!ag->cfg.python || ag->res.hint[0] || !first->tail ||
+        !missing_module(first->tail, first->tail_len, mod, sizeof(mod)))
+        return;
+    for (int i = 0; i < ag->nproc; i++) {
+        const struct worker *w = &ag->w[i];
+        int has = w->tail && missing_module(w->tail, w->tail_len, other, sizeof(other));
+        if (w->outcome == W_SUCCEEDED || (w->outcome == W_FAILED && !has) ||
+            (has && strcmp(other, mod) != 0))
+            return;
+    }
+    mg_fmt(ag->res.hint, sizeof(ag->res.hint),
+           "rank %d could not import '%s' under %s (%s), and no rank reported anything else. If "
+           "another Python has it, name that one: PYTHON_EXEC=/path/to/python mglaunch ...",
+           first->rank, mod, ag->cfg.python,
+           ag->cfg.python_exec_set ? "from PYTHON_EXEC" : "python3, the first one on PATH");
+}
 
 void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
 {
@@ -688,6 +909,8 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
     }
     if (first >= 0)
         fill_root_cause(ag, &ag->w[first]);
+    if (first >= 0)
+        import_hint(ag, &ag->w[first]);
     t->first_failure = first >= 0 ? ag->w[first].failure : -1;
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
@@ -699,9 +922,64 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
         free(w->tail);
         w->tail = NULL;
     }
+    for (int k = 0; k < 2; k++) {
+        if (ag->filt_fd[k] >= 0)
+            close(ag->filt_fd[k]);
+        ag->filt_fd[k] = -1;
+    }
 }
 
 /* ---- the pipes in the loop -------------------------------------------------------------- */
+
+/* The worker the keyboard goes to: the lowest local rank on a
+ * pseudo-terminal that still runs; NULL when none (or mglaunch is not in
+ * the foreground of its terminal: reading it would stop mglaunch). */
+static struct worker *input_target(struct mg_agent *ag)
+{
+    if (ag->tty.fd < 0 || !ag->tty.raw)
+        return NULL;
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        if (w->has_pty && w->outcome == W_RUNNING && w->out.fd >= 0)
+            return mg_tty_is_foreground(ag->tty.fd) ? w : NULL;
+    }
+    return NULL;
+}
+
+/* Keyboard input to the worker's terminal, as it comes (its own line
+ * discipline edits and echoes it). What does not fit is dropped: a terminal
+ * can lose typed-ahead bytes the same way. */
+static void forward_input(struct mg_agent *ag)
+{
+    char buf[4096];
+    struct worker *w = input_target(ag);
+    ssize_t n = read(ag->tty.fd, buf, sizeof(buf));
+    if (n <= 0 || !w)
+        return;
+    ssize_t k = write(w->out.fd, buf, (size_t)n);
+    (void)k;
+}
+
+int mg_workers_on_pty(const struct mg_agent *ag)
+{
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].has_pty && ag->w[i].outcome == W_RUNNING)
+            return 1;
+    return 0;
+}
+
+void mg_workers_resize(struct mg_agent *ag)
+{
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        if (!w->has_pty)
+            continue;
+        if (w->out.fd >= 0)
+            mg_pty_copy_size(ag->tty.fd, w->out.fd);
+        if (w->err.fd >= 0)
+            mg_pty_copy_size(ag->tty.fd, w->err.fd);
+    }
+}
 
 int mg_workers_fill(void *ctx, struct pollfd *fds, int max)
 {
@@ -709,8 +987,13 @@ int mg_workers_fill(void *ctx, struct pollfd *fds, int max)
     int n = 0;
     if (ag->state != ST_RUNNING)
         return 0;
-    if (ag->open_pipes > max)
+    if (ag->open_pipes + 1 > max)
         return -ENOSPC;
+    if (input_target(ag)) {
+        fds[n].fd = ag->tty.fd;
+        fds[n].events = POLLIN;
+        ag->pipe_owner[n++] = -1;
+    }
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         if (w->out.fd >= 0) {
@@ -734,6 +1017,10 @@ int mg_workers_process(void *ctx, const struct pollfd *fds, int n)
         int own = ag->pipe_owner[i];
         if (!fds[i].revents)
             continue;
+        if (own < 0) {
+            forward_input(ag);
+            continue;
+        }
         struct worker *w = &ag->w[own / 2];
         struct stream *s = own % 2 ? &w->err : &w->out;
         if (s->fd == fds[i].fd)
@@ -745,6 +1032,9 @@ int mg_workers_process(void *ctx, const struct pollfd *fds, int n)
 
 void mg_workers_release(struct mg_agent *ag)
 {
+    for (int k = 0; k < 2; k++)
+        if (ag->filt_fd[k] >= 0)
+            close(ag->filt_fd[k]);
     for (int i = 0; ag->w && i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         if (w->outcome == W_RUNNING)
@@ -759,7 +1049,10 @@ void mg_workers_release(struct mg_agent *ag)
             close(w->err.file_fd);
         mg_linebuf_release(&w->out.lb);
         mg_linebuf_release(&w->err.lb);
+        mg_pty_close(&w->pty[0]);
+        mg_pty_close(&w->pty[1]);
         free(w->tail);
         cleanup_worker_setup(w);
     }
+    mg_tty_restore(&ag->tty);
 }

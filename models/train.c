@@ -223,6 +223,8 @@ struct run {
     struct mg_ckpt_owner owner;              /* of --checkpoint-dir once resume() has claimed it */
     char took_from[MG_CKPT_RUN_ID_MAX + 96]; /* the run whose directory this one took over */
     int exit_code;                           /* a failure's own status (EXIT_DIVERGED), else 0 */
+    int device_index;                        /* CUDA: LOCAL_RANK */
+    char auto_why[MG_ERRMSG_LEN];            /* --device auto chose the CPU: why */
     struct train_out out;                    /* metrics and remote copies (train_out.h) */
     int out_failed;                          /* an output was lost (said once) */
 };
@@ -246,7 +248,11 @@ static int setup_dist(struct run *r)
     struct train_options *o = r->o;
     char err[1024];
     memset(&r->dist, 0, sizeof(r->dist));
-    int rc = mg_dist_init(&r->dist.d, NULL, err, sizeof(err));
+    struct mg_dist_opts dopts = {.backend = r->be,
+                                 .device_index = r->device_index,
+                                 .device_auto = o->device_auto,
+                                 .auto_why = r->auto_why};
+    int rc = mg_dist_init(&r->dist.d, &dopts, err, sizeof(err));
     if (rc < 0) {
         fail("%s", err);
         return rc;
@@ -311,6 +317,35 @@ static int check_images(const struct run *r)
     return 0;
 }
 
+/* The compute device, before the communicator that follows it: CUDA device
+ * LOCAL_RANK (within the CUDA_VISIBLE_DEVICES mglaunch sets from --gpu_ids),
+ * for --device cuda, or for auto when the driver shows it usable. A GPU that
+ * cannot be used (no plugin, library, driver or device) is a one-line error
+ * with exit status 2, as a bad flag is. */
+static int setup_backend(struct run *r)
+{
+    struct train_options *o = r->o;
+    struct mg_dist_env env;
+    char err[MG_ERRMSG_LEN];
+    int rc = mg_dist_env_read(&env, err, sizeof(err));
+    if (rc < 0) {
+        fail("%s", err);
+        return rc;
+    }
+    r->device_index = env.local_rank;
+    if (o->device_auto)
+        o->device = mg_device_auto(r->device_index, r->auto_why, sizeof(r->auto_why));
+    struct mg_backend_opts bo = {.threads = o->threads, .device_index = r->device_index};
+    rc = mg_backend_open(o->device, &bo, &r->be, err, sizeof(err));
+    if (rc < 0) {
+        fail("cannot start the %s backend: %s", o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", err);
+        if (rc == -MG_EUNSUPPORTED || rc == -ENOENT || rc == -MG_EFORMAT || rc == -MG_EVERSION ||
+            rc == -ENXIO || rc == -ENODEV)
+            r->exit_code = EXIT_USAGE;
+    }
+    return rc;
+}
+
 /* The training and test sets, through the dataset cache unless it is off.
  * What the cache could not do is said once per host (it is no error). */
 static int load_data(struct run *r, char *err)
@@ -344,18 +379,14 @@ static int setup(struct run *r)
     char err[MG_ERRMSG_LEN];
     int rc;
 
+    rc = setup_backend(r);
+    if (rc < 0)
+        return rc;
+    profile_mark(PH_BACKEND);
     rc = setup_dist(r);
     if (rc < 0)
         return rc;
     profile_mark(PH_DIST);
-    struct mg_backend_opts bo = {.threads = o->threads};
-    rc = mg_backend_create(o->device, &bo, &r->be);
-    if (rc < 0) {
-        fail("cannot start the %s backend: %s", o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-             mg_strerror(rc));
-        return rc;
-    }
-    profile_mark(PH_BACKEND);
     rc = load_data(r, err);
     if (rc < 0) {
         fail("cannot load %s: %s", mg_data_name(o->data), err);
@@ -758,6 +789,8 @@ static void announce(struct run *r)
     say(&r->prog,
         TRAIN_PROG ": model %s (%zu parameters), data %s (%d train / %d test samples), %s",
         o->model, r->model.nparams, mg_data_name(o->data), r->train.n, r->test.n, r->be->name);
+    if (o->device_auto && r->be->device == MG_DEVICE_CPU)
+        say(&r->prog, TRAIN_PROG ": --device auto: computing on the CPU (%s)", r->auto_why);
     say(&r->prog,
         TRAIN_PROG ": %s lr %g%s, schedule %s, batch %d per process x %d process%s x %d accum = "
                    "%d, %ld steps (%ld epoch%s)",
@@ -813,11 +846,11 @@ static int step_spread(struct run *r, const struct tally *k, struct train_out_tr
         return -ENOMEM;
     }
     if (world > 1) {
-        int rc =
-            mg_comm_allgather(r->dist.d->comm, &mine, all, sizeof(mine), MG_COMM_DEFAULT_TIMEOUT);
+        /* through DDP: on NCCL, host values go through device memory */
+        int rc = mg_ddp_allgather(r->dist.ddp, &mine, all, sizeof(mine));
         if (rc < 0) {
             fail("step %ld: cannot gather the step times of the ranks: %s", r->trainer.step,
-                 mg_comm_errmsg(r->dist.d->comm));
+                 mg_ddp_errmsg(r->dist.ddp));
             free(all);
             return rc;
         }

@@ -51,7 +51,8 @@ void train_usage(FILE *f)
             "  --min-lr LR             cosine schedule: final learning rate (default 0)\n"
             "run:\n"
             "  --seed N                seed for initialization, shuffling, dropout (default 0)\n"
-            "  --device cpu|cuda       compute device (default cpu)\n"
+            "  --device cpu|cuda|auto  compute device (default cpu); cuda is GPU LOCAL_RANK,\n"
+            "                          auto: cuda when one is usable, else cpu\n"
             "  --threads N             BLAS threads (default $OMP_NUM_THREADS, else 1)\n"
             "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
             "  --log-every N           a progress line every N steps (default 100)\n"
@@ -417,8 +418,11 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
     case F_SEED:
         return parse_seed(p, v, &o->seed);
     case F_DEVICE:
-        if (mg_device_parse(v, &o->device) < 0)
-            return bad(p, "--device: unknown device '%s' (known: cpu, cuda)", v);
+        o->device_auto = !strcmp(v, "auto");
+        if (o->device_auto)
+            o->device = MG_DEVICE_CPU; /* until setup asks the driver */
+        else if (mg_device_parse(v, &o->device) < 0)
+            return bad(p, "--device: unknown device '%s' (known: cpu, cuda, auto)", v);
         return 0;
     case F_THREADS:
         return parse_int(p, flag, v, 1, TRAIN_MAX_THREADS, &o->threads);
@@ -514,8 +518,8 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
     if (strcmp(o->model, "mlp") && (o->model_opts.nhidden || o->model_opts.dropout > 0.0f))
         return bad(p, "--hidden and --dropout apply to the mlp model");
     if (o->device == MG_DEVICE_CUDA && !mg_device_available(MG_DEVICE_CUDA))
-        return bad(p, "--device cuda: this build of mg has no CUDA backend (built without nvcc "
-                      "and CUDA sources); use --device cpu");
+        return bad(p, "--device cuda: this build of mg has no CUDA plugin (it was built without "
+                      "nvcc, cuDNN and NCCL; see docs/gpu.md); use --device cpu or auto");
     if ((o->data == MG_DATA_SYNTHETIC) && o->data_dir)
         return bad(p, "--data-dir does not apply to --data synthetic");
     if (o->global_batch && o->batch_set)

@@ -55,6 +55,7 @@ struct train_options {
     const char *upload, *upload_cmd;
     long upload_wait;
     enum mg_device device;
+    int device_auto; /* --device auto: setup asks the driver (device is then set) */
     int drop_last;
     /* distributed (docs/distributed.md) */
     long global_batch;

@@ -20,7 +20,19 @@
  * reduce-scatters the gradients in place (rank r's averaged chunk lands where
  * its chunk was), updates the shard (the optimizer and learning rate come
  * from begin_update, before any bucket of the step is launched) and
- * allgathers the parameters in place. */
+ * allgathers the parameters in place.
+ *
+ * On a device (CUDA) with a communicator on the device too (NCCL), each
+ * bucket waits for an event, not for the host: grad_ready records one on the
+ * compute stream once backward has queued the bucket's layers, and the
+ * thread has the collective wait for it (mg_comm_wait_event) on the
+ * communicator's own stream, so the allreduce overlaps the rest of backward,
+ * as in PyTorch's DDP. Such a communicator takes device memory only, so the
+ * few host values DDP exchanges (model signatures, hashes, sums, rank
+ * states) go through a device buffer (`stage`). The other way round, a
+ * device model with a host communicator (MG_COMM=cpu on CUDA), the
+ * gradients and parameters go through host memory (`host_buf`, registered)
+ * after backward, without the thread. */
 #include "ddp.h"
 #include "mg_err.h"
 #include "rtutil.h"
@@ -52,6 +64,14 @@ struct mg_ddp {
     double lr;
     char errmsg[MG_ERRMSG_LEN + 128];
 
+    void *ev[MG_DDP_MAX_BUCKETS]; /* the event each launched bucket waits for (or NULL) */
+    int dev_comm;                 /* the communicator takes device memory only */
+    int host_comm;                /* the model is on a device, the communicator on the host */
+    void *stage;                  /* dev_comm: device memory for host values */
+    size_t stage_bytes;
+    float *host_buf;         /* host_comm: the gradients and parameters on the host (registered) */
+    char why[MG_ERRMSG_LEN]; /* a staging failure's message, for comm_failed */
+
     int threaded;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -71,7 +91,102 @@ __attribute__((format(printf, 3, 4))) static int fail(struct mg_ddp *d, int code
 
 static int comm_failed(struct mg_ddp *d, int rc)
 {
-    return fail(d, rc, "%s", mg_comm_errmsg(d->comm));
+    fail(d, rc, "%s", d->why[0] ? d->why : mg_comm_errmsg(d->comm));
+    d->why[0] = '\0';
+    return rc;
+}
+
+/* An allgather of host values. A communicator that takes device memory only
+ * gets them through `stage`, this rank's block uploaded, all downloaded. */
+static int gather(struct mg_ddp *d, const void *send, void *recv, size_t len)
+{
+    struct mg_comm *c = d->comm;
+    struct mg_backend *be = d->m->be;
+    size_t total = len * (size_t)c->world;
+    d->why[0] = '\0';
+    if (!d->dev_comm)
+        return mg_comm_allgather(c, send, recv, len, d->timeout_ms);
+    if (total > d->stage_bytes) {
+        if (d->stage)
+            be->ops->free(be, d->stage);
+        d->stage = be->ops->alloc(be, total);
+        d->stage_bytes = d->stage ? total : 0;
+        if (!d->stage) {
+            snprintf(d->why, sizeof(d->why), "out of device memory for a %zu-byte exchange", total);
+            return -ENOMEM;
+        }
+    }
+    char *mine = (char *)d->stage + (size_t)c->rank * len;
+    be->ops->upload(be, mine, send, len);
+    int rc = mg_comm_allgather(c, mine, d->stage, len, d->timeout_ms);
+    if (rc)
+        return rc;
+    be->ops->download(be, recv, d->stage, total);
+    rc = be->ops->sync(be);
+    if (rc)
+        snprintf(d->why, sizeof(d->why), "copying an exchange from the device: %s",
+                 mg_backend_errmsg(be));
+    return rc;
+}
+
+/* Rank 0's parameters to every rank; a device model with a host
+ * communicator takes them through host_buf, registered memory allocated
+ * here, the first time (a collective: every rank is here). */
+static int broadcast(struct mg_ddp *d, float *param_buf, size_t count)
+{
+    struct mg_backend *be = d->m->be;
+    size_t bytes = count * sizeof(float);
+    int rc;
+    d->why[0] = '\0';
+    if (!d->host_comm)
+        return mg_comm_broadcast(d->comm, param_buf, bytes, 0, d->timeout_ms);
+    if (!d->host_buf && count) {
+        void *p;
+        rc = mg_comm_mem_alloc(d->comm, bytes, &p, d->timeout_ms);
+        if (rc) {
+            if (rc == -ENOMEM)
+                snprintf(d->why, sizeof(d->why), "out of memory for the gradients");
+            return rc;
+        }
+        d->host_buf = p;
+    }
+    be->ops->download(be, d->host_buf, param_buf, bytes);
+    rc = be->ops->sync(be);
+    if (!rc) {
+        rc = mg_comm_broadcast(d->comm, d->host_buf, bytes, 0, d->timeout_ms);
+        if (rc)
+            return rc;
+        be->ops->upload(be, param_buf, d->host_buf, bytes);
+        rc = be->ops->sync(be);
+    }
+    if (rc)
+        snprintf(d->why, sizeof(d->why), "copying the parameters to or from the device: %s",
+                 mg_backend_errmsg(be));
+    return rc;
+}
+
+/* A device model with a host communicator: every bucket averaged in host
+ * memory after backward, then the gradients back on the device. */
+static int reduce_on_host(struct mg_ddp *d)
+{
+    struct mg_model *m = d->m;
+    struct mg_backend *be = m->be;
+    size_t bytes = m->nparams * sizeof(float);
+    be->ops->download(be, d->host_buf, m->grad_buf, bytes);
+    int rc = be->ops->sync(be);
+    for (int k = 0; k < d->nb && !rc; k++) {
+        rc = mg_comm_allreduce(d->comm, d->host_buf + d->b[k].offset, d->b[k].count, MG_REDUCE_AVG,
+                               d->timeout_ms);
+        if (rc)
+            return comm_failed(d, rc);
+    }
+    if (!rc) {
+        be->ops->upload(be, m->grad_buf, d->host_buf, bytes);
+        rc = be->ops->sync(be);
+    }
+    return rc ? fail(d, rc, "copying the gradients to or from the device: %s",
+                     mg_backend_errmsg(be))
+              : 0;
 }
 
 /* ---- buckets ------------------------------------------------------------------- */
@@ -172,7 +287,12 @@ static void *comm_thread(void *arg)
         int k = d->done;
         int skip = d->err != 0; /* after a failure, only count the rest off */
         pthread_mutex_unlock(&d->mu);
-        int rc = skip ? 0 : do_bucket(d, k);
+        /* on the device, bucket k waits for backward's event of it, not the host */
+        void *ev = d->ev[k];
+        d->ev[k] = NULL;
+        int rc = skip ? 0 : mg_comm_wait_event(d->comm, ev);
+        rc = rc ? comm_failed(d, rc) : skip ? 0 : do_bucket(d, k);
+        mg_backend_event_release(d->m->be, ev); /* the collective that waits on it is queued */
         pthread_mutex_lock(&d->mu);
         if (rc && !d->err)
             d->err = rc;
@@ -190,10 +310,13 @@ static int hook_grad_ready(void *ctx, float *grad_buf, size_t offset, size_t cou
     struct mg_ddp *d = ctx;
     if (!d->threaded)
         return 0;
-    pthread_mutex_lock(&d->mu);
+    /* this thread alone moves `launched`: read without the lock */
     int n = d->launched;
     while (n < d->nb && d->b[n].offset >= offset)
         n++;
+    for (int k = d->launched; k < n; k++)
+        d->ev[k] = mg_backend_event_record(d->m->be); /* backward has queued bucket k */
+    pthread_mutex_lock(&d->mu);
     if (n != d->launched) {
         d->launched = n;
         pthread_cond_signal(&d->work);
@@ -207,11 +330,15 @@ static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
 {
     struct mg_ddp *d = ctx;
     int rc = 0;
+    if (d->host_comm)
+        return reduce_on_host(d);
     if (!d->threaded) {
         for (int k = 0; k < d->nb && !rc; k++)
             rc = do_bucket(d, k);
         return rc;
     }
+    for (int k = d->launched; k < d->nb; k++)
+        d->ev[k] = mg_backend_event_record(d->m->be);
     pthread_mutex_lock(&d->mu);
     if (d->launched != d->nb) {
         d->launched = d->nb;
@@ -252,7 +379,7 @@ static void model_signature(const struct mg_model *m, struct model_sig *s)
  * from rank 0's, -1 when all agree, or a negative code (< -1) on failure. */
 static int first_differing(struct mg_ddp *d, uint64_t mine, uint64_t *all, int *rc_out)
 {
-    int rc = mg_comm_allgather(d->comm, &mine, all, sizeof(mine), d->timeout_ms);
+    int rc = gather(d, &mine, all, sizeof(mine));
     *rc_out = rc;
     if (rc)
         return -1;
@@ -274,7 +401,7 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
         goto out;
     }
     model_signature(d->m, &mine);
-    rc = mg_comm_allgather(c, &mine, all, sizeof(mine), d->timeout_ms);
+    rc = gather(d, &mine, all, sizeof(mine));
     if (rc) {
         rc = comm_failed(d, rc);
         goto out;
@@ -318,7 +445,7 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
         d->m->be->ops->free(d->m->be, mg_model_swap_param_buf(d->m, d->reg_params));
     }
     param_buf = d->m->param_buf;
-    rc = mg_comm_broadcast(c, param_buf, count * sizeof(float), 0, d->timeout_ms);
+    rc = broadcast(d, param_buf, count);
     if (rc) {
         rc = comm_failed(d, rc);
         goto out;
@@ -347,7 +474,7 @@ static int hook_reduce_sums(void *ctx, double *sums, int n)
     double *all = calloc((size_t)world * (size_t)n + 1, sizeof(double));
     if (!all)
         return fail(d, -ENOMEM, "out of memory");
-    int rc = mg_comm_allgather(d->comm, sums, all, (size_t)n * sizeof(double), d->timeout_ms);
+    int rc = gather(d, sums, all, (size_t)n * sizeof(double));
     if (rc) {
         free(all);
         return comm_failed(d, rc);
@@ -456,7 +583,7 @@ int mg_ddp_gather_rank_states(struct mg_ddp *d, const struct mg_rank_state *mine
     if (!buf)
         return fail(d, -ENOMEM, "out of memory");
     mg_rank_state_pack(mine, packed);
-    int rc = mg_comm_allgather(d->comm, packed, buf, MG_RANK_STATE_BYTES, d->timeout_ms);
+    int rc = gather(d, packed, buf, MG_RANK_STATE_BYTES);
     if (rc) {
         rc = comm_failed(d, rc);
     } else {
@@ -494,7 +621,7 @@ int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t)
     mine[2] = (uint64_t)t->batch_in_epoch;
     mine[3] = mg_model_param_hash(m);
     mine[4] = d->zero ? t->resumed.state_hash : mg_hash64(host, nstate * sizeof(float));
-    rc = mg_comm_allgather(d->comm, mine, all, sizeof(mine), d->timeout_ms);
+    rc = gather(d, mine, all, sizeof(mine));
     if (rc) {
         rc = comm_failed(d, rc);
         goto out;
@@ -526,6 +653,12 @@ out:
 int mg_ddp_barrier(struct mg_ddp *d)
 {
     int rc = mg_comm_barrier(d->comm, d->timeout_ms);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
+int mg_ddp_allgather(struct mg_ddp *d, const void *send, void *recv, size_t len)
+{
+    int rc = gather(d, send, recv, len);
     return rc ? comm_failed(d, rc) : 0;
 }
 
@@ -579,8 +712,17 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     plan_buckets(d, cap, first);
     if (d->zero)
         plan_shard(d);
-    /* One rank has nobody to talk to; one bucket has nothing to overlap. */
-    d->threaded = !o.no_thread && comm->world > 1 && d->nb > 1;
+    d->dev_comm = comm->device_memory;
+    d->host_comm = !comm->device_memory && m->be->device != MG_DEVICE_CPU;
+    if (d->dev_comm && m->be->device == MG_DEVICE_CPU) {
+        free(d);
+        return mg_seterr(err, errlen, -MG_ECONFIG,
+                         "the %s communicator reduces device memory, and the model is on the CPU",
+                         comm->ops->name);
+    }
+    /* One rank has nobody to talk to; one bucket has nothing to overlap;
+     * gradients copied to the host after backward have nothing either. */
+    d->threaded = !o.no_thread && comm->world > 1 && d->nb > 1 && !d->host_comm;
     if (d->threaded) {
         int rc = pthread_mutex_init(&d->mu, NULL);
         if (!rc)
@@ -643,5 +785,10 @@ void mg_ddp_release(struct mg_ddp *d)
             forget_buf(m, 1);
         mg_comm_mem_free(d->comm, d->reg_params);
     }
+    for (int k = 0; k < MG_DDP_MAX_BUCKETS; k++)
+        mg_backend_event_release(d->m->be, d->ev[k]); /* of a step that failed */
+    if (d->stage)
+        d->m->be->ops->free(d->m->be, d->stage);
+    mg_comm_mem_free(d->comm, d->host_buf);
     free(d);
 }

@@ -36,6 +36,11 @@
  *   switch between the two at a resume. The parameters move to registered
  *   memory too (the padding needs room).
  *   Checkpoints get the whole optimizer state through the gather_state hook.
+ * - On a GPU with NCCL, a bucket's allreduce waits on the device for an
+ *   event backward recorded after queuing the bucket's layers, not for the
+ *   host (overlap as in PyTorch's DDP); a GPU model with a CPU communicator
+ *   (MG_COMM=cpu) averages through host memory after backward. Same hooks,
+ *   same checks (ddp.c says how).
  *
  * Errors are negative codes; the message (naming the failed collective and
  * rank, or the mismatch) is in mg_ddp_errmsg(). */
@@ -98,6 +103,11 @@ int mg_ddp_gather_rank_states(struct mg_ddp *d, const struct mg_rank_state *mine
 int mg_ddp_check_resume(struct mg_ddp *d, const struct mg_trainer *t);
 
 int mg_ddp_barrier(struct mg_ddp *d);
+
+/* Every rank's len bytes of host memory land at recv + rank * len: the
+ * program's own small exchanges (step times), through device memory when the
+ * communicator takes only that (NCCL), as DDP's own are. */
+int mg_ddp_allgather(struct mg_ddp *d, const void *send, void *recv, size_t len);
 
 const char *mg_ddp_errmsg(const struct mg_ddp *d);
 

@@ -1,7 +1,8 @@
 /* The worker's distributed context (see dist.h): the launcher's environment,
  * validated; the store, hosted by rank 0 and joined by everyone; the
- * communicator built through it. */
+ * communicator built through it, for the compute device the ranks agree on. */
 #include "dist.h"
+#include "backend.h"
 #include "comm.h"
 #include "mg_err.h"
 #include "net.h"
@@ -133,17 +134,93 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
                       env->world);
             return -EINVAL;
         }
-        if (env->use_agent_store == 1) {
+        env->agent_store_mg = (v = getenv("MG_AGENT_STORE")) && strcmp(v, "mg") == 0;
+        if (env->use_agent_store == 1 && !env->agent_store_mg) {
             mg_seterr(
                 err, errlen, 0,
-                "TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent hosts the store "
-                "(torchrun's default static rendezvous), and mg workers bootstrap through a "
-                "store hosted by rank 0. Run under mglaunch, or give torchrun "
+                "TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent hosts the store, and "
+                "torchrun's (its default static rendezvous) speaks torch's TCPStore, which mg "
+                "workers do not. Run under mglaunch, or give torchrun "
                 "--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT (or --standalone on one node)");
             return -MG_ECONFIG;
         }
     }
     return 0;
+}
+
+/* --device auto decided on each rank: all CUDA or all CPU, or every rank
+ * fails now with the same message (a CPU communicator and NCCL would each wait
+ * for the others until the init timeout). Counters in the store: the CUDA
+ * ranks, then the ranks done, the last of which says so; a CPU rank leaves
+ * its reason under cpu/<rank> first, for the message. */
+static int agree_on_device(struct mg_dist *d, int on_cuda, const char *why, int timeout_ms,
+                           char *err, size_t errlen)
+{
+    char pre[MG_DIST_RUN_ID_MAX + 64], k[MG_DIST_RUN_ID_MAX + 96], **keys = NULL;
+    int64_t n, cuda;
+    void *val = NULL;
+    size_t len = 0;
+    int nkeys = 0, rc;
+    snprintf(pre, sizeof(pre), "mg/device/%s/%d/", d->env.run_id, d->env.restart_count);
+    snprintf(k, sizeof(k), "%scpu/%d", pre, d->rank);
+    rc = on_cuda ? 0 : mg_store_set(d->store, k, why ? why : "", why ? strlen(why) : 0, 0);
+    if (!rc) {
+        snprintf(k, sizeof(k), "%scuda", pre);
+        rc = mg_store_add(d->store, k, on_cuda ? 1 : 0, NULL);
+    }
+    if (!rc) {
+        snprintf(k, sizeof(k), "%sranks", pre);
+        rc = mg_store_add(d->store, k, 1, &n);
+    }
+    char done[sizeof(k)];
+    const char *wait_for = done;
+    snprintf(done, sizeof(done), "%sall", pre);
+    if (!rc && n == d->world)
+        rc = mg_store_set(d->store, done, "1", 1, 0);
+    if (!rc)
+        rc = mg_store_wait(d->store, &wait_for, 1, timeout_ms);
+    snprintf(k, sizeof(k), "%scuda", pre);
+    if (!rc)
+        rc = mg_store_get(d->store, k, &val, &len, 0);
+    if (rc < 0)
+        return mg_seterr(err, errlen, rc,
+                         "--device auto: cannot compare the ranks' devices through the store: %s",
+                         rc == -ETIMEDOUT ? "timed out waiting for the other ranks"
+                                          : mg_strerror(rc));
+    cuda = strtoll(val, NULL, 10);
+    free(val);
+    if (cuda == 0 || cuda == d->world)
+        return 0;
+    /* the lowest rank on the CPU, and its reason */
+    int first = -1;
+    snprintf(k, sizeof(k), "%scpu/", pre);
+    if (mg_store_list(d->store, k, -1, &keys, &nkeys) >= 0) {
+        for (int i = 0; i < nkeys; i++) {
+            int r = atoi(keys[i] + strlen(k));
+            first = first < 0 || r < first ? r : first;
+        }
+        mg_store_free_list(keys, nkeys);
+    }
+    val = NULL;
+    len = 0;
+    snprintf(k, sizeof(k), "%scpu/%d", pre, first);
+    if (first >= 0)
+        mg_store_get(d->store, k, &val, &len, 0);
+    mg_seterr(err, errlen, -MG_ECONFIG,
+              "--device auto: %lld of the %d ranks found a usable GPU and %lld did not "
+              "(rank %d: %.300s): every rank must compute on the same device; give --device "
+              "cuda or --device cpu",
+              (long long)cuda, d->world, (long long)(d->world - cuda), first,
+              val && len ? (const char *)val : "no reason given");
+    free(val);
+    /* rank 0 hosts the store: it leaves once every rank has read the reason */
+    snprintf(k, sizeof(k), "%sread", pre);
+    snprintf(done, sizeof(done), "%sread_all", pre);
+    if (mg_store_add(d->store, k, 1, &n) == 0 && n == d->world)
+        mg_store_set(d->store, done, "1", 1, 0);
+    if (d->rank == 0)
+        mg_store_wait(d->store, &wait_for, 1, 10000);
+    return -MG_ECONFIG;
 }
 
 int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *err, size_t errlen)
@@ -184,8 +261,25 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
         copts.init_timeout_ms = MG_COMM_TIMEOUT_DEFAULT_MS;
     copts.run_id = d->env.run_id;
     copts.restart_count = d->env.restart_count;
+    const struct mg_backend *be = opts ? opts->backend : NULL;
+    copts.on_cuda = be && be->device == MG_DEVICE_CUDA;
+    copts.device_index = copts.on_cuda ? opts->device_index : -1;
+    copts.stream = be ? be->stream : NULL;
+    if (copts.mode == MG_COMM_NCCL && !copts.on_cuda) {
+        rc = mg_seterr(err, errlen, -MG_ECONFIG,
+                       "MG_COMM=nccl: NCCL reduces GPU memory, and this run computes on the CPU; "
+                       "give --device cuda, or MG_COMM=auto");
+        goto fail;
+    }
 
-    if (d->rank == 0) {
+    /* torch's rule: the agent's store when TORCHELASTIC_USE_AGENT_STORE,
+     * each attempt in a namespace of its own (rendezvous.py _create_c10d_store). */
+    char prefix[64] = "";
+    const char *host_is = "hosted by rank 0";
+    if (d->env.use_agent_store == 1) {
+        snprintf(prefix, sizeof(prefix), "/worker/attempt_%d/", d->env.restart_count);
+        host_is = "the launcher's agent store";
+    } else if (d->rank == 0) {
         struct mg_store_server_opts so = {
             .host = NULL, .port = d->env.master_port, .listen_fd = -1};
         rc = mg_store_server_start(&d->server, &so);
@@ -200,19 +294,25 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
             goto fail;
         }
     }
+    const char *token = getenv("MG_AGENT_STORE_TOKEN");
     struct mg_store_opts co = {.host = d->env.master_addr,
                                .port = d->env.master_port,
                                .connect_timeout_ms = copts.init_timeout_ms,
-                               .timeout_ms = copts.init_timeout_ms};
+                               .timeout_ms = copts.init_timeout_ms,
+                               .prefix = prefix,
+                               .token = d->env.use_agent_store == 1 ? token : NULL};
     rc = mg_store_connect(&d->store, &co);
     if (rc) {
-        mg_seterr(
-            err, errlen, 0,
-            "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, hosted by rank 0): "
-            "%s",
-            d->env.master_addr, d->env.master_port,
-            rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
+        mg_seterr(err, errlen, 0,
+                  "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, %s): %s",
+                  d->env.master_addr, d->env.master_port, host_is,
+                  rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
         goto fail;
+    }
+    if (opts && opts->device_auto) {
+        rc = agree_on_device(d, copts.on_cuda, opts->auto_why, copts.init_timeout_ms, err, errlen);
+        if (rc)
+            goto fail;
     }
     char cerr[512];
     rc = mg_comm_create(&d->comm, d->store, &copts, cerr, sizeof(cerr));

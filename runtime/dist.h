@@ -8,12 +8,21 @@
  * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
  * TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_ERROR_FILE; and mg's own
  * MG_COMM, MG_COMM_TIMEOUT, MG_COMM_INIT_TIMEOUT, MG_COMM_HOST, MG_COMM_ADDR.
+ * The communicator follows the compute device (mg_dist_opts.backend): NCCL
+ * for CUDA under MG_COMM=auto.
  * With neither RANK nor WORLD_SIZE set, the worker runs alone (world size 1).
  *
  * With world size > 1, rank 0 hosts the store on MASTER_PORT (all
  * interfaces) in a background thread, the way torch.distributed does when
  * TORCHELASTIC_USE_AGENT_STORE is False; every rank connects to
- * MASTER_ADDR:MASTER_PORT, retrying until the init timeout. */
+ * MASTER_ADDR:MASTER_PORT, retrying until the init timeout. With
+ * TORCHELASTIC_USE_AGENT_STORE=True the launcher's agent hosts the store
+ * there instead (mglaunch's static backend across nodes, which says so with
+ * MG_AGENT_STORE=mg): every rank, rank 0 too, joins it, in the namespace
+ * /worker/attempt_<TORCHELASTIC_RESTART_COUNT>/ as torch's workers do, with
+ * MG_AGENT_STORE_TOKEN when the agents' store has one. torchrun's own agent
+ * store speaks torch's TCPStore, which libmg does not: an error says what
+ * to use instead. */
 #ifndef MG_DIST_H
 #define MG_DIST_H
 
@@ -35,6 +44,7 @@ struct mg_dist_env {
     int master_port;
     char run_id[MG_DIST_RUN_ID_MAX + 1];
     int use_agent_store; /* -1 unset, 0 False, 1 True */
+    int agent_store_mg;  /* the agent's store is mg's (MG_AGENT_STORE=mg) */
     char error_file[PATH_MAX];
 };
 
@@ -54,8 +64,23 @@ struct mg_dist {
     struct mg_comm *comm;
 };
 
+struct mg_backend;
+
 struct mg_dist_opts {
     int init_timeout_ms; /* 0: MG_COMM_INIT_TIMEOUT, else 300 s */
+    /* The compute backend, made before the communicator: on CUDA, MG_COMM=auto
+     * is NCCL on device_index (LOCAL_RANK) behind the backend's stream, and a
+     * CPU communicator (MG_COMM=cpu, shm, tcp) works as well (DDP stages the
+     * gradients through host memory). NULL: the CPU. MG_COMM=nccl needs CUDA. */
+    const struct mg_backend *backend;
+    int device_index;
+    /* Each rank chose its device by itself (--device auto): before the
+     * communicator starts, the ranks check through the store that they all
+     * chose the same, and fail at once, naming a rank that differs, when
+     * not (its reason in auto_why) instead of waiting on mismatched
+     * communicators until the init timeout. */
+    int device_auto;
+    const char *auto_why; /* why --device auto chose the CPU on this rank ("" / NULL) */
 };
 
 /* Reads the environment, hosts or joins the store and creates the

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int slots_init(struct mg_trainer *t, size_t sample);
+static void slots_release(struct mg_trainer *t);
+
 long mg_steps_for_epochs(long epochs, int dataset_n, int world, int drop_last, int batch, int accum)
 {
     long per_rank = drop_last ? dataset_n / world : ((long)dataset_n + world - 1) / world;
@@ -91,6 +94,11 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     }
     m->dropout_rng.seed = mg_dropout_seed(cfg->seed, cfg->rank);
     m->dropout_rng.offset = 0;
+    rc = slots_init(t, sample);
+    if (rc < 0) {
+        mg_seterr(err, MG_ERRMSG_LEN, rc, "out of memory for batch buffers");
+        goto fail;
+    }
     return 0;
 fail:
     mg_trainer_release(t);
@@ -99,6 +107,7 @@ fail:
 
 void mg_trainer_release(struct mg_trainer *t)
 {
+    slots_release(t);
     mg_optim_release(&t->opt);
     mg_sampler_release(&t->sampler);
     mg_sampler_release(&t->eval_sampler);
@@ -120,6 +129,8 @@ int mg_trainer_start(struct mg_trainer *t)
     return rc < 0 ? rc : t->model->be->ops->sync(t->model->be);
 }
 
+/* Evaluation's batches: gathered and uploaded at once, into the buffers of
+ * the micro-batch that computed last (the next one's slot may be uploading). */
 static void upload_batch(struct mg_trainer *t, const struct mg_dataset *ds, const int32_t *idx,
                          int n)
 {
@@ -130,23 +141,131 @@ static void upload_batch(struct mg_trainer *t, const struct mg_dataset *ds, cons
     m->be->ops->upload(m->be, m->labels, t->y_host, sizeof(int32_t) * (size_t)n);
 }
 
-/* Uploads the next micro-batch; returns its size. */
-static int next_batch(struct mg_trainer *t)
+/* ---- training batches (struct mg_batch_slot) ---------------------------------------- */
+
+static int slots_init(struct mg_trainer *t, size_t sample)
+{
+    struct mg_model *m = t->model;
+    struct mg_backend *be = m->be;
+    size_t xbytes = sizeof(float) * sample * (size_t)m->max_batch;
+    size_t ybytes = sizeof(int32_t) * (size_t)m->max_batch;
+    for (int s = 0; s < 2; s++) {
+        struct mg_batch_slot *b = &t->slot[s];
+        b->batch = -1;
+        b->x_pin = mg_backend_host_alloc(be, xbytes + ybytes);
+        if (!b->x_pin)
+            return -ENOMEM;
+        b->y_pin = (int32_t *)(void *)((char *)b->x_pin + xbytes);
+    }
+    t->slot[0].x_dev = m->input;
+    t->slot[0].y_dev = m->labels;
+    t->slot[1].x_dev = be->ops->alloc(be, xbytes);
+    t->slot[1].y_dev = be->ops->alloc(be, ybytes);
+    if (!t->slot[1].x_dev || !t->slot[1].y_dev)
+        return -ENOMEM;
+    t->cur = 0;
+    return 0;
+}
+
+/* The model gets its own input buffers back. */
+static void slots_release(struct mg_trainer *t)
+{
+    struct mg_model *m = t->model;
+    if (!m || !m->be)
+        return;
+    for (int s = 0; s < 2; s++)
+        if (t->slot[s].x_pin)
+            mg_backend_host_free(m->be, t->slot[s].x_pin);
+    if (t->slot[1].x_dev)
+        m->be->ops->free(m->be, t->slot[1].x_dev);
+    if (t->slot[1].y_dev)
+        m->be->ops->free(m->be, t->slot[1].y_dev);
+    if (t->slot[0].x_dev) {
+        m->input = t->slot[0].x_dev;
+        m->labels = t->slot[0].y_dev;
+    }
+    memset(t->slot, 0, sizeof(t->slot));
+}
+
+/* Where the micro-batch after the current position is: the next of this
+ * pass, or the first of the next epoch. */
+static void following(const struct mg_trainer *t, long *epoch, long *start, long *batch)
 {
     if (t->batch_in_epoch >= t->pass_batches) {
-        t->epoch++;
+        *epoch = t->epoch + 1;
+        *start = 0;
+        *batch = 0;
+    } else {
+        *epoch = t->epoch;
+        *start = t->epoch_start;
+        *batch = t->batch_in_epoch;
+    }
+}
+
+/* Gathers micro-batch (epoch, start, batch) into slot s and queues its
+ * upload. The slot's device buffers are free: the micro-batch before the
+ * current one, which used them, has finished (mg_model_backward returns once
+ * its work is done). */
+static void stage(struct mg_trainer *t, int s, long epoch, long start, long batch)
+{
+    struct mg_model *m = t->model;
+    struct mg_batch_slot *b = &t->slot[s];
+    size_t sample = mg_dataset_sample_size(t->train);
+    mg_sampler_set_pass(&t->sampler, epoch, start);
+    long from = batch * t->cfg.batch_size, left = t->sampler.pass_samples - from;
+    int n = left < t->cfg.batch_size ? (int)left : t->cfg.batch_size;
+    /* the pinned buffer's last upload must be done before it is written again */
+    mg_backend_upload_done(m->be, b->ticket, 1);
+    mg_dataset_gather(t->train, t->sampler.indices + from, n, b->x_pin, b->y_pin);
+    mg_backend_upload_async(m->be, b->x_dev, b->x_pin, sizeof(float) * sample * (size_t)n);
+    b->ticket = mg_backend_upload_async(m->be, b->y_dev, b->y_pin, sizeof(int32_t) * (size_t)n);
+    b->epoch = epoch;
+    b->start = start;
+    b->batch = batch;
+    b->n = n;
+}
+
+/* While the current micro-batch computes: the next one into the other slot,
+ * when it is of the same pass (the sampler keeps describing the pass being
+ * trained on; the first batch of an epoch is uploaded when it starts). A
+ * backend without a copy stream (the CPU) has nothing to overlap: its batch
+ * is gathered when it starts, where it is still in cache. */
+static void prefetch(struct mg_trainer *t)
+{
+    long epoch, start, batch;
+    if (!t->model->be->ops->upload_async)
+        return;
+    following(t, &epoch, &start, &batch);
+    if (epoch == t->sampler.epoch && start == t->sampler.start)
+        stage(t, t->cur ^ 1, epoch, start, batch);
+}
+
+/* Makes the next micro-batch the model's input (uploaded already when the
+ * prefetch guessed right, now otherwise) and moves the position past it;
+ * returns its size. */
+static int next_batch(struct mg_trainer *t)
+{
+    struct mg_model *m = t->model;
+    long epoch, start, batch;
+    following(t, &epoch, &start, &batch);
+    int s = t->cur ^ 1;
+    struct mg_batch_slot *b = &t->slot[s];
+    if (b->batch != batch || b->epoch != epoch || b->start != start)
+        stage(t, s, epoch, start, batch);
+    mg_backend_upload_wait(m->be, b->ticket);
+    m->input = b->x_dev;
+    m->labels = b->y_dev;
+    t->cur = s;
+    b->batch = -1; /* consumed: the slot is the current one's now */
+    if (epoch != t->epoch) {
+        t->epoch = epoch;
         t->epoch_start = 0;
         t->batch_in_epoch = 0;
         t->pass_batches = t->batches_per_epoch;
     }
-    mg_sampler_set_pass(&t->sampler, t->epoch, t->epoch_start);
-    long start = t->batch_in_epoch * t->cfg.batch_size;
-    long left = t->sampler.pass_samples - start;
-    int n = left < t->cfg.batch_size ? (int)left : t->cfg.batch_size;
-    upload_batch(t, t->train, t->sampler.indices + start, n);
     t->batch_in_epoch++;
-    t->samples_seen += (uint64_t)n;
-    return n;
+    t->samples_seen += (uint64_t)b->n;
+    return b->n;
 }
 
 struct ready_ctx {
@@ -192,6 +311,7 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
         double loss;
         long correct;
         mg_model_forward(m, n, 1);
+        prefetch(t); /* while the forward runs on a device */
         rc = mg_model_loss(m, n, &loss, &correct);
         if (rc < 0)
             return rc;

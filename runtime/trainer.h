@@ -13,7 +13,9 @@
  *     averaged gradients in grad_buf);
  *   optimizer update at the schedule's learning rate.
  * With world 1, no hooks and no accumulation, each layer is updated as soon as
- * its gradients are final (same bits, better cache use).
+ * its gradients are final (same bits, better cache use). On a device, while a
+ * micro-batch computes, the next one is gathered and uploaded (struct
+ * mg_batch_slot).
  *
  * Data position: micro-batches flow through epochs in order; epoch e uses the
  * sampler's permutation for seed + e, batch b of it covers indices
@@ -143,6 +145,25 @@ struct mg_eval_sums {
     long count;
 };
 
+/* Training batches are double-buffered: on a backend with a copy stream,
+ * while micro-batch k computes, k + 1 is gathered into the other slot's
+ * page-locked host buffer and uploaded on that stream (upload_async); the
+ * device waits for it (upload_wait) only when k + 1 starts. (The CPU gathers
+ * each batch when it starts.) Slot 0's device buffers are the
+ * model's input and labels, slot 1's its own; the model reads whichever
+ * m->input and m->labels point to. A slot knows which micro-batch it holds
+ * (epoch, start of the pass, batch), so anything that moves the position (a
+ * resume) simply finds no match and uploads then. */
+struct mg_batch_slot {
+    float *x_pin; /* page-locked: [max_batch * sample] floats, then the labels */
+    int32_t *y_pin;
+    float *x_dev; /* device */
+    int32_t *y_dev;
+    uint64_t ticket;          /* of its last upload: the pinned buffer is free once done */
+    long epoch, start, batch; /* the micro-batch it holds; batch < 0: none */
+    int n;
+};
+
 struct mg_trainer {
     struct mg_train_config cfg;
     struct mg_model *model;
@@ -160,7 +181,9 @@ struct mg_trainer {
     long batches_per_epoch; /* micro-batches in a whole epoch */
     uint64_t samples_seen;  /* by this rank (informational after a reshard) */
     struct mg_resume_info resumed; /* what the last mg_trainer_load found */
-    float *x_host;                 /* [max_batch * sample] */
+    struct mg_batch_slot slot[2];  /* the micro-batch computing (cur) and the next */
+    int cur;
+    float *x_host; /* [max_batch * sample], evaluation's batches */
     int32_t *y_host;
     float *host_state; /* [nparams + the whole optimizer state] for checkpoints; a
                           sharded optimizer's: [nparams] */

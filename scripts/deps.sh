@@ -7,7 +7,8 @@ set -u
 pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev libmicrohttpd-dev
       dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps coreutils
       clang-format python3 openssl protobuf-compiler python3-crcmod python3-yaml libxml2-utils
-      nodejs slurmctld slurmd slurm-client munge chromium nginx curl"
+      nodejs slurmctld slurmd slurm-client munge chromium nginx curl
+      tmux nftables groff-base bash-completion"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 
 missing=""

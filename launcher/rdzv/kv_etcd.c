@@ -875,7 +875,7 @@ int mg_kv_etcd_open(struct mg_kv **out, const struct mg_kv_etcd_opts *o, char *e
     e->lease_ttl_s = o->lease_ttl_ms > 0 ? (o->lease_ttl_ms + 999) / 1000 : 5;
     if (e->lease_ttl_s < 2)
         e->lease_ttl_s = 2;
-    tls = (o->cacert && *o->cacert) || (o->cert && *o->cert);
+    tls = o->https || (o->cacert && *o->cacert) || (o->cert && *o->cert);
     rc = parse_endpoints(e, o->endpoints, tls, err, errlen);
     if (rc < 0)
         goto fail;

@@ -20,6 +20,8 @@ struct mg_kv_etcd_opts {
      * separated by commas (tried in turn when one does not answer). */
     const char *endpoints;
     const char *cacert, *cert, *key; /* TLS files for libcurl; "" or NULL = none */
+    int https;                       /* endpoints without a scheme use https (with a TLS
+                                        file they do anyway) */
     int timeout_ms;                  /* bound of each request */
     int lease_ttl_ms;                /* ephemeral keys live this long without keepalive */
     const char *libcurl;             /* library to dlopen; NULL = "libcurl.so.4" */

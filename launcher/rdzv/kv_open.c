@@ -124,6 +124,7 @@ static int open_etcd(const struct mg_kv_open_opts *s, struct mg_kv **kv, const c
         .cacert = c->cacert,
         .cert = c->cert,
         .key = c->key,
+        .https = c->https,
         .timeout_ms = request_timeout_ms(c),
         .lease_ttl_ms = lease_ms(c),
     };
@@ -194,8 +195,11 @@ static void route_addr(const struct mg_hostport *hp, char *out, size_t cap)
 static int host_store(const struct mg_kv_open_opts *s, const struct mg_hostport *hp,
                       struct mg_kv_host **out, char *err, size_t errlen)
 {
-    struct mg_store_server_opts so = {
-        .port = hp->port, .token = s->conf->token, .read_bytes_per_turn = HOST_READ_BYTES};
+    struct mg_store_server_opts so = {.port = hp->port,
+                                      .token = s->conf->token,
+                                      .read_bytes_per_turn = HOST_READ_BYTES,
+                                      .foreign = s->foreign,
+                                      .foreign_ctx = s->foreign_ctx};
     struct mg_kv_host *h = calloc(1, sizeof(*h));
     int rc;
 
@@ -433,4 +437,18 @@ void mg_kv_host_release(struct mg_kv_host *h)
     mg_store_server_release(h->srv);
     free(h->fds);
     free(h);
+}
+
+int mg_kv_host_delete_prefix(struct mg_kv_host *h, const char *prefix, const char *keep)
+{
+    char **keys = NULL;
+    int n = 0, done = 0;
+    if (!h || mg_store_server_local_list(h->srv, prefix, -1, &keys, &n) < 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!(keep && strncmp(keys[i], keep, strlen(keep)) == 0) &&
+            mg_store_server_local_delete(h->srv, keys[i]) == 1)
+            done++;
+    mg_store_free_list(keys, n);
+    return done;
 }

@@ -28,6 +28,11 @@ struct mg_kv_open_opts {
      * MG_KV_OPEN_PROGRESS_MS, why it keeps retrying (for the user's console). */
     void (*progress)(void *ctx, const char *msg);
     void *progress_ctx;
+    /* When this agent hosts the store: connections in another protocol on
+     * its port go here (mg_store_server_opts.foreign; the static backend's
+     * agent store serves torch's TCPStore clients so). NULL: none. */
+    int (*foreign)(void *ctx, int fd, const void *bytes, size_t n);
+    void *foreign_ctx;
 };
 
 #define MG_KV_OPEN_PROGRESS_MS 2000
@@ -55,6 +60,10 @@ int mg_kv_host_timeout_ms(const struct mg_kv_host *h);
  * the timeout, or a negative code. With NULL h it just sleeps. */
 int mg_kv_host_serve(struct mg_kv_host *h, int timeout_ms);
 int mg_kv_host_port(const struct mg_kv_host *h);
+/* Deletes the hosted store's keys that start with prefix but not with keep
+ * (NULL: none kept): the workers' keys of earlier attempts in the agent
+ * store. Returns how many. */
+int mg_kv_host_delete_prefix(struct mg_kv_host *h, const char *prefix, const char *keep);
 void mg_kv_host_release(struct mg_kv_host *h);
 
 /* The address the other nodes most likely reach this agent at: the local

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 void mg_rdzv_conf_init(struct mg_rdzv_conf *c)
@@ -48,16 +49,18 @@ int mg_rdzv_parse_duration_ms(const char *s, int *ms)
     return 0;
 }
 
+/* torch's RendezvousParameters.get_as_bool: 1/true/t/yes/y and 0/false/f/no/n,
+ * in any case; "on"/"off" too. */
 static int parse_bool(const char *s, int *out)
 {
-    static const char *const yes[] = {"1", "true", "yes", "on", "True", "TRUE", "Yes"};
-    static const char *const no[] = {"0", "false", "no", "off", "False", "FALSE", "No"};
+    static const char *const yes[] = {"1", "true", "t", "yes", "y", "on"};
+    static const char *const no[] = {"0", "false", "f", "no", "n", "off"};
     for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-        if (strcmp(s, yes[i]) == 0) {
+        if (strcasecmp(s, yes[i]) == 0) {
             *out = 1;
             return 0;
         }
-        if (strcmp(s, no[i]) == 0) {
+        if (strcasecmp(s, no[i]) == 0) {
             *out = 0;
             return 0;
         }
@@ -65,24 +68,63 @@ static int parse_bool(const char *s, int *out)
     return -EINVAL;
 }
 
+/* Every spelling accepted, mg's own and torchrun's (docs/torchrun-compat.md
+ * names the torch file that reads each): several spellings of one setting
+ * share its key. The order is the one the "known:" list shows. */
 static const struct {
     const char *name;
     enum mg_rdzv_conf_key key;
 } keys[] = {
     {"join_timeout", MG_RDZV_K_JOIN_TIMEOUT},
+    {"timeout", MG_RDZV_K_JOIN_TIMEOUT}, /* torchrun's static and etcd backends */
     {"last_call_timeout", MG_RDZV_K_LAST_CALL_TIMEOUT},
     {"close_timeout", MG_RDZV_K_CLOSE_TIMEOUT},
     {"heartbeat_interval", MG_RDZV_K_HEARTBEAT_INTERVAL},
+    {"keep_alive_interval", MG_RDZV_K_HEARTBEAT_INTERVAL}, /* torchrun 2.x */
     {"heartbeat_timeout", MG_RDZV_K_HEARTBEAT_TIMEOUT},
+    {"keep_alive_max_attempt", MG_RDZV_K_KEEP_ALIVE_MAX_ATTEMPT}, /* torchrun 2.x */
     {"exit_barrier_timeout", MG_RDZV_K_EXIT_BARRIER_TIMEOUT},
     {"read_timeout", MG_RDZV_K_READ_TIMEOUT},
     {"is_host", MG_RDZV_K_IS_HOST},
     {"token", MG_RDZV_K_TOKEN},
     {"cacert", MG_RDZV_K_CACERT},
+    {"ca_cert", MG_RDZV_K_CACERT}, /* torchrun's etcd-v2 */
     {"cert", MG_RDZV_K_CERT},
+    {"ssl_cert", MG_RDZV_K_CERT}, /* torchrun's etcd-v2 */
     {"key", MG_RDZV_K_KEY},
+    {"ssl_cert_key", MG_RDZV_K_KEY}, /* torchrun's etcd-v2 */
     {"prefix", MG_RDZV_K_PREFIX},
+    {"etcd_prefix", MG_RDZV_K_PREFIX}, /* torchrun's etcd */
+    {"protocol", MG_RDZV_K_PROTOCOL},
+    {"store_type", MG_RDZV_K_STORE_TYPE},
+    {"use_libuv", MG_RDZV_K_USE_LIBUV},
+    {"rank", MG_RDZV_K_RANK},
 };
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static void add_note(struct mg_rdzv_conf *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void add_note(struct mg_rdzv_conf *c, const char *fmt, ...)
+{
+    size_t n = strlen(c->notes);
+    va_list ap;
+    if (n && n + 1 < sizeof(c->notes))
+        c->notes[n++] = '\n';
+    va_start(ap, fmt);
+    vsnprintf(c->notes + n, sizeof(c->notes) - n, fmt, ap);
+    va_end(ap);
+}
+
+static int unknown_key(const char *name, char *err, size_t errlen)
+{
+    char list[600];
+    size_t n = 0;
+    for (size_t i = 0; i < NKEYS && n < sizeof(list); i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", keys[i].name);
+    return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf: unknown key '%s' (known: %s)", name, list);
+}
 
 static int set_string(char *dst, size_t cap, const char *name, const char *val, char *err,
                       size_t errlen)
@@ -95,63 +137,79 @@ static int set_string(char *dst, size_t cap, const char *name, const char *val, 
     return 0;
 }
 
-static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, int *keep_alive_n,
-                   char *err, size_t errlen)
+/* The keys that are durations, and where each goes. */
+static int *duration_of(struct mg_rdzv_conf *c, enum mg_rdzv_conf_key k)
 {
-    int *ms = NULL;
-    size_t i;
+    switch (k) {
+    case MG_RDZV_K_JOIN_TIMEOUT:
+        return &c->join_timeout_ms;
+    case MG_RDZV_K_LAST_CALL_TIMEOUT:
+        return &c->last_call_timeout_ms;
+    case MG_RDZV_K_CLOSE_TIMEOUT:
+        return &c->close_timeout_ms;
+    case MG_RDZV_K_HEARTBEAT_INTERVAL:
+        return &c->heartbeat_interval_ms;
+    case MG_RDZV_K_HEARTBEAT_TIMEOUT:
+        return &c->heartbeat_timeout_ms;
+    case MG_RDZV_K_EXIT_BARRIER_TIMEOUT:
+        return &c->exit_barrier_timeout_ms;
+    case MG_RDZV_K_READ_TIMEOUT:
+        return &c->read_timeout_ms;
+    default:
+        return NULL;
+    }
+}
 
-    /* torchrun's spelling of the heartbeat settings (PyTorch 2.x). */
-    if (strcmp(name, "keep_alive_interval") == 0)
-        name = "heartbeat_interval";
-    if (strcmp(name, "keep_alive_max_attempt") == 0) {
+/* One key=value. spelled[k] remembers which name set key k, so that one
+ * setting given under two names (timeout and join_timeout) is caught. */
+static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, int *keep_alive_n,
+                   const char **spelled, char *err, size_t errlen)
+{
+    size_t i;
+    int b;
+
+    for (i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            break;
+    if (i == NKEYS)
+        return unknown_key(name, err, errlen);
+    enum mg_rdzv_conf_key k = keys[i].key;
+    if (spelled[k] && strcmp(spelled[k], keys[i].name) != 0)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "--rdzv_conf: %s and %s are one setting; give only one of them",
+                         spelled[k], keys[i].name);
+    spelled[k] = keys[i].name;
+
+    int *ms = duration_of(c, k);
+    if (ms) {
+        int v, rc = mg_rdzv_parse_duration_ms(val, &v);
+        if (rc < 0)
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf %s=%s: expected a duration in seconds (like 30, 0.5 or 500ms)", name,
+                val);
+        if (v <= 0 && k != MG_RDZV_K_LAST_CALL_TIMEOUT)
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf %s=%s: must be positive", name,
+                             val);
+        *ms = v;
+        c->set |= 1u << k;
+        return 0;
+    }
+    switch (k) {
+    case MG_RDZV_K_KEEP_ALIVE_MAX_ATTEMPT: {
         char *end;
         errno = 0;
         long n = strtol(val, &end, 10);
         if (errno || *end || end == val || n < 1 || n > 1000)
-            return mg_seterr(
-                err, errlen, -EINVAL,
-                "--rdzv_conf keep_alive_max_attempt=%s: expected an integer from 1 to 1000", val);
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf %s=%s: expected an integer from 1 to 1000", name, val);
         *keep_alive_n = (int)n;
-        return 0;
+        return 0; /* becomes heartbeat_timeout once the interval is known */
     }
-    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-        if (strcmp(keys[i].name, name) == 0)
-            break;
-    if (i == sizeof(keys) / sizeof(keys[0]))
-        return mg_seterr(
-            err, errlen, -EINVAL,
-            "--rdzv_conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
-            "close_timeout, heartbeat_interval, heartbeat_timeout, exit_barrier_timeout, "
-            "read_timeout, is_host, token, cacert, cert, key, prefix)",
-            name);
-
-    switch (keys[i].key) {
-    case MG_RDZV_K_JOIN_TIMEOUT:
-        ms = &c->join_timeout_ms;
-        break;
-    case MG_RDZV_K_LAST_CALL_TIMEOUT:
-        ms = &c->last_call_timeout_ms;
-        break;
-    case MG_RDZV_K_CLOSE_TIMEOUT:
-        ms = &c->close_timeout_ms;
-        break;
-    case MG_RDZV_K_HEARTBEAT_INTERVAL:
-        ms = &c->heartbeat_interval_ms;
-        break;
-    case MG_RDZV_K_HEARTBEAT_TIMEOUT:
-        ms = &c->heartbeat_timeout_ms;
-        break;
-    case MG_RDZV_K_EXIT_BARRIER_TIMEOUT:
-        ms = &c->exit_barrier_timeout_ms;
-        break;
-    case MG_RDZV_K_READ_TIMEOUT:
-        ms = &c->read_timeout_ms;
-        break;
     case MG_RDZV_K_IS_HOST:
         if (parse_bool(val, &c->is_host) < 0)
-            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf is_host=%s: expected true or false",
-                             val);
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf %s=%s: expected true or false",
+                             name, val);
         break;
     case MG_RDZV_K_TOKEN:
         if (!*val)
@@ -174,7 +232,7 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
     case MG_RDZV_K_PREFIX:
         if (val[0] != '/' || strstr(val, "//"))
             return mg_seterr(err, errlen, -EINVAL,
-                             "--rdzv_conf prefix=%s: expected an absolute key path like /mg/rdzv",
+                             "--rdzv_conf %s=%s: expected an absolute key path like /mg/rdzv", name,
                              val);
         if (set_string(c->prefix, sizeof(c->prefix), name, val, err, errlen) < 0)
             return -EINVAL;
@@ -182,28 +240,58 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
         for (size_t n = strlen(c->prefix); n > 1 && c->prefix[n - 1] == '/'; n--)
             c->prefix[n - 1] = 0;
         break;
-    case MG_RDZV_K_COUNT:
+    case MG_RDZV_K_PROTOCOL:
+        if (strcasecmp(val, "http") && strcasecmp(val, "https"))
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf protocol=%s: expected http or https", val);
+        c->https = strcasecmp(val, "https") == 0;
+        break;
+    case MG_RDZV_K_STORE_TYPE:
+        /* torchrun's c10d backend: a TCPStore ("tcp") or a FileStore on a
+         * shared file system ("file"). mg's store is its TCP store. */
+        if (strcasecmp(val, "file") == 0)
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf store_type=file: mglaunch's c10d backend has no file "
+                             "store; use store_type=tcp (the default: mg's store at "
+                             "--rdzv_endpoint) or --rdzv_backend etcd");
+        if (strcasecmp(val, "tcp"))
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf store_type=%s: expected tcp", val);
+        break;
+    case MG_RDZV_K_USE_LIBUV:
+        if (parse_bool(val, &b) < 0)
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf %s=%s: expected true or false",
+                             name, val);
+        add_note(c,
+                 "--rdzv_conf use_libuv=%s: no effect (it picks the event loop of torch's "
+                 "TCPStore; mg's store has its own)",
+                 val);
+        break;
+    case MG_RDZV_K_RANK: {
+        int r;
+        char *end;
+        errno = 0;
+        long v = strtol(val, &end, 10);
+        if (errno || *end || end == val || v < 0 || v > INT_MAX)
+            return mg_seterr(err, errlen, -EINVAL,
+                             "--rdzv_conf rank=%s: expected a non-negative integer", val);
+        r = (int)v;
+        add_note(c,
+                 "--rdzv_conf rank=%d: ignored; --node_rank gives the static backend's node "
+                 "rank (torchrun overwrites rank with it too)",
+                 r);
         break;
     }
-    if (ms) {
-        int v, rc = mg_rdzv_parse_duration_ms(val, &v);
-        if (rc < 0)
-            return mg_seterr(
-                err, errlen, -EINVAL,
-                "--rdzv_conf %s=%s: expected a duration in seconds (like 30, 0.5 or 500ms)", name,
-                val);
-        if (v <= 0 && keys[i].key != MG_RDZV_K_LAST_CALL_TIMEOUT)
-            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf %s=%s: must be positive", name,
-                             val);
-        *ms = v;
+    default:
+        break;
     }
-    c->set |= 1u << keys[i].key;
+    c->set |= 1u << k;
     return 0;
 }
 
 int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size_t errlen)
 {
     char buf[MG_RDZV_CONF_MAX + 1];
+    const char *spelled[MG_RDZV_K_COUNT] = {0};
     int keep_alive_n = 0, rc;
     size_t n;
 
@@ -226,10 +314,24 @@ int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size
             return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf: '%s' is not of the form key=value",
                              item);
         *eq = 0;
-        rc = set_one(c, item, eq + 1, &keep_alive_n, err, errlen);
+        /* torchrun strips spaces around keys and values */
+        for (char *t = eq - 1; t > item && *t == ' '; t--)
+            *t = 0;
+        char *val = eq + 1;
+        while (*val == ' ')
+            val++;
+        for (size_t k = strlen(val); k > 0 && val[k - 1] == ' '; k--)
+            val[k - 1] = 0;
+        rc = set_one(c, item, val, &keep_alive_n, spelled, err, errlen);
         if (rc < 0)
             return rc;
     }
+    /* torchrun 2.x's keep_alive_interval alone: its keep_alive_max_attempt
+     * defaults to 3 (dynamic_rendezvous.py). */
+    if (!keep_alive_n && spelled[MG_RDZV_K_HEARTBEAT_INTERVAL] &&
+        strcmp(spelled[MG_RDZV_K_HEARTBEAT_INTERVAL], "keep_alive_interval") == 0 &&
+        !(c->set & (1u << MG_RDZV_K_HEARTBEAT_TIMEOUT)))
+        keep_alive_n = 3;
     if (keep_alive_n) {
         /* torchrun declares a node dead after max_attempt missed intervals. */
         if (c->set & (1u << MG_RDZV_K_HEARTBEAT_TIMEOUT))
@@ -281,21 +383,34 @@ int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, ch
                          "--rdzv_conf last_call_timeout=%gs: must not exceed join_timeout (%gs)",
                          c->last_call_timeout_ms / 1000.0, c->join_timeout_ms / 1000.0);
     if (backend != MG_RDZV_ETCD) {
+        /* torchrun ignores the keys of other backends; so does mglaunch, aloud. */
+        char *tls_dst[] = {c->cacert, c->cert, c->key};
         for (int i = 0; i < 3; i++)
-            if (*tls_val[i])
-                return mg_seterr(err, errlen, -EINVAL,
-                                 "--rdzv_conf %s: TLS files apply to the etcd backend only, not %s",
-                                 tls[i], mg_rdzv_backend_name(backend));
-        if (c->set & (1u << MG_RDZV_K_PREFIX))
-            return mg_seterr(err, errlen, -EINVAL,
-                             "--rdzv_conf prefix: applies to the etcd backend only, not %s",
-                             mg_rdzv_backend_name(backend));
+            if (*tls_val[i]) {
+                add_note(c, "--rdzv_conf %s: applies to the etcd backend only; ignored with %s",
+                         tls[i], mg_rdzv_backend_name(backend));
+                tls_dst[i][0] = 0;
+            }
+        if (c->set & (1u << MG_RDZV_K_PREFIX)) {
+            add_note(c, "--rdzv_conf prefix: applies to the etcd backend only; ignored with %s",
+                     mg_rdzv_backend_name(backend));
+            snprintf(c->prefix, sizeof(c->prefix), "/mg/rdzv");
+            c->set &= ~(1u << MG_RDZV_K_PREFIX);
+        }
+        if (c->set & (1u << MG_RDZV_K_PROTOCOL)) {
+            add_note(c, "--rdzv_conf protocol: applies to the etcd backend only; ignored with %s",
+                     mg_rdzv_backend_name(backend));
+            c->https = 0;
+        }
     } else {
-        if (c->set & (1u << MG_RDZV_K_IS_HOST))
-            return mg_seterr(
-                err, errlen, -EINVAL,
-                "--rdzv_conf is_host: the etcd backend has no store to host; it applies "
-                "to c10d and static");
+        if (c->set & (1u << MG_RDZV_K_IS_HOST)) {
+            add_note(c, "--rdzv_conf is_host: the etcd backend has no store to host; ignored (it "
+                        "applies to c10d and static)");
+            c->is_host = -1;
+        }
+        if (c->set & (1u << MG_RDZV_K_STORE_TYPE))
+            add_note(c, "--rdzv_conf store_type: applies to the c10d backend only; ignored with "
+                        "etcd");
         for (int i = 0; i < 3; i++)
             if (*tls_val[i] && access(tls_val[i], R_OK) < 0)
                 return mg_seterr(err, errlen, -EINVAL,

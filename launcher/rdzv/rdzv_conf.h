@@ -1,6 +1,11 @@
 /* --rdzv_conf: the rendezvous settings (timeouts, liveness, store hosting,
  * authentication, etcd TLS), parsed from "key=value,key=value" and checked
- * against the backend. docs/rendezvous.md lists every key. */
+ * against the backend. Every key torchrun 1.13 and 2.x read is accepted:
+ * under its own name or as an alias of mg's (timeout, etcd_prefix, ca_cert,
+ * ...), or, when mg has no use for it (use_libuv, rank), with a one-line
+ * notice. A key neither knows is an error that lists the known ones.
+ * docs/rendezvous.md lists every key, docs/torchrun-compat.md where each
+ * torchrun key comes from. */
 #ifndef MG_RDZV_CONF_H
 #define MG_RDZV_CONF_H
 
@@ -10,6 +15,7 @@
 #define MG_RDZV_PATH_MAX   1024
 #define MG_RDZV_TOKEN_MAX  256
 #define MG_RDZV_PREFIX_MAX 256
+#define MG_RDZV_NOTES_MAX  1024
 
 enum mg_rdzv_backend {
     MG_RDZV_STATIC,
@@ -31,7 +37,11 @@ struct mg_rdzv_conf {
     char cert[MG_RDZV_PATH_MAX];
     char key[MG_RDZV_PATH_MAX];
     char prefix[MG_RDZV_PREFIX_MAX];
+    int https;    /* etcd: protocol=https, the scheme of endpoints that name none */
     unsigned set; /* bit per key given explicitly (enum mg_rdzv_conf_key) */
+    /* What mglaunch should say about keys it accepts without acting on them,
+     * one line per key ("" when nothing), without the "mglaunch: " prefix. */
+    char notes[MG_RDZV_NOTES_MAX];
 };
 
 enum mg_rdzv_conf_key {
@@ -48,22 +58,30 @@ enum mg_rdzv_conf_key {
     MG_RDZV_K_CERT,
     MG_RDZV_K_KEY,
     MG_RDZV_K_PREFIX,
+    MG_RDZV_K_PROTOCOL,
+    MG_RDZV_K_STORE_TYPE,
+    MG_RDZV_K_USE_LIBUV,
+    MG_RDZV_K_RANK,
+    MG_RDZV_K_KEEP_ALIVE_MAX_ATTEMPT,
     MG_RDZV_K_COUNT
 };
 
 /* Defaults (documented in docs/rendezvous.md). */
 void mg_rdzv_conf_init(struct mg_rdzv_conf *c);
 
-/* Parses "k=v,k=v" (also accepts torchrun's keep_alive_interval and
- * keep_alive_max_attempt). Durations are seconds, with an optional "s" or
- * "ms" suffix and decimals ("0.5", "500ms"). On error returns -EINVAL and
- * writes a message naming the key and value into err. */
+/* Parses "k=v,k=v", mg's keys and torchrun's (see the top of this file).
+ * Durations are seconds, with an optional "s" or "ms" suffix and decimals
+ * ("0.5", "500ms"). A key given under two of its names (timeout and
+ * join_timeout) is an error. On error returns -EINVAL and writes a message
+ * naming the key and value into err. */
 int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size_t errlen);
 
 /* Takes the token from MG_RDZV_TOKEN when the conf has none (env may be NULL
  * to use the process environment), then checks the settings together and
- * against the backend (etcd-only keys, heartbeat_timeout >= 2 intervals, TLS
- * files readable). -EINVAL with a message in err. */
+ * against the backend (heartbeat_timeout >= 2 intervals, TLS files
+ * readable). A key that applies to another backend only (the etcd TLS files
+ * with c10d, is_host with etcd) is dropped with a note, as torchrun ignores
+ * it. -EINVAL with a message in err. */
 int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, char *const *env,
                         char *err, size_t errlen);
 

@@ -6,6 +6,7 @@
 #include "rdzv_conf.h"
 #include "rdzv_proto.h"
 #include "slurm.h"
+#include "tcpstore.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -55,8 +56,15 @@ struct multi {
     int64_t progress_ms; /* while joining: when to say what the join waits for */
     char hostname[MG_HOST_MAX];
     char run_id[MG_RDZV_RUN_ID_MAX + 1];
-    char notice[768];
+    char notice[2048];
     char first_wait[MG_HOST_MAX + 160]; /* said before the first "still out of reach" */
+    /* static: the agents' store at --master_addr:--master_port is the
+     * workers' too (torchrun's agent store); the node hosting it serves
+     * torch's TCPStore clients on its port as well (tcpstore.h). */
+    char store_host[MG_HOST_MAX];
+    int store_port;
+    struct mg_tcpstore *ts;
+    int ts_poller;
 };
 
 /* ---- what mglaunch prints ------------------------------------------------------------- */
@@ -75,10 +83,15 @@ __attribute__((format(printf, 2, 3))) static void note(struct multi *m, const ch
     va_end(ap);
 }
 
+/* text may hold several lines: each becomes a "mglaunch: " line. */
 static void add_notice(struct multi *m, const char *text)
 {
-    size_t n = strlen(m->notice);
-    snprintf(m->notice + n, sizeof(m->notice) - n, "%s%s", n ? "\nmglaunch: " : "", text);
+    while (*text) {
+        size_t n = strlen(m->notice), len = strcspn(text, "\n");
+        snprintf(m->notice + n, sizeof(m->notice) - n, "%s%.*s", n ? "\nmglaunch: " : "", (int)len,
+                 text);
+        text += len + (text[len] == '\n');
+    }
 }
 
 /* ---- driving the protocol from the agent's timers ----------------------------------------- */
@@ -225,6 +238,18 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     g.master_fd = w.master_fd;
     g.has_restart_count = 1;
     g.restart_count = w.restart_count;
+    if (m->backend == MG_RDZV_STATIC) {
+        /* torchrun's static rule: MASTER_PORT = --master_port, the agent
+         * store (rank 0's agent hosts it for the agents and the workers):
+         * the one port the nodes need between them. */
+        if (g.master_fd >= 0)
+            close(g.master_fd);
+        g.master_fd = -1;
+        snprintf(g.master_addr, sizeof(g.master_addr), "%s", m->store_host);
+        g.master_port = m->store_port;
+        g.use_agent_store = 1;
+        g.agent_store_token = m->conf.token[0] ? m->conf.token : NULL;
+    }
     m->phase = M_RUNNING;
     m->formed_ms = mg_now_ms();
     if (mg_agent_group_formed(ag, &g) < 0) {
@@ -286,11 +311,27 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
     }
 }
 
+static int ts_fill(void *ctx, struct pollfd *fds, int max)
+{
+    return mg_tcpstore_pollfds(ctx, fds, max);
+}
+
+static int ts_process(void *ctx, const struct pollfd *fds, int n)
+{
+    return mg_tcpstore_process(ctx, fds, n);
+}
+
 static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_round_info *info)
 {
     struct multi *m = impl;
     m->ag = ag;
     cancel_timer(m);
+    if (m->ts && m->ts_poller < 0) {
+        struct mg_agent_poller p = {.fill = ts_fill, .process = ts_process, .ctx = m->ts};
+        m->ts_poller = mg_agent_add_poller(ag, &p);
+        if (m->ts_poller < 0)
+            return m->ts_poller;
+    }
     if (m->host && m->poller < 0) {
         /* Served by this loop for the agent's whole life. */
         struct mg_agent_poller p = {
@@ -323,6 +364,14 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
     const struct mg_agent_result *res = mg_agent_result(ag);
 
     cancel_timer(m);
+    if (m->host && m->backend == MG_RDZV_STATIC && result != MG_ROUND_SUCCEEDED) {
+        /* The round is over on every node: the next one starts with the
+         * workers' part of the agent store empty (torch namespaces attempts
+         * in it, but later torch does not; mg's workers do). */
+        if (m->ts)
+            mg_tcpstore_clear(m->ts);
+        mg_kv_host_delete_prefix(m->host, "/worker/", NULL);
+    }
     if (m->phase != M_RUNNING) {
         m->phase = M_IDLE;
         return; /* stopped for a restart or a failure already handled */
@@ -401,7 +450,8 @@ static void multi_release(void *impl)
     if (!m)
         return;
     mg_rdzv_release(m->r);
-    mg_kv_host_release(m->host);
+    mg_kv_host_release(m->host); /* before the TCPStore side it hands connections to */
+    mg_tcpstore_release(m->ts);
     if (m->abort_fd >= 0)
         close(m->abort_fd);
     if (m->exit_fd >= 0)
@@ -452,6 +502,7 @@ static struct multi *multi_new(FILE *status)
         return NULL;
     m->timer = -1;
     m->poller = -1;
+    m->ts_poller = -1;
     m->abort_fd = -1;
     m->exit_fd = -1;
     m->status = status;
@@ -483,15 +534,18 @@ static int read_conf(struct mg_rdzv_conf *c, enum mg_rdzv_backend b, const struc
     return rc ? rc : mg_rdzv_conf_finish(c, b, env, err, errcap);
 }
 
-int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
-                             size_t errcap)
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *notes,
+                             size_t notescap, char *err, size_t errcap)
 {
     struct mg_rdzv_conf c;
     enum mg_rdzv_backend b;
 
     if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
         b = MG_RDZV_C10D;
-    return read_conf(&c, b, o, env, err, errcap);
+    int rc = read_conf(&c, b, o, env, err, errcap);
+    if (rc == 0 && notescap)
+        snprintf(notes, notescap, "%s", c.notes);
+    return rc;
 }
 
 /* Without --nnodes, a Slurm allocation says how many nodes there are, which
@@ -548,6 +602,8 @@ static int pick_endpoint(const struct mg_launch_opts *o, struct multi *m, struct
                : p->slurm == 1 && mg_slurm_default_port(&p->sl) > 0 ? mg_slurm_default_port(&p->sl)
                                                                     : STATIC_DEFAULT_PORT;
     mg_format_hostport(p->endpoint, sizeof(p->endpoint), a, port);
+    snprintf(m->store_host, sizeof(m->store_host), "%s", a);
+    m->store_port = port;
     if (!p->node_rank_given && p->max > 1)
         add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "
                       "this node takes rank 0; give each node its own --node_rank");
@@ -609,6 +665,10 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
                  "rendezvous (static): waiting for node 0 (--node_rank 0) to host the store at %s "
                  "(--master_addr:--master_port)",
                  p->endpoint);
+    if (m->backend == MG_RDZV_STATIC && mg_tcpstore_new(&m->ts) == 0) {
+        s.foreign = mg_tcpstore_adopt;
+        s.foreign_ctx = m->ts;
+    }
     int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
     m->first_wait[0] = 0;
     if (rc == -EADDRINUSE && m->backend == MG_RDZV_STATIC) {
@@ -620,6 +680,10 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
     }
     if (rc < 0)
         return rc;
+    if (!m->host) { /* another node hosts the agent store */
+        mg_tcpstore_release(m->ts);
+        m->ts = NULL;
+    }
 
     /* A remote backend that stops answering holds a request up to its
      * timeout: a terminating signal cuts that short (the agent blocks these
@@ -720,8 +784,10 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
         goto fail;
     }
     if ((rc = take_slurm(o, env, m, &p, err, errcap)) < 0 ||
-        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0 ||
-        (rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
+        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0)
+        goto fail;
+    add_notice(m, m->conf.notes);
+    if ((rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
         (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||
         (rc = open_backend(m, &p, &kv, err, errcap)) < 0 ||
         (rc = start_rdzv(o, m, &p, kv, err, errcap)) < 0)

@@ -27,9 +27,11 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
                          const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap);
 
 /* Checks --rdzv_conf alone (a single-node run does not use it, but a
- * mistake in it is still an error). 0 or -EINVAL with err set. */
-int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *err,
-                             size_t errcap);
+ * mistake in it is still an error). notes gets what the user should be told
+ * about keys accepted without effect ("" when nothing; lines without the
+ * "mglaunch: " prefix). 0 or -EINVAL with err set. */
+int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *notes,
+                             size_t notescap, char *err, size_t errcap);
 
 /* A warning or note for the user about the settings (no --rdzv_id, values
  * taken from Slurm), or NULL. */

@@ -12,6 +12,7 @@ struct rdzv_single {
     char master_addr[MG_HOST_MAX];
     int master_port;                /* > 0: fixed */
     char run_id[MG_RUN_ID_MAX + 1]; /* "" = mglaunch's own */
+    char notice[1024];
 };
 
 static int single_next_round(void *impl, struct mg_agent *ag, const struct mg_round_info *info)
@@ -66,8 +67,14 @@ const char *mg_rdzv_single_run_id(void *impl)
     return s && s->run_id[0] ? s->run_id : NULL;
 }
 
-int mg_rdzv_single_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops,
-                          void **impl)
+const char *mg_rdzv_single_notice(void *impl)
+{
+    struct rdzv_single *s = impl;
+    return s && s->notice[0] ? s->notice : NULL;
+}
+
+int mg_rdzv_single_create(const struct mg_launch_opts *o, const char *notice,
+                          const struct mg_rdzv_ops **ops, void **impl)
 {
     struct rdzv_single *s = calloc(1, sizeof(*s));
     if (!s)
@@ -75,6 +82,8 @@ int mg_rdzv_single_create(const struct mg_launch_opts *o, const struct mg_rdzv_o
     snprintf(s->master_addr, sizeof(s->master_addr), "%s",
              o->master_addr ? o->master_addr : "127.0.0.1");
     s->master_port = o->master_port;
+    if (notice)
+        snprintf(s->notice, sizeof(s->notice), "%s", notice);
     *ops = &mg_rdzv_single_ops;
     *impl = s;
     return 0;

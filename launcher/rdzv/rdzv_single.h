@@ -12,9 +12,12 @@
 
 extern const struct mg_rdzv_ops mg_rdzv_single_ops;
 
-/* Creates the backend: *ops is &mg_rdzv_single_ops. 0 or -ENOMEM. */
-int mg_rdzv_single_create(const struct mg_launch_opts *o, const struct mg_rdzv_ops **ops,
-                          void **impl);
+/* Creates the backend: *ops is &mg_rdzv_single_ops. notice (NULL: none) is
+ * kept for mg_rdzv_single_notice. 0 or -ENOMEM. */
+int mg_rdzv_single_create(const struct mg_launch_opts *o, const char *notice,
+                          const struct mg_rdzv_ops **ops, void **impl);
+/* The notice given at creation, or NULL. */
+const char *mg_rdzv_single_notice(void *impl);
 /* The run id to use instead of mglaunch's own (a Slurm job's), or NULL. */
 void mg_rdzv_single_set_run_id(void *impl, const char *id);
 const char *mg_rdzv_single_run_id(void *impl);

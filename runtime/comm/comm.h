@@ -43,7 +43,7 @@
  * records an event and hands (bucket, event) to the communication thread,
  * which calls mg_comm_wait_event() and then mg_comm_allreduce() on it; the
  * optimizer, queued after the communication thread reports the bucket done,
- * reads finished sums. (Phase 2 wires this into ddp.c.) */
+ * reads finished sums (ddp.c does this). */
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
@@ -124,6 +124,8 @@ struct mg_comm {
     uint64_t zerocopy; /* allreduces done in place in registered memory so far */
     char desc[96];     /* e.g. "cpu: shm (2 ranks on 1 host)" */
     char errmsg[MG_ERRMSG_LEN];
+    /* Collectives take device memory only (NCCL): host data must be staged. */
+    int device_memory;
 };
 
 /* Options for creating a communicator. Zero-initialized fields take defaults. */

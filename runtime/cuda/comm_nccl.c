@@ -432,6 +432,14 @@ static struct nccl_comm *N(struct mg_comm *c)
     return (struct nccl_comm *)c;
 }
 
+/* A collective of nothing: done, and it takes wait_event's event with it, so
+ * that a later one cannot follow that event instead of all the work before it. */
+static int nothing(struct nccl_comm *n)
+{
+    n->pending = NULL;
+    return 0;
+}
+
 static int nccl_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
                           int timeout_ms)
 {
@@ -440,7 +448,7 @@ static int nccl_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_r
     snprintf(what, sizeof(what), "allreduce%s of %zu float%s", op == MG_REDUCE_AVG ? " (avg)" : "",
              count, count == 1 ? "" : "s");
     if (!count)
-        return 0;
+        return nothing(n);
     int rc = prepare(n, what);
     if (rc)
         return rc;
@@ -456,7 +464,7 @@ static int nccl_reduce_scatter(struct mg_comm *c, const float *send, float *recv
     snprintf(what, sizeof(what), "reduce-scatter%s of %zu float%s per rank",
              op == MG_REDUCE_AVG ? " (avg)" : "", recv_count, recv_count == 1 ? "" : "s");
     if (!recv_count)
-        return 0;
+        return nothing(n);
     int rc = prepare(n, what);
     if (rc)
         return rc;
@@ -473,7 +481,7 @@ static int nccl_broadcast(struct mg_comm *c, void *buf, size_t len, int root, in
     snprintf(what, sizeof(what), "broadcast of %zu byte%s from rank %d", len, len == 1 ? "" : "s",
              root);
     if (!len)
-        return 0;
+        return nothing(n);
     int rc = prepare(n, what);
     if (rc)
         return rc;
@@ -488,7 +496,7 @@ static int nccl_allgather(struct mg_comm *c, const void *send, void *recv, size_
     char what[96];
     snprintf(what, sizeof(what), "allgather of %zu byte%s per rank", len, len == 1 ? "" : "s");
     if (!len)
-        return 0;
+        return nothing(n);
     int rc = prepare(n, what);
     if (rc)
         return rc;
@@ -769,6 +777,7 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
     n->c.rank = rank;
     n->c.world = world;
     n->c.timeout_ms = timeout;
+    n->c.device_memory = 1;
     n->store = store;
     n->wait_on = (cudaStream_t)opts->stream;
     key_prefix(opts, n->prefix, sizeof(n->prefix));

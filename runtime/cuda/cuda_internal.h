@@ -36,7 +36,8 @@ int mgcu_cudnn_failed(struct mgcu_err *e, cudnnStatus_t st, const char *call, co
                       int line);
 __attribute__((format(printf, 3, 4))) void mgcu_fail(struct mgcu_err *e, int code, const char *fmt,
                                                      ...);
-/* The code a CUDA error maps to: -ENOMEM, -ENODEV / -ENXIO, else -EIO. */
+/* The code a CUDA error maps to: -ENOMEM, -ENODEV (no such or no free device),
+ * -ENXIO (no driver, a stub), -MG_EVERSION (a driver too old), else -EIO. */
 int mgcu_cuda_code(cudaError_t st);
 /* mg_seterr's twin (the plugin links no libmg): the message into err, returns code. */
 __attribute__((format(printf, 4, 5))) int mgcu_seterr(char *err, size_t errlen, int code,

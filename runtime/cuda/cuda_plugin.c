@@ -53,9 +53,13 @@ int mgcu_cuda_code(cudaError_t st)
         return -ENOMEM;
     case cudaErrorNoDevice:
     case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
         return -ENODEV;
     case cudaErrorInsufficientDriver:
+    case cudaErrorStubLibrary:
         return -ENXIO;
+    case cudaErrorCallRequiresNewerDriver:
+        return -MG_EVERSION;
     default:
         return -EIO;
     }

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch reference for tests/bench/train_bench.sh: the same training loop as mg's
-`train`, in PyTorch. In-memory tensors, a DistributedSampler (rank 0 of 1, so the
-same shuffle as mg for the same seed), no DataLoader, one thread.
+"""PyTorch reference for tests/bench/train_bench.sh and gpu.sh: the same training
+loop as mg's `train`, in PyTorch. In-memory tensors, a DistributedSampler (rank 0 of
+1, so the same shuffle as mg for the same seed), no DataLoader, one thread.
+--device cuda: the data and the model on GPU 0, FP32 without TF32 (as mg's CUDA
+backend by default), the clock read after torch.cuda.synchronize().
 
 Prints one JSON line: model, steps, samples, train_time_s, samples_per_s,
 test_accuracy, test_loss."""
@@ -63,16 +65,27 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--train-samples", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     torch.set_num_threads(1)
+    dev = torch.device(args.device)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
     lr = args.lr if args.lr is not None else (0.05 if args.model == "mlp" else 0.02)
 
     xtr, ytr = load(args.data_dir, "train", args.train_samples)
     xte, yte = load(args.data_dir, "t10k", 0)
     if args.model == "mlp":
         xtr, xte = xtr.reshape(len(xtr), 784), xte.reshape(len(xte), 784)
+    xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
     torch.manual_seed(args.seed)
-    model = mlp() if args.model == "mlp" else cnn()
+    model = (mlp() if args.model == "mlp" else cnn()).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
     sampler = DistributedSampler(range(len(xtr)), num_replicas=1, rank=0, shuffle=True, seed=args.seed)
     per_epoch = (len(sampler) + args.batch_size - 1) // args.batch_size
@@ -81,7 +94,8 @@ def main():
     step, samples, train_time, epoch = 0, 0, 0.0, 0
     while step < total:
         sampler.set_epoch(epoch)
-        idx = torch.tensor(list(sampler))
+        idx = torch.tensor(list(sampler), device=dev)
+        sync()
         t0 = time.perf_counter()
         for b in range(0, len(idx), args.batch_size):
             if step == total:
@@ -94,6 +108,7 @@ def main():
             opt.step()
             step += 1
             samples += len(i)
+        sync()
         train_time += time.perf_counter() - t0
         epoch += 1
 

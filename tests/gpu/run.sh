@@ -25,8 +25,10 @@ fi
 grep '^mg build: cuda plugin' "$T/build.log"
 
 TESTS="$BUILD/tests/unit/test_cuda_kernels $BUILD/tests/unit/test_cuda_shapes
-       $BUILD/tests/unit/test_nccl_boot tests/integration/cuda_build.t tests/integration/cuda_probe.t
-       $BUILD/tests/unit/test_cuda_backend $BUILD/tests/unit/test_comm_nccl"
+       $BUILD/tests/unit/test_nccl_boot $BUILD/tests/unit/test_ddp_device
+       $BUILD/tests/unit/test_dist_device tests/integration/cuda_build.t
+       tests/integration/cuda_probe.t tests/integration/train_device.t
+       $BUILD/tests/unit/test_cuda_backend $BUILD/tests/unit/test_comm_nccl $(ls tests/gpu/*.t)"
 echo
 echo "== tests =="
 failed=0

@@ -13,6 +13,8 @@
  *   trap NAME FILE          on signal NAME append "NAME" to FILE and go on
  *   sleep SECS              sleep (fractions allowed; restarts after trapped signals)
  *   pause                   wait until a signal ends the process
+ *   alloc MB                allocate MB megabytes and touch every page (to meet a
+ *                           memory limit)
  *   grandchild FILE         fork a child (same process group) that writes its pid to
  *                           FILE and sleeps forever
  *   pidfile FILE            write our pid to FILE
@@ -199,7 +201,7 @@ static int nargs(const char *a)
     static const char *one[] = {
         "out",      "err",   "outn",       "errn",           "out-bytes", "err-bytes",  "out-lines",
         "progress", "exit",  "signal",     "on-term",        "sleep",     "grandchild", "pidfile",
-        "touch",    "stamp", "error-json", "error-json-str", "wait-file"};
+        "touch",    "stamp", "error-json", "error-json-str", "wait-file", "alloc"};
     if (!strcmp(a, "trap"))
         return 2;
     for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
@@ -282,6 +284,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "pause")) {
             for (;;)
                 pause();
+        } else if (!strcmp(a, "alloc")) {
+            size_t n = (size_t)atol(x) << 20;
+            char *p = malloc(n);
+            for (size_t k = 0; p && k < n; k += 4096)
+                p[k] = 1;
+            if (!p)
+                return 12;
         } else if (!strcmp(a, "grandchild")) {
             pid_t p = fork();
             if (p == 0) {

@@ -7,7 +7,10 @@
  *
  * --stamp FILE   first, append "NS rank=R group_world=G" to FILE (NS: CLOCK_MONOTONIC
  *                nanoseconds, comparable across processes of this machine)
- * --reach        the reachability check above (20 s to complete)
+ * --reach        the reachability check above (20 s to complete); with
+ *                TORCHELASTIC_USE_AGENT_STORE=True (the static backend across
+ *                nodes) MASTER_PORT is the agent's store: every rank joins it as
+ *                libmg does (runtime/dist.h) and they trade their ranks there
  * --sleep SECS   then stay up (until SIGTERM)
  * --sleep-at N:S stay up S seconds only while the group has N nodes
  *                (GROUP_WORLD_SIZE): a job that runs until its membership changes
@@ -16,6 +19,7 @@
  * Line: "env rank=.. local_rank=.. world=.. group_rank=.. group_world=..
  *        local_world=.. master=ADDR:PORT restart=.. run_id=.." and "reach ok". */
 #include "net.h"
+#include "store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,6 +44,33 @@ static int die(const char *what, int rc)
     return 1;
 }
 
+/* Through the agent's store, in the attempt's namespace, as libmg joins it. */
+static int reach_agent_store(int rank, int world, const char *addr, int port)
+{
+    char prefix[64], key[64];
+    struct mg_store *st = NULL;
+    snprintf(prefix, sizeof(prefix), "/worker/attempt_%s/", env("TORCHELASTIC_RESTART_COUNT"));
+    struct mg_store_opts o = {.host = addr,
+                              .port = port,
+                              .prefix = prefix,
+                              .token = getenv("MG_AGENT_STORE_TOKEN"),
+                              .connect_timeout_ms = 20000,
+                              .timeout_ms = 20000};
+    int rc = mg_store_connect(&st, &o);
+    if (rc)
+        return die("join the agent store at MASTER_ADDR:MASTER_PORT", rc);
+    snprintf(key, sizeof(key), "reach/%d", rank);
+    rc = mg_store_set(st, key, "ok", 2, 0);
+    for (int r = 0; r < world && !rc; r++) {
+        void *v = NULL;
+        snprintf(key, sizeof(key), "reach/%d", r);
+        rc = mg_store_get(st, key, &v, NULL, 20000);
+        free(v);
+    }
+    mg_store_release(st);
+    return rc ? die("trade ranks in the agent store", rc) : 0;
+}
+
 static int reach(int rank, int world, const char *addr, int port)
 {
     int64_t deadline = mg_now_ms() + 20000;
@@ -48,6 +79,8 @@ static int reach(int rank, int world, const char *addr, int port)
 
     if (world < 2)
         return 0;
+    if (strcmp(env("TORCHELASTIC_USE_AGENT_STORE"), "True") == 0)
+        return reach_agent_store(rank, world, addr, port);
     if (rank == 0) {
         int lfd = mg_listen_tcp(NULL, port, 128, NULL);
         if (lfd < 0)

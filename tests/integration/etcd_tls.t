@@ -37,6 +37,14 @@ is "$?" 0 "https with cacert: the agent forms its group"
 run b "join_timeout=2"
 is "$?" 1 "https without the CA: refused"
 like "$(cat "$T/b.out")" "etcd $EP: .*(certificate|SSL)" "the error names the endpoint and the certificate problem"
+# torchrun's etcd-v2 spellings, with an endpoint that names no scheme
+"$AGENT" --backend etcd --endpoint "$ETCD_EP" --id e --script join \
+    --conf "protocol=https,ca_cert=$T/ca.pem" >"$T/e.out" 2>&1
+is "$?" 0 "protocol=https, ca_cert (torchrun's names): the agent forms its group"
+"$AGENT" --backend etcd --endpoint "$ETCD_EP" --id f --script join \
+    --conf "protocol=https,join_timeout=2" >"$T/f.out" 2>&1
+like "$(cat "$T/f.out")" "etcd https://$ETCD_EP: .*(certificate|SSL)" \
+    "protocol=https alone makes a scheme-less endpoint https"
 etcd_stop
 
 # client certificates required

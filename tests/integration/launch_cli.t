@@ -19,7 +19,7 @@ bad() {
     like "$(cat "$T/err")" "^mglaunch: .*$want" "names the problem: $*"
 }
 
-bad "invalid value '0' for --nproc_per_node: expected an integer from 1 to 4096, cpu, gpu or auto" \
+bad "invalid value '0' for --nproc_per_node: expected an integer from 1 to 4096, cpu, gpu, xpu or auto" \
     --nproc_per_node 0 "$FW"
 bad "invalid value '4097' for --nproc_per_node: expected an integer from 1 to 4096" \
     --nproc_per_node 4097 "$FW"
@@ -46,6 +46,10 @@ unset PET_NPROC_PER_NODE
 bad "no local rank 4" --nproc_per_node 2 --local_ranks_filter 4 "$FW"
 bad "ambiguous option '--n'" --n 2 "$FW"
 bad "cannot be used together" --no_python -m x
+bad "invalid value '\\[::1\\]:29500' for --master_addr: expected a host without a port; the port goes in --master_port" \
+    --master_addr '[::1]:29500' "$FW"
+bad "invalid value '\\[::1' for --master_addr: expected an IPv6 address in brackets" --master_addr '[::1' "$FW"
+bad "invalid value 'a\\[1\\]' for --local_addr" --local_addr 'a[1]' "$FW"
 
 # Multi-node settings are checked before anything starts (docs/rendezvous.md): exit 2
 bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_backend c10d "$FW"
@@ -62,8 +66,8 @@ bad "MG_RDZV_TOKEN: 300 bytes, the limit is 256" "$FW"
 unset MG_RDZV_TOKEN
 bad "--rdzv_conf join_timeout=abc" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint x:1 \
     --rdzv_conf join_timeout=abc "$FW"
-# torchrun features for later issues: refused, exit 2
-bad "--run_path: not implemented yet" --run_path "$FW"
+# --logs_specs names a Python class: refused with what to use instead, exit 2
+bad "--logs_specs my_specs: names a Python class .*use --log_dir" --logs_specs my_specs "$FW"
 
 if [ -z "$(ls /dev/nvidia[0-9]* 2>/dev/null)" ] && [ ! -d /proc/driver/nvidia/gpus ]; then
     bad "invalid value 'gpu' for --nproc_per_node: no GPU found" --nproc_per_node gpu "$FW"
@@ -95,7 +99,7 @@ is $? 0 "--nproc_per_node cpu"
 out=$("$MGLAUNCH" --help)
 is $? 0 "--help exits 0"
 like "$out" "^usage: mglaunch \\[options\\] PROGRAM" "--help shows the usage"
-like "$out" "--nproc_per_node N\\|cpu\\|gpu\\|auto" "--help lists the flags"
+like "$out" "--nproc_per_node N\\|cpu\\|gpu\\|xpu\\|auto" "--help lists the flags"
 like "$("$MGLAUNCH" -h)" "^usage:" "-h"
 like "$("$MGLAUNCH" --version)" "^mglaunch [0-9]+\\.[0-9]+\\.[0-9]+" "--version"
 like "$("$MGLAUNCH" logs --help)" "^usage: mglaunch logs" "logs --help"

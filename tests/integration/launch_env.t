@@ -5,7 +5,8 @@
 # timeout: 90
 . "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
-unset OMP_NUM_THREADS CUDA_VISIBLE_DEVICES PYTHON_EXEC NCCL_ASYNC_ERROR_HANDLING
+unset OMP_NUM_THREADS CUDA_VISIBLE_DEVICES PYTHON_EXEC NCCL_ASYNC_ERROR_HANDLING \
+    TORCH_NCCL_ASYNC_ERROR_HANDLING
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 
 # envvar FILE NAME: the value of NAME in a print-env dump
@@ -23,7 +24,7 @@ for n in 1 2 3 8; do
             "LOCAL_WORLD_SIZE=$n" "WORLD_SIZE=$n" "GROUP_WORLD_SIZE=1" "ROLE_WORLD_SIZE=$n" \
             "MASTER_ADDR=127.0.0.1" "TORCHELASTIC_RESTART_COUNT=0" "TORCHELASTIC_MAX_RESTARTS=0" \
             "TORCHELASTIC_RUN_ID=env$n" "TORCHELASTIC_USE_AGENT_STORE=False" \
-            "NCCL_ASYNC_ERROR_HANDLING=1" \
+            "NCCL_ASYNC_ERROR_HANDLING=1" "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" \
             "TORCHELASTIC_ERROR_FILE=$T/logs/env$n/attempt_0/$r/error.json"; do
             grep -qx "$kv" "$f" || got="$got missing:$kv"
         done

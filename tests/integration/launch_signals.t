@@ -2,10 +2,11 @@
 # Signals: SIGTERM forwarded to every worker group, SIGKILL for one that ignores
 # it once --shutdown_timeout is over; a second SIGINT kills at once; SIGUSR1
 # forwarded only, to the worker process and not its children; SIGHUP and
-# SIGQUIT; exit codes 128+signal. A stop that reaches a worker before
-# mglaunch (Slurm, systemd and a deleted pod signal every process) is a stop,
-# not a failure, in either order. And the launcher SIGKILLed: no worker or
-# grandchild survives 2 s later.
+# SIGQUIT; exit codes 128+signal; SIGINT and SIGQUIT handled though ignored at
+# start (a script's background job), SIGHUP ignored by nohup left alone. A stop
+# that reaches a worker before mglaunch (Slurm, systemd and a deleted pod
+# signal every process) is a stop, not a failure, in either order. And the
+# launcher SIGKILLed: no worker or grandchild survives 2 s later.
 # timeout: 120
 . "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
@@ -49,8 +50,9 @@ like "$(cat "$T/err")" "stopped by SIGTERM after 1 attempt; exit code 143" "summ
 like "$(tail -n 1 "$ev")" '"event":"run_end","time_ms":[0-9]+,"result":"signaled","exit_code":143' \
     "run_end in the event log"
 
-# A script's background job starts with SIGINT and SIGQUIT ignored, and
-# mglaunch keeps a signal ignored that was ignored when it started: restore them.
+# A script's background job (like every bg job here) starts with SIGINT and
+# SIGQUIT ignored; mglaunch handles them anyway. DFL restores them for the
+# cases that are about something else.
 DFL="env --default-signal=INT,QUIT"
 
 # ---- SIGINT twice: the second kills at once (the workers ignore SIGINT here)
@@ -152,13 +154,36 @@ for sn in HUP:1 QUIT:3; do
     is $? $((128 + ${sn#*:})) "SIG$s: exit code 128+signal"
 done
 
-# ---- an ignored signal stays ignored (nohup)
-bg "$MGLAUNCH" --nproc_per_node 1 "$FW" touch "$T/ign.0" sleep 1 >/dev/null 2>&1
+# ---- SIGINT ignored at start (this background job's) is handled all the same,
+# and the workers get it with its default action (they would ignore it too)
+bg sh -c 'grep ^SigIgn: /proc/$$/status >"$1"' sh "$T/sigign"
+ok wait_for 5 test -s "$T/sigign"
+like "$(cat "$T/sigign")" '[2367abef]$' "a background job here starts with SIGINT ignored"
+bg "$MGLAUNCH" --nproc_per_node 2 --log_dir "$L" --rdzv_id ign "$FW" touch "$T/ign.\${local_rank}" \
+    sleep 30 >/dev/null 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 1 "$T/ign"
-kill -INT "$pid" # ignored by this background job since it started
+ok wait_for 10 ready 2 "$T/ign"
+kill -INT "$pid"
 wait "$pid"
-is $? 0 "a signal ignored at start is ignored: the run completes"
+is $? 130 "SIGINT ignored at start: handled, exit 130"
+like "$(grep '"local_rank":0' "$L/ign/events.jsonl" | grep worker_exit)" '"signal":"SIGINT"' \
+    "the worker died of the SIGINT passed on, not of SIGKILL later"
+
+# ---- SIGHUP ignored by nohup stays ignored; named in --signals-to-handle it is handled
+bg env --ignore-signal=HUP "$MGLAUNCH" --nproc_per_node 1 "$FW" touch "$T/hup.0" sleep 1 \
+    >/dev/null 2>&1
+pid=$!
+ok wait_for 10 ready 1 "$T/hup"
+kill -HUP "$pid"
+wait "$pid"
+is $? 0 "SIGHUP ignored at start (nohup): the run completes"
+bg env --ignore-signal=HUP "$MGLAUNCH" --signals-to-handle SIGHUP,SIGTERM --nproc_per_node 1 "$FW" \
+    touch "$T/hup2.0" sleep 30 >/dev/null 2>&1
+pid=$!
+ok wait_for 10 ready 1 "$T/hup2"
+kill -HUP "$pid"
+wait "$pid"
+is $? 129 "SIGHUP named in --signals-to-handle: handled under nohup too"
 
 # ---- the launcher SIGKILLed: workers and their children die with it
 bg "$MGLAUNCH" --nproc_per_node 3 "$FW" grandchild "$T/gc.\${local_rank}" \

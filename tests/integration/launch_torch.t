@@ -35,6 +35,25 @@ is "$(cat "$T/logs/ddp/attempt_0/0/stdout.log")" "rank 0/2 grad 3.0 sum 1" \
     "rank 0: averaged gradient and all_reduce"
 is "$(cat "$T/logs/ddp/attempt_0/1/stdout.log")" "rank 1/2 grad 3.0 sum 1" "rank 1 agrees"
 
+# torchrun's help asks for IPv6 as [0:0:0:0:0:0:0:1]; torch's TCPStore resolves it
+# only without the brackets, which is what the workers get.
+if /usr/bin/python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
+    for a in '[::1]' '[0:0:0:0:0:0:0:1]' '::1'; do
+        "$MGLAUNCH" --nproc_per_node 2 --master_addr "$a" --log_dir "$T/logs" --rdzv_id v6 \
+            --no_python /usr/bin/python3 -c 'import os; print(os.environ["MASTER_ADDR"])' \
+            >"$T/v6addr" 2>&1
+        rm -rf "$T/logs/v6"
+        out=$("$MGLAUNCH" --nproc_per_node 2 --master_addr "$a" --log_dir "$T/logs" --rdzv_id v6 \
+            "$T/ddp.py" 2>"$T/err")
+        is "$?" 0 "--master_addr $a: the DDP group forms over IPv6 loopback"
+        is "$(cat "$T/logs/v6/attempt_0/1/stdout.log")" "rank 1/2 grad 3.0 sum 1" "  and agrees"
+        like "$(cat "$T/v6addr")" "^(\\[default[01]\\]:)?(::1|0:0:0:0:0:0:0:1)$" "  MASTER_ADDR has no brackets"
+        rm -rf "$T/logs/v6"
+    done
+else
+    diag "no IPv6 loopback here: the [::1] cases are not run"
+fi
+
 cat >"$T/fail.py" <<'EOF'
 import os
 from torch.distributed.elastic.multiprocessing.errors import record

@@ -3,7 +3,6 @@
 # of bad flag gets one line on stderr naming the problem and exit status 2.
 # timeout: 60
 . "$(dirname "$0")/../lib/lib.sh"
-. "$(dirname "$0")/../lib/todo.sh"
 [ -x "$TRAIN" ] || skip_all "train not built"
 
 out=$("$TRAIN" --help)
@@ -48,22 +47,19 @@ bad "--data-dir does not apply to --data synthetic" --data synthetic --data-dir 
 "$TRAIN" --device cuda --data synthetic --steps 1 >"$T/out" 2>"$T/err"
 cuda_rc=$?
 if [ $cuda_rc = 0 ]; then
-    diag "this build has a CUDA backend: --device cuda accepted"
+    diag "this build has a CUDA backend and this machine a GPU: --device cuda accepted"
     ok true "--device cuda runs in a CUDA build"
 elif grep -q '^#define MG_HAVE_CUDA 1' "$MG_BUILD/include/mg_config.h"; then
-    # A CUDA build on a machine without a usable GPU: one line saying so. Phase 2
-    # of issue 10 wires train to mg_backend_open (the reason: no driver, no
-    # device, ...) and exit status 2; until then the reason is a bare errno text.
-    like "$(cat "$T/err")" '^train: cannot start the cuda backend: ' \
-        "--device cuda without a usable GPU: one line naming the backend"
+    # A CUDA build on a machine without a usable GPU: one line saying why
+    # (tests/integration/train_device.t goes through the reasons), exit 2.
+    like "$(cat "$T/err")" '^train: cannot start the cuda backend: (no NVIDIA driver|no CUDA device)' \
+        "--device cuda without a usable GPU: one line naming the backend and why"
     is "$(wc -l <"$T/err" | tr -d ' ')" 1 "... and only that line"
-    [ $cuda_rc = 2 ]
-    todo_result $? "... exit 2" "phase 2 of issue 10 (train uses mg_backend_open)"
-    todo_like "$(cat "$T/err")" 'no NVIDIA driver|no CUDA device' "... saying why (no driver, no device)" \
-        "phase 2 of issue 10 (train uses mg_backend_open)"
+    is $cuda_rc 2 "... exit 2"
 else
-    bad "--device cuda: this build of mg has no CUDA backend" --device cuda
+    bad "--device cuda: this build of mg has no CUDA plugin" --device cuda
 fi
+bad "--device: unknown device 'gpu' \(known: cpu, cuda, auto\)" --device gpu
 
 # both spellings and both value forms are accepted
 out=$("$TRAIN" --data synthetic --train_samples=64 --test-samples 32 --batch_size 16 \

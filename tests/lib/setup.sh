@@ -37,7 +37,7 @@ _run_cleanup() {
     _rc=$?
     trap - EXIT INT TERM
     for p in $_bg_pids; do
-        kill -KILL -- "-$p" 2>/dev/null
+        kill -KILL "-$p" 2>/dev/null
         kill -KILL "$p" 2>/dev/null
     done
     eval "$_cleanups"

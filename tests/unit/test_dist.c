@@ -97,6 +97,10 @@ int main(void)
     is_int(mg_dist_env_read(&e, err, sizeof(err)), -MG_ECONFIG, "agent store refused");
     ok(strstr(err, "--rdzv_backend=c10d") && strstr(err, "mglaunch"),
        "the message says what to use: %s", err);
+    setenv("MG_AGENT_STORE", "mg", 1);
+    is_int(mg_dist_env_read(&e, err, sizeof(err)), 0, "mglaunch's agent store (MG_AGENT_STORE=mg)");
+    ok(e.use_agent_store == 1 && e.agent_store_mg, "  is joined, not refused");
+    unsetenv("MG_AGENT_STORE");
 
     launched(0, 1);
     unsetenv("MASTER_ADDR");

@@ -6,6 +6,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <signal.h>
 
 static struct mg_launch_opts o;
 static char err[MG_ERRMSG_LEN];
@@ -74,7 +75,7 @@ static void test_bad_values(void)
     } cases[] = {
         {"--nproc_per_node", "0",
          "invalid value '0' for --nproc_per_node: expected an integer "
-         "from 1 to 4096, cpu, gpu or auto"},
+         "from 1 to 4096, cpu, gpu, xpu or auto"},
         {"--nproc_per_node", "abc", "invalid value 'abc' for --nproc_per_node"},
         {"--nproc-per-node", "-3", "invalid value '-3' for --nproc-per-node"},
         {"--nproc_per_node", "99999", "invalid value '99999'"},
@@ -135,13 +136,77 @@ static void test_not_implemented(void)
     ok(strstr(err, "etcd's v2 API is gone") != NULL, "%s", err);
     is_int(parse("--rdzv_conf", "timeout=5", "prog"), 0, "--rdzv_conf");
     is_str(o.rdzv_conf, "timeout=5", "--rdzv_conf kept for the rendezvous to check");
-    is_int(parse("--run_path", "prog"), -MG_EUNSUPPORTED, "--run_path");
+    is_int(parse("--run_path", "prog"), 0, "--run_path");
+    ok(o.run_path, "  kept");
+    is_int(parse("--run_path", "-m", "prog"), -EINVAL, "--run_path with -m");
     is_int(parse("--local_addr", "x", "prog"), 0, "--local_addr");
     is_str(o.local_addr, "x", "--local_addr kept");
     is_int(parse("--nnodes", "1", "--nnodes", "1:1", "prog"), 0, "--nnodes 1 and 1:1 work");
     is_int(parse("--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "prog"), 0,
            "single-node c10d accepted");
     is_int(parse("--rdzv_endpoint", "[::1", "prog"), -EINVAL, "bad endpoint");
+}
+
+/* torchrun 2.x's flags and variables */
+static void test_torchrun2(void)
+{
+    is_int(parse("prog"), 0, "defaults");
+    is_int(o.nsignals, 4, "default --signals-to-handle: 4 signals");
+    ok(o.signals[0] == SIGTERM && o.signals[1] == SIGINT && o.signals[2] == SIGHUP &&
+           o.signals[3] == SIGQUIT && !o.signals_given,
+       "  SIGTERM,SIGINT,SIGHUP,SIGQUIT, not given");
+    is_str(o.event_log_handler, "null", "  --event-log-handler null");
+    ok(!o.virtual_local_rank && o.numa_binding == MG_NUMA_NONE, "  no virtual rank, no binding");
+
+    is_int(parse("--signals-to-handle", "SIGTERM, SIGUSR1,USR2,15", "prog"), 0,
+           "--signals-to-handle SIGTERM, SIGUSR1,USR2,15");
+    ok(o.nsignals == 3 && o.signals[0] == SIGTERM && o.signals[1] == SIGUSR1 &&
+           o.signals[2] == SIGUSR2 && o.signals_given,
+       "  three signals, the repeated one once");
+    is_int(parse("--signals_to_handle=SIGBOGUS", "prog"), -EINVAL, "an unknown signal");
+    ok(strstr(err, "'SIGBOGUS' is not a signal name") != NULL, "  %s", err);
+    is_int(parse("--signals-to-handle", "SIGKILL", "prog"), -EINVAL, "SIGKILL");
+    ok(strstr(err, "SIGKILL cannot be handled") != NULL, "  %s", err);
+    is_int(parse("--signals-to-handle", "SIGCHLD", "prog"), -EINVAL, "SIGCHLD");
+    ok(strstr(err, "mglaunch handles SIGCHLD itself") != NULL, "  %s", err);
+
+    is_int(parse("--virtual-local-rank", "prog"), 0, "--virtual-local-rank");
+    ok(o.virtual_local_rank, "  set");
+    for (int m = 0; m < 4; m++) {
+        static const char *const names[] = {"node", "socket", "exclusive", "core-complex"};
+        is_int(parse("--numa-binding", names[m], "prog"), 0, "--numa-binding %s", names[m]);
+        is_int(o.numa_binding, MG_NUMA_NODE + m, "  mode %d", MG_NUMA_NODE + m);
+    }
+    is_int(parse("--numa_binding", "rack", "prog"), -EINVAL, "--numa_binding rack");
+    ok(strstr(err, "expected node, socket, exclusive or core-complex") != NULL, "  %s", err);
+    is_int(parse("--event-log-handler", "console", "prog"), 0, "--event-log-handler console");
+    is_str(o.event_log_handler, "console", "  kept");
+    is_int(parse("--nproc-per-node", "xpu", "prog"), 0, "--nproc-per-node xpu");
+    is_int(o.nproc_kind, MG_NPROC_XPU, "  xpu");
+    is_int(parse("--logs_specs", "my_specs", "prog"), -MG_EUNSUPPORTED, "--logs_specs");
+    ok(strstr(err, "names a Python class") && strstr(err, "mglaunch logs"), "  %s", err);
+
+    is_int(parse("--duplicate-stdout-filters", "apple,x,,y,", "--duplicate_stderr_filters", "err",
+                 "prog"),
+           0, "--duplicate-std*-filters");
+    is_int(o.ndup_filters[0], 3, "  three stdout filters (,, is a comma)");
+    is_str(mg_opts_dup_filter(&o, 0, 0), "apple", "  apple");
+    is_str(mg_opts_dup_filter(&o, 0, 1), "x,y", "  x,y");
+    is_str(mg_opts_dup_filter(&o, 0, 2), "", "  and the empty one after the last comma");
+    ok(mg_opts_dup_filter(&o, 0, 3) == NULL, "  no fourth");
+    is_str(mg_opts_dup_filter(&o, 1, 0), "err", "  one stderr filter");
+
+    char *env[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${rank}]",
+                   "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=7", NULL};
+    is_int(parse_env(env, "prog", (char *)NULL), 0, "torchrun 2.x's variables");
+    is_str(o.prefix_template, "[${rank}]", "  TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    ok(o.shutdown_timeout == 7, "  TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    is_int(parse_env(env, "--shutdown_timeout", "2", "prog", (char *)NULL), 0, "the flag wins");
+    ok(o.shutdown_timeout == 2, "  --shutdown_timeout 2");
+    char *bad_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
+    is_int(parse_env(bad_env, "prog", (char *)NULL), -EINVAL, "a bad variable");
+    ok(strstr(err, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (--shutdown_timeout)") != NULL, "  named: %s",
+       err);
 }
 
 static void test_pet(void)
@@ -260,6 +325,7 @@ int main(void)
     test_spellings();
     test_bad_values();
     test_not_implemented();
+    test_torchrun2();
     test_pet();
     test_stdmap();
     test_resolve();

@@ -99,6 +99,8 @@ static void test_env(void)
     is_str(mg_env_get(env, "OMP_NUM_THREADS"), "4", "OMP_NUM_THREADS kept when set");
     is_str(mg_env_get(env, "CUDA_VISIBLE_DEVICES"), "3,1", "GPU mapping sets the device list");
     is_str(mg_env_get(env, "NCCL_ASYNC_ERROR_HANDLING"), "1", "NCCL_ASYNC_ERROR_HANDLING default");
+    is_str(mg_env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1",
+           "TORCH_NCCL_ASYNC_ERROR_HANDLING default (torchrun 2.x)");
     free(env);
     we.local_world_size = 1;
     mg_env_build(NULL, &we, &env);

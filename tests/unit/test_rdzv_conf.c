@@ -33,6 +33,20 @@ static void bad_finish(const char *text, enum mg_rdzv_backend b, const char *mus
     ok(strstr(err, must_name) != NULL, "  message names '%s': %s", must_name, err);
 }
 
+static struct mg_rdzv_conf c_last;
+
+/* Accepted by parse and finish, with a note that says why it has no effect. */
+static void noted_finish(const char *text, enum mg_rdzv_backend b, const char *note)
+{
+    char err[512];
+    char *env[] = {NULL};
+    int rc = parse(&c_last, text, err, sizeof(err));
+    if (rc == 0)
+        rc = mg_rdzv_conf_finish(&c_last, b, env, err, sizeof(err));
+    is_int(rc, 0, "'%s' accepted for %s (%s)", text, mg_rdzv_backend_name(b), err);
+    ok(strstr(c_last.notes, note) != NULL, "  with a note '%s': %s", note, c_last.notes);
+}
+
 int main(void)
 {
     struct mg_rdzv_conf c;
@@ -81,12 +95,50 @@ int main(void)
            "torchrun's keep_alive keys");
     is_int(c.heartbeat_interval_ms, 2000, "  keep_alive_interval is heartbeat_interval");
     is_int(c.heartbeat_timeout_ms, 8000, "  heartbeat_timeout = interval x max_attempt");
+    is_int(parse(&c, "keep_alive_interval=5", err, sizeof(err)), 0, "keep_alive_interval alone");
+    is_int(c.heartbeat_timeout_ms, 15000, "  heartbeat_timeout = 3 intervals (torchrun's default)");
     is_int(parse(&c, "prefix=/jobs/mg/", err, sizeof(err)), 0, "prefix");
     is_str(c.prefix, "/jobs/mg", "  trailing slash dropped");
     is_int(parse(&c, "", err, sizeof(err)), 0, "empty conf");
     is_int(parse(&c, "is_host=0", err, sizeof(err)), 0, "is_host=0");
     is_int(c.is_host, 0, "  false");
 
+    /* torchrun's names (1.13 and 2.x) for mg's settings */
+    is_int(parse(&c, "timeout=3600", err, sizeof(err)), 0, "timeout (static, etcd)");
+    is_int(c.join_timeout_ms, 3600000, "  is join_timeout");
+    is_int(parse(&c, "etcd_prefix=/torchelastic/p2p,ca_cert=/a,ssl_cert=/b,ssl_cert_key=/c", err,
+                 sizeof(err)),
+           0, "etcd's and etcd-v2's names");
+    is_str(c.prefix, "/torchelastic/p2p", "  etcd_prefix is prefix");
+    is_str(c.cacert, "/a", "  ca_cert is cacert");
+    is_str(c.cert, "/b", "  ssl_cert is cert");
+    is_str(c.key, "/c", "  ssl_cert_key is key");
+    is_int(parse(&c, "protocol=https", err, sizeof(err)), 0, "protocol=https");
+    ok(c.https, "  etcd over https");
+    is_int(parse(&c, "protocol=HTTP", err, sizeof(err)), 0, "protocol=HTTP");
+    ok(!c.https, "  plain http");
+    is_int(parse(&c, "store_type=tcp", err, sizeof(err)), 0, "store_type=tcp");
+    is_str(c.notes, "", "  nothing to say");
+    is_int(parse(&c, "use_libuv=True", err, sizeof(err)), 0, "use_libuv=True");
+    ok(strstr(c.notes, "use_libuv=True: no effect") != NULL, "  noted: %s", c.notes);
+    is_int(parse(&c, "rank=1,is_host=T", err, sizeof(err)), 0, "rank=1 (torchrun's static)");
+    ok(strstr(c.notes, "rank=1: ignored; --node_rank") != NULL, "  noted: %s", c.notes);
+    is_int(c.is_host, 1, "  is_host=T is true (torch's get_as_bool)");
+    is_int(parse(&c, " join_timeout = 7 , read_timeout=3 ", err, sizeof(err)), 0,
+           "spaces around keys and values (torchrun strips them)");
+    is_int(c.join_timeout_ms, 7000, "  join_timeout 7 s");
+    is_int(parse(&c, "join_timeout=3,join_timeout=4", err, sizeof(err)), 0,
+           "one name twice: the last wins, as in torchrun's dict");
+    is_int(c.join_timeout_ms, 4000, "  4 s");
+    bad("timeout=5,join_timeout=6", "timeout and join_timeout are one setting");
+    bad("cacert=/a,ca_cert=/b", "cacert and ca_cert");
+    bad("store_type=file", "no file store");
+    bad("store_type=redis", "store_type=redis");
+    bad("protocol=ftp", "protocol=ftp");
+    bad("use_libuv=perhaps", "use_libuv=perhaps");
+    bad("rank=-1", "rank=-1");
+    bad("bogus=1", "known: join_timeout, timeout, last_call_timeout");
+    bad("bogus=1", "use_libuv, rank)");
     bad("bogus=1", "bogus");
     bad("join_timeout=abc", "join_timeout=abc");
     bad("join_timeout=0", "join_timeout");
@@ -112,9 +164,15 @@ int main(void)
     bad_finish("heartbeat_interval=2,heartbeat_timeout=3", MG_RDZV_C10D, "heartbeat_timeout");
     bad_finish("heartbeat_interval=5ms", MG_RDZV_C10D, "heartbeat_interval");
     bad_finish("heartbeat_interval=0.5,heartbeat_timeout=1.5", MG_RDZV_ETCD, "heartbeat_timeout");
-    bad_finish("cacert=/etc/hostname", MG_RDZV_C10D, "cacert");
-    bad_finish("prefix=/x", MG_RDZV_STATIC, "prefix");
-    bad_finish("is_host=1", MG_RDZV_ETCD, "is_host");
+    noted_finish("cacert=/etc/hostname", MG_RDZV_C10D, "cacert: applies to the etcd backend");
+    is_str(c_last.cacert, "", "  and dropped");
+    noted_finish("prefix=/x", MG_RDZV_STATIC, "prefix: applies to the etcd backend");
+    is_str(c_last.prefix, "/mg/rdzv", "  and the default kept");
+    noted_finish("protocol=https", MG_RDZV_C10D, "protocol: applies to the etcd backend");
+    ok(!c_last.https, "  and dropped");
+    noted_finish("is_host=1", MG_RDZV_ETCD, "is_host: the etcd backend has no store to host");
+    is_int(c_last.is_host, -1, "  and dropped");
+    noted_finish("store_type=tcp", MG_RDZV_ETCD, "store_type: applies to the c10d backend only");
     bad_finish("cacert=/nonexistent/ca.pem", MG_RDZV_ETCD, "cacert=/nonexistent/ca.pem");
     bad_finish("cert=/etc/hostname", MG_RDZV_ETCD, "key");
     bad_finish("join_timeout=5,last_call_timeout=10", MG_RDZV_C10D, "last_call_timeout");

@@ -948,12 +948,92 @@ static void given_socket(void)
     close(lfd);
 }
 
+/* Another protocol on the same port: a connection whose first bytes are
+ * not the handshake's goes to the foreign handler, with those bytes; mg's
+ * clients are served as before. */
+static int foreign_fd = -1;
+static char foreign_got[64];
+static size_t foreign_n;
+
+static int on_foreign(void *ctx, int fd, const void *bytes, size_t n)
+{
+    (void)ctx;
+    foreign_fd = fd;
+    foreign_n = n < sizeof(foreign_got) ? n : sizeof(foreign_got);
+    memcpy(foreign_got, bytes, foreign_n);
+    return 0;
+}
+
+static void foreign_protocol(void)
+{
+    struct mg_store_server_opts o = {.host = "127.0.0.1", .foreign = on_foreign};
+    struct mg_store_server *srv;
+    is_int(mg_store_server_start(&srv, &o), 0, "server with a foreign handler");
+    mg_store_server_start_thread(srv);
+    int port = mg_store_server_port(srv);
+    int c = mg_connect_tcp("127.0.0.1", port, mg_now_ms() + 1000);
+    static const char q[] = "\x03\x05\0\0\0\0\0\0\0init/";
+    ok(c >= 0 && write(c, q, sizeof(q) - 1) == (ssize_t)(sizeof(q) - 1), "a TCPStore-like client");
+    for (int i = 0; i < 200 && foreign_fd < 0; i++)
+        poll(NULL, 0, 10);
+    ok(foreign_fd >= 0, "handed over");
+    ok(foreign_n >= 1 && memcmp(foreign_got, q, foreign_n) == 0, "with the bytes it sent (%zu)",
+       foreign_n);
+    if (foreign_fd >= 0) {
+        ok(write(foreign_fd, "ok", 2) == 2, "the socket is the handler's to answer on");
+        char buf[2];
+        ok(read(c, buf, 2) == 2 && memcmp(buf, "ok", 2) == 0, "and the client gets it");
+        close(foreign_fd);
+    }
+    if (c >= 0)
+        close(c);
+    struct mg_store *st = conn(port, NULL, 0);
+    ok(st && mg_store_set(st, "k", "v", 1, 0) == 0, "mg's clients are served as before");
+    mg_store_release(st);
+    struct mg_store_server_stats stats;
+    mg_store_server_stats(srv, &stats);
+    is_int((int)stats.dropped, 0, "a handed-over connection is not counted as dropped");
+    mg_store_server_release(srv);
+}
+
+/* A client's prefix: its own namespace in a store it shares. */
+static void prefixed_client(int port)
+{
+    struct mg_store_opts o = {.port = port, .timeout_ms = 2000, .prefix = "/worker/attempt_1/"};
+    struct mg_store *p = NULL, *plain = conn(port, NULL, 0);
+    void *v = NULL;
+    char **keys = NULL;
+    int n = 0;
+    is_int(mg_store_connect(&p, &o), 0, "a client with a prefix");
+    ok(p && mg_store_set(p, "a", "1", 1, 0) == 0, "  sets a");
+    ok(plain && mg_store_get(plain, "/worker/attempt_1/a", &v, NULL, 0) == 0 && v &&
+           strcmp(v, "1") == 0,
+       "  which is /worker/attempt_1/a in the store");
+    free(v);
+    v = NULL;
+    ok(mg_store_get(p, "a", &v, NULL, 0) == 0 && v && strcmp(v, "1") == 0, "  and a to it");
+    free(v);
+    int64_t r = 0;
+    ok(mg_store_add(p, "n", 2, &r) == 0 && r == 2, "  add");
+    const char *want[] = {"a", "n"};
+    is_int(mg_store_wait(p, want, 2, 100), 0, "  wait on its keys");
+    is_int(mg_store_check(p, want, 2), 1, "  check");
+    is_int(mg_store_list(p, "", -1, &keys, &n), 2, "  list: its two keys");
+    ok(n == 2 && strcmp(keys[0], "a") == 0 && strcmp(keys[1], "n") == 0, "  without the prefix");
+    mg_store_free_list(keys, n);
+    is_int(mg_store_delete(p, "a"), 1, "  delete");
+    is_int(mg_store_get(plain, "/worker/attempt_1/a", &v, NULL, 0), -MG_ENOKEY, "  gone");
+    mg_store_release(p);
+    mg_store_release(plain);
+}
+
 int main(void)
 {
     struct mg_store_server *srv = server(NULL);
     int port = mg_store_server_port(srv);
     ok(port > 0, "server listens on %d", port);
     basic_calls(port);
+    prefixed_client(port);
     blocking_calls(srv, port);
     ephemeral_and_leases(srv, port);
     bounds(port);
@@ -969,6 +1049,7 @@ int main(void)
     client_limit();
     many_keys();
     given_socket();
+    foreign_protocol();
     pipelined_backpressure();
     fuzz_server();
     return done_testing();

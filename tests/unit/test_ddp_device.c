@@ -1,0 +1,672 @@
+/* The trainer's batches and DDP as they drive a GPU, checked without one: the
+ * CPU backend behind a wrapper that says it is a device and keeps the overlap
+ * ops (page-locked host memory, upload_async / upload_wait, events) in a
+ * ledger, and a communicator that, like NCCL, takes only the backend's
+ * memory and orders a collective after wait_event's event. The ledger shows
+ * what a GPU would be asked to do, and in which order:
+ * - every micro-batch holds the samples the sampler names for it (over
+ *   epochs, an evaluation and a resume), copied from page-locked memory by
+ *   upload_async, waited for (upload_wait) before its forward, and the next
+ *   one queued while this one computes (before its loss is read back);
+ * - DDP records one event per bucket, after backward has queued the bucket's
+ *   layers, has each bucket's allreduce wait for its own event, returns every
+ *   event once its allreduce is queued, and exchanges host values (model
+ *   signature, hashes, sums, rank states) through device memory; the
+ *   parameters end bit-identical to plain CPU DDP;
+ * - a device model with a host communicator (MG_COMM=cpu on CUDA) averages
+ *   through host memory after backward, to the same bits.
+ * What the GPU does with these calls is the GPU suite's (tests/gpu/).
+ * timeout: 120 */
+#include "tap.h"
+#include "comm_internal.h"
+#include "ddp.h"
+#include "mg_err.h"
+#include "models.h"
+#include "net.h"
+#include "sampler.h"
+#include "trainer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BATCH  16
+#define EVENTS 64
+
+/* ---- the device: the CPU backend, with a ledger --------------------------------------- */
+
+struct region {
+    const char *p;
+    size_t n;
+};
+
+static struct {
+    struct mg_backend be; /* the CPU backend's fields, this file's ops */
+    struct mg_backend *cpu;
+    struct mg_backend_ops ops;
+    struct region dev[64], pin[8];
+    /* uploads: the last one into each device buffer (its ticket, or 0 for a
+     * synchronous one: evaluation's) */
+    uint64_t tickets, waited;
+    struct {
+        const void *dst;
+        uint64_t ticket;
+    } last[16];
+    int bad_upload;           /* upload_async not from page-locked memory into device memory */
+    int bad_order;            /* a forward or loss read a batch before its upload was waited for */
+    int sync_uploads;         /* upload() calls (evaluation, checkpoints) */
+    int forwards, prefetched; /* micro-batches; those whose successor was queued before the loss */
+    uint64_t at_forward;      /* tickets when the current micro-batch's forward began */
+    /* events */
+    int tok[EVENTS], used[EVENTS], recorded, released, bad_release;
+    size_t queued_from[EVENTS]; /* the lowest gradient backward had queued when recorded */
+    /* what backward has queued since the forward: the lowest gradient offset */
+    const struct mg_model *model;
+    size_t lowest;
+    /* labels of each micro-batch, in order */
+    int nseen;
+    int32_t seen[64][BATCH];
+    int seen_n[64];
+} W;
+
+static int inside(const struct region *r, int nr, const void *p, size_t n)
+{
+    for (int i = 0; i < nr; i++)
+        if (r[i].p && (const char *)p >= r[i].p && (const char *)p + n <= r[i].p + r[i].n)
+            return 1;
+    return 0;
+}
+
+static void remember(struct region *r, int nr, const void *p, size_t n)
+{
+    for (int i = 0; i < nr; i++)
+        if (!r[i].p) {
+            r[i] = (struct region){p, n};
+            return;
+        }
+    BAIL_OUT("too many regions");
+}
+
+static void forget(struct region *r, int nr, const void *p)
+{
+    for (int i = 0; i < nr; i++)
+        if (r[i].p == p)
+            r[i].p = NULL;
+}
+
+static int is_dev(const void *p, size_t n)
+{
+    return inside(W.dev, 64, p, n);
+}
+
+static void *w_alloc(struct mg_backend *be, size_t bytes)
+{
+    void *p = W.cpu->ops->alloc(W.cpu, bytes);
+    if (p)
+        remember(W.dev, 64, p, bytes);
+    return p;
+}
+
+static void w_free(struct mg_backend *be, void *p)
+{
+    forget(W.dev, 64, p);
+    for (int i = 0; i < 16; i++)
+        if (W.last[i].dst == p)
+            W.last[i].dst = NULL;
+    W.cpu->ops->free(W.cpu, p);
+}
+
+static void note_upload(const void *dst, uint64_t ticket)
+{
+    int at = -1;
+    for (int i = 0; i < 16; i++)
+        if (W.last[i].dst == dst || (at < 0 && !W.last[i].dst))
+            at = i;
+    if (at < 0)
+        BAIL_OUT("too many upload targets");
+    W.last[at].dst = dst;
+    W.last[at].ticket = ticket;
+}
+
+/* 0 when p was last written by a synchronous upload (an evaluation batch) */
+static uint64_t ticket_of(const void *p)
+{
+    for (int i = 0; i < 16; i++)
+        if (W.last[i].dst == p)
+            return W.last[i].ticket;
+    return 0;
+}
+
+static void w_upload(struct mg_backend *be, void *dst, const void *src, size_t bytes)
+{
+    W.sync_uploads++;
+    note_upload(dst, 0);
+    W.cpu->ops->upload(W.cpu, dst, src, bytes);
+}
+
+static void *w_host_alloc(struct mg_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64))
+        return NULL;
+    remember(W.pin, 8, p, bytes);
+    return p;
+}
+
+static void w_host_free(struct mg_backend *be, void *p)
+{
+    forget(W.pin, 8, p);
+    free(p);
+}
+
+static uint64_t w_upload_async(struct mg_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!inside(W.pin, 8, src, bytes) || !is_dev(dst, bytes))
+        W.bad_upload++;
+    W.cpu->ops->upload(W.cpu, dst, src, bytes);
+    note_upload(dst, ++W.tickets);
+    return W.tickets;
+}
+
+static void w_upload_wait(struct mg_backend *be, uint64_t ticket)
+{
+    if (ticket > W.waited)
+        W.waited = ticket;
+}
+
+static int w_upload_done(struct mg_backend *be, uint64_t ticket, int wait)
+{
+    return 1;
+}
+
+/* The device may read p only once the upload that wrote it was waited for. */
+static void check_ready(const void *p)
+{
+    if (ticket_of(p) > W.waited)
+        W.bad_order++;
+}
+
+static void *w_event_record(struct mg_backend *be)
+{
+    for (int i = 0; i < EVENTS; i++)
+        if (!W.used[i]) {
+            W.used[i] = 1;
+            W.queued_from[i] = W.lowest;
+            W.recorded++;
+            return &W.tok[i];
+        }
+    return NULL;
+}
+
+static void w_event_release(struct mg_backend *be, void *ev)
+{
+    int i = (int)((int *)ev - W.tok);
+    if (i < 0 || i >= EVENTS || !W.used[i])
+        W.bad_release++;
+    else
+        W.used[i] = 0;
+    W.released++;
+}
+
+static void w_linear_forward(struct mg_backend *be, float *y, const float *x, const float *w,
+                             const float *b, int n, int in, int out, int relu)
+{
+    if (W.model && x == W.model->input && ticket_of(x)) { /* a training micro-batch */
+        check_ready(x);
+        W.forwards++;
+        W.at_forward = W.tickets;
+        W.lowest = W.model->nparams;
+    }
+    W.cpu->ops->linear_forward(W.cpu, y, x, w, b, n, in, out, relu);
+}
+
+static void grads_queued(const float *dw)
+{
+    const struct mg_model *m = W.model;
+    if (m && dw >= m->grad_buf && dw < m->grad_buf + m->nparams &&
+        (size_t)(dw - m->grad_buf) < W.lowest)
+        W.lowest = (size_t)(dw - m->grad_buf);
+}
+
+static void w_linear_backward(struct mg_backend *be, float *dx, float *dw, float *db,
+                              const float *dy, const float *x, const float *w, int n, int in,
+                              int out, int accumulate, void *scratch)
+{
+    W.cpu->ops->linear_backward(W.cpu, dx, dw, db, dy, x, w, n, in, out, accumulate, scratch);
+    grads_queued(dw);
+}
+
+static void w_xent_forward(struct mg_backend *be, float *loss, int32_t *correct, float *probs,
+                           const float *logits, const int32_t *labels, int n, int classes)
+{
+    check_ready(labels);
+    if (!ticket_of(labels)) /* evaluation */
+        return W.cpu->ops->xent_forward(W.cpu, loss, correct, probs, logits, labels, n, classes);
+    if (W.tickets > W.at_forward)
+        W.prefetched++;
+    if (W.nseen < 64) {
+        W.cpu->ops->download(W.cpu, W.seen[W.nseen], labels, (size_t)n * 4);
+        W.seen_n[W.nseen++] = n;
+    }
+    W.cpu->ops->xent_forward(W.cpu, loss, correct, probs, logits, labels, n, classes);
+}
+
+/* The wrapper, saying it is CUDA, over a CPU backend. */
+static struct mg_backend *device_over(struct mg_backend *cpu)
+{
+    W.cpu = cpu;
+    W.ops = *cpu->ops;
+    W.ops.alloc = w_alloc;
+    W.ops.free = w_free;
+    W.ops.upload = w_upload;
+    W.ops.host_alloc = w_host_alloc;
+    W.ops.host_free = w_host_free;
+    W.ops.upload_async = w_upload_async;
+    W.ops.upload_wait = w_upload_wait;
+    W.ops.upload_done = w_upload_done;
+    W.ops.event_record = w_event_record;
+    W.ops.event_release = w_event_release;
+    W.ops.linear_forward = w_linear_forward;
+    W.ops.linear_backward = w_linear_backward;
+    W.ops.xent_forward = w_xent_forward;
+    W.be = *cpu;
+    W.be.ops = &W.ops;
+    W.be.device = MG_DEVICE_CUDA;
+    W.be.name = "a CPU that says it is a GPU";
+    return &W.be;
+}
+
+/* ---- the trainer's batches -------------------------------------------------------------- */
+
+static struct mg_dataset train_ds, test_ds;
+
+static int make_model(struct mg_model *m, struct mg_backend *be, uint64_t seed, char *err)
+{
+    struct mg_model_options mo = {.hidden = {32, 24}, .nhidden = 2};
+    memset(m, 0, sizeof(*m));
+    int rc = mg_model_create(m, be, "mlp", &mo, BATCH, err);
+    if (rc == 0)
+        rc = mg_model_init_params(m, seed);
+    return rc;
+}
+
+static int make_trainer(struct mg_trainer *t, struct mg_model *m,
+                        const struct mg_train_hooks *hooks, int rank, int world, char *err)
+{
+    struct mg_train_config cfg = {.batch_size = BATCH,
+                                  .accum_steps = 1,
+                                  .total_steps = 100,
+                                  .seed = 11,
+                                  .rank = rank,
+                                  .world = world};
+    mg_optim_defaults(&cfg.optim, MG_OPTIM_SGD);
+    cfg.optim.momentum = 0.9;
+    cfg.sched = (struct mg_schedule){.kind = MG_SCHED_CONSTANT, .base_lr = 0.05, .total = 100};
+    return mg_trainer_init(t, m, &train_ds, &test_ds, &cfg, hooks, err);
+}
+
+static void train(struct mg_trainer *t, int k)
+{
+    struct mg_step_stats st;
+    for (int i = 0; i < k; i++)
+        if (mg_trainer_step(t, &st) < 0)
+            BAIL_OUT("step failed");
+}
+
+/* What micro-batch j of a run from step 0 holds, from a sampler of its own. */
+static int expected(int j, int32_t *labels)
+{
+    static struct mg_sampler s;
+    static int ready;
+    if (!ready && mg_sampler_init(&s, train_ds.n, 0, 1, 1, MG_SAMPLER_PAD, 11) < 0)
+        BAIL_OUT("sampler");
+    ready = 1;
+    long per = mg_sampler_batches(&s, BATCH);
+    mg_sampler_set_epoch(&s, j / per);
+    int from = (int)(j % per) * BATCH,
+        n = s.num_samples - from < BATCH ? s.num_samples - from : BATCH;
+    for (int i = 0; i < n; i++)
+        labels[i] = train_ds.labels[s.indices[from + i]];
+    return n;
+}
+
+static void test_batches(struct mg_backend *cpu)
+{
+    char err[MG_ERRMSG_LEN], dir[] = "/tmp/mg-test-ddp-device-XXXXXX", path[MG_CKPT_PATH_MAX];
+    struct mg_model m, m2;
+    struct mg_trainer t, t2;
+    struct mg_eval_sums ev;
+    struct mg_backend *dev = device_over(cpu);
+    if (!mkdtemp(dir))
+        BAIL_OUT("mkdtemp");
+    if (make_model(&m, dev, 3, err) < 0 || make_trainer(&t, &m, NULL, 0, 1, err) < 0)
+        BAIL_OUT("%s", err);
+    W.model = &m;
+    float *own_input = m.input;
+    /* 100 samples, batches of 16: 7 per epoch, the last of 4 */
+    train(&t, 5);
+    W.sync_uploads = 0;
+    is_int(W.bad_upload, 0, "training batches come from page-locked memory by upload_async");
+    is_int(W.bad_order, 0, "... and each forward and loss runs after its upload was waited for");
+    is_int(W.prefetched, 5, "the next micro-batch is queued while each computes (5 of 5)");
+    ok(m.input != own_input, "the model reads the slot the batch was uploaded to");
+    if (mg_trainer_evaluate(&t, &ev) < 0)
+        BAIL_OUT("evaluate");
+    ok(W.sync_uploads > 0, "evaluation uploads its batches as it goes");
+    train(&t, 4);
+    is_int(mg_trainer_save(&t, dir, NULL, 0, err), 0, "a checkpoint after 9 steps");
+    mg_ckpt_mark_complete(dir, 9, 0, err);
+    W.sync_uploads = 0;
+    train(&t, 8); /* into the third epoch */
+    is_int(W.sync_uploads, 0, "training uploads nothing synchronously");
+    int per_epoch = 7, prefetched = W.prefetched, forwards = W.forwards;
+    ok(forwards == 17 && prefetched == forwards - 2,
+       "17 micro-batches: all but the last of each epoch had the next queued early (%d of %d)",
+       prefetched, forwards);
+    int right = W.nseen == 17;
+    for (int j = 0; j < W.nseen && right; j++) {
+        int32_t want[BATCH];
+        int n = expected(j, want);
+        right = n == W.seen_n[j] && !memcmp(want, W.seen[j], (size_t)n * 4);
+        if (!right)
+            diag("micro-batch %d (epoch %d, batch %d) holds other samples", j, j / per_epoch,
+                 j % per_epoch);
+    }
+    ok(right, "every micro-batch holds the samples its sampler names, across 3 epochs and an "
+              "evaluation");
+
+    /* a fresh trainer resumes step 9: its first batch is uploaded at once, then prefetched */
+    if (make_model(&m2, dev, 4, err) < 0 || make_trainer(&t2, &m2, NULL, 0, 1, err) < 0)
+        BAIL_OUT("%s", err);
+    W.model = &m2;
+    mg_ckpt_path(dir, 9, path, sizeof(path));
+    is_int(mg_trainer_load(&t2, path, err), 0, "resume the checkpoint of step 9");
+    W.nseen = 0;
+    train(&t2, 8);
+    right = W.nseen == 8;
+    for (int j = 0; j < W.nseen && right; j++) {
+        int32_t want[BATCH];
+        int n = expected(9 + j, want);
+        right = n == W.seen_n[j] && !memcmp(want, W.seen[j], (size_t)n * 4);
+    }
+    ok(right, "after the resume, the micro-batches go on where the checkpoint was");
+    is_int(W.bad_order, 0, "... each waited for");
+    ok(mg_model_param_hash(&m2) == mg_model_param_hash(&m), "... to the same parameters");
+    mg_trainer_release(&t2);
+    ok(m2.input != NULL && is_dev(m2.input, 4), "the model has its own input buffer back");
+    mg_model_release(&m2);
+    mg_trainer_release(&t);
+    ok(m.input == own_input, "... both models");
+    mg_model_release(&m);
+    W.model = NULL;
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        diag("cannot remove %s", dir);
+}
+
+/* ---- DDP ---------------------------------------------------------------------------------- */
+
+/* A communicator over another that, like NCCL, takes only device memory
+ * (when device_only) and has wait_event; it checks what DDP hands it. */
+struct wcomm {
+    struct mg_comm c;
+    struct mg_comm *in;
+    void *pending;
+    int expect_events;
+    int bad_buffer, bad_event, stale, buckets;
+};
+
+static struct wcomm *WC(struct mg_comm *c)
+{
+    return (struct wcomm *)c;
+}
+
+static int pass(struct wcomm *w, int rc)
+{
+    if (rc) {
+        w->c.failed = 1;
+        w->c.failed_code = rc;
+        snprintf(w->c.errmsg, sizeof(w->c.errmsg), "%s", mg_comm_errmsg(w->in));
+    }
+    return rc;
+}
+
+/* Device memory where the communicator takes it only, host memory elsewhere. */
+static void check_buffer(struct wcomm *w, const void *p, size_t n)
+{
+    if (n && is_dev(p, n) != w->c.device_memory)
+        w->bad_buffer++;
+}
+
+static int wc_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                        int timeout_ms)
+{
+    struct wcomm *w = WC(c);
+    const struct mg_model *m = W.model;
+    check_buffer(w, buf, count * 4);
+    if (w->expect_events && m && buf >= m->grad_buf && buf < m->grad_buf + m->nparams) {
+        /* a bucket: it waits for its own event, recorded once backward had queued it */
+        int i = w->pending ? (int)((int *)w->pending - W.tok) : -1;
+        if (i < 0 || i >= EVENTS || !W.used[i] || W.queued_from[i] > (size_t)(buf - m->grad_buf))
+            w->bad_event++;
+        w->buckets++;
+    } else if (w->pending) {
+        w->stale++;
+    }
+    w->pending = NULL;
+    return pass(w, mg_comm_allreduce(w->in, buf, count, op, timeout_ms));
+}
+
+static int wc_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
+{
+    struct wcomm *w = WC(c);
+    check_buffer(w, buf, len);
+    w->stale += w->pending != NULL;
+    return pass(w, mg_comm_broadcast(w->in, buf, len, root, timeout_ms));
+}
+
+static int wc_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms)
+{
+    struct wcomm *w = WC(c);
+    check_buffer(w, send, len);
+    check_buffer(w, recv, len * (size_t)c->world);
+    w->stale += w->pending != NULL;
+    return pass(w, mg_comm_allgather(w->in, send, recv, len, timeout_ms));
+}
+
+static int wc_barrier(struct mg_comm *c, int timeout_ms)
+{
+    return pass(WC(c), mg_comm_barrier(WC(c)->in, timeout_ms));
+}
+
+static int wc_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
+{
+    return pass(WC(c), mg_comm_mem_alloc(WC(c)->in, bytes, out, timeout_ms));
+}
+
+static void wc_mem_free(struct mg_comm *c, void *p)
+{
+    mg_comm_mem_free(WC(c)->in, p);
+}
+
+static int wc_wait_event(struct mg_comm *c, void *ev)
+{
+    WC(c)->pending = ev;
+    return 0;
+}
+
+static void wc_release(struct mg_comm *c)
+{
+    mg_comm_release(WC(c)->in);
+}
+
+static const struct mg_comm_ops wc_ops = {
+    .name = "checking",
+    .allreduce = wc_allreduce,
+    .broadcast = wc_broadcast,
+    .allgather = wc_allgather,
+    .barrier = wc_barrier,
+    .release = wc_release,
+    .mem_alloc = wc_mem_alloc,
+    .mem_free = wc_mem_free,
+    .wait_event = wc_wait_event,
+};
+
+/* Two ranks on shared memory, each training 6 steps three ways: plain CPU DDP
+ * (the reference bits), a device with a device communicator, a device with a
+ * host communicator. Returns a bit mask of what went wrong. */
+static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
+{
+    int ranks[2] = {0, 1}, host_of[2] = {0, 0}, bad = 0;
+    struct mg_shm_cfg cfg = {.nlocal = 2, .local_rank = rank, .ranks = ranks, .spin_us = -1};
+    struct mg_shm *g = NULL;
+    struct mg_fault f;
+    char err[MG_ERRMSG_LEN];
+    int rc;
+    if (rank == 0)
+        rc = mg_shm_create(&g, shm_name, 7, &cfg);
+    else
+        while ((rc = mg_shm_attach(&g, shm_name, 7, &cfg)) == -ENOENT || rc == -MG_EFORMAT)
+            usleep(1000);
+    if (rc || mg_shm_wait_attached(g, mg_now_ms() + 10000, &f))
+        return 1 << 30;
+    if (rank == 0)
+        mg_shm_unlink(shm_name);
+    struct mg_comm *inner;
+    struct mg_cpu_parts parts = {.rank = rank, .world = 2, .host_of = host_of, .shm = g};
+    if (mg_comm_cpu_assemble(&inner, &parts))
+        return 1 << 29;
+    uint64_t want = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0: the CPU; 1: a device and a device communicator; 2: a device, a host one */
+        struct wcomm w = {.in = inner, .expect_events = mode == 1};
+        w.c = *inner;
+        w.c.ops = &wc_ops;
+        w.c.device_memory = mode == 1;
+        struct mg_comm *c = mode == 0 ? inner : &w.c;
+        struct mg_backend *be = mode == 0 ? cpu : device_over(cpu);
+        struct mg_model m;
+        struct mg_trainer t;
+        struct mg_ddp *d;
+        struct mg_train_hooks h;
+        /* a bucket per layer: 250, 792 and 25120 floats */
+        struct mg_ddp_opts o = {.bucket_cap = 1 << 10, .first_bucket = 256};
+        /* rank 0's parameters must win the broadcast */
+        if (make_model(&m, be, 3 + (uint64_t)rank, err) < 0)
+            return 1 << 28;
+        if (mg_ddp_create(&d, c, &m, &o, err, sizeof(err)) < 0)
+            return 1 << 27;
+        mg_ddp_hooks(d, &h);
+        if (make_trainer(&t, &m, &h, rank, 2, err) < 0)
+            return 1 << 26;
+        W.model = &m;
+        W.recorded = W.released = W.bad_release = 0;
+        if (mg_trainer_start(&t) < 0)
+            bad |= 1 << (mode * 8);
+        struct mg_step_stats st;
+        for (int s = 0; s < 6; s++) {
+            if (mg_trainer_step(&t, &st) < 0)
+                bad |= 1 << (mode * 8);
+            if (W.recorded != W.released)
+                bad |= 2 << (mode * 8); /* an event still out after the step */
+        }
+        struct mg_eval_sums ev;
+        struct mg_rank_state mine, all[2];
+        double me = rank + 0.5, both[2] = {0, 0};
+        mg_trainer_rank_state(&t, &mine);
+        if (mg_ddp_allgather(d, &me, both, sizeof(me)) || both[0] != 0.5 || both[1] != 1.5 ||
+            mg_ddp_check_replicas(d, 6) || mg_trainer_evaluate(&t, &ev) || ev.count != 50 ||
+            mg_ddp_gather_rank_states(d, &mine, all) || all[1].rank != 1 ||
+            mg_ddp_check_resume(d, &t))
+            bad |= 4 << (mode * 8); /* the host exchanges */
+        const struct mg_ddp_bucket *b;
+        int nb = mg_ddp_buckets(d, &b);
+        if (mode == 1 && (W.recorded != 6 * nb || w.buckets != 6 * nb || w.bad_event))
+            bad |= 8 << (mode * 8); /* one event per bucket, each allreduce after its own */
+        if (mode != 1 && W.recorded)
+            bad |= 8 << (mode * 8);
+        if (w.bad_buffer || w.stale || W.bad_release || nb < 3)
+            bad |= 16 << (mode * 8);
+        uint64_t hash = mg_model_param_hash(&m);
+        if (mode == 0)
+            want = hash;
+        else if (hash != want)
+            bad |= 32 << (mode * 8); /* not the plain CPU's bits */
+        mg_trainer_release(&t);
+        mg_ddp_release(d);
+        mg_model_release(&m);
+        W.model = NULL;
+    }
+    mg_comm_release(inner);
+    return bad;
+}
+
+static int ranks(struct mg_backend *cpu)
+{
+    char name[64];
+    pid_t pids[2];
+    int fds[2][2], bad = 0;
+    snprintf(name, sizeof(name), "/mg-test-ddp-device-%d", (int)getpid());
+    fflush(stdout);
+    for (int r = 0; r < 2; r++) {
+        if (pipe(fds[r]))
+            BAIL_OUT("pipe");
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            alarm(100);
+            int got = rank_main(r, name, cpu);
+            _exit(write(fds[r][1], &got, sizeof(got)) == sizeof(got) ? 0 : 1);
+        }
+        close(fds[r][1]);
+    }
+    for (int r = 0; r < 2; r++) {
+        int got = -1, st;
+        if (read(fds[r][0], &got, sizeof(got)) != sizeof(got))
+            got = -1;
+        close(fds[r][0]);
+        waitpid(pids[r], &st, 0);
+        if (got)
+            diag("rank %d: what went wrong: %#x (status %d)", r, got, st);
+        bad |= got;
+    }
+    mg_shm_unlink(name);
+    return bad;
+}
+
+int main(void)
+{
+    struct mg_backend *cpu;
+    char err[MG_ERRMSG_LEN];
+    if (mg_backend_create(MG_DEVICE_CPU, NULL, &cpu) < 0)
+        BAIL_OUT("no cpu backend");
+    if (mg_dataset_load(&train_ds, MG_DATA_SYNTHETIC, NULL, 1, 100, err) < 0 ||
+        mg_dataset_load(&test_ds, MG_DATA_SYNTHETIC, NULL, 0, 50, err) < 0)
+        BAIL_OUT("%s", err);
+    test_batches(cpu);
+
+    int bad = ranks(cpu);
+    const char *modes[3] = {"the CPU", "a device with a device communicator (NCCL's way)",
+                            "a device with a host communicator (MG_COMM=cpu on CUDA)"};
+    for (int mode = 0; mode < 3; mode++) {
+        int b = bad < 0 ? 0xff : (bad >> (mode * 8)) & 0xff;
+        ok(!(b & 1), "DDP on %s, 2 ranks: start and 6 steps", modes[mode]);
+        ok(!(b & 2), "... every event returned by the end of its step");
+        ok(!(b & 4), "... the program's allgather, replicas checked, evaluation, rank states and "
+                     "resume check through its exchanges");
+        ok(!(b & 8), mode == 1 ? "... one event per bucket, and each bucket's allreduce waits "
+                                 "for its own, recorded once backward had queued the bucket"
+                               : "... no events");
+        ok(!(b & 16), "... every buffer where the communicator takes it (device or host), no "
+                      "stale wait, several buckets");
+        if (mode)
+            ok(!(b & 32), "... and the parameters of plain CPU DDP, bit for bit");
+    }
+    ok(bad >= 0 && !(bad >> 24), "both ranks set up");
+    mg_dataset_release(&train_ds);
+    mg_dataset_release(&test_ds);
+    mg_backend_release(cpu);
+    return done_testing();
+}
