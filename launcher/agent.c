@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 static void finish(struct mg_agent *ag, int code);
+static void on_signal(void *ctx, int sig);
 
 /* ---- results ------------------------------------------------------------------------------ */
 
@@ -39,7 +40,7 @@ void mg_agent_error(struct mg_agent *ag, int err, const char *fmt, ...)
 }
 
 /* The run is over with this exit code: the result, run_end, the backend told. */
-static void finish(struct mg_agent *ag, int code)
+static void finish_now(struct mg_agent *ag, int code)
 {
     struct mg_agent_result *r = &ag->res;
     const struct mg_root_cause *rc = &r->root;
@@ -80,6 +81,22 @@ static void finish(struct mg_agent *ag, int code)
     mg_rundir_flush(&ag->rd);
     if (ag->cfg.rdzv->shutdown)
         ag->cfg.rdzv->shutdown(ag->cfg.rdzv_impl, ag, code);
+}
+
+/* The run ends with this exit code, unless it ends on a failure that a stop
+ * of the whole job may have caused: then the stop signal gets until
+ * hold_failure_until to arrive, and the run ends as stopped if it does. */
+static void finish(struct mg_agent *ag, int code)
+{
+    if (ag->state == ST_DONE || (ag->state == ST_ENDING && !ag->term_sig))
+        return;
+    if (code != 0 && !ag->term_sig && mg_now_ms() < ag->hold_failure_until) {
+        ag->state = ST_ENDING;
+        ag->end_code = code;
+        ag->end_deadline = ag->hold_failure_until;
+        return;
+    }
+    finish_now(ag, code);
 }
 
 /* ---- rounds -------------------------------------------------------------------------------- */
@@ -302,6 +319,11 @@ static int step(struct mg_agent *ag)
             return 0;
         start_round(ag);
         return 1;
+    case ST_ENDING:
+        if (now < ag->end_deadline)
+            return 0;
+        finish_now(ag, ag->end_code);
+        return 1;
     case ST_HOLD:
     case ST_DONE:
         return 0;
@@ -327,6 +349,8 @@ static int next_deadline_ms(void *ctx)
         nearest(&dl, ag->drain_deadline);
     if (ag->state == ST_BACKOFF)
         nearest(&dl, ag->backoff_deadline);
+    if (ag->state == ST_ENDING)
+        nearest(&dl, ag->end_deadline);
     if (ag->lingering)
         nearest(&dl, ag->linger_deadline);
     return mg_ms_until(dl);
@@ -381,6 +405,8 @@ static void on_term_signal(struct mg_agent *ag, int sig)
         return;
     }
     ag->term_sig = sig;
+    /* Workers that failed just before it were stopped by the same stop. */
+    mg_workers_excuse_recent(ag);
     if (ag->state == ST_RUNNING && ag->running > 0) {
         mg_agent_note(
             ag, "%s: stopping the workers (%g s grace period; send it again to kill them now)",
@@ -392,6 +418,23 @@ static void on_term_signal(struct mg_agent *ag, int sig)
     } else if (ag->state != ST_RUNNING) {
         finish(ag, 128 + sig);
     }
+}
+
+void mg_agent_take_stop_signal(struct mg_agent *ag)
+{
+    struct timespec now = {0, 0};
+    sigset_t pending, set;
+
+    if (ag->nterm || sigpending(&pending) < 0)
+        return;
+    sigandset(&set, &pending, &ag->stop_set);
+    if (sigisemptyset(&set))
+        return;
+    /* Taken off the pending set (the signals are blocked), so the loop's
+     * signalfd does not see it a second time. */
+    int sig = sigtimedwait(&set, NULL, &now);
+    if (sig > 0)
+        on_signal(ag, sig);
 }
 
 static void on_signal(void *ctx, int sig)
@@ -411,9 +454,7 @@ static void on_signal(void *ctx, int sig)
          * worker without a handler (a DataLoader process) would die of it. */
         char name[32];
         struct mg_ev_signal e = {mg_signame(sig, name, sizeof(name)), 1};
-        for (int i = 0; i < ag->nproc; i++)
-            if (ag->w[i].outcome == W_RUNNING)
-                kill(ag->w[i].pid, sig);
+        mg_workers_notify(ag, sig);
         mg_event_signal(&ag->rd, &e);
         break;
     }
@@ -455,7 +496,7 @@ int mg_agent_run(struct mg_agent *ag)
         if (rc < 0) {
             mg_agent_error(ag, rc, "%s", what);
             mg_workers_kill(ag, "launcher error");
-            finish(ag, 1);
+            finish_now(ag, 1);
             break;
         }
     }

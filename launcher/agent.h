@@ -126,12 +126,14 @@ struct mg_failure {
     int attempt, restart_count;
     int rank, local_rank;
     pid_t pid;
-    int exit_code;     /* shell-style: the code, or 128+signal */
-    int signo;         /* 0 for a normal exit */
-    int exec_errno;    /* the program could not be executed */
-    int64_t wall_ms;   /* when it was seen (ms since the epoch) */
-    char message[256]; /* from error.json, shortened */
-    char oom[200];     /* killed by the kernel's OOM killer: what says so; "" otherwise */
+    int exit_code;       /* shell-style: the code, or 128+signal */
+    int signo;           /* 0 for a normal exit */
+    int exec_errno;      /* the program could not be executed */
+    int64_t wall_ms;     /* when it was seen (ms since the epoch) */
+    int64_t seen_ms;     /* the same on mg_now_ms()'s clock */
+    int64_t duration_ms; /* how long the worker ran */
+    char message[256];   /* from error.json, shortened */
+    char oom[200];       /* killed by the kernel's OOM killer: what says so; "" otherwise */
 };
 
 /* The root cause (the first failure of the run), in full. */

@@ -23,6 +23,13 @@
 #define CONSOLE_BUF (64 * 1024)
 #define DRAIN_MS    1000 /* how long pipes may stay open after every worker exited */
 #define PREFIX_MAX  512
+/* A worker failure seen this long before mglaunch's own stop signal (SIGTERM
+ * and the like) was the stop's: Slurm's scancel, systemd or a whole job's
+ * deletion signal every process at once, and a worker (or its peer on another
+ * node) may exit before mglaunch reads its own signal. Such a failure is
+ * "stopped", not the root cause; and a run about to exit on such a failure
+ * waits this long for the signal (docs/cli.md, Signals). */
+#define STOP_WINDOW_MS 1000
 
 enum stream_console {
     CON_NONE = -1,
@@ -83,7 +90,8 @@ enum state {
     ST_FORMING,
     ST_RUNNING,
     ST_BACKOFF,
-    ST_HOLD, /* succeeded; the backend holds the exit (mg_agent_hold_exit) */
+    ST_HOLD,   /* succeeded; the backend holds the exit (mg_agent_hold_exit) */
+    ST_ENDING, /* failed; waiting out STOP_WINDOW_MS for a stop signal before exiting */
     ST_DONE,
 };
 
@@ -130,6 +138,9 @@ struct mg_agent {
     char restart_reason[256];
     int term_sig, nterm;
     int fail_req, fail_code;
+    int64_t hold_failure_until; /* a failure that a stop may have caused: ST_ENDING until then */
+    int end_code;               /* ST_ENDING's exit code */
+    int64_t end_deadline;
     struct mg_backoff backoff;
     int lingering; /* ST_DONE, but the backend still needs the loop (mg_agent_linger) */
     int64_t linger_deadline;
@@ -157,6 +168,10 @@ struct mg_attempt_tally {
 /* Records the launcher's own failure (the first one wins) for the result. */
 __attribute__((format(printf, 3, 4))) void mg_agent_error(struct mg_agent *ag, int err,
                                                           const char *fmt, ...);
+/* Acts now on a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that is
+ * pending for mglaunch and not read yet, so that a worker exit it caused is
+ * classified after it. */
+void mg_agent_take_stop_signal(struct mg_agent *ag);
 
 /* ---- workers.c ---- */
 
@@ -173,10 +188,19 @@ void mg_workers_prepare(struct mg_agent *ag);
 void mg_workers_spawn(struct mg_agent *ag);
 /* Sends sig to every running worker's process group. */
 void mg_workers_signal(struct mg_agent *ag, int sig);
+/* Sends sig to every running worker process alone: a notice (SIGUSR1/2,
+ * Slurm's warning before the time limit) is for the program, which decides
+ * what its children hear; a child without a handler would die of it. */
+void mg_workers_notify(struct mg_agent *ag, int sig);
 /* Asks the running workers to stop with sig; SIGKILL at the grace deadline. */
 void mg_workers_stop(struct mg_agent *ag, int sig);
 /* SIGKILL to every running worker now; logs a kill event with why. */
 void mg_workers_kill(struct mg_agent *ag, const char *why);
+/* mglaunch's own stop signal has just come: the failures seen less than
+ * STOP_WINDOW_MS ago were the stop's. They become "stopped" (a second
+ * worker_exit event, and attempt_end when their attempt already ended) and
+ * leave the result and its root cause. */
+void mg_workers_excuse_recent(struct mg_agent *ag);
 /* Collects every exited child (workers and the sentinel). */
 void mg_workers_reap(struct mg_agent *ag);
 /* Once every worker exited: reads the pipes to the end, closes the logs,

@@ -1,7 +1,8 @@
-/* GPUs as the launcher sees them, without loading CUDA: how many the machine
- * has and how many CUDA_VISIBLE_DEVICES leaves (for --nproc_per_node gpu),
- * which PCI device each one is (for --numa-binding), the CUDA_VISIBLE_DEVICES
- * the workers get for --gpu_ids, and Intel GPUs for --nproc_per_node xpu. */
+/* GPUs as the launcher sees them, without loading CUDA: how many this node
+ * was given (for --nproc_per_node gpu and auto): a pod's, a Slurm step's, the
+ * machine's; which PCI device each one is (for --numa-binding), the
+ * CUDA_VISIBLE_DEVICES the workers get for --gpu_ids, and Intel GPUs for
+ * --nproc_per_node xpu. */
 #ifndef MG_GPUS_H
 #define MG_GPUS_H
 
@@ -20,8 +21,19 @@ int mg_gpu_count_system(const char *proc_gpus_dir, const char *dev_dir);
  * cvd NULL means unset: all of them. */
 int mg_gpu_count_visible(const char *cvd, int system_count);
 
-/* GPUs this process may use (the system's, under its own
- * CUDA_VISIBLE_DEVICES). When there are none, why gets the reason. */
+/* The GPUs this process was given, from the first of these that is set:
+ * CUDA_VISIBLE_DEVICES (what CUDA will show; Slurm sets it for a step's
+ * GPUs), NVIDIA_VISIBLE_DEVICES (what the NVIDIA container runtime exposes
+ * to a pod: a list, all, none or void, or a directory of device files),
+ * Slurm's SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE and SLURM_JOB_GPUS, and last
+ * the machine's (mg_gpu_count_system). env is the environment, the
+ * directories as for mg_gpu_count_system. Returns the count with how saying
+ * where it came from, or why there is none; or -EINVAL when a variable that
+ * decides cannot be read, with how saying which and why. */
+int mg_gpu_count_given(char *const *env, const char *proc_dir, const char *dev_dir, char *how,
+                       size_t cap);
+
+/* mg_gpu_count_given for this process and machine. */
 int mg_gpu_count_usable(char *why, size_t cap);
 
 /* CUDA_VISIBLE_DEVICES for the workers: the --gpu_ids of local ranks

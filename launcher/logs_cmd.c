@@ -709,7 +709,11 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
 
 int mg_logs_print_root(FILE *out, const struct lrun *r)
 {
-    const struct lroot *x = r->has_root ? &r->root : r->has_first_fail ? &r->first_fail : NULL;
+    /* A run that ended said whether it had a root cause (a failure that was
+     * a stop's has none); without run_end, the first failed worker. */
+    const struct lroot *x = r->has_root                      ? &r->root
+                            : !r->ended && r->has_first_fail ? &r->first_fail
+                                                             : NULL;
     struct mg_root_cause *rc;
     if (!x || !(rc = malloc(sizeof(*rc))))
         return 0;

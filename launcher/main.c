@@ -97,7 +97,7 @@ static void host_info(struct mg_host_info *h, char *why, size_t cap, char *xwhy,
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     h->ncpu = n > 0 ? (int)n : 1;
     h->ngpu = mg_gpu_count_usable(why, cap);
-    h->no_gpu_why = h->ngpu ? NULL : why;
+    h->no_gpu_why = h->ngpu > 0 ? NULL : why;
     h->nxpu = mg_xpu_count(NULL, xwhy, xcap);
     h->no_xpu_why = h->nxpu ? NULL : xwhy;
 }

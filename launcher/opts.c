@@ -350,13 +350,15 @@ static int apply_env(struct parse *p, char **env)
             var[k++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
         var[k] = '\0';
         const char *v = mg_env_get(env, var);
-        if (!v || !*v)
-            continue; /* empty counts as unset */
+        /* Empty counts as unset, except for a switch: Kubeflow's PyTorchJob
+         * sets PET_STANDALONE="" for "standalone: true". */
+        if (!v || (!*v && defs[id].kind != OPT_FLAG))
+            continue;
         p->s[id].from_env = 1;
         if (defs[id].kind == OPT_FLAG) {
-            int b;
+            int b = 1;
             snprintf(p->s[id].src, sizeof(p->s[id].src), "%s", var);
-            if (parse_int(v, INT_MIN, INT_MAX, &b))
+            if (*v && parse_int(v, INT_MIN, INT_MAX, &b))
                 return bad_value(p, id, v, "expected 0 or 1");
             p->s[id].set = b != 0;
             p->s[id].val = v;
@@ -870,12 +872,21 @@ int mg_opts_resolve(struct mg_launch_opts *o, const struct mg_host_info *host, c
         n = host->ncpu;
         break;
     case MG_NPROC_GPU:
+    case MG_NPROC_AUTO:
         n = o->ngpu_ids ? o->ngpu_ids : host->ngpu;
-        if (n <= 0) {
+        if (n < 0) {
+            snprintf(err, errcap, "invalid value '%s' for %s: cannot count the GPUs: %s",
+                     o->nproc_kind == MG_NPROC_GPU ? "gpu" : "auto", o->nproc_src,
+                     host->no_gpu_why ? host->no_gpu_why : "unknown");
+            return -EINVAL;
+        }
+        if (n == 0 && o->nproc_kind == MG_NPROC_GPU) {
             snprintf(err, errcap, "invalid value 'gpu' for %s: no GPU found (%s)", o->nproc_src,
                      host->no_gpu_why ? host->no_gpu_why : "none visible");
             return -EINVAL;
         }
+        if (n == 0)
+            n = host->ncpu; /* auto without a GPU: one worker per CPU, as torchrun */
         break;
     case MG_NPROC_XPU:
         n = host->nxpu;
@@ -884,9 +895,6 @@ int mg_opts_resolve(struct mg_launch_opts *o, const struct mg_host_info *host, c
                      o->nproc_src, host->no_xpu_why ? host->no_xpu_why : "none visible");
             return -EINVAL;
         }
-        break;
-    case MG_NPROC_AUTO:
-        n = o->ngpu_ids ? o->ngpu_ids : host->ngpu > 0 ? host->ngpu : host->ncpu;
         break;
     }
     if (n < 1)

@@ -121,8 +121,8 @@ struct mg_launch_opts {
 /* What the machine has, for nproc cpu/gpu/auto and the GPU checks. */
 struct mg_host_info {
     int ncpu;
-    int ngpu;               /* GPUs visible to us (after CUDA_VISIBLE_DEVICES) */
-    const char *no_gpu_why; /* when ngpu == 0, why (for the message) */
+    int ngpu;               /* GPUs this node was given (gpus.h); < 0: cannot be told */
+    const char *no_gpu_why; /* when ngpu <= 0, why (for the message) */
     int nxpu;               /* Intel GPUs (nproc xpu) */
     const char *no_xpu_why;
 };

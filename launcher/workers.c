@@ -93,6 +93,13 @@ void mg_workers_signal(struct mg_agent *ag, int sig)
             kill(-ag->w[i].pid, sig);
 }
 
+void mg_workers_notify(struct mg_agent *ag, int sig)
+{
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].outcome == W_RUNNING)
+            kill(ag->w[i].pid, sig);
+}
+
 void mg_workers_stop(struct mg_agent *ag, int sig)
 {
     int64_t grace = (int64_t)(ag->o->shutdown_timeout * 1000.0);
@@ -150,6 +157,14 @@ static void describe_exit(const struct worker *w, const char *oom, char *buf, si
         mg_fmt(buf, cap, "exited with code %d", mg_status_code(w->wstatus));
 }
 
+/* An exit a stop signal would cause: killed by one, or exited 128 + its
+ * number (a handler's "exit(128 + signum)", a shell's). */
+static int stop_shaped(const struct mg_agent *ag, int wstatus)
+{
+    int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus) - 128;
+    return sig > 0 && sig < NSIG && sigismember(&ag->stop_set, sig) == 1;
+}
+
 static void record_failure(struct mg_agent *ag, struct worker *w, const struct mg_errfile *ef,
                            int has_ef, const char *oom)
 {
@@ -170,10 +185,81 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     f->signo = WIFSIGNALED(w->wstatus) ? WTERMSIG(w->wstatus) : 0;
     f->exec_errno = w->exec_errno;
     f->wall_ms = mg_wall_ms();
+    f->seen_ms = w->end_ms;
+    f->duration_ms = w->end_ms - w->start_ms;
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
     mg_fmt(f->oom, sizeof(f->oom), "%s", oom);
     w->failure = r->nfailures++;
+    /* A stop of the whole job may be on its way: a worker that died of a
+     * terminating signal (or exited as its handler of one does), or, with
+     * several nodes, any failure (its peer may have been stopped first). */
+    if (!w->exec_errno && (stop_shaped(ag, w->wstatus) || ag->group.group_world_size > 1))
+        ag->hold_failure_until = w->end_ms + STOP_WINDOW_MS;
+}
+
+/* mglaunch's own stop signal came after these failures. */
+void mg_workers_excuse_recent(struct mg_agent *ag)
+{
+    struct mg_agent_result *r = &ag->res;
+    int64_t since = mg_now_ms() - STOP_WINDOW_MS;
+    int keep = r->nfailures;
+    char sig[32];
+
+    /* Failures are recorded as they are seen: the recent ones are the last. */
+    while (keep > 0 && r->failures[keep - 1].seen_ms >= since && !r->failures[keep - 1].exec_errno)
+        keep--;
+    if (keep == r->nfailures)
+        return;
+    for (int k = keep; k < r->nfailures; k++) {
+        const struct mg_failure *f = &r->failures[k];
+        struct mg_ev_worker_exit e = {
+            .w = {f->attempt, f->local_rank, f->rank, f->pid},
+            .outcome = "stopped",
+            .exit_code = f->exit_code,
+            .signal = f->signo ? mg_signame(f->signo, sig, sizeof(sig)) : NULL,
+            .duration_ms = f->duration_ms,
+            .message = f->message[0] ? f->message : NULL,
+        };
+        mg_event_worker_exit(&ag->rd, &e);
+        /* An attempt that already ended: its tally. */
+        for (int i = 0; i < r->rounds && r->attempts; i++) {
+            struct mg_attempt_summary *a = &r->attempts[i];
+            if (a->attempt != f->attempt || (ag->state == ST_RUNNING && i == ag->round))
+                continue;
+            a->nfailed--;
+            a->nstopped++;
+            if (a->first_failure >= keep)
+                a->first_failure = -1;
+            if (a->nfailed == 0) {
+                struct mg_ev_attempt_end ae = {
+                    .attempt = a->attempt,
+                    .result = "stopped",
+                    .failed = 0,
+                    .stopped = a->nstopped,
+                    .duration_ms = a->duration_ms,
+                };
+                mg_event_attempt_end(&ag->rd, &ae);
+            }
+        }
+    }
+    /* The attempt that runs: its workers. */
+    if (ag->state == ST_RUNNING) {
+        int failed = 0;
+        for (int i = 0; i < ag->nproc; i++) {
+            struct worker *w = &ag->w[i];
+            if (w->outcome == W_FAILED && w->failure >= keep) {
+                w->outcome = W_STOPPED;
+                w->failure = -1;
+            }
+            failed |= w->outcome == W_FAILED;
+        }
+        ag->attempt_failed = failed || ag->attempt_fatal;
+    }
+    r->nfailures = keep;
+    if (keep == 0)
+        memset(&r->root, 0, sizeof(r->root));
+    ag->hold_failure_until = 0;
 }
 
 /* Fills the root cause once the attempt is over and its output drained. */
@@ -208,6 +294,10 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
     struct mg_errfile ef;
     int has_ef = 0;
 
+    /* A stop signal that is already on its way is the cause of this exit
+     * more often than not: act on it first. */
+    if (wstatus != 0 && !w->stop_sent)
+        mg_agent_take_stop_signal(ag);
     w->wstatus = wstatus;
     w->end_ms = mg_now_ms();
     ag->running--;

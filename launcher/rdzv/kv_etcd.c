@@ -738,7 +738,10 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
     }
     if (x.changed)
         return 1;
-    if (rc == -ETIMEDOUT && x.created)
+    /* The caller's bound ran out with nothing seen, even before a loaded etcd
+     * confirmed the watch (a slice of a few milliseconds): no change yet. An
+     * etcd that stopped answering fails the caller's next plain request. */
+    if (rc == -ETIMEDOUT)
         return 0;
     if (rc == 0) {
         seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);

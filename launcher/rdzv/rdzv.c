@@ -3,6 +3,7 @@
 #include "rdzv_multi.h"
 #include "rdzv_single.h"
 #include "rdzv_conf.h"
+#include "slurm.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,12 +13,20 @@ extern char **environ;
 int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg_rdzv_ops **ops,
                    void **impl, char *err, size_t errcap)
 {
+    struct mg_slurm sl;
+    char serr[256];
+    /* Inconsistent SLURM_* are the multi-node backend's to report, when it uses them. */
+    int slurm = mg_slurm_detect(environ, &sl, serr, sizeof(serr));
+    int rc;
+
+    if (slurm == 1 && (rc = mg_slurm_check(&sl, o->nnodes_given, err, errcap)) < 0)
+        return rc;
     if (mg_rdzv_multi_wanted(o, environ))
         return mg_rdzv_multi_create(o, environ, status, ops, impl, err, errcap);
     /* One node (opts.c bounds --nnodes to 1 <= MIN <= MAX, and MAX > 1 is
      * multi-node): --rdzv_conf is not used, but a mistake in it is still one. */
     char notes[MG_RDZV_NOTES_MAX], notice[MG_RDZV_NOTES_MAX + 256];
-    int rc = mg_rdzv_multi_check_conf(o, environ, notes, sizeof(notes), err, errcap);
+    rc = mg_rdzv_multi_check_conf(o, environ, notes, sizeof(notes), err, errcap);
     if (rc)
         return rc;
     /* One "mglaunch: " line per note, as the multi-node notices. */
@@ -29,7 +38,14 @@ int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg
                               (int)len, p);
         p += len + (p[len] == '\n');
     }
-    return mg_rdzv_single_create(o, notice, ops, impl);
+    rc = mg_rdzv_single_create(o, notice, ops, impl);
+    /* A step of one node is named after its job, as a step of several is. */
+    if (rc == 0 && slurm == 1 && !o->rdzv_id && sl.job_id[0]) {
+        char id[sizeof(sl.job_id) + 8];
+        snprintf(id, sizeof(id), "slurm-%s", sl.job_id);
+        mg_rdzv_single_set_run_id(*impl, id);
+    }
+    return rc;
 }
 
 const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl)
@@ -39,5 +55,5 @@ const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl)
 
 const char *mg_rdzv_run_id(const struct mg_rdzv_ops *ops, void *impl)
 {
-    return ops == &mg_rdzv_single_ops ? NULL : mg_rdzv_multi_run_id(impl);
+    return ops == &mg_rdzv_single_ops ? mg_rdzv_single_run_id(impl) : mg_rdzv_multi_run_id(impl);
 }

@@ -13,7 +13,8 @@
 
 #include <stdio.h>
 
-/* Picks and creates the backend for the options. status is the launcher's
+/* Picks and creates the backend for the options, after refusing the Slurm
+ * shapes that cannot work (mg_slurm_check: -EINVAL). status is the launcher's
  * console for its own messages, as mg_agent_config.status (NULL: none): the
  * backend tells it, in "mglaunch: ..." lines, that an endpoint is still out of
  * reach while this call retries it, and what a join waits for. err gets a
@@ -23,8 +24,8 @@ int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg
 /* A note or warning about the rendezvous settings for mglaunch to print, or NULL. */
 const char *mg_rdzv_notice(const struct mg_rdzv_ops *ops, void *impl);
 /* The run id the nodes agreed on (TORCHELASTIC_RUN_ID, the log directory),
- * when the backend chose one (multi-node: --rdzv_id, the Slurm job, "none"),
- * or NULL to keep mglaunch's own. */
+ * when the backend chose one (multi-node: --rdzv_id, the Slurm job, "none";
+ * one node: the Slurm job), or NULL to keep mglaunch's own. */
 const char *mg_rdzv_run_id(const struct mg_rdzv_ops *ops, void *impl);
 
 #endif

@@ -57,6 +57,7 @@ struct multi {
     char hostname[MG_HOST_MAX];
     char run_id[MG_RDZV_RUN_ID_MAX + 1];
     char notice[2048];
+    char first_wait[MG_HOST_MAX + 160]; /* said before the first "still out of reach" */
     /* static: the agents' store at --master_addr:--master_port is the
      * workers' too (torchrun's agent store); the node hosting it serves
      * torch's TCPStore clients on its port as well (tcpstore.h). */
@@ -486,7 +487,12 @@ struct plan {
  * exists). */
 static void on_progress(void *ctx, const char *msg)
 {
-    note(ctx, "%s", msg);
+    struct multi *m = ctx;
+    if (m->first_wait[0]) {
+        note(m, "%s", m->first_wait);
+        m->first_wait[0] = 0;
+    }
+    note(m, "%s", msg);
 }
 
 static struct multi *multi_new(FILE *status)
@@ -562,10 +568,12 @@ static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct m
         }
         if (!p->master_addr)
             p->master_addr = p->sl.master_addr;
-        snprintf(line, sizeof(line),
-                 "Slurm: --nnodes %d, --node_rank %d, --master_addr %s (from SLURM_*; give the "
-                 "flags to override)",
-                 p->max, p->node_rank, p->master_addr);
+        int n = snprintf(line, sizeof(line), "Slurm: --nnodes %d, --node_rank %d, --master_addr %s",
+                         p->max, p->node_rank, p->master_addr);
+        if (o->master_port <= 0 && m->backend == MG_RDZV_STATIC && mg_slurm_default_port(&p->sl))
+            n += snprintf(line + n, sizeof(line) - (size_t)n, ", --master_port %d (the job's)",
+                          mg_slurm_default_port(&p->sl));
+        snprintf(line + n, sizeof(line) - (size_t)n, " (from SLURM_*; give the flags to override)");
         add_notice(m, line);
     }
     return 0;
@@ -588,7 +596,11 @@ static int pick_endpoint(const struct mg_launch_opts *o, struct multi *m, struct
         return 0;
     }
     const char *a = p->master_addr ? p->master_addr : "127.0.0.1";
-    int port = o->master_port > 0 ? o->master_port : STATIC_DEFAULT_PORT;
+    /* Under Slurm, a port of the job's own: jobs sharing a node do not meet
+     * on 29500 (mg_slurm_default_port). */
+    int port = o->master_port > 0                                   ? o->master_port
+               : p->slurm == 1 && mg_slurm_default_port(&p->sl) > 0 ? mg_slurm_default_port(&p->sl)
+                                                                    : STATIC_DEFAULT_PORT;
     mg_format_hostport(p->endpoint, sizeof(p->endpoint), a, port);
     snprintf(m->store_host, sizeof(m->store_host), "%s", a);
     m->store_port = port;
@@ -647,11 +659,25 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
         .progress = on_progress,
         .progress_ctx = m,
     };
+    /* A static node other than 0 waits for node 0 in particular: say whom. */
+    if (m->backend == MG_RDZV_STATIC && p->node_rank != 0)
+        snprintf(m->first_wait, sizeof(m->first_wait),
+                 "rendezvous (static): waiting for node 0 (--node_rank 0) to host the store at %s "
+                 "(--master_addr:--master_port)",
+                 p->endpoint);
     if (m->backend == MG_RDZV_STATIC && mg_tcpstore_new(&m->ts) == 0) {
         s.foreign = mg_tcpstore_adopt;
         s.foreign_ctx = m->ts;
     }
     int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
+    m->first_wait[0] = 0;
+    if (rc == -EADDRINUSE && m->backend == MG_RDZV_STATIC) {
+        /* Node 0 stops at once; the others wait for it, saying so. */
+        size_t n = strlen(err);
+        snprintf(err + n, errcap - n,
+                 " (another program, or another job on this machine, holds it: give every node "
+                 "the same free --master_port)");
+    }
     if (rc < 0)
         return rc;
     if (!m->host) { /* another node hosts the agent store */
@@ -679,28 +705,35 @@ static int is_loopback(const char *addr)
     return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
 }
 
-/* This node's address for MASTER_ADDR when it is rank 0. */
+/* This node's address for MASTER_ADDR when it is rank 0. Never the bare host
+ * name first, as torchrun does: in a Kubernetes pod it resolves only inside
+ * that pod (pytorch/pytorch#150532), so the other pods' workers would wait
+ * for a name they cannot resolve. */
 static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, struct mg_kv *kv,
                            const char *static_master, char *out, size_t cap)
 {
-    char num[MG_HOST_MAX];
+    char num[MG_HOST_MAX], local[MG_HOST_MAX];
     if (o->local_addr) {
         snprintf(out, cap, "%s", o->local_addr);
         return;
     }
-    /* The host name, as torchrun does, when it leads somewhere else than loopback. */
-    if (mg_resolve_numeric(m->hostname, num, sizeof(num)) == 0 && !is_loopback(num)) {
-        snprintf(out, cap, "%s", m->hostname);
-        return;
-    }
+    /* The static rank 0 is the master: every other agent resolves and
+     * reaches that name to join. */
     if (static_master) {
-        snprintf(out, cap, "%s", static_master); /* the static rank 0 is the master */
+        snprintf(out, cap, "%s", static_master);
         return;
     }
-    /* Else the address this node reaches the rendezvous from. */
-    if (mg_kv_local_addr(kv, m->host, out, cap) == 0)
-        return;
-    snprintf(out, cap, "%s", m->hostname);
+    /* The address the others reach this node at: its side of its connection
+     * to the backend, or, hosting the store, the address a connection to the
+     * endpoint leaves from. Loopback reaches no other machine: then the host
+     * name, when it resolves to something else. */
+    int have = mg_kv_local_addr(kv, m->host, local, sizeof(local)) == 0;
+    if (have && !is_loopback(local))
+        snprintf(out, cap, "%s", local);
+    else if (mg_resolve_numeric(m->hostname, num, sizeof(num)) == 0 && !is_loopback(num))
+        snprintf(out, cap, "%s", m->hostname);
+    else
+        snprintf(out, cap, "%s", have ? local : m->hostname);
 }
 
 /* Starts the protocol over the backend, which it takes over (and releases on

@@ -10,7 +10,8 @@
 
 struct rdzv_single {
     char master_addr[MG_HOST_MAX];
-    int master_port; /* > 0: fixed */
+    int master_port;                /* > 0: fixed */
+    char run_id[MG_RUN_ID_MAX + 1]; /* "" = mglaunch's own */
     char notice[1024];
 };
 
@@ -53,6 +54,18 @@ const struct mg_rdzv_ops mg_rdzv_single_ops = {
     .next_round = single_next_round,
     .release = single_release,
 };
+
+void mg_rdzv_single_set_run_id(void *impl, const char *id)
+{
+    struct rdzv_single *s = impl;
+    snprintf(s->run_id, sizeof(s->run_id), "%s", id);
+}
+
+const char *mg_rdzv_single_run_id(void *impl)
+{
+    struct rdzv_single *s = impl;
+    return s && s->run_id[0] ? s->run_id : NULL;
+}
 
 const char *mg_rdzv_single_notice(void *impl)
 {

@@ -18,5 +18,8 @@ int mg_rdzv_single_create(const struct mg_launch_opts *o, const char *notice,
                           const struct mg_rdzv_ops **ops, void **impl);
 /* The notice given at creation, or NULL. */
 const char *mg_rdzv_single_notice(void *impl);
+/* The run id to use instead of mglaunch's own (a Slurm job's), or NULL. */
+void mg_rdzv_single_set_run_id(void *impl, const char *id);
+const char *mg_rdzv_single_run_id(void *impl);
 
 #endif

@@ -4,6 +4,7 @@
 #include "proc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,11 @@ int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t er
     memset(out, 0, sizeof(*out));
     if (!nodeid || !count)
         return 0;
+    /* srun exports the step id to its tasks; the batch script has none. */
+    out->in_step = mg_env_lookup(env, "SLURM_STEP_ID") || mg_env_lookup(env, "SLURM_STEPID");
+    const char *tasks = mg_env_lookup(env, "SLURM_STEP_NUM_TASKS");
+    if (!tasks || parse_int(tasks, 1, INT_MAX, &out->step_tasks) < 0)
+        out->step_tasks = 0;
     if (parse_int(count, 1, MG_HOSTLIST_MAX_HOSTS, &out->nnodes) < 0)
         return mg_seterr(err, errlen, -EINVAL, "%s=%s: expected a node count from 1 to %d",
                          count_var, count, MG_HOSTLIST_MAX_HOSTS);
@@ -247,4 +253,40 @@ int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t er
     if (job)
         snprintf(out->job_id, sizeof(out->job_id), "%s", job);
     return 1;
+}
+
+int mg_slurm_check(const struct mg_slurm *s, int layout_given, char *err, size_t errlen)
+{
+    if (s->in_step && s->step_tasks > s->nnodes)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "one mglaunch per node: this Slurm step runs %d tasks on %d node%s "
+                         "(SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES), and each would start "
+                         "workers of its own. mglaunch starts a node's workers itself "
+                         "(--nproc_per_node); start it with: srun --nodes=%d --ntasks=%d "
+                         "--ntasks-per-node=1 mglaunch ...",
+                         s->step_tasks, s->nnodes, s->nnodes == 1 ? "" : "s", s->nnodes, s->nnodes);
+    if (!s->in_step && !layout_given && s->job_id[0] && s->nnodes > 1)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "this is the batch script of Slurm job %s, which has %d nodes "
+                         "(SLURM_NNODES; no SLURM_STEP_ID): mglaunch would run on the first "
+                         "node only and wait for the others, which never come. Start one "
+                         "mglaunch per node with srun: srun --nodes=%d --ntasks=%d "
+                         "--ntasks-per-node=1 mglaunch ...",
+                         s->job_id, s->nnodes, s->nnodes, s->nnodes);
+    return 0;
+}
+
+int mg_slurm_default_port(const struct mg_slurm *s)
+{
+    size_t n = strlen(s->job_id);
+    int v = 0;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s->job_id[i] < '0' || s->job_id[i] > '9')
+            return 0;
+    /* The last four digits, as Lightning takes them. */
+    for (size_t i = n > 4 ? n - 4 : 0; i < n; i++)
+        v = v * 10 + (s->job_id[i] - '0');
+    return MG_SLURM_PORT_BASE + v % MG_SLURM_PORT_RANGE;
 }

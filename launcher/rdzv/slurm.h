@@ -1,5 +1,7 @@
-/* Slurm support: hostlist expansion ("node[01-04,07],gpu[1-2]-ib") and the
- * multi-node settings derived from SLURM_* when the flags are absent. */
+/* Slurm support: hostlist expansion ("node[01-04,07],gpu[1-2]-ib"), the
+ * multi-node settings derived from SLURM_* when the flags are absent, and the
+ * shapes of a job that cannot work (more than one mglaunch per node,
+ * mglaunch in the batch script of a multi-node job). */
 #ifndef MG_SLURM_H
 #define MG_SLURM_H
 
@@ -23,12 +25,33 @@ struct mg_slurm {
     int node_rank; /* SLURM_NODEID */
     char master_addr[MG_HOST_MAX]; /* first host of the step's (or job's) node list */
     char job_id[64];               /* SLURM_JOB_ID (a natural rendezvous id), "" if unset */
+    int in_step;                   /* SLURM_STEP_ID is set: a task of srun, not the batch script */
+    int step_tasks;                /* SLURM_STEP_NUM_TASKS, 0 when unknown */
 };
+
+/* The first port of the per-job range and its size: a static rendezvous
+ * under Slurm listens on MG_SLURM_PORT_BASE + the job id's last four digits
+ * unless --master_port says otherwise, as PyTorch Lightning does, so that
+ * jobs sharing a node do not all want 29500. */
+#define MG_SLURM_PORT_BASE  15000
+#define MG_SLURM_PORT_RANGE 10000
 
 /* Reads the Slurm variables from env (NULL = the process environment).
  * Returns 1 and fills out when running under Slurm with a node list, 0 when
  * not under Slurm (no SLURM_NODEID or no node count), -EINVAL with a message
  * in err when the variables are inconsistent. */
 int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t errlen);
+
+/* Refuses the shapes in which mglaunch cannot do what the user wants: a step
+ * with more tasks than nodes (each task would start its own workers: two
+ * trainings, or agents clashing on one port), and, when the node layout is
+ * to come from Slurm (layout_given 0: no --nnodes), the batch script of a
+ * job of several nodes (it runs on the first node only, and the others would
+ * never come). 0, or -EINVAL with err naming the srun line to use. */
+int mg_slurm_check(const struct mg_slurm *s, int layout_given, char *err, size_t errlen);
+
+/* The job's default port for a static rendezvous (MG_SLURM_PORT_BASE), or 0
+ * without a numeric job id. */
+int mg_slurm_default_port(const struct mg_slurm *s);
 
 #endif

@@ -20,7 +20,6 @@ hosts_up 3
 
 TOKEN=$(head -c 18 /dev/urandom | base64)
 SMALL="--steps 30 --train-samples 2048 --test-samples 512 --log-every 10"
-PHASE2="phase 2 (issue 13): rank 0 advertises its bare host name as MASTER_ADDR, which the other pod cannot resolve; the workers wait silently"
 
 # run_pods MANIFEST SECS [podsim.py render options]: the manifest's pods, until
 # the training pods exit or SECS pass.
@@ -48,6 +47,12 @@ report() {
     pods_show
 }
 
+# The MASTER_ADDR every pod's workers got (the event logs in the pods' /tmp).
+master_addrs() {
+    cat "$PODS_DIR"/*/tmp/mglaunch-*/*/events.jsonl 2>/dev/null | grep '"event":"attempt_start"' |
+        sed 's/.*"master_addr":"\([^"]*\)".*/\1/' | sort -u | paste -sd ' ' -
+}
+
 expect_trained() {
     if trained; then _result 0 "$1"; else
         _result 1 "$1"
@@ -65,7 +70,7 @@ DESC="rank 0 checkpointed into the shared volume" ok test -f "$PODS_DIR/vol/pvc-
 w=$(grep 'mg-train-0.mg-train' "$PODS_DIR/1/log" | head -n 1)
 like "$w" "mg-train-0.mg-train:29400" "pod 1 says it waits for pod 0's name until the cluster DNS publishes it"
 todo_like "$w" "does not resolve" "pod 1 says the name does not resolve (yet)" \
-    "phase 2 (issue 13): today it says '$(printf '%s' "$w" | sed 's/.*cannot connect: //' | cut -c1-60)'"
+    "the wording comes with issue 11's connect messages; today it says '$(printf '%s' "$w" | sed 's/.*cannot connect: //' | cut -c1-60)'"
 
 # Kubeflow PyTorchJob, static: PET_MASTER_ADDR is the Master's per-pod Service.
 run_pods pytorchjob 40
@@ -79,14 +84,19 @@ expect_trained "k8s/pytorchjob-elastic.yaml: two workers train together (elastic
 # etcd as the backend: the StatefulSet's etcd runs as a third pod.
 run_pods etcd-elastic 40
 expect_trained "k8s/etcd-elastic.yaml: two interchangeable pods train together through etcd"
+# Without PET_LOCAL_ADDR, rank 0 (either pod) advertises the address its
+# connection to etcd leaves from: its pod IP, never its host name.
+run_pods etcd-elastic 40 --drop-env PET_LOCAL_ADDR
+expect_trained "k8s/etcd-elastic.yaml without PET_LOCAL_ADDR: the pods train together"
+like "$(master_addrs)" "^$(host_addr 0)$|^$(host_addr 1)$" "  MASTER_ADDR is rank 0's pod IP"
 
-# Trainer's TrainJob, JobSet and Volcano: MASTER_ADDR must be a name the
-# other pods resolve. Each fails today; the documented workaround passes.
-for m in trainjob jobset volcano; do
-    run_pods $m 15
-    trained
-    todo_result $? "k8s/$m.yaml: two pods train together" "$PHASE2"
-    run_pods $m 40 --add-env-field PET_LOCAL_ADDR=status.podIP
-    expect_trained "k8s/$m.yaml with PET_LOCAL_ADDR=status.podIP (today's workaround): two pods train together"
+# Trainer's TrainJob, JobSet and Volcano: static, with a --master_addr that
+# every pod resolves but a pod host name that only its own pod resolves
+# (pytorch/pytorch#150532). Rank 0 advertises the --master_addr it was given.
+for m in trainjob:mg-train-node-0-0.mg-train jobset:mg-train-node-0-0.mg-train \
+    volcano:mg-train-master-0.mg-train; do
+    run_pods "${m%%:*}" 40
+    expect_trained "k8s/${m%%:*}.yaml: two pods train together"
+    is "$(master_addrs)" "${m#*:}" "  MASTER_ADDR is the --master_addr node 0 was given"
 done
 done_testing

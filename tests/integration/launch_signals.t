@@ -1,10 +1,12 @@
 #!/bin/sh
 # Signals: SIGTERM forwarded to every worker group, SIGKILL for one that ignores
 # it once --shutdown_timeout is over; a second SIGINT kills at once; SIGUSR1
-# forwarded only; SIGHUP and SIGQUIT; exit codes 128+signal; SIGINT and SIGQUIT
-# handled though ignored at start (a script's background job), SIGHUP ignored
-# by nohup left alone. And the launcher SIGKILLed: no worker or grandchild
-# survives 2 s later.
+# forwarded only, to the worker process and not its children; SIGHUP and
+# SIGQUIT; exit codes 128+signal; SIGINT and SIGQUIT handled though ignored at
+# start (a script's background job), SIGHUP ignored by nohup left alone. A stop
+# that reaches a worker before mglaunch (Slurm, systemd and a deleted pod
+# signal every process) is a stop, not a failure, in either order. And the
+# launcher SIGKILLed: no worker or grandchild survives 2 s later.
 # timeout: 120
 . "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
@@ -78,6 +80,68 @@ wait "$pid"
 is $? 0 "SIGUSR1: the run goes on and succeeds"
 is "$(cat "$T/usr.got.0" "$T/usr.got.1")" "USR1
 USR1" "every worker got SIGUSR1"
+
+# ---- SIGUSR1 goes to the worker process only: the worker's child without a
+# handler (a DataLoader's worker processes) is the worker's business, and lives
+bg "$MGLAUNCH" --log_dir "$L" --rdzv_id usr1 --nproc_per_node 1 "$FW" \
+    trap USR1 "$T/usr1.got" grandchild "$T/usr1.child" touch "$T/usr1.0" wait-file "$T/usr1.end" \
+    >"$T/out" 2>"$T/err"
+pid=$!
+ok wait_for 10 ready 1 "$T/usr1"
+ok wait_for 10 test -s "$T/usr1.child"
+child=$(cat "$T/usr1.child")
+kill -USR1 "$pid"
+DESC="SIGUSR1 reaches the worker, which handles it" ok wait_for 10 test -s "$T/usr1.got"
+sleep 0.3
+DESC="the worker's child, which has no handler for it, is still alive" ok alive "$child"
+touch "$T/usr1.end"
+wait "$pid"
+is $? 0 "and the run succeeds"
+
+# ---- A stop that reaches a worker first: the worker exits 143 from its
+# SIGTERM handler, or dies of SIGHUP (129); mglaunch's own SIGTERM comes at
+# once, or 0.3 s later. mglaunch's signal decides the exit code.
+for case in TERM:0 HUP:0.3; do
+    s=${case%:*}
+    gap=${case#*:}
+    id=race$s
+    bg "$MGLAUNCH" --log_dir "$L" --rdzv_id "$id" --nproc_per_node 2 "$FW" on-term 143 \
+        pidfile "$T/$id.\${local_rank}" pause >"$T/out" 2>"$T/err"
+    pid=$!
+    ok wait_for 10 ready 2 "$T/$id"
+    kill -"$s" "$(cat "$T/$id.0")"
+    sleep "$gap"
+    kill -TERM "$pid"
+    wait "$pid"
+    is $? 143 "SIG$s to a worker, then SIGTERM to mglaunch $gap s later: exit code 143"
+    err=$(cat "$T/err")
+    like "$err" "stopped by SIGTERM after 1 attempt; exit code 143" "  stopped by SIGTERM"
+    unlike "$err" "FAILED|Root cause" "  no failure, no root cause"
+    like "$(grep '"local_rank":0' "$L/$id/events.jsonl" | grep worker_exit | tail -n 1)" \
+        '"outcome":"stopped"' "  the worker's exit is a stop in the event log"
+    st=$("$MGLAUNCH" logs "$L" --run "$id" 2>&1)
+    like "$(printf '%s\n' "$st" | grep '^\*')" "stopped by SIGTERM \(exit 143\)" "  mglaunch logs: stopped"
+    unlike "$st" "Root cause" "  mglaunch logs: no root cause"
+done
+
+# ---- The same exit with no stop behind it is the failure it looks like,
+# once mglaunch has waited a moment for a stop signal that does not come.
+"$MGLAUNCH" --nproc_per_node 2 "$FW" 'if' rank=0 signal TERM 'if' rank=1 pause >"$T/out" 2>"$T/err"
+is $? 143 "a worker killed by SIGTERM with no stop of mglaunch: exit code 143"
+like "$(cat "$T/err")" "FAILED: .*exit code 143" "  a failure"
+like "$(cat "$T/err")" "exit      : was killed by SIGTERM" "  with its root cause"
+
+# ---- A failure well before the stop stays the failure it was.
+bg "$MGLAUNCH" --log_dir "$L" --rdzv_id early --nproc_per_node 1 --max_restarts 1 "$FW" \
+    'if' restart=0 exit 3 touch "$T/early.0" pause >"$T/out" 2>"$T/err"
+pid=$!
+ok wait_for 10 ready 1 "$T/early"
+sleep 1.2
+kill -TERM "$pid"
+wait "$pid"
+is $? 143 "a failure, a restart, then SIGTERM: exit code 143"
+like "$(cat "$T/err")" "stopped by SIGTERM after 2 attempts" "  stopped by SIGTERM"
+like "$(cat "$T/err")" "exit      : exited with code 3" "  and the earlier failure is still the root cause"
 
 # ---- SIGHUP and SIGQUIT stop the run like SIGTERM
 for sn in HUP:1 QUIT:3; do

@@ -5,20 +5,19 @@
 # (more tasks than nodes, mglaunch without srun in a multi-node batch script,
 # two jobs sharing a node, a single-node step's run id) and scancel during
 # training (ten times: exit 143 on every node, nothing left behind); an sbatch
-# job preempted with SIGUSR1 requeues itself and resumes from its checkpoint.
-# What does not work yet is a TAP TODO for phase 2 of issue 13.
+# job preempted with SIGUSR1 requeues itself and resumes from its checkpoint;
+# SIGUSR1 to mglaunch reaches the worker and not its children;
+# --nproc_per_node gpu counts the GPUs Slurm gave the step.
 # timeout: 150
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
 . "$TOP/tests/lib/slurm.sh"
-. "$TOP/tests/lib/todo.sh"
 
 slurm_have 2>"$T/why" || skip_all "no Slurm here: $(head -n 1 "$T/why")"
 hosts_up 2
 slurm_up 2>"$T/why" || bail "Slurm starts: $(head -c 300 "$T/why")"
 
 CNN="--model cnn --data fashion-mnist --steps 30 --train-samples 2048 --test-samples 512 --log-every 10"
-P2="phase 2 (issue 13)"
 
 show() { sed 's/^/#   /' "$1" | tail -n "${2:-12}"; }
 none_running() { ! pgrep -f "$1" >/dev/null; }
@@ -33,24 +32,23 @@ else
     _result 1 "srun -N2 mglaunch train: two nodes train together (exit $rc)"
     show "$T/s1"
 fi
-like "$(cat "$T/s1")" "Slurm: --nnodes 2, --node_rank 1, --master_addr n1" "mglaunch says what it took from SLURM_*"
+like "$(cat "$T/s1")" "Slurm: --nnodes 2, --node_rank 1, --master_addr n1, --master_port 1[0-9]{4} \(the job's\)" \
+    "mglaunch says what it took from SLURM_*, and the job's port"
 
 # 2. Two tasks on one node would be two independent trainings.
 sl timeout 20 srun -N1 -n2 "$MGLAUNCH" --nproc_per_node 1 "$TRAIN" $CNN >"$T/s2" 2>&1
 rc=$?
 n=$(grep -c '^train: done' "$T/s2")
-diag "srun -N1 -n2: exit $rc, $n trainings ran"
 [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" = 0 ] && grep -q -- '--ntasks-per-node=1' "$T/s2"
-todo_result $? "srun -N1 -n2 mglaunch is refused, naming --ntasks-per-node=1" \
-    "$P2: today each task runs its own training ($n ran, exit $rc)"
+_result $? "srun -N1 -n2 mglaunch is refused, naming --ntasks-per-node=1 ($n trainings ran, exit $rc)"
+like "$(grep -m1 mglaunch: "$T/s2")" "one mglaunch per node: this Slurm step runs 2 tasks on 1 node" "  and saying why"
 
 # 3. Two tasks per node on two nodes.
 sl timeout 8 srun -N2 --ntasks-per-node=2 "$MGLAUNCH" --nproc_per_node 1 "$TRAIN" $CNN >"$T/s3" 2>&1
 rc=$?
-diag "srun -N2 --ntasks-per-node=2: exit $rc; $(grep mglaunch: "$T/s3" | grep -v 'Slurm: --nnodes' | head -n 2 | tr '\n' ' ')"
-[ $rc != 0 ] && [ $rc != 124 ] && grep -q -- '--ntasks-per-node=1' "$T/s3"
-todo_result $? "srun -N2 --ntasks-per-node=2 mglaunch is refused at once, naming --ntasks-per-node=1" \
-    "$P2: today the extra agents clash on the port or wait for a place (killed after 8 s: exit $rc)"
+[ $rc != 0 ] && [ $rc != 124 ] && grep -q -- 'srun --nodes=2 --ntasks=2 --ntasks-per-node=1' "$T/s3"
+_result $? "srun -N2 --ntasks-per-node=2 mglaunch is refused at once, naming the srun line (exit $rc)"
+[ $? = 0 ] || show "$T/s3"
 
 # 4. mglaunch in a two-node batch script, without srun: it runs on the first
 # node only.
@@ -59,9 +57,9 @@ slurm_wait_gone "$id" 8
 gone=$?
 [ $gone = 0 ] || sl scancel "$id"
 slurm_wait_gone "$id" 10
-[ $gone = 0 ] && grep -q 'srun' "$T/s4"
-todo_result $? "mglaunch in a 2-node batch script without srun stops at once and says to use srun" \
-    "$P2: today it waits for a node that never comes ($(grep -m1 'waiting' "$T/s4" | cut -c1-80))"
+[ $gone = 0 ] && grep -q 'batch script of Slurm job .* srun --nodes=2' "$T/s4"
+_result $? "mglaunch in a 2-node batch script without srun stops at once and says to use srun"
+[ $? = 0 ] || show "$T/s4"
 
 # 5. Two jobs sharing both nodes, each on the default static port.
 bg_sl srun -N2 -J share1 "$MGLAUNCH" --nproc_per_node 1 "$TRAIN" $CNN >"$T/s5a" 2>&1
@@ -72,17 +70,15 @@ wait $pa
 ra=$?
 wait $pb
 rb=$?
-diag "two jobs on the same nodes: exit $ra and $rb; $(cat "$T/s5a" "$T/s5b" | grep -m1 -i 'in use\|cannot')"
-[ "$ra $rb" = "0 0" ]
-todo_result $? "two jobs sharing both nodes train at once (a per-job default port)" \
-    "$P2: today both want port 29500 on n1"
+is "$ra $rb" "0 0" "two jobs sharing both nodes train at once (a per-job default port)"
+[ "$ra $rb" = "0 0" ] || diag "$(cat "$T/s5a" "$T/s5b" | grep -m1 -i 'in use\|cannot')"
 
 # 6. A one-node step's run id is the job's.
 sl srun -N1 "$MGLAUNCH" --nproc_per_node 1 sh -c 'echo "job=$SLURM_JOB_ID run=$TORCHELASTIC_RUN_ID"' >"$T/s6" 2>&1
 line=$(grep '^job=' "$T/s6")
 job=$(printf '%s' "$line" | sed 's/job=\([0-9]*\) .*/\1/')
 [ -n "$job" ] && [ "$line" = "job=$job run=slurm-$job" ]
-todo_result $? "a single-node step's run id is slurm-<jobid>" "$P2: today $line"
+_result $? "a single-node step's run id is slurm-<jobid> ($line)"
 
 # 7. scancel while training: every mglaunch stops with 143 (stopped, not a
 # failure) and nothing is left behind. Ten times: the misclassification is a race.
@@ -113,9 +109,7 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
     fi
 done
 is "$bad_orphans" 0 "scancel during training, 10 trials: no process of the job is left"
-[ $bad_status = 0 ]
-todo_result $? "scancel during training, 10 trials: every node's mglaunch is stopped by SIGTERM, exit 143" \
-    "$P2: a race: a worker's exit (143, or 1 when its peer went first) that arrives before mglaunch's own SIGTERM is taken for the root cause ($bad_status of 20 misclassified)"
+is "$bad_status" 0 "scancel during training, 10 trials: every node's mglaunch is stopped by SIGTERM, exit 143"
 
 # 8. Preemption, with docs/slurm.md's sbatch script: Slurm's warning signal
 # (--signal=B:USR1@90, sent here at once) reaches the batch script, which
@@ -141,7 +135,10 @@ fi
 slurm_wait_gone "$id" 40 || { diag "job $id still queued: $(sl squeue -h -j "$id" -o '%T %r')"; sl scancel "$id"; }
 out=$(cat "$T/s8")
 like "$out" "requeueing $id" "SIGUSR1 reached the batch script, which requeued the job"
-is "$(grep -c 'Slurm: --nnodes 2, --node_rank 0' "$T/s8")" 2 "the job ran twice"
+runs=$(grep -c 'Slurm: --nnodes 2, --node_rank 0' "$T/s8")
+is "$runs" 2 "the job ran twice"
+[ "$runs" = 2 ] ||
+    diag "job $id: $(sl scontrol -o show job "$id" 2>&1 | grep -o 'JobState=[^ ]* Reason=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')"
 like "$out" "train: resumed from $CK/ckpt-0*[1-9][0-9]*.mgc" "the second run resumed from a checkpoint"
 like "$out" "train: done: .* step" "and trained to the end"
 [ $? = 0 ] || show "$T/s8" 20
@@ -162,9 +159,22 @@ child=$(sed -n 's/^child \([0-9]*\)$/\1/p' "$T/s9" | head -n 1)
 sl scancel --batch --signal=USR1 "$id"
 DESC="SIGUSR1 to mglaunch reaches the worker, which handles it" ok wait_for 10 grep -q '^worker got USR1' "$T/s9"
 sleep 0.5
-kill -0 "$child" 2>/dev/null
-todo_result $? "the worker's child without a handler survives SIGUSR1" \
-    "$P2: today mglaunch sends it to the worker's whole process group ($(grep -m1 'child gone' "$T/s9" || echo 'child killed'))"
+DESC="the worker's child without a handler survives SIGUSR1" ok kill -0 "$child"
 sl scancel "$id"
 slurm_wait_gone "$id" 15
+
+# 10. --nproc_per_node gpu: one worker per GPU Slurm gave the step on each
+# node (the cluster's GPUs are files; what the machine has does not count).
+NOCVD="env -u CUDA_VISIBLE_DEVICES -u NVIDIA_VISIBLE_DEVICES"
+sl srun -N2 --gpus-per-node=2 $NOCVD "$MGLAUNCH" --nproc_per_node gpu sh -c 'echo "rank $RANK of $WORLD_SIZE"' >"$T/s10" 2>&1
+is "$(grep -c '^rank [0-3] of 4$' "$T/s10")" 4 "srun -N2 --gpus-per-node=2, --nproc_per_node gpu: 4 workers, 2 per node"
+[ $? = 0 ] || show "$T/s10"
+sl srun -N1 --gpus-per-node=1 $NOCVD "$MGLAUNCH" --nproc_per_node auto sh -c 'echo "rank $RANK of $WORLD_SIZE"' >"$T/s11" 2>&1
+is "$(grep '^rank' "$T/s11")" "rank 0 of 1" "srun -N1 --gpus-per-node=1, --nproc_per_node auto: 1 worker"
+if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+    diag "this machine has GPUs: a step without any would count them"
+else
+    sl srun -N1 $NOCVD "$MGLAUNCH" --nproc_per_node gpu true >"$T/s12" 2>&1
+    like "$(cat "$T/s12")" "no GPU found \(no NVIDIA GPU" "a step without GPUs: --nproc_per_node gpu says there are none"
+fi
 done_testing

@@ -10,16 +10,17 @@ environment the operator injects, as read from the operators' source
 (docs/kubernetes.md has the table). Then, per pod: the environment with
 fieldRefs, secretKeyRefs and $(VAR) expanded as the kubelet does, the command
 and args, the kubelet's /etc/hosts, and the DNS records the cluster publishes
-for it. The only changes to the manifest are the ones asked for (--sub, --env)
-and those no test host can avoid: volumes are mounted under /srv, so their
-paths are rewritten, and the image is the build directory (PATH).
+for it. The only changes to the manifest are the ones asked for (--sub, --env,
+--add-env, --add-env-field, --drop-env) and those no test host can avoid:
+volumes are mounted under /srv, so their paths are rewritten, and the image is
+the build directory (PATH).
 
     podsim.py pods MANIFEST                  one line per pod: index, name, role
     podsim.py jobset MANIFEST                the JobSet Kubeflow Trainer makes of a TrainJob (YAML)
     podsim.py check MANIFEST                 the rules every training pod follows (docs/kubernetes.md)
     podsim.py render MANIFEST --out DIR --ips IP,IP,... --image BUILD_DIR
               [--secret NAME/KEY=VALUE]... [--env NAME=VALUE]... [--sub FROM TO]...
-              [--add-env NAME=VALUE]... [--add-env-field NAME=FIELDPATH]...
+              [--add-env NAME=VALUE]... [--add-env-field NAME=FIELDPATH]... [--drop-env NAME]...
 """
 import argparse
 import copy
@@ -628,6 +629,9 @@ def render(args):
         for k, v in added.items():
             changes.append(f"{p.name}: {k}={v} added")
             env[k] = v
+        for k in args.drop_env:
+            if k in env:
+                changes.append(f"{p.name}: {k} dropped (was {env.pop(k)!r})")
         for k, v in overrides.items():
             if k in env and env[k] != v:
                 changes.append(f"{p.name}: {k}={v} (was {env.get(k, 'unset')!r})")
@@ -762,6 +766,7 @@ def main():
     r.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a new value where the pod has NAME")
     r.add_argument("--add-env", action="append", default=[], metavar="NAME=VALUE")
     r.add_argument("--add-env-field", action="append", default=[], metavar="NAME=FIELDPATH", help="e.g. PET_LOCAL_ADDR=status.podIP")
+    r.add_argument("--drop-env", action="append", default=[], metavar="NAME", help="as if the manifest did not set NAME")
     r.add_argument("--sub", action="append", default=[], nargs=2, metavar=("FROM", "TO"))
     a = ap.parse_args()
     try:

@@ -3,10 +3,11 @@
 # (tests/lib/netns.sh), slurmctld on the switch; every daemon on a private
 # port, with its key, state, spool and logs under $T, node names resolved
 # through a private hosts file bind-mounted into the daemons' mount
-# namespaces (and so into every job). Nothing outside $T changes. Stopped on
-# every exit path: the daemons, and every process that carries this cluster's
-# SLURM_CONF (slurmstepd, the jobs), killed by pid. Needs root. Source after lib.sh and
-# netns.sh.
+# namespaces (and so into every job); two GPUs per node, gres entries over
+# plain files (Slurm hands them out and tells the jobs; nothing opens them).
+# Nothing outside $T changes. Stopped on every exit path: the daemons, and
+# every process that carries this cluster's SLURM_CONF (slurmstepd, the
+# jobs), killed by pid. Needs root. Source after lib.sh and netns.sh.
 #
 #   slurm_have          true when it can run here (else: why, on stderr)
 #   slurm_up            starts it and waits until both nodes are idle; exports SLURM_CONF
@@ -100,6 +101,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+GresTypes=gpu
 SchedulerType=sched/builtin
 MpiDefault=none
 ReturnToService=2
@@ -109,10 +111,16 @@ InactiveLimit=0
 MinJobAge=30
 KillWait=5
 Waittime=0
-NodeName=n1 NodeHostname=n1 NodeAddr=$(host_addr 0) Port=$_p1 CPUs=2 RealMemory=1000 State=UNKNOWN
-NodeName=n2 NodeHostname=n2 NodeAddr=$(host_addr 1) Port=$_p2 CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=n1 NodeHostname=n1 NodeAddr=$(host_addr 0) Port=$_p1 CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
+NodeName=n2 NodeHostname=n2 NodeAddr=$(host_addr 1) Port=$_p2 CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=10 State=UP OverSubscribe=YES
 EOC
+    # Two GPUs per node for the scheduler to hand out (--gpus-per-node): files
+    # standing for /dev/nvidia0 and 1, since no GPU is needed to count them.
+    mkdir -p "$_d/gpu"
+    : >"$_d/gpu/nvidia0"
+    : >"$_d/gpu/nvidia1"
+    printf 'Name=gpu File=%s/gpu/nvidia[0-1]\n' "$_d" >"$_d/gres.conf"
     export SLURM_CONF=$_d/slurm.conf
     wait_for 10 test -S "$_d/munge/munge.sock" || { echo "munged did not start: $(tail -n 3 "$_d/log/munged.log")" >&2; return 1; }
     _sl_run bg sw slurmctl /usr/sbin/slurmctld -D -i -f "$SLURM_CONF" >"$_d/log/slurmctld.out" 2>&1
@@ -139,7 +147,18 @@ _sl_poll() {
 }
 
 _slurm_idle() { [ "$(sl sinfo -h -N -o %t 2>/dev/null | grep -c idle)" = 2 ]; }
-_slurm_gone() { [ -z "$(sl squeue -h -j "$1" -o %i 2>/dev/null)" ]; }
+# Gone: the controller has forgotten the job, or it is in a final state. A
+# client that fails (a busy controller) says nothing about the job.
+_slurm_gone() {
+    _sg=$(sl scontrol -o show job "$1" 2>&1)
+    case $_sg in
+    *"Invalid job id"*) return 0 ;;
+    *JobState=COMPLETED\ * | *JobState=CANCELLED\ * | *JobState=FAILED\ * | *JobState=TIMEOUT\ * | \
+        *JobState=NODE_FAIL\ * | *JobState=OUT_OF_MEMORY\ * | *JobState=BOOT_FAIL\ * | *JobState=DEADLINE\ *)
+        return 0 ;;
+    esac
+    return 1
+}
 
 slurm_wait_gone() { _sl_poll "$2" _slurm_gone "$1"; }
 

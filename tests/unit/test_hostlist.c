@@ -1,4 +1,5 @@
-/* Slurm hostlist expansion and SLURM_* detection (launcher/rdzv/slurm.c).
+/* Slurm hostlist expansion, SLURM_* detection, the job shapes mglaunch
+ * refuses and the job's port (launcher/rdzv/slurm.c).
  * timeout: 30 */
 #include "slurm.h"
 #include "tap.h"
@@ -104,6 +105,79 @@ int main(void)
 
         char *nolist[] = {"SLURM_NNODES=2", "SLURM_NODEID=0", NULL};
         is_int(mg_slurm_detect(nolist, &s, err, sizeof(err)), -EINVAL, "no node list");
+    }
+
+    /* The shapes mglaunch refuses, from the variables a real Slurm sets. */
+    {
+        struct mg_slurm s;
+        char err[512] = "";
+        /* srun -N1 -n2 */
+        char *two_on_one[] = {
+            "SLURM_JOB_ID=7",         "SLURM_STEP_ID=0",        "SLURM_NNODES=1",
+            "SLURM_NODEID=0",         "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=2",
+            "SLURM_STEP_NODELIST=n1", "SLURM_JOB_NODELIST=n1",  NULL};
+        is_int(mg_slurm_detect(two_on_one, &s, err, sizeof(err)), 1, "srun -N1 -n2: detected");
+        is_int(s.in_step, 1, "in a step");
+        is_int(s.step_tasks, 2, "2 tasks");
+        is_int(mg_slurm_check(&s, 0, err, sizeof(err)), -EINVAL, "srun -N1 -n2: refused");
+        ok(strstr(err, "2 tasks on 1 node") &&
+               strstr(err, "srun --nodes=1 --ntasks=1 --ntasks-per-node=1"),
+           "says why and which srun line: %s", err);
+        is_int(mg_slurm_check(&s, 1, err, sizeof(err)), -EINVAL, "refused with --nnodes too");
+
+        /* srun -N2 --ntasks-per-node=2 */
+        char *four_on_two[] = {"SLURM_JOB_ID=8",
+                               "SLURM_STEP_ID=0",
+                               "SLURM_NNODES=2",
+                               "SLURM_NODEID=1",
+                               "SLURM_STEP_NUM_NODES=2",
+                               "SLURM_STEP_NUM_TASKS=4",
+                               "SLURM_STEP_NODELIST=n[1-2]",
+                               NULL};
+        mg_slurm_detect(four_on_two, &s, err, sizeof(err));
+        is_int(mg_slurm_check(&s, 0, err, sizeof(err)), -EINVAL,
+               "srun -N2 --ntasks-per-node=2: refused");
+        ok(strstr(err, "--nodes=2 --ntasks=2 --ntasks-per-node=1") != NULL, "names the line: %s",
+           err);
+
+        /* srun -N2: one task per node */
+        char *good[] = {"SLURM_JOB_ID=9",
+                        "SLURM_STEP_ID=0",
+                        "SLURM_NNODES=2",
+                        "SLURM_NODEID=1",
+                        "SLURM_STEP_NUM_NODES=2",
+                        "SLURM_STEP_NUM_TASKS=2",
+                        "SLURM_STEP_NODELIST=n[1-2]",
+                        NULL};
+        mg_slurm_detect(good, &s, err, sizeof(err));
+        is_int(mg_slurm_check(&s, 0, err, sizeof(err)), 0, "srun -N2 -n2: fine");
+
+        /* the batch script of a two-node job: no step id */
+        char *batch[] = {"SLURM_JOB_ID=10", "SLURM_NNODES=2", "SLURM_NODEID=0",
+                         "SLURM_JOB_NODELIST=n[1-2]", NULL};
+        is_int(mg_slurm_detect(batch, &s, err, sizeof(err)), 1, "batch script: detected");
+        is_int(s.in_step, 0, "not in a step");
+        is_int(mg_slurm_check(&s, 0, err, sizeof(err)), -EINVAL,
+               "batch script of 2 nodes: refused");
+        ok(strstr(err, "batch script") && strstr(err, "srun --nodes=2"), "says to use srun: %s",
+           err);
+        is_int(mg_slurm_check(&s, 1, err, sizeof(err)), 0,
+               "unless --nnodes says where the nodes are");
+        char *batch1[] = {"SLURM_JOB_ID=11", "SLURM_NNODES=1", "SLURM_NODEID=0",
+                          "SLURM_JOB_NODELIST=n1", NULL};
+        mg_slurm_detect(batch1, &s, err, sizeof(err));
+        is_int(mg_slurm_check(&s, 0, err, sizeof(err)), 0, "batch script of one node: fine");
+
+        /* The job's port: 15000 + the last four digits (Lightning's). */
+        is_int(mg_slurm_default_port(&s), 15011, "job 11: port 15011");
+        snprintf(s.job_id, sizeof(s.job_id), "1234567");
+        is_int(mg_slurm_default_port(&s), 19567, "job 1234567: port 19567");
+        snprintf(s.job_id, sizeof(s.job_id), "30000");
+        is_int(mg_slurm_default_port(&s), 15000, "job 30000: port 15000");
+        s.job_id[0] = 0;
+        is_int(mg_slurm_default_port(&s), 0, "no job id: none");
+        snprintf(s.job_id, sizeof(s.job_id), "12a");
+        is_int(mg_slurm_default_port(&s), 0, "not a number: none");
     }
     return done_testing();
 }

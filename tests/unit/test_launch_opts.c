@@ -232,6 +232,11 @@ static void test_pet(void)
     is_int(o.nproc, 5, "command line wins");
     is_str(o.gpu_ids, "1,2", "repeated --gpu_ids replace PET_GPU_IDS and accumulate");
 
+    /* What the operators really inject (docs/kubernetes.md). */
+    char *kubeflow[] = {"PET_STANDALONE=", "PET_NNODES=1", "PET_NPROC_PER_NODE=auto", NULL};
+    is_int(parse_env(kubeflow, "prog", (char *)NULL), 0, "PyTorchJob's standalone: true");
+    ok(o.standalone, "PET_STANDALONE=\"\" is --standalone, as the operator means it");
+
     char *bad[] = {"PET_NPROC_PER_NODE=abc", NULL};
     is_int(parse_env(bad, "prog", (char *)NULL), -EINVAL, "bad PET_ value");
     ok(strstr(err, "invalid value 'abc' for PET_NPROC_PER_NODE (--nproc_per_node)") != NULL,
@@ -240,8 +245,8 @@ static void test_pet(void)
            "a bad PET_ value the command line overrides is not checked");
     char *badflag[] = {"PET_STANDALONE=yes", NULL};
     is_int(parse_env(badflag, "prog", (char *)NULL), -EINVAL, "bad PET_ boolean");
-    char *off[] = {"PET_STANDALONE=0", NULL};
-    is_int(parse_env(off, "prog", (char *)NULL), 0, "PET_STANDALONE=0");
+    char *st0[] = {"PET_STANDALONE=0", NULL};
+    is_int(parse_env(st0, "prog", (char *)NULL), 0, "PET_STANDALONE=0");
     ok(!o.standalone, "PET_STANDALONE=0 is false");
     char *etcd[] = {"PET_RDZV_BACKEND=etcd", NULL};
     is_int(parse_env(etcd, "prog", (char *)NULL), 0, "PET_RDZV_BACKEND=etcd");
