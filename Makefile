@@ -118,7 +118,7 @@ COMMON_SRC := $(wildcard common/*.c)
 LAUNCHER_SRC := $(filter-out launcher/main.c launcher/dashboard/%,$(wildcard launcher/*.c launcher/*/*.c))
 DASH_SRC := $(wildcard launcher/dashboard/*.c)
 RUNTIME_SRC := $(filter-out runtime/cuda/%,$(wildcard runtime/*.c runtime/*/*.c))
-# The train program: its main and its command line; the rest of models/ is a library.
+# The train program's own files (train.c and its parts, train_*.c); the rest of models/ is a library.
 TRAIN_SRC := $(wildcard models/train*.c)
 MODELS_SRC := $(filter-out $(TRAIN_SRC),$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

@@ -2,8 +2,8 @@
  * starting an attempt, deciding what follows it (exit, hold, re-form,
  * restart after a backoff), the run's result and its end, the signals the
  * launcher gets, the API for rendezvous backends, and the agent's life cycle
- * (see agent.h). The workers themselves are workers.c's; the poll loop is
- * loop.c's. */
+ * (see agent.h). The workers themselves are workers.c's, their output
+ * relay.c's; the poll loop is loop.c's. */
 #include "agent_internal.h"
 #include "events.h"
 #include "gpus.h"

@@ -1,8 +1,9 @@
-/* What the two halves of the agent share, and nobody else: struct mg_agent
- * with its workers and their output streams. agent.c runs the rounds (the
- * state machine, restarts, results, the backend API, the life cycle);
- * workers.c runs the processes of an attempt (setup, spawn, reap, stop, exit
- * bookkeeping) and routes their output to the log files and the console. */
+/* What the parts of the agent share, and nobody else: struct mg_agent with
+ * its workers and their output streams. agent.c runs the rounds (the state
+ * machine, restarts, results, the backend API, the life cycle); workers.c
+ * runs the processes of an attempt (setup, spawn, reap, stop, exit
+ * bookkeeping); relay.c routes their output to the log files and the
+ * console, and the keyboard to a worker on a pseudo-terminal. */
 #ifndef MG_AGENT_INTERNAL_H
 #define MG_AGENT_INTERNAL_H
 
@@ -175,10 +176,6 @@ void mg_agent_take_stop_signal(struct mg_agent *ag);
 
 /* ---- workers.c ---- */
 
-/* A launcher message on cfg.status, after the workers' pending output. */
-__attribute__((format(printf, 2, 3))) void mg_agent_note(struct mg_agent *ag, const char *fmt, ...);
-void mg_workers_flush(struct mg_agent *ag);
-
 /* Resets the workers for the attempt in ag->attempt_dir and builds, before
  * the first fork, everything each needs: environment, argv, console prefix,
  * log files. A failure is recorded with mg_agent_error. */
@@ -206,11 +203,20 @@ void mg_workers_reap(struct mg_agent *ag);
 /* Once every worker exited: reads the pipes to the end, closes the logs,
  * counts outcomes and fills the root cause of the run's first failure. */
 void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t);
+/* Kills what still runs and frees the per-worker state. */
+void mg_workers_release(struct mg_agent *ag);
+
+/* ---- relay.c ---- */
+
+/* A launcher message on cfg.status, after the workers' pending output. */
+__attribute__((format(printf, 2, 3))) void mg_agent_note(struct mg_agent *ag, const char *fmt, ...);
+void mg_workers_flush(struct mg_agent *ag);
+/* Reads what the pipes still hold (a bounded amount: a writer may have
+ * escaped), closes them and flushes the console. */
+void mg_workers_drain(struct mg_agent *ag);
 /* The loop poller over the workers' pipes. */
 int mg_workers_fill(void *ctx, struct pollfd *fds, int max);
 int mg_workers_process(void *ctx, const struct pollfd *fds, int n);
-/* Kills what still runs and frees the per-worker state. */
-void mg_workers_release(struct mg_agent *ag);
 /* After SIGWINCH: the terminal's size to every worker's pseudo-terminals. */
 void mg_workers_resize(struct mg_agent *ag);
 /* Whether a worker with a pseudo-terminal is running (the terminal's

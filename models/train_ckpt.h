@@ -3,8 +3,8 @@
  * The records themselves (owner record, markers) are runtime/checkpoint.h's.
  *
  * Part of the program, not of libmg, but shaped like it: the functions
- * return a code and write their message into err (errlen bytes); train.c
- * prints it. */
+ * return a code and write their message into err (errlen bytes); the
+ * program's own files (train_internal.h) print it. */
 #ifndef MG_TRAIN_CKPT_H
 #define MG_TRAIN_CKPT_H
 

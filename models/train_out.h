@@ -10,7 +10,7 @@
  *   tensorboard/events.out.tfevents.*   csv/version_<N>/{metrics.csv,hparams.yaml}
  * and fetches the newest checkpoint back for --resume auto. Part of the
  * program, like train_args.c: it returns errors with their messages and
- * train.c prints them.
+ * the program's own files (train_internal.h) print them.
  *
  * Under mglaunch (MG_RUN_LOG_DIR and MG_ATTEMPT set), rank 0 writes
  *   $MG_RUN_LOG_DIR/attempt_$MG_ATTEMPT/metrics.jsonl   (unless --metrics FILE)

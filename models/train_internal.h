@@ -1,0 +1,125 @@
+/* What the parts of the train program share, and nobody else: the run being
+ * trained (struct run) and the console and error helpers every part uses.
+ * train.c is the outline (main: set-up, outputs, resume, loop, the end) and
+ * prints errors; train_setup.c builds the run (backend, distributed context,
+ * data, model, trainer); train_resume.c decides where it goes on from;
+ * train_loop.c trains it (steps, reports, evaluation, checkpoints, the
+ * summary); train_console.c holds the progress output and --profile-startup.
+ * train_args.c, train_ckpt.c and train_out.c are the command line, the
+ * checkpoint directory's ownership and the metrics, shaped like library code. */
+#ifndef MG_TRAIN_INTERNAL_H
+#define MG_TRAIN_INTERNAL_H
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "data.h"
+#include "ddp.h"
+#include "dist.h"
+#include "mg_err.h"
+#include "model.h"
+#include "train_args.h"
+#include "train_ckpt.h"
+#include "train_out.h"
+#include "trainer.h"
+
+/* Exit statuses (docs/train.md, "Output"). */
+#define EXIT_FAILURE_RUN 1 /* a failure while running */
+#define EXIT_USAGE       2 /* a bad command line */
+#define EXIT_INCOMPLETE  3 /* trained to the end, but some output could not be written */
+#define EXIT_DIVERGED    4 /* the loss became NaN or infinite */
+
+/* What a distributed run changes; a single process is rank 0 of 1 with no hooks. */
+struct dist {
+    int rank, world;
+    struct mg_train_hooks hooks;
+    struct mg_dist *d;  /* launcher environment, store, communicator */
+    struct mg_ddp *ddp; /* NULL at world size 1 */
+    double lr_scale;    /* --scale-lr linear: the world size */
+};
+
+struct progress {
+    int tty;
+    double last_draw;
+    int stdout_lost; /* a write to stdout failed (reported) */
+};
+
+/* ---- --profile-startup ------------------------------------------------------------------ */
+
+/* Where the time between main() and the end of the first step goes, phase by
+ * phase: what a restart pays again on every rank (docs/train.md). */
+enum phase {
+    PH_DIST,
+    PH_BACKEND,
+    PH_DATA,
+    PH_MODEL,
+    PH_RESUME,
+    PH_SYNC,
+    PH_STEP,
+    PH_COUNT
+};
+
+struct profile {
+    int on, printed;
+    double wall0; /* main() on the real-time clock, seconds since the epoch */
+    double t0;    /* main() on the monotonic clock */
+    double mark;  /* end of the last phase */
+    double ms[PH_COUNT];
+};
+
+struct run {
+    struct train_options *o;
+    struct dist dist;
+    struct mg_backend *be;
+    struct mg_dataset train, test;
+    struct mg_model model;
+    struct mg_trainer trainer;
+    long total_steps;
+    long epochs_total;
+    struct progress prog;
+    /* Who this run is (docs/train.md, "Checkpoints belong to a run") */
+    char run_id[MG_CKPT_RUN_ID_MAX + 1];
+    char run_config[MG_RUN_CONFIG_MAX];
+    struct mg_ckpt_owner owner;              /* of --checkpoint-dir once resume() has claimed it */
+    char took_from[MG_CKPT_RUN_ID_MAX + 96]; /* the run whose directory this one took over */
+    int exit_code;                           /* a failure's own status (EXIT_DIVERGED), else 0 */
+    int device_index;                        /* CUDA: LOCAL_RANK */
+    char auto_why[MG_ERRMSG_LEN];            /* --device auto chose the CPU: why */
+    struct train_out out;                    /* metrics and remote copies (train_out.h) */
+    int out_failed;                          /* an output was lost (said once) */
+};
+
+/* ---- train.c ---- */
+
+extern struct mg_dist *error_dist; /* for the error file of fail() (rank, host) */
+/* Says a failure once, on stderr, and records it in the launcher's error file. */
+__attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...);
+
+/* ---- train_console.c ---- */
+
+extern struct profile prof;
+
+void flush_stdout(struct progress *p);
+__attribute__((format(printf, 2, 3))) void say(struct progress *p, const char *fmt, ...);
+void draw_bar(struct progress *p, long step, long total, long epoch, long epochs, double loss,
+              double lr, double rate, double eta);
+void profile_start(void);
+void profile_mark(enum phase ph);
+void profile_print(int rank);
+void check_output(struct run *r, int rc);
+
+/* ---- train_setup.c ---- */
+
+/* Builds r: backend, distributed context, data, model, DDP, trainer. */
+int setup(struct run *r);
+
+/* ---- train_resume.c ---- */
+
+int resume(struct run *r);
+int check_resume(struct run *r);
+
+/* ---- train_loop.c ---- */
+
+/* Trains to the end: steps, progress, evaluation, checkpoints, the summary. */
+int run(struct run *r);
+
+#endif

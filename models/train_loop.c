@@ -1,0 +1,389 @@
+/* The training loop (see train_internal.h): steps, the replica check,
+ * progress reports with the step time spread over the ranks, evaluation,
+ * checkpoints, and the opening and closing lines of rank 0. */
+#include "rtutil.h"
+#include "train_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The message for a failed step or evaluation: a collective's, when one failed. */
+static const char *why(struct run *r, int rc)
+{
+    const char *m = mg_ddp_errmsg(r->dist.ddp);
+    return m && *m ? m : mg_strerror(rc);
+}
+
+static int evaluate(struct run *r, struct mg_eval_sums *ev)
+{
+    int rc = mg_trainer_evaluate(&r->trainer, ev);
+    if (rc < 0) {
+        fail("evaluation failed: %s", why(r, rc));
+        return rc;
+    }
+    double acc = ev->count ? (double)ev->correct / (double)ev->count : 0.0;
+    double loss = ev->count ? ev->loss_sum / (double)ev->count : 0.0;
+    long epoch = r->trainer.epoch + 1;
+    if (r->dist.rank == 0) {
+        say(&r->prog, "eval step %ld epoch %ld: test loss %.4f accuracy %.4f (%ld/%ld)",
+            r->trainer.step, epoch, loss, acc, ev->correct, ev->count);
+        check_output(r, train_out_eval(&r->out, r->trainer.step, epoch, loss, acc, ev->count));
+    }
+    return 0;
+}
+
+/* Rank 0 writes every rank's state; the completion marker follows a barrier,
+ * so a checkpoint is complete only once every rank has reached it. */
+static int checkpoint(struct run *r)
+{
+    char err[MG_ERRMSG_LEN];
+    const char *dir = r->o->checkpoint_dir;
+    struct mg_rank_state *states = NULL;
+    int rc = 0;
+    if (r->dist.ddp) {
+        struct mg_rank_state mine;
+        rc = mg_trainer_gather_state(&r->trainer); /* a sharded optimizer's state */
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s",
+                 rc == -ENOMEM ? "out of memory for the whole optimizer state"
+                               : mg_ddp_errmsg(r->dist.ddp));
+            return rc;
+        }
+        states = calloc((size_t)r->dist.world, sizeof(*states));
+        if (!states) {
+            fail("cannot write a checkpoint: out of memory");
+            return -ENOMEM;
+        }
+        mg_trainer_rank_state(&r->trainer, &mine);
+        rc = mg_ddp_gather_rank_states(r->dist.ddp, &mine, states);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", mg_ddp_errmsg(r->dist.ddp));
+            goto out;
+        }
+    }
+    if (r->dist.rank == 0) {
+        rc = train_dir_still_ours(dir, &r->owner, err, sizeof(err));
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
+            goto out;
+        }
+        rc = mg_trainer_save(&r->trainer, dir, states, states ? r->dist.world : 0, err);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
+            goto out;
+        }
+    }
+    if (r->dist.ddp) {
+        rc = mg_ddp_barrier(r->dist.ddp);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", mg_ddp_errmsg(r->dist.ddp));
+            goto out;
+        }
+    }
+    if (r->dist.rank == 0) {
+        rc = mg_ckpt_mark_complete(dir, (uint64_t)r->trainer.step, r->owner.run, err);
+        if (rc < 0) {
+            fail("cannot write a checkpoint: %s", err);
+            goto out;
+        }
+        int prc = mg_ckpt_prune(dir, r->o->keep_checkpoints, &r->owner);
+        if (prc < 0)
+            fprintf(stderr, TRAIN_PROG ": warning: cannot remove old checkpoints in '%s': %s\n",
+                    dir, mg_strerror(prc));
+        /* the metrics as durable as the checkpoint they go with */
+        if (r->out.metrics)
+            check_output(r, mg_metrics_flush(r->out.metrics));
+        train_out_upload_checkpoint(&r->out, dir, r->trainer.step);
+    }
+out:
+    free(states);
+    return rc;
+}
+
+/* What the loop counts: since the last progress report (this rank's figures,
+ * summed over the ranks when reported) and over the whole run. */
+struct tally {
+    double t0;            /* the loop's start */
+    long start_step;      /* the step it started from (after a resume) */
+    double train_time;    /* seconds in steps, without evaluation and checkpoints */
+    double total_samples; /* over every rank */
+    double log_t0;        /* start of the report interval, less evaluation and checkpoints */
+    double log_loss, log_correct, log_samples;
+    double log_step_time; /* this rank's seconds in steps since the last report */
+    long log_steps;
+    double last_loss; /* of the last report, for the progress bar */
+};
+
+/* Rank 0's opening lines: what is trained on what, and how. */
+static void announce(struct run *r)
+{
+    const struct train_options *o = r->o;
+    int world = r->dist.world;
+    say(&r->prog,
+        TRAIN_PROG ": model %s (%zu parameters), data %s (%d train / %d test samples), %s",
+        o->model, r->model.nparams, mg_data_name(o->data), r->train.n, r->test.n, r->be->name);
+    if (o->device_auto && r->be->device == MG_DEVICE_CPU)
+        say(&r->prog, TRAIN_PROG ": --device auto: computing on the CPU (%s)", r->auto_why);
+    say(&r->prog,
+        TRAIN_PROG ": %s lr %g%s, schedule %s, batch %d per process x %d process%s x %d accum = "
+                   "%d, %ld steps (%ld epoch%s)",
+        mg_optim_name(o->optimizer), o->lr,
+        o->optimizer == MG_OPTIM_SGD ? (o->nesterov ? " nesterov momentum" : " momentum") : "",
+        mg_sched_name(o->schedule), o->batch_size, world, world == 1 ? "" : "es", o->accum_steps,
+        o->batch_size * world * o->accum_steps, r->total_steps, r->epochs_total,
+        r->epochs_total == 1 ? "" : "s");
+    if (r->dist.lr_scale > 1.0)
+        say(&r->prog, TRAIN_PROG ": lr %g = %g x %d processes (--scale-lr linear)", o->lr,
+            o->lr / r->dist.lr_scale, world);
+    if (world > 1)
+        say(&r->prog, TRAIN_PROG ": %d processes, %s", world, r->dist.d->comm->desc);
+    if (world > 1 && o->zero) {
+        const struct mg_trainer *t = &r->trainer;
+        size_t whole = mg_trainer_state_count(t);
+        say(&r->prog,
+            TRAIN_PROG ": ZeRO-1: each process keeps the optimizer state of %zu of %zu "
+                       "parameters: %.1f KiB instead of %.1f KiB",
+            t->opt.n, r->model.nparams, (double)t->opt.state_count * sizeof(float) / 1024.0,
+            (double)whole * sizeof(float) / 1024.0);
+    }
+}
+
+/* One optimizer step, and the replica check when one is due. */
+static int train_step(struct run *r, struct mg_step_stats *st)
+{
+    struct mg_trainer *t = &r->trainer;
+    int rc = mg_trainer_step(t, st);
+    if (rc < 0) {
+        fail("training step %ld failed: %s", t->step + 1, why(r, rc));
+        return rc;
+    }
+    if (r->dist.ddp && r->o->check_replicas > 0 && t->step % r->o->check_replicas == 0) {
+        rc = mg_ddp_check_replicas(r->dist.ddp, t->step);
+        if (rc < 0) {
+            fail("%s", mg_ddp_errmsg(r->dist.ddp));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Every rank's mean step time since the last report (one small allgather):
+ * the mean over the ranks, the fastest, the slowest and who that is. */
+static int step_spread(struct run *r, const struct tally *k, struct train_out_train *rec)
+{
+    int world = r->dist.world;
+    double mine = k->log_steps ? k->log_step_time / (double)k->log_steps : 0.0, one = mine;
+    double *all = world > 1 ? calloc((size_t)world, sizeof(double)) : &one;
+    if (!all) {
+        fail("step %ld: out of memory", r->trainer.step);
+        return -ENOMEM;
+    }
+    if (world > 1) {
+        /* through DDP: on NCCL, host values go through device memory */
+        int rc = mg_ddp_allgather(r->dist.ddp, &mine, all, sizeof(mine));
+        if (rc < 0) {
+            fail("step %ld: cannot gather the step times of the ranks: %s", r->trainer.step,
+                 mg_ddp_errmsg(r->dist.ddp));
+            free(all);
+            return rc;
+        }
+    }
+    double sum = 0.0;
+    rec->step_time_min_s = rec->step_time_max_s = all[0];
+    rec->slowest_rank = 0;
+    for (int i = 0; i < world; i++) {
+        sum += all[i];
+        if (all[i] < rec->step_time_min_s)
+            rec->step_time_min_s = all[i];
+        if (all[i] > rec->step_time_max_s) {
+            rec->step_time_max_s = all[i];
+            rec->slowest_rank = i;
+        }
+    }
+    rec->step_time_s = sum / (double)world;
+    if (world > 1)
+        free(all);
+    return 0;
+}
+
+/* The progress line and the train metrics record: loss and accuracy since the
+ * last report, over all ranks (every rank calls this: the sums are reduced). */
+static int report(struct run *r, struct tally *k, const struct mg_step_stats *st)
+{
+    const struct mg_trainer *t = &r->trainer;
+    double sums[3] = {k->log_loss, k->log_correct, k->log_samples};
+    struct train_out_train rec = {0};
+    if (r->dist.hooks.reduce_sums) {
+        int rc = r->dist.hooks.reduce_sums(r->dist.hooks.ctx, sums, 3);
+        if (rc < 0) {
+            fail("step %ld: cannot reduce the loss over the ranks: %s", t->step, why(r, rc));
+            return rc;
+        }
+    }
+    int src = step_spread(r, k, &rec);
+    if (src < 0)
+        return src;
+    double now = mg_seconds();
+    double rate = sums[2] / (now - k->log_t0 > 1e-9 ? now - k->log_t0 : 1e-9);
+    k->last_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+    double acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+    if (r->dist.rank == 0) {
+        char news[1024];
+        if (!r->prog.tty)
+            say(&r->prog, "step %ld/%ld epoch %ld loss %.4f accuracy %.4f lr %.6g %.0f samples/s",
+                t->step, r->total_steps, t->epoch + 1, k->last_loss, acc, st->lr, rate);
+        if (train_out_upload_news(&r->out, news, sizeof(news)))
+            fprintf(stderr, TRAIN_PROG ": warning: %s\n", news);
+        rec.step = t->step;
+        rec.epoch = t->epoch + 1;
+        rec.loss = k->last_loss;
+        rec.accuracy = acc;
+        rec.lr = st->lr;
+        rec.samples_per_s = rate;
+        rec.time_s = now - k->t0;
+        check_output(r, train_out_train(&r->out, &rec));
+    }
+    k->log_loss = k->log_correct = k->log_samples = 0.0;
+    k->log_step_time = 0.0;
+    k->log_steps = 0;
+    k->log_t0 = mg_seconds();
+    return 0;
+}
+
+/* The progress bar on a terminal: overall speed and the time left. */
+static void draw_progress(struct run *r, const struct tally *k, const struct mg_step_stats *st,
+                          double now)
+{
+    const struct mg_trainer *t = &r->trainer;
+    double rate = k->train_time > 0 ? k->total_samples / k->train_time : 0.0;
+    double per_step = k->train_time / (double)(t->step - k->start_step);
+    draw_bar(&r->prog, t->step, r->total_steps, t->epoch + 1, r->epochs_total, k->last_loss, st->lr,
+             rate, per_step * (double)(r->total_steps - t->step));
+    r->prog.last_draw = now;
+}
+
+/* The last lines: test figures, speed, and the parameter hash that tells runs apart. */
+static void summarize(struct run *r, const struct tally *k, const struct mg_eval_sums *ev)
+{
+    const struct mg_trainer *t = &r->trainer;
+    double wall = mg_seconds() - k->t0;
+    double rate = k->train_time > 0 ? k->total_samples / k->train_time : 0.0;
+    double acc = ev->count ? (double)ev->correct / (double)ev->count : 0.0;
+    double loss = ev->count ? ev->loss_sum / (double)ev->count : 0.0;
+    uint64_t hash = mg_model_param_hash(&r->model);
+    if (r->dist.rank != 0)
+        return;
+    say(&r->prog,
+        TRAIN_PROG ": done: test accuracy %.4f (%ld/%ld), test loss %.4f; %ld steps, %.0f samples "
+                   "in %.1f s (%.0f samples/s), wall time %.1f s; param hash %016" PRIx64,
+        acc, ev->correct, ev->count, loss, t->step, k->total_samples, k->train_time, rate, wall,
+        hash);
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
+    struct train_out_summary s = {
+        .step = t->step,
+        .epoch = t->epoch + 1,
+        .test_loss = loss,
+        .test_accuracy = acc,
+        .samples = k->total_samples,
+        .train_time_s = k->train_time,
+        .samples_per_s = rate,
+        .wall_time_s = wall,
+        .param_hash = hex,
+    };
+    check_output(r, train_out_summary(&r->out, &s));
+}
+
+int run(struct run *r)
+{
+    const struct train_options *o = r->o;
+    struct mg_trainer *t = &r->trainer;
+    struct tally k = {.t0 = mg_seconds(), .start_step = t->step};
+    struct mg_eval_sums ev = {0};
+    int evaluated_now = 0, rc;
+
+    k.log_t0 = k.t0;
+    if (r->dist.rank == 0) {
+        announce(r);
+        check_output(r, train_out_hparams(&r->out, o, r->dist.world, r->total_steps));
+    }
+    rc = mg_trainer_start(t);
+    if (rc < 0) {
+        fail("cannot synchronize the initial parameters: %s", why(r, rc));
+        return rc;
+    }
+    rc = check_resume(r);
+    if (rc < 0)
+        return rc;
+    if (r->out.metrics)
+        check_output(r, mg_metrics_start(r->out.metrics, t->step));
+    profile_mark(PH_SYNC);
+    while (t->step < r->total_steps) {
+        struct mg_step_stats st;
+        double s0 = mg_seconds();
+        rc = train_step(r, &st);
+        if (rc < 0)
+            return rc;
+        if (!isfinite(st.loss_sum)) {
+            /* before any checkpoint of it: the newest one stays a sane one */
+            fail("training diverged at step %ld: the loss is %s (lr %g); lower --lr, or add "
+                 "--warmup",
+                 t->step, isnan(st.loss_sum) ? "NaN" : "infinite", st.lr);
+            r->exit_code = EXIT_DIVERGED;
+            return -ERANGE;
+        }
+        double s1 = mg_seconds();
+        if (prof.on && !prof.printed) {
+            profile_mark(PH_STEP);
+            profile_print(r->dist.rank);
+        }
+        k.train_time += s1 - s0;
+        k.log_step_time += s1 - s0;
+        k.log_steps++;
+        k.total_samples += (double)st.samples * r->dist.world;
+        k.log_loss += st.loss_sum;
+        k.log_correct += (double)st.correct;
+        k.log_samples += (double)st.samples;
+        evaluated_now = 0;
+        int epoch_done = t->batch_in_epoch >= t->pass_batches;
+        int last = t->step == r->total_steps;
+
+        if (t->step % o->log_every == 0 || last) {
+            rc = report(r, &k, &st);
+            if (rc < 0)
+                return rc;
+        }
+        if (r->prog.tty && r->dist.rank == 0 && (s1 - r->prog.last_draw > 0.1 || last))
+            draw_progress(r, &k, &st, s1);
+        if ((o->eval_every > 0 && t->step % o->eval_every == 0) ||
+            (o->eval_every == 0 && epoch_done && !last)) {
+            rc = evaluate(r, &ev);
+            if (rc < 0)
+                return rc;
+            evaluated_now = 1;
+        }
+        if (o->checkpoint_dir && !last &&
+            ((o->checkpoint_every > 0 && t->step % o->checkpoint_every == 0) ||
+             (o->checkpoint_every == 0 && epoch_done))) {
+            rc = checkpoint(r);
+            if (rc < 0)
+                return rc;
+        }
+        k.log_t0 += mg_seconds() - s1; /* evaluation and checkpoints are not training time */
+    }
+    if (o->checkpoint_dir && t->step > k.start_step) {
+        rc = checkpoint(r);
+        if (rc < 0)
+            return rc;
+    }
+    if (!evaluated_now) {
+        rc = evaluate(r, &ev);
+        if (rc < 0)
+            return rc;
+    }
+    summarize(r, &k, &ev);
+    return 0;
+}
