@@ -91,7 +91,7 @@ struct mg_model {
     int32_t *correct; /* [max_batch] */
     float *dbuf[2];   /* ping-pong activation gradients */
     void *scratch;
-    float *host_losses; /* host copies for mg_model_loss_stats() */
+    float *host_losses; /* host copies for mg_model_loss() */
     int32_t *host_correct;
     struct mg_rng_state dropout_rng; /* advanced by every training forward with dropout */
 };
