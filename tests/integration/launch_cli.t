@@ -46,6 +46,9 @@ unset PET_NPROC_PER_NODE
 bad "no local rank 4" --nproc_per_node 2 --local_ranks_filter 4 "$FW"
 bad "ambiguous option '--n'" --n 2 "$FW"
 bad "cannot be used together" --no_python -m x
+# torchrun waits for the second node of a --standalone run until its timeout.
+bad "--standalone is a single-node run: it cannot be combined with --nnodes 2" \
+    --standalone --nnodes 2 "$FW"
 
 # Multi-node settings are checked before anything starts (docs/rendezvous.md): exit 2
 bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_backend c10d "$FW"
