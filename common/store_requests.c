@@ -234,7 +234,9 @@ static uint16_t park(struct mg_store_server *s, struct conn *c, const struct mg_
     w->since = q->num;
     w->charge = size;
     w->deadline_ms = mg_now_ms() + q->timeout_ms;
-    const uint8_t *p = q->keys, *end = q->keys + q->keys_len;
+    /* GET and WATCH carry one key and no packed list (q->keys is NULL, and
+     * NULL + 0 is undefined behaviour). */
+    const uint8_t *p = q->keys, *end = q->nkeys ? q->keys + q->keys_len : NULL;
     for (int i = 0; i < nkeys; i++) {
         const uint8_t *key = q->key;
         size_t klen = q->klen;
