@@ -29,6 +29,8 @@ enum mg_err {
     MG_ECLOSED,      /* the rendezvous or store was closed */
     MG_ENOKEY,       /* key does not exist */
     MG_EUNSUPPORTED, /* feature not available in this build or setting */
+    MG_ENONAME,      /* a host name does not resolve (the resolver says it does not exist) */
+    MG_ERESOLVE,     /* the resolver failed for now (no answer from the name server) */
     MG_ERR_MAX
 };
 

@@ -129,7 +129,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     /* Values are pointed to, not copied: a long --gpu_ids list or error file
      * path goes through whole. Only the numbers are formatted here. */
     char nums[NMANAGED][24];
-    const char *names[NMANAGED + 2], *vals[NMANAGED + 2];
+    const char *names[NMANAGED + 3], *vals[NMANAGED + 3];
     int nv = 0, nn = 0;
     const char *nccl = mg_env_get(base, "NCCL_ASYNC_ERROR_HANDLING");
 
@@ -156,6 +156,8 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
         SETS("CUDA_VISIBLE_DEVICES", we->cuda_visible_devices);
     if (we->local_world_size > 1 && !mg_env_get(base, "OMP_NUM_THREADS"))
         SETS("OMP_NUM_THREADS", "1");
+    if (we->store_token && *we->store_token && !mg_env_get(base, "MG_STORE_TOKEN"))
+        SETS("MG_STORE_TOKEN", we->store_token);
 #undef SETI
 #undef SETS
 

@@ -46,12 +46,14 @@ struct mg_worker_env {
     const char *run_id;
     const char *error_file;
     const char *cuda_visible_devices; /* NULL: leave the inherited value alone */
+    const char *store_token;          /* MG_STORE_TOKEN; NULL or "": leave it alone */
 };
 
 /* Builds a worker's envp: base minus every variable set here, plus torchrun's
  * variables, OMP_NUM_THREADS=1 when unset in base and local_world_size > 1,
- * NCCL_ASYNC_ERROR_HANDLING (inherited or 1). The result is one allocation
- * (free() it). Returns 0 or -ENOMEM / -E2BIG. */
+ * NCCL_ASYNC_ERROR_HANDLING (inherited or 1), MG_STORE_TOKEN when store_token
+ * is given and base has none. The result is one allocation (free() it).
+ * Returns 0 or -ENOMEM / -E2BIG. */
 int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out);
 
 #endif

@@ -460,6 +460,7 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
         .run_id = ag->cfg.run_id,
         .error_file = ef,
         .cuda_visible_devices = ag->cvd[0] ? ag->cvd : NULL,
+        .store_token = g->store_token,
     };
     if ((rc = mg_env_build(ag->cfg.environ, &we, &w->envp))) {
         mg_agent_error(ag, rc, "cannot build the environment of local rank %d", i);

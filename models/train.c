@@ -126,14 +126,23 @@ struct run {
     struct progress prog;
 };
 
+/* What libmg has to say while the ranks find each other: a wait that lasts
+ * (with its reason), or a warning about an open store. */
+static void dist_progress(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, TRAIN_PROG ": %s\n", msg);
+}
+
 /* The launcher's environment (world size 1 without one): joins the other
  * ranks, then sets the per-process batch and learning rate from the world size. */
 static int setup_dist(struct run *r)
 {
     struct train_options *o = r->o;
+    struct mg_dist_opts dopts = {.progress = dist_progress};
     char err[1024];
     memset(&r->dist, 0, sizeof(r->dist));
-    int rc = mg_dist_init(&r->dist.d, NULL, err, sizeof(err));
+    int rc = mg_dist_init(&r->dist.d, &dopts, err, sizeof(err));
     if (rc < 0) {
         fail("%s", err);
         return rc;

@@ -115,7 +115,15 @@ struct mg_comm_opts {
     int no_zerocopy;       /* mem_alloc returns ordinary memory (MG_COMM_ZEROCOPY=0) */
     int on_cuda;           /* the ranks compute on CUDA: MG_COMM_AUTO means NCCL */
     int device_index;      /* NCCL: the CUDA device of this rank */
+    /* Optional: a wait for a peer during the setup that lasts more than
+     * MG_COMM_PROGRESS_FIRST_MS is told here (which rank, for how long), and
+     * again every MG_COMM_PROGRESS_EVERY_MS, for the program to print. */
+    void (*progress)(void *ctx, const char *msg);
+    void *progress_ctx;
 };
+
+#define MG_COMM_PROGRESS_FIRST_MS 5000
+#define MG_COMM_PROGRESS_EVERY_MS 30000
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
  * MG_COMM_INIT_TIMEOUT (seconds, may be fractional), MG_COMM_HOST,

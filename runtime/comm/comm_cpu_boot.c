@@ -205,11 +205,32 @@ __attribute__((format(printf, 3, 4))) static int boot_err(struct boot *b, int rc
     return rc;
 }
 
-static int get_key(struct boot *b, const char *key, void **val)
+/* Waits for a peer's key until the setup's deadline; a wait that lasts is
+ * told to opts->progress, saying for whom (what: "rank 3 to join") and how
+ * long it may still last. */
+static int get_key(struct boot *b, const char *key, const char *what, void **val)
 {
     size_t len;
-    int left = mg_ms_until(b->deadline);
-    return mg_store_get(b->store, key, val, &len, left < 1 ? 1 : left);
+    int64_t start = mg_now_ms(), next = start + MG_COMM_PROGRESS_FIRST_MS;
+    char msg[256];
+    for (;;) {
+        int slice = mg_ms_until(b->deadline);
+        if (b->opts->progress && slice > mg_ms_until(next))
+            slice = mg_ms_until(next);
+        int rc = mg_store_get(b->store, key, val, &len, slice < 1 ? 1 : slice);
+        int64_t now = mg_now_ms();
+        if (rc != -ETIMEDOUT || !b->opts->progress || now >= b->deadline)
+            return rc;
+        if (now >= next) {
+            next = now + MG_COMM_PROGRESS_EVERY_MS;
+            snprintf(msg, sizeof(msg),
+                     "rank %d: waiting for %s: %d s so far, giving up in %d s "
+                     "(MG_COMM_INIT_TIMEOUT)",
+                     b->rank, what, (int)((now - start) / 1000),
+                     (mg_ms_until(b->deadline) + 999) / 1000);
+            b->opts->progress(b->opts->progress_ctx, msg);
+        }
+    }
 }
 
 /* The job's nonce, chosen by rank 0. */
@@ -228,7 +249,7 @@ static int agree_nonce(struct boot *b)
                             mg_strerror(rc));
         return 0;
     }
-    rc = get_key(b, KEY_PREFIX "nonce", &val);
+    rc = get_key(b, KEY_PREFIX "nonce", "rank 0 to set up the communicator", &val);
     if (rc)
         return boot_err(b, rc, "waiting for rank 0 to set up the communicator: %s", why(rc));
     b->nonce = strtoull(val, NULL, 16);
@@ -289,8 +310,10 @@ static int read_peers(struct boot *b)
     for (int r = 0; r < b->world; r++) {
         if (r == b->rank)
             continue;
+        char what[64];
         snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", r);
-        int rc = get_key(b, key, &val);
+        snprintf(what, sizeof(what), "rank %d to join the communicator", r);
+        int rc = get_key(b, key, what, &val);
         if (rc)
             return boot_err(b, rc, "waiting for rank %d to join the communicator: %s", r, why(rc));
         rc = parse_info(val, &b->info[r]);
@@ -367,7 +390,9 @@ static int attach_shm(struct boot *b)
         if (rc)
             return boot_err(b, rc, "publishing the shared memory name: %s", mg_strerror(rc));
     } else {
-        rc = get_key(b, key, &val);
+        char what[64];
+        snprintf(what, sizeof(what), "rank %d to create shared memory", b->local_ranks[0]);
+        rc = get_key(b, key, what, &val);
         if (rc)
             return boot_err(b, rc, "waiting for rank %d to create shared memory: %s",
                             b->local_ranks[0], why(rc));
