@@ -16,8 +16,10 @@ CC := gcc
 endif
 
 comma := ,
+# A clang build keeps its objects apart from gcc's.
+CC_IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
 ifneq ($(SANITIZE),)
-BUILD ?= build/san-$(subst $(comma),-,$(SANITIZE))
+BUILD ?= build/san-$(subst $(comma),-,$(SANITIZE))$(if $(CC_IS_CLANG),-clang)
 else ifeq ($(DEBUG),1)
 BUILD ?= build/debug
 else
@@ -78,8 +80,11 @@ endif
 # libmg's numeric kernels: -O3, and no FMA contraction so that the AVX2 and
 # baseline clones (target_clones) give identical bits; and no memcpy calls for
 # the short copies the compiler would otherwise turn into them.
+# (clang has no -fno-tree-loop-distribute-patterns; -fno-builtin keeps its loop
+# idiom pass from making the same calls.)
+NO_LOOP_CALLS := $(if $(CC_IS_CLANG),-fno-builtin-memcpy -fno-builtin-memset,-fno-tree-loop-distribute-patterns)
 ifneq ($(DEBUG),1)
-CFLAGS_runtime_cpu_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns
+CFLAGS_runtime_cpu_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno $(NO_LOOP_CALLS)
 # The collectives' reduction kernel: vectorized, same bits in every clone.
 CFLAGS_runtime_comm_comm_reduce := -O3 -ffp-contract=off
 endif
@@ -113,7 +118,7 @@ HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC
 
 CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
-LAUNCH_LIBS := -ldl
+LAUNCH_LIBS := -ldl -lm
 # libmg loads OpenBLAS at run time (runtime/cpu/blas.h) so it can set its threads
 # and kernels before OpenBLAS starts.
 MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)

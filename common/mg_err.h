@@ -41,7 +41,8 @@ const char *mg_strerror(int err);
  * errlen > 0, and returns code: `return mg_seterr(err, len, -EINVAL, ...)`. */
 __attribute__((format(printf, 4, 5))) int mg_seterr(char *err, size_t errlen, int code,
                                                     const char *fmt, ...);
-int mg_vseterr(char *err, size_t errlen, int code, const char *fmt, va_list ap);
+__attribute__((format(printf, 4, 0))) int mg_vseterr(char *err, size_t errlen, int code,
+                                                     const char *fmt, va_list ap);
 
 /* snprintf that says when it cut: the length written, or -ENAMETOOLONG when the
  * text did not fit in cap bytes (it is then cut, still terminated). */
