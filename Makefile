@@ -4,6 +4,7 @@
 #   make test       install/check dependencies, build, run the whole suite under prove
 #   make demo       the README's main job: 2 workers train the CNN on Fashion-MNIST
 #   make bench      benchmarks against torchrun / PyTorch DDP / memcpy (tests/bench/)
+#   make fuzz       libFuzzer over every parser of outside input (clang; FUZZ_SECONDS=60 each)
 #   make install    PREFIX=/usr/local
 #   make clean
 #
@@ -59,6 +60,10 @@ ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
+# make fuzz's own build: every object carries libFuzzer's coverage.
+ifeq ($(FUZZ),1)
+CFLAGS += -fsanitize=fuzzer-no-link
+endif
 
 # What this machine has. Reported once per make invocation.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -99,6 +104,12 @@ MODELS_SRC := $(filter-out $(TRAIN_SRC),$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 
+# Fuzz harnesses (tests/fuzz/fuzz_NAME.c): replay_NAME runs one over files
+# with any compiler (make test replays the seed corpora), fuzz_NAME is its
+# libFuzzer build (make fuzz, clang only).
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRC))
+
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC))
 LAUNCHER_OBJ := $(call obj,$(LAUNCHER_SRC))
@@ -115,6 +126,8 @@ MGLAUNCH := $(BUILD)/bin/mglaunch
 TRAIN := $(BUILD)/bin/train
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC))
+FUZZ_REPLAY_BIN := $(patsubst %,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_NAMES))
+FUZZ_BIN := $(patsubst %,$(BUILD)/tests/fuzz/fuzz_%,$(FUZZ_NAMES))
 
 CUDA_LIBS := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas $(if $(HAVE_NCCL),-lnccl))
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the etcd backend).
@@ -126,8 +139,8 @@ MG_LIBS := -lz -lm -ldl $(CUDA_LIBS)
 ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/train.c),$(TRAIN))
 
 .SECONDARY:
-.PHONY: all test check unit demo bench install clean format format-check deps
-all: $(ALL_BIN) $(UNIT_BIN) $(HELPER_BIN)
+.PHONY: all test check unit demo bench install clean format format-check deps fuzz fuzz-bins soak
+all: $(ALL_BIN) $(UNIT_BIN) $(HELPER_BIN) $(FUZZ_REPLAY_BIN)
 
 # ---- rules -------------------------------------------------------------------
 $(CONFIG_H): Makefile
@@ -178,6 +191,19 @@ $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(TEST_LINK)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MG_LIBS) $(LAUNCH_LIBS)
 
+# A harness links its own file, tests/fuzz/util.c and the libraries (and
+# train's command line, which is the program's own); objects before archives.
+FUZZ_LINK := $(call obj,tests/fuzz/util.c) $(TEST_LINK)
+$(BUILD)/tests/fuzz/replay_train_args $(BUILD)/tests/fuzz/fuzz_train_args: $(call obj,models/train_args.c)
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(call obj,tests/fuzz/replay.c) $(FUZZ_LINK)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(MG_LIBS) $(LAUNCH_LIBS)
+$(BUILD)/tests/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LINK)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(filter %.a,$^) $(MG_LIBS) $(LAUNCH_LIBS)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- user targets ------------------------------------------------------------
@@ -198,6 +224,15 @@ unit: all
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) scripts/demo.sh
+
+# libFuzzer over every harness, FUZZ_SECONDS each, one after the other
+# (tests/fuzz/run.sh: new inputs go to build/fuzz/corpus/, crashes to
+# build/fuzz/crashes/; a table of executions and findings at the end).
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(Q)$(MAKE) --no-print-directory CC=clang SANITIZE=address,undefined BUILD=build/fuzz FUZZ=1 fuzz-bins
+	$(Q)MG_BUILD=build/fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_NAMES)
+fuzz-bins: $(FUZZ_BIN)
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
