@@ -5,6 +5,7 @@
 #   make demo       the README's main job: 2 workers train the CNN on Fashion-MNIST
 #   make bench      benchmarks against torchrun / PyTorch DDP / memcpy (tests/bench/)
 #   make fuzz       libFuzzer over every parser of outside input (clang; FUZZ_SECONDS=60 each)
+#   make soak       workers killed at random during training (SOAK_FAULTS=100); checks the outcome
 #   make install    PREFIX=/usr/local
 #   make clean
 #
@@ -233,6 +234,13 @@ fuzz:
 	$(Q)$(MAKE) --no-print-directory CC=clang SANITIZE=address,undefined BUILD=build/fuzz FUZZ=1 fuzz-bins
 	$(Q)MG_BUILD=build/fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_NAMES)
 fuzz-bins: $(FUZZ_BIN)
+
+# The fault-injection soak (scripts/soak.sh): SOAK_FAULTS random SIGKILL,
+# SIGSEGV and SIGTERM of training workers under mglaunch with restarts.
+SOAK_FAULTS ?= 100
+soak:
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)MG_BUILD=$(BUILD) scripts/soak.sh $(SOAK_FAULTS)
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
