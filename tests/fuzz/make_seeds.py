@@ -223,7 +223,10 @@ def main():
     put("mglaunch_args", mglaunch_seeds())
     put("train_args", train_seeds())
     ck, ev = run_seeds()
-    put("checkpoint", ck + [ck[0][:64], ck[0][:100]])
+    # mode byte 0: the file as it is; 1: header + uncompressed payload (fuzz_checkpoint.c)
+    raw = zlib.decompress(ck[0][64:])
+    put("checkpoint", [b"\0" + ck[0], b"\0" + ck[0][:64], b"\0" + ck[0][:100],
+                       b"\1" + ck[0][:64] + raw[:4096], b"\1" + ck[0][:64] + raw])
     put("events", ev + [ev[0][: len(ev[0]) // 2], b'{"event":"run_start"}\n{"event":"run_end","result":"failed"}\n'])
 
 

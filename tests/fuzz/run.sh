@@ -22,8 +22,11 @@ for name in "$@"; do
     [ -f "tests/fuzz/dict/$name.dict" ] && dict="-dict=tests/fuzz/dict/$name.dict"
     before=$(ls "$crashes" | wc -l)
     # -timeout: an input that takes 10 s is a finding (a hang); -rss_limit_mb:
-    # so is one that makes the process take 2 GiB.
-    "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    # so is one that makes the process take 2 GiB; -malloc_limit_mb: and one
+    # that makes a parser allocate 512 MiB at once (a length believed before
+    # the bytes arrive).
+    "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
+        -print_final_stats=1 \
         -artifact_prefix="$crashes/" $dict "$work" "tests/fuzz/corpus/$name" \
         >"$B/fuzz_$name.log" 2>&1
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$B/fuzz_$name.log" | tail -n 1)
