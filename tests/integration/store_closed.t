@@ -19,7 +19,8 @@ token_of() { sed -n 's/^MG_STORE_TOKEN=//p' "$1"/*/attempt_"${3:-0}"/"$2"/stdout
 
 # ---- one node: the workers' token ----------------------------------------------------
 "$MGLAUNCH" --nproc_per_node 2 --max_restarts 1 --monitor_interval 0.1 --log_dir "$T/l1" \
-    "$FW" print-env if restart=0,local_rank=1 exit 3 >/dev/null 2>&1
+    "$FW" print-env if restart=0,local_rank=1 sleep 0.5 if restart=0,local_rank=1 exit 3 \
+    >/dev/null 2>&1
 t0=$(token_of "$T/l1" 0) t1=$(token_of "$T/l1" 1) t2=$(token_of "$T/l1" 0 1)
 like "$t0" '^[0-9a-f]{64}$' "a single-node job's workers get MG_STORE_TOKEN, 256 random bits"
 is "$t1" "$t0" "the same for every worker of the attempt"
