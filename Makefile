@@ -4,6 +4,8 @@
 #   make test       install/check dependencies, build, run the whole suite under prove
 #   make demo       the README's main job: 2 workers train the CNN on Fashion-MNIST
 #   make bench      benchmarks against torchrun / PyTorch DDP / memcpy (tests/bench/)
+#   make fuzz       libFuzzer over every parser of outside input (clang; FUZZ_SECONDS=60 each)
+#   make soak       workers killed at random during training (SOAK_FAULTS=100); checks the outcome
 #   make install    PREFIX=/usr/local (DESTDIR=, COMPLETIONDIR=): programs, man pages, bash completions
 #   make clean
 #
@@ -19,8 +21,10 @@ CC := gcc
 endif
 
 comma := ,
+# A clang build keeps its objects apart from gcc's.
+CC_IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
 ifneq ($(SANITIZE),)
-BUILD ?= build/san-$(subst $(comma),-,$(SANITIZE))
+BUILD ?= build/san-$(subst $(comma),-,$(SANITIZE))$(if $(CC_IS_CLANG),-clang)
 else ifeq ($(DEBUG),1)
 BUILD ?= build/debug
 else
@@ -59,6 +63,10 @@ LDFLAGS += -pthread
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+# make fuzz's own build: every object carries libFuzzer's coverage.
+ifeq ($(FUZZ),1)
+CFLAGS += -fsanitize=fuzzer-no-link
 endif
 
 # What this machine has. Reported once per make invocation.
@@ -107,8 +115,11 @@ endif
 # libmg's numeric kernels: -O3, and no FMA contraction so that the AVX2 and
 # baseline clones (target_clones) give identical bits; and no memcpy calls for
 # the short copies the compiler would otherwise turn into them.
+# (clang has no -fno-tree-loop-distribute-patterns; -fno-builtin keeps its loop
+# idiom pass from making the same calls.)
+NO_LOOP_CALLS := $(if $(CC_IS_CLANG),-fno-builtin-memcpy -fno-builtin-memset,-fno-tree-loop-distribute-patterns)
 ifneq ($(DEBUG),1)
-CFLAGS_runtime_cpu_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno -fno-tree-loop-distribute-patterns
+CFLAGS_runtime_cpu_cpu_kernels := -O3 -ffp-contract=off -fno-math-errno $(NO_LOOP_CALLS)
 # The collectives' reduction kernel: vectorized, same bits in every clone.
 CFLAGS_runtime_comm_comm_reduce := -O3 -ffp-contract=off
 endif
@@ -123,6 +134,12 @@ TRAIN_SRC := $(wildcard models/train*.c)
 MODELS_SRC := $(filter-out $(TRAIN_SRC),$(wildcard models/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
+
+# Fuzz harnesses (tests/fuzz/fuzz_NAME.c): replay_NAME runs one over files
+# with any compiler (make test replays the seed corpora), fuzz_NAME is its
+# libFuzzer build (make fuzz, clang only).
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRC))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC))
@@ -141,6 +158,8 @@ DASHBOARD := $(BUILD)/bin/mglaunch-dashboard
 TRAIN := $(BUILD)/bin/train
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HELPER_BIN := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRC))
+FUZZ_REPLAY_BIN := $(patsubst %,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_NAMES))
+FUZZ_BIN := $(patsubst %,$(BUILD)/tests/fuzz/fuzz_%,$(FUZZ_NAMES))
 
 # The launcher links only what it needs: no BLAS, no CUDA (libcurl is loaded at run time by the
 # etcd backend); libm for the plot of `mglaunch logs --plot`.
@@ -154,8 +173,8 @@ ALL_BIN := $(if $(wildcard launcher/main.c),$(MGLAUNCH)) $(if $(wildcard models/
            $(if $(and $(HAVE_MHD),$(DASH_SRC)),$(DASHBOARD))
 
 .SECONDARY:
-.PHONY: all test test-gpu check unit demo bench install clean format format-check deps FORCE
-all: $(ALL_BIN) $(UNIT_BIN) $(HELPER_BIN)
+.PHONY: all test test-gpu check unit demo bench install clean format format-check deps fuzz fuzz-bins soak FORCE
+all: $(ALL_BIN) $(UNIT_BIN) $(HELPER_BIN) $(FUZZ_REPLAY_BIN)
 
 # ---- rules -------------------------------------------------------------------
 # Remade on every run, but rewritten only when its text changes: objects then
@@ -285,6 +304,19 @@ $(BUILD)/tests/helpers/fakecuda/libcuda.so.1: tests/helpers/fakecuda/libcuda.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared -Wl,-soname,libcuda.so.1 -o $@ $<
 
+# A harness links its own file, tests/fuzz/util.c and the libraries (and
+# train's command line, which is the program's own); objects before archives.
+FUZZ_LINK := $(call obj,tests/fuzz/util.c) $(TEST_LINK)
+$(BUILD)/tests/fuzz/replay_train_args $(BUILD)/tests/fuzz/fuzz_train_args: $(call obj,models/train_args.c)
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(call obj,tests/fuzz/replay.c) $(FUZZ_LINK)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(MG_LIBS) $(LAUNCH_LIBS)
+$(BUILD)/tests/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LINK)
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(filter %.a,$^) $(MG_LIBS) $(LAUNCH_LIBS)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- user targets ------------------------------------------------------------
@@ -313,6 +345,22 @@ unit: all
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)MG_BUILD=$(BUILD) scripts/demo.sh
+
+# libFuzzer over every harness, FUZZ_SECONDS each, one after the other
+# (tests/fuzz/run.sh: new inputs go to build/fuzz/corpus/, crashes to
+# build/fuzz/crashes/; a table of executions and findings at the end).
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(Q)$(MAKE) --no-print-directory CC=clang SANITIZE=address,undefined BUILD=build/fuzz FUZZ=1 fuzz-bins
+	$(Q)MG_BUILD=build/fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_NAMES)
+fuzz-bins: $(FUZZ_BIN)
+
+# The fault-injection soak (scripts/soak.sh): SOAK_FAULTS random SIGKILL,
+# SIGSEGV and SIGTERM of training workers under mglaunch with restarts.
+SOAK_FAULTS ?= 100
+soak:
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)MG_BUILD=$(BUILD) scripts/soak.sh $(SOAK_FAULTS)
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all

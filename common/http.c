@@ -222,7 +222,7 @@ static int code_of(CURLcode cc)
 {
     switch (cc) {
     case CURLE_COULDNT_RESOLVE_HOST:
-        return -ENOENT;
+        return -MG_ENONAME;
     case CURLE_COULDNT_CONNECT:
         return -ECONNREFUSED;
     case CURLE_OPERATION_TIMEDOUT:

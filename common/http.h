@@ -95,7 +95,7 @@ void mg_http_close(struct mg_http *h);
 
 /* Runs one request. 0 when a response arrived, whatever its status (then
  * *res has it), or a negative code with res->error and res->fault set:
- * -ENOENT the host name does not resolve, -ECONNREFUSED nothing listens,
+ * -MG_ENONAME the host name does not resolve, -ECONNREFUSED nothing listens,
  * -ETIMEDOUT timeout_ms passed, -EINTR abort_fd, -MG_ETOOBIG the body is over
  * body_max, -ENOMEM, on_data's code, -EIO anything else. */
 int mg_http_request(struct mg_http *h, const struct mg_http_request *req,

@@ -21,6 +21,10 @@ static const char *const mg_err_msg[] = {
     [MG_ECLOSED - MG_ERR_BASE] = "closed",
     [MG_ENOKEY - MG_ERR_BASE] = "no such key",
     [MG_EUNSUPPORTED - MG_ERR_BASE] = "not supported",
+    /* The resolver's own words (getaddrinfo's EAI_NONAME and EAI_AGAIN). */
+    [MG_ENONAME - MG_ERR_BASE] = "the name does not resolve (Name or service not known)",
+    [MG_ERESOLVE - MG_ERR_BASE] = "the name does not resolve for now (Temporary failure in name "
+                                  "resolution)",
 };
 
 const char *mg_strerror(int err)

@@ -29,6 +29,8 @@ enum mg_err {
     MG_ECLOSED,      /* the rendezvous or store was closed */
     MG_ENOKEY,       /* key does not exist */
     MG_EUNSUPPORTED, /* feature not available in this build or setting */
+    MG_ENONAME,      /* a host name does not resolve (the resolver says it does not exist) */
+    MG_ERESOLVE,     /* the resolver failed for now (no answer from the name server) */
     MG_ERR_MAX
 };
 
@@ -39,7 +41,8 @@ const char *mg_strerror(int err);
  * errlen > 0, and returns code: `return mg_seterr(err, len, -EINVAL, ...)`. */
 __attribute__((format(printf, 4, 5))) int mg_seterr(char *err, size_t errlen, int code,
                                                     const char *fmt, ...);
-int mg_vseterr(char *err, size_t errlen, int code, const char *fmt, va_list ap);
+__attribute__((format(printf, 4, 0))) int mg_vseterr(char *err, size_t errlen, int code,
+                                                     const char *fmt, va_list ap);
 
 /* snprintf that says when it cut: the length written, or -ENAMETOOLONG when the
  * text did not fit in cap bytes (it is then cut, still terminated). */

@@ -94,17 +94,19 @@ int mg_parse_hostport(const char *text, int default_port, struct mg_hostport *ou
     return 0;
 }
 
+/* A resolver failure as a code whose message says it is one: never ENOENT,
+ * which would read "No such file or directory". */
 static int gai_to_err(int rc)
 {
     switch (rc) {
     case EAI_AGAIN:
-        return -EAGAIN;
+        return -MG_ERESOLVE;
     case EAI_MEMORY:
         return -ENOMEM;
     case EAI_SYSTEM:
         return errno ? -errno : -EIO;
     default:
-        return -ENOENT;
+        return -MG_ENONAME;
     }
 }
 

@@ -36,7 +36,7 @@ int mg_listen_tcp(const char *host, int port, int backlog, int *bound_port);
 
 /* Connects to host:port, trying every resolved address, each attempt bounded
  * by the deadline. Sets TCP_NODELAY. The returned fd is blocking.
- * An unknown name gives -ENOENT, a temporary resolver failure -EAGAIN, and
+ * An unknown name gives -MG_ENONAME, a temporary resolver failure -MG_ERESOLVE, and
  * otherwise the last connect error (-ECONNREFUSED, -ETIMEDOUT, ...). */
 int mg_connect_tcp(const char *host, int port, int64_t deadline_ms);
 

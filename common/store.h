@@ -39,6 +39,8 @@ struct mg_store_server_opts {
     /* Bounds (0 = the default in parentheses). See docs/store-protocol.md. */
     size_t max_store_bytes;   /* keys, values, parked requests (1 GiB) */
     size_t max_buffer_bytes;  /* partly received requests, all connections (1 GiB) */
+    size_t max_value_bytes;   /* one value (MG_STORE_MAX_VALUE); a frame that could only
+                                 carry more is refused before its body is read */
     int max_waiters;          /* parked blocking requests, all connections (65536) */
     int handshake_timeout_ms; /* to finish the handshake after connecting (10000) */
     int frame_timeout_ms;     /* to finish sending a frame once begun (60000) */
@@ -57,6 +59,23 @@ struct mg_store_server_opts {
 };
 int mg_store_server_start(struct mg_store_server **out, const struct mg_store_server_opts *opts);
 int mg_store_server_port(const struct mg_store_server *srv);
+
+/* Where a store should listen when its clients reach it at host (the
+ * endpoint or MASTER_ADDR): that address itself when it is one of this
+ * machine's (so a loopback endpoint stays on loopback), "localhost" as
+ * 127.0.0.1, else every interface (a service or NAT address, or a name,
+ * which other machines may resolve to another of this machine's addresses
+ * than it does: Debian maps the host name to 127.0.1.1). With single_host
+ * (every client runs on this machine) a name is bound as it resolves here.
+ * Writes the bind address into out ("" = every interface) and returns
+ * MG_STORE_BIND_LOOPBACK, _ADDRESS or _ALL: only a loopback store is out of
+ * reach of other machines. */
+enum mg_store_bind {
+    MG_STORE_BIND_LOOPBACK,
+    MG_STORE_BIND_ADDRESS,
+    MG_STORE_BIND_ALL,
+};
+enum mg_store_bind mg_store_bind_addr(const char *host, int single_host, char *out, size_t cap);
 
 /* Poll-loop integration (the launcher): add the server's descriptors to a
  * pollfd array, and after poll() let it handle the ones that are ready.
@@ -151,12 +170,24 @@ struct mg_store_opts {
                                client names (and taken off the keys mg_store_list
                                returns): its own namespace in a store it shares, as
                                the workers in the launcher's agent store */
+    /* Optional: while mg_store_connect retries, told why it still waits (rc,
+     * the last attempt's error: -MG_ENONAME, -ECONNREFUSED, -ETIMEDOUT...),
+     * how long it has waited and how long it will go on, first after
+     * MG_STORE_PROGRESS_FIRST_MS and then every MG_STORE_PROGRESS_EVERY_MS.
+     * Each attempt takes at most MG_STORE_ATTEMPT_MS, so that an unreachable
+     * host is told about too. */
+    void (*progress)(void *ctx, int rc, int waited_ms, int left_ms);
+    void *progress_ctx;
 };
+
+#define MG_STORE_PROGRESS_FIRST_MS 3000
+#define MG_STORE_PROGRESS_EVERY_MS 30000
+#define MG_STORE_ATTEMPT_MS        3000
 
 /* Errors: -MG_EAUTH (token refused, missing on one side, or the server could
  * not prove it holds the token), -MG_EVERSION, -MG_EPROTO (not an mg store),
  * -EINVAL, or, once connect_timeout_ms has passed, the last connect error
- * (-ECONNREFUSED, -ENOENT for a name that never resolved, -ETIMEDOUT...). */
+ * (-ECONNREFUSED, -MG_ENONAME for a name that never resolved, -ETIMEDOUT...). */
 int mg_store_connect(struct mg_store **out, const struct mg_store_opts *opts);
 void mg_store_release(struct mg_store *st);
 /* The connected socket, for callers that poll it: readable means the server

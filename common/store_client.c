@@ -51,7 +51,8 @@ static int retryable(int rc)
 {
     switch (-rc) {
     case ECONNREFUSED:
-    case ENOENT: /* name not published yet (Kubernetes) */
+    case MG_ENONAME: /* name not published yet (Kubernetes) */
+    case MG_ERESOLVE:
     case EAGAIN:
     case ETIMEDOUT:
     case EHOSTUNREACH:
@@ -146,11 +147,14 @@ int mg_store_connect(struct mg_store **out, const struct mg_store_opts *o)
             goto fail;
         }
     }
+    int64_t start = mg_now_ms(), next_told = start + MG_STORE_PROGRESS_FIRST_MS;
     int64_t deadline =
-        mg_now_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DEF_CONNECT_TIMEOUT_MS);
+        start + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DEF_CONNECT_TIMEOUT_MS);
     for (;;) {
-        int64_t now = mg_now_ms();
-        int fd = mg_connect_tcp(host, o->port, deadline > now ? deadline : now + 1);
+        int64_t now = mg_now_ms(), until = now + MG_STORE_ATTEMPT_MS;
+        if (until > deadline)
+            until = deadline > now ? deadline : now + 1;
+        int fd = mg_connect_tcp(host, o->port, until);
         if (fd >= 0) {
             rc = handshake(fd, o, mg_now_ms() + st->timeout_ms);
             if (rc == 0) {
@@ -161,8 +165,13 @@ int mg_store_connect(struct mg_store **out, const struct mg_store_opts *o)
         } else {
             rc = fd;
         }
-        if (!retryable(rc) || mg_now_ms() + backoff >= deadline)
+        now = mg_now_ms();
+        if (!retryable(rc) || now + backoff >= deadline)
             goto fail;
+        if (o->progress && now >= next_told) {
+            next_told = now + MG_STORE_PROGRESS_EVERY_MS;
+            o->progress(o->progress_ctx, rc, (int)(now - start), mg_ms_until(deadline));
+        }
         /* Jittered backoff, so a crowd of agents does not retry in step. */
         uint32_t r = 0;
         if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))

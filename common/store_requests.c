@@ -234,7 +234,9 @@ static uint16_t park(struct mg_store_server *s, struct conn *c, const struct mg_
     w->since = q->num;
     w->charge = size;
     w->deadline_ms = mg_now_ms() + q->timeout_ms;
-    const uint8_t *p = q->keys, *end = q->keys + q->keys_len;
+    /* GET and WATCH carry one key and no packed list (q->keys is NULL, and
+     * NULL + 0 is undefined behaviour). */
+    const uint8_t *p = q->keys, *end = q->nkeys ? q->keys + q->keys_len : NULL;
     for (int i = 0; i < nkeys; i++) {
         const uint8_t *key = q->key;
         size_t klen = q->klen;
@@ -344,6 +346,8 @@ uint16_t mg_ss_op_list(struct mg_store_server *s, const uint8_t *prefix, size_t 
 uint16_t mg_ss_op_set(struct mg_store_server *s, const uint8_t *key, size_t klen, const void *val,
                       size_t vlen, struct conn *owner, struct entry **ep)
 {
+    if (vlen > s->max_value)
+        return MG_SP_TOOBIG;
     struct entry *e = mg_ss_entry_get(s, key, klen);
     struct blob *b = NULL;
     if (e) {
@@ -392,6 +396,9 @@ uint16_t mg_ss_op_cas(struct mg_store_server *s, const uint8_t *key, size_t klen
     struct entry *e = mg_ss_lookup(s, key, klen);
     int match;
     *swapped = 0;
+    *ep = NULL;
+    if (dlen > s->max_value)
+        return MG_SP_TOOBIG;
     if (absent)
         match = !e || !e->val;
     else

@@ -5,20 +5,23 @@
  * the public API; the key table, the requests and the local calls are
  * store_table.c, store_requests.c and store_local.c. It keeps: one lock
  * around all the server's state; every buffer that grows on a client's input
- * is bounded (max_buffer, OUT_HIGH, the read budget, MAX_HANDSHAKING); a
- * misbehaving client is dropped alone, marked dead and torn down by
- * mg_ss_settle outside any walk over the connections; ephemeral keys die
- * with their connection or its lease. */
+ * is bounded (max_buffer, out_high, max_frame, the read budget,
+ * MAX_HANDSHAKING); a misbehaving client is dropped alone, marked dead and
+ * torn down by mg_ss_settle outside any walk over the connections; ephemeral
+ * keys die with their connection or its lease. Where to listen is the
+ * caller's choice, mg_store_bind_addr its usual answer. */
 #include "store_server_internal.h"
 #include "mg_err.h"
 #include "net.h"
 #include "sha256.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
@@ -102,7 +105,7 @@ static void conn_teardown(struct conn *c)
 
 static int backpressured(const struct conn *c)
 {
-    return c->obytes > OUT_HIGH || c->closing != CL_OPEN;
+    return c->obytes > c->srv->out_high || c->closing != CL_OPEN;
 }
 
 static size_t process_input(struct mg_store_server *s, struct conn *c);
@@ -273,7 +276,7 @@ static size_t process_input(struct mg_store_server *s, struct conn *c)
         }
         struct mg_sp_hdr h;
         mg_sp_hdr_decode(p, &h);
-        if (mg_sp_hdr_check(&h, 0)) {
+        if (mg_sp_hdr_check(&h, 0) || h.len > s->max_frame) {
             /* An oversized length: the stream cannot be followed any further. */
             mg_ss_reply_status(c, MG_SP_ERROR, h.id, MG_SP_TOOBIG);
             conn_close_after_flush(c);
@@ -379,9 +382,17 @@ static int byfd_put(struct mg_store_server *s, int fd, struct conn *c)
     return 0;
 }
 
+/* Whether a new connection can be taken: below max_clients, or at it with a
+ * connection still in the handshake to give way (a crowd of silent
+ * connections must not lock the nodes of the job out until they time out). */
+static int can_accept(const struct mg_store_server *s)
+{
+    return s->nconns < s->max_clients || s->nhs > 0;
+}
+
 void mg_ss_accept_some(struct mg_store_server *s)
 {
-    for (int i = 0; i < ACCEPT_BURST && s->nconns < s->max_clients; i++) {
+    for (int i = 0; i < ACCEPT_BURST && can_accept(s); i++) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
@@ -406,8 +417,9 @@ void mg_ss_accept_some(struct mg_store_server *s)
             close(fd);
             continue;
         }
-        /* Too many half-open handshakes: the oldest makes room. */
-        if (s->nhs >= MAX_HANDSHAKING && !TAILQ_EMPTY(&s->hs)) {
+        /* Too many half-open handshakes, or no room: the oldest handshake
+         * makes room. */
+        if ((s->nhs >= MAX_HANDSHAKING || s->nconns >= s->max_clients) && !TAILQ_EMPTY(&s->hs)) {
             struct conn *old = TAILQ_FIRST(&s->hs);
             hs_unlink(old);
             conn_drop(old);
@@ -540,6 +552,17 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s->read_budget = o->read_bytes_per_turn ? o->read_bytes_per_turn : READ_BUDGET;
     s->foreign = o->foreign;
     s->foreign_ctx = o->foreign_ctx;
+    s->max_value = o->max_value_bytes && o->max_value_bytes < MG_STORE_MAX_VALUE
+                       ? o->max_value_bytes
+                       : MG_STORE_MAX_VALUE;
+    /* The largest request, a compare-and-set, carries two values and a key. */
+    s->max_frame = 2 * s->max_value + 4096;
+    /* Replies queue up to a few requests' worth before reading stops. */
+    s->out_high = 2 * s->max_frame;
+    if (s->out_high < 65536)
+        s->out_high = 65536;
+    if (s->out_high > OUT_HIGH)
+        s->out_high = OUT_HIGH;
     if (o->token && *o->token && !(s->token = strdup(o->token))) {
         rc = -ENOMEM;
         goto fail_free;
@@ -612,6 +635,67 @@ int mg_store_server_port(const struct mg_store_server *srv)
     return srv->port;
 }
 
+static int sa_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return 0;
+}
+
+/* Whether this machine holds the address: binding to it succeeds. */
+static int sa_is_mine(const struct addrinfo *ai)
+{
+    struct sockaddr_storage ss;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+    if (fd < 0 || ai->ai_addrlen > sizeof(ss)) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+    ok = bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) == 0;
+    close(fd);
+    return ok;
+}
+
+enum mg_store_bind mg_store_bind_addr(const char *host, int single_host, char *out, size_t cap)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    struct addrinfo *res = NULL, *pick = NULL;
+    enum mg_store_bind how = MG_STORE_BIND_ALL;
+
+    if (cap)
+        out[0] = '\0';
+    if (!host || !*host)
+        return MG_STORE_BIND_ALL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) {
+        res = NULL;
+        hints.ai_flags = 0;
+        if ((strcasecmp(host, "localhost") && !single_host) ||
+            getaddrinfo(host, NULL, &hints, &res) != 0)
+            return MG_STORE_BIND_ALL;
+    }
+    /* IPv4 first, as the clients' resolver usually orders them. */
+    for (int pass = 0; pass < 2 && !pick; pass++)
+        for (struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
+            if ((ai->ai_family == AF_INET) == (pass == 0) &&
+                (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) && sa_is_mine(ai))
+                pick = ai;
+    if (pick && getnameinfo(pick->ai_addr, pick->ai_addrlen, out, (socklen_t)cap, NULL, 0,
+                            NI_NUMERICHOST) == 0)
+        how = sa_is_loopback(pick->ai_addr) ? MG_STORE_BIND_LOOPBACK : MG_STORE_BIND_ADDRESS;
+    else if (cap)
+        out[0] = '\0';
+    freeaddrinfo(res);
+    return how;
+}
+
 int mg_store_server_nfds(const struct mg_store_server *s)
 {
     mg_ss_lock(s);
@@ -626,7 +710,7 @@ static int pollfds_locked(struct mg_store_server *s, struct pollfd *fds, int max
     if (max < 2 + s->nconns)
         return -ENOSPC;
     fds[n++] = (struct pollfd){.fd = s->wakefd, .events = POLLIN};
-    if (s->nconns < s->max_clients && mg_now_ms() >= s->accept_pause_until)
+    if (can_accept(s) && mg_now_ms() >= s->accept_pause_until)
         fds[n++] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
     struct conn *c;
     LIST_FOREACH(c, &s->conns, link) {

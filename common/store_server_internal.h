@@ -28,7 +28,7 @@
 #define MAX_CONN_WAITERS 64         /* parked requests per connection */
 #define MAX_TOMBSTONES   16384      /* deleted keys whose revision is remembered */
 #define IBUF_MIN         4096       /* input buffer kept between frames */
-#define OUT_HIGH         (1u << 20) /* queued reply bytes above which input is not read */
+#define OUT_HIGH         (1u << 20) /* queued reply bytes above which input is not read (default) */
 #define READ_BUDGET      (4u << 20) /* bytes read from one connection per loop turn (default) */
 #define ACCEPT_BURST     64         /* connections accepted per loop turn */
 #define CLOSE_LINGER_MS  1000       /* to flush a final error before closing */
@@ -134,6 +134,8 @@ struct mg_store_server {
     int (*foreign)(void *ctx, int fd, const void *bytes, size_t n);
     void *foreign_ctx;
     size_t max_store, max_buffer, read_budget;
+    size_t max_value, max_frame; /* one value; one request's body */
+    size_t out_high;             /* queued reply bytes above which input is not read */
     uint64_t sipkey[2];
 
     struct entry **table;

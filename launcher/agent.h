@@ -35,6 +35,8 @@
 
 struct mg_agent;
 
+#define MG_GROUP_TOKEN_LEN 64 /* hex digits: 256 bits */
+
 /* ---- the group a round forms ---------------------------------------------------- */
 
 struct mg_group {
@@ -59,6 +61,9 @@ struct mg_group {
      * this token (NULL: none). */
     int use_agent_store;
     const char *agent_store_token;
+    /* MG_STORE_TOKEN for the workers, so that rank 0's store lets in only
+     * this job's ranks: "" for none (an inherited MG_STORE_TOKEN wins). */
+    char store_token[MG_GROUP_TOKEN_LEN + 1];
 };
 
 struct mg_round_info {

@@ -687,6 +687,17 @@ static int check_values(struct parse *p)
     if (s[O_RDZV_CONF].set && *s[O_RDZV_CONF].val)
         o->rdzv_conf = s[O_RDZV_CONF].val;
     o->standalone = s[O_STANDALONE].set;
+    /* torchrun takes --standalone --nnodes 2 and then waits for a second node
+     * that can never join a fresh run id on a local endpoint. */
+    if (o->standalone && o->nnodes_max > 1) {
+        char l1[160], l2[160];
+        return fail(p,
+                    "%s is a single-node run: it cannot be combined with %s %s (for several "
+                    "nodes, give every node --rdzv_backend c10d --rdzv_endpoint HOST:PORT "
+                    "--rdzv_id ID instead)",
+                    label(p, O_STANDALONE, l1, sizeof(l1)), label(p, O_NNODES, l2, sizeof(l2)),
+                    s[O_NNODES].val);
+    }
     if (s[O_MAX_RESTARTS].set && parse_int(s[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts))
         return bad_value(p, O_MAX_RESTARTS, s[O_MAX_RESTARTS].val,
                          "expected a non-negative integer");

@@ -172,6 +172,8 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
         SETS("CUDA_VISIBLE_DEVICES", we->cuda_visible_devices);
     if (we->local_world_size > 1 && !mg_env_get(base, "OMP_NUM_THREADS"))
         SETS("OMP_NUM_THREADS", "1");
+    if (we->store_token && *we->store_token && !mg_env_get(base, "MG_STORE_TOKEN"))
+        SETS("MG_STORE_TOKEN", we->store_token);
 #undef SETI
 #undef SETS
 

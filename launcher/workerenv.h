@@ -59,13 +59,15 @@ struct mg_worker_env {
      * MG_AGENT_STORE_TOKEN when the store has a token (NULL: none). */
     int use_agent_store;
     const char *agent_store_token;
+    const char *store_token; /* MG_STORE_TOKEN; NULL or "": leave it alone */
 };
 
 /* Builds a worker's envp: base minus every variable set here (and
  * MG_AGENT_STORE, MG_AGENT_STORE_TOKEN), plus torchrun's variables,
  * MG_RUN_LOG_DIR and MG_ATTEMPT, OMP_NUM_THREADS=1 when unset in base and
  * local_world_size > 1, NCCL_ASYNC_ERROR_HANDLING and
- * TORCH_NCCL_ASYNC_ERROR_HANDLING (each inherited or 1). The result is one allocation
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING (each inherited or 1), MG_STORE_TOKEN when
+ * store_token is given and base has none. The result is one allocation
  * (free() it). Returns 0 or -ENOMEM / -E2BIG. */
 int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out);
 

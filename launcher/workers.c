@@ -420,6 +420,7 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
                                                       : NULL,
         .use_agent_store = g->use_agent_store,
         .agent_store_token = g->agent_store_token,
+        .store_token = g->store_token,
         .run_log_dir = ag->rd.dir,
         .attempt = ag->attempt,
     };

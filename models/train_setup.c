@@ -10,6 +10,14 @@
 #include <stdio.h>
 #include <string.h>
 
+/* What libmg has to say while the ranks find each other: a wait that lasts
+ * (with its reason), or a warning about an open store. */
+static void dist_progress(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, TRAIN_PROG ": %s\n", msg);
+}
+
 /* The launcher's environment (world size 1 without one): joins the other
  * ranks, then sets the per-process batch and learning rate from the world size. */
 static int setup_dist(struct run *r)
@@ -20,7 +28,8 @@ static int setup_dist(struct run *r)
     struct mg_dist_opts dopts = {.backend = r->be,
                                  .device_index = r->device_index,
                                  .device_auto = o->device_auto,
-                                 .auto_why = r->auto_why};
+                                 .auto_why = r->auto_why,
+                                 .progress = dist_progress};
     int rc = mg_dist_init(&r->dist.d, &dopts, err, sizeof(err));
     if (rc < 0) {
         fail("%s", err);

@@ -101,6 +101,15 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
             return -EINVAL;
         }
     }
+    if ((v = getenv("MG_STORE_TOKEN")) && *v) {
+        if (strlen(v) > MG_STORE_MAX_TOKEN) {
+            mg_seterr(err, errlen, 0, "MG_STORE_TOKEN is %zu characters long: at most %d",
+                      strlen(v), MG_STORE_MAX_TOKEN);
+            return -EINVAL;
+        }
+        snprintf(env->store_token, sizeof(env->store_token), "%s", v);
+    }
+    env->single_host = has_lw && env->local_world == env->world;
     if ((v = getenv("TORCHELASTIC_ERROR_FILE")) && *v) {
         if (strlen(v) >= sizeof(env->error_file)) {
             mg_seterr(err, errlen, 0, "TORCHELASTIC_ERROR_FILE is longer than %zu characters",
@@ -223,6 +232,84 @@ static int agree_on_device(struct mg_dist *d, int on_cuda, const char *why, int 
     return -MG_ECONFIG;
 }
 
+/* mg_dist_opts.progress, when the program gave one. */
+__attribute__((format(printf, 2, 3))) static void say(const struct mg_dist *d, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    if (!d->opts || !d->opts->progress)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    d->opts->progress(d->opts->progress_ctx, msg);
+}
+
+/* Who hosts the workers' store (torch's rule: TORCHELASTIC_USE_AGENT_STORE). */
+static const char *store_host_is(const struct mg_dist *d)
+{
+    return d->env.use_agent_store == 1 ? "the launcher's agent store" : "hosted by rank 0";
+}
+
+/* Why a connection to the store failed, in words a user can act on. */
+static const char *store_why(const struct mg_dist *d, int rc)
+{
+    if (rc == -MG_EAUTH && d->env.use_agent_store == 1)
+        return "authentication failed: MG_AGENT_STORE_TOKEN differs from the agents' rendezvous "
+               "token, or one side has none";
+    switch (rc) {
+    case -ECONNREFUSED:
+        return "connection refused (nothing listens there: rank 0 has not started its store, "
+               "or MASTER_ADDR names another machine)";
+    case -ETIMEDOUT:
+        return "connection timed out (no answer from that host: a firewall, or the wrong address)";
+    case -MG_EAUTH:
+        return "authentication failed: MG_STORE_TOKEN differs from rank 0's, or one side has "
+               "none";
+    default:
+        return mg_strerror(rc);
+    }
+}
+
+static void store_progress(void *ctx, int rc, int waited_ms, int left_ms)
+{
+    const struct mg_dist *d = ctx;
+    say(d,
+        "rank %d: waiting for the store at %s:%d (MASTER_ADDR:MASTER_PORT, %s): %s; %d s so "
+        "far, giving up in %d s (MG_COMM_INIT_TIMEOUT)",
+        d->rank, d->env.master_addr, d->env.master_port, store_host_is(d), store_why(d, rc),
+        waited_ms / 1000,
+        (left_ms + 999) / 1000);
+}
+
+/* Rank 0's store: on MASTER_ADDR when this machine holds it. */
+static int host_store(struct mg_dist *d, char *err, size_t errlen)
+{
+    char bind[MG_HOST_MAX];
+    const char *token = d->env.store_token[0] ? d->env.store_token : NULL;
+    enum mg_store_bind how =
+        mg_store_bind_addr(d->env.master_addr, d->env.single_host, bind, sizeof(bind));
+    struct mg_store_server_opts so = {
+        .host = bind, .port = d->env.master_port, .listen_fd = -1, .token = token};
+    int rc = mg_store_server_start(&d->server, &so);
+    if (rc) {
+        mg_seterr(err, errlen, 0, "rank 0 cannot host the store on %s port %d (MASTER_PORT): %s",
+                  bind[0] ? bind : "every interface,", d->env.master_port, mg_strerror(rc));
+        return rc;
+    }
+    if (how != MG_STORE_BIND_LOOPBACK && !token)
+        say(d,
+            "warning: rank 0's store listens on %s port %d without a token: anyone who can "
+            "reach that port can end the job. Give every rank the same secret in "
+            "MG_STORE_TOKEN (mglaunch does for a single-node job, and from MG_RDZV_TOKEN for "
+            "several nodes)",
+            bind[0] ? bind : "every interface,", d->env.master_port);
+    rc = mg_store_server_start_thread(d->server);
+    if (rc)
+        mg_seterr(err, errlen, 0, "cannot start the store's thread: %s", mg_strerror(rc));
+    return rc;
+}
+
 int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *err, size_t errlen)
 {
     struct mg_dist *d = calloc(1, sizeof(*d));
@@ -251,6 +338,7 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
         return 0;
     }
 
+    d->opts = opts; /* for the messages below; not kept */
     struct mg_comm_opts copts = {.rank = d->rank, .world = d->world};
     rc = mg_comm_opts_from_env(&copts, err, errlen);
     if (rc)
@@ -271,42 +359,36 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
                        "give --device cuda, or MG_COMM=auto");
         goto fail;
     }
+    if (opts) {
+        copts.progress = opts->progress;
+        copts.progress_ctx = opts->progress_ctx;
+    }
 
     /* torch's rule: the agent's store when TORCHELASTIC_USE_AGENT_STORE,
      * each attempt in a namespace of its own (rendezvous.py _create_c10d_store). */
     char prefix[64] = "";
-    const char *host_is = "hosted by rank 0";
+    const char *token = d->env.store_token[0] ? d->env.store_token : NULL;
     if (d->env.use_agent_store == 1) {
         snprintf(prefix, sizeof(prefix), "/worker/attempt_%d/", d->env.restart_count);
-        host_is = "the launcher's agent store";
-    } else if (d->rank == 0) {
-        struct mg_store_server_opts so = {
-            .host = NULL, .port = d->env.master_port, .listen_fd = -1};
-        rc = mg_store_server_start(&d->server, &so);
-        if (rc) {
-            mg_seterr(err, errlen, 0, "rank 0 cannot host the store on port %d (MASTER_PORT): %s",
-                      d->env.master_port, mg_strerror(rc));
-            goto fail;
-        }
-        rc = mg_store_server_start_thread(d->server);
-        if (rc) {
-            mg_seterr(err, errlen, 0, "cannot start the store's thread: %s", mg_strerror(rc));
-            goto fail;
-        }
+        token = getenv("MG_AGENT_STORE_TOKEN");
+    } else if (d->rank == 0 && (rc = host_store(d, err, errlen))) {
+        goto fail;
     }
-    const char *token = getenv("MG_AGENT_STORE_TOKEN");
-    struct mg_store_opts co = {.host = d->env.master_addr,
-                               .port = d->env.master_port,
-                               .connect_timeout_ms = copts.init_timeout_ms,
-                               .timeout_ms = copts.init_timeout_ms,
-                               .prefix = prefix,
-                               .token = d->env.use_agent_store == 1 ? token : NULL};
+    struct mg_store_opts co = {
+        .host = d->env.master_addr,
+        .port = d->env.master_port,
+        .token = token && *token ? token : NULL,
+        .prefix = prefix,
+        .connect_timeout_ms = copts.init_timeout_ms,
+        .timeout_ms = copts.init_timeout_ms,
+        .progress = store_progress,
+        .progress_ctx = d,
+    };
     rc = mg_store_connect(&d->store, &co);
     if (rc) {
         mg_seterr(err, errlen, 0,
                   "cannot connect to the store at %s:%d (MASTER_ADDR:MASTER_PORT, %s): %s",
-                  d->env.master_addr, d->env.master_port, host_is,
-                  rc == -ETIMEDOUT ? "timed out" : mg_strerror(rc));
+                  d->env.master_addr, d->env.master_port, store_host_is(d), store_why(d, rc));
         goto fail;
     }
     if (opts && opts->device_auto) {
@@ -321,6 +403,7 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
                   cerr);
         goto fail;
     }
+    d->opts = NULL;
     *out = d;
     return 0;
 

@@ -7,15 +7,17 @@
  * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID,
  * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
  * TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_ERROR_FILE; and mg's own
- * MG_COMM, MG_COMM_TIMEOUT, MG_COMM_INIT_TIMEOUT, MG_COMM_HOST, MG_COMM_ADDR.
- * The communicator follows the compute device (mg_dist_opts.backend): NCCL
- * for CUDA under MG_COMM=auto.
+ * MG_STORE_TOKEN, MG_AGENT_STORE, MG_AGENT_STORE_TOKEN, MG_COMM, MG_COMM_TIMEOUT,
+ * MG_COMM_INIT_TIMEOUT, MG_COMM_HOST, MG_COMM_ADDR. The communicator follows the
+ * compute device (mg_dist_opts.backend): NCCL for CUDA under MG_COMM=auto.
  * With neither RANK nor WORLD_SIZE set, the worker runs alone (world size 1).
  *
- * With world size > 1, rank 0 hosts the store on MASTER_PORT (all
- * interfaces) in a background thread, the way torch.distributed does when
- * TORCHELASTIC_USE_AGENT_STORE is False; every rank connects to
- * MASTER_ADDR:MASTER_PORT, retrying until the init timeout. With
+ * With world size > 1, rank 0 hosts the store on MASTER_PORT in a background
+ * thread, the way torch.distributed does when TORCHELASTIC_USE_AGENT_STORE is
+ * False: on MASTER_ADDR itself when it is one of this machine's addresses
+ * (loopback stays loopback), else on every interface; with MG_STORE_TOKEN
+ * (mglaunch sets it), only clients holding the token get in. Every rank
+ * connects to MASTER_ADDR:MASTER_PORT, retrying until the init timeout. With
  * TORCHELASTIC_USE_AGENT_STORE=True the launcher's agent hosts the store
  * there instead (mglaunch's static backend across nodes, which says so with
  * MG_AGENT_STORE=mg): every rank, rank 0 too, joins it, in the namespace
@@ -28,6 +30,7 @@
 
 #include "comm.h"
 #include "net.h"
+#include "store.h"
 
 #include <limits.h>
 
@@ -46,6 +49,8 @@ struct mg_dist_env {
     int use_agent_store; /* -1 unset, 0 False, 1 True */
     int agent_store_mg;  /* the agent's store is mg's (MG_AGENT_STORE=mg) */
     char error_file[PATH_MAX];
+    char store_token[MG_STORE_MAX_TOKEN + 1]; /* MG_STORE_TOKEN, "" = none */
+    int single_host; /* LOCAL_WORLD_SIZE == WORLD_SIZE: every rank on this machine */
 };
 
 /* Reads and validates the launcher's variables. A bad value returns -EINVAL
@@ -62,6 +67,7 @@ struct mg_dist {
     struct mg_store_server *server; /* rank 0 only */
     struct mg_store *store;         /* NULL at world size 1 */
     struct mg_comm *comm;
+    const struct mg_dist_opts *opts; /* during mg_dist_init only */
 };
 
 struct mg_backend;
@@ -81,6 +87,14 @@ struct mg_dist_opts {
      * communicators until the init timeout. */
     int device_auto;
     const char *auto_why; /* why --device auto chose the CPU on this rank ("" / NULL) */
+    /* Optional: what the program should tell its user while mg_dist_init
+     * works (libmg prints nothing): a wait for the store or for a peer that
+     * lasts more than a few seconds, with the reason (the resolver's or the
+     * kernel's word: the name does not resolve, connection refused, no
+     * route to host), again every 30 s until the init timeout; and, on rank 0,
+     * a warning when its store is open to other machines without a token. */
+    void (*progress)(void *ctx, const char *msg);
+    void *progress_ctx;
 };
 
 /* Reads the environment, hosts or joins the store and creates the

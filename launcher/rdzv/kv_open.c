@@ -24,8 +24,8 @@
 /* Errors worth retrying while the job's nodes come up. */
 static int transient(int rc)
 {
-    return rc == -ENOENT || rc == -EAGAIN || rc == -ECONNREFUSED || rc == -ETIMEDOUT ||
-           rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
+    return rc == -MG_ENONAME || rc == -MG_ERESOLVE || rc == -EAGAIN || rc == -ECONNREFUSED ||
+           rc == -ETIMEDOUT || rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
 }
 
 /* The last error, and why the retries stopped. */
@@ -51,15 +51,23 @@ static int lease_ms(const struct mg_rdzv_conf *c)
     return c->heartbeat_timeout_ms - c->heartbeat_interval_ms;
 }
 
-/* Tells the caller, once, that the endpoint is still out of reach. */
-static void progress(const struct mg_kv_open_opts *s, int64_t start, int *told, const char *why)
+/* Tells the caller why the endpoint is still out of reach: a few seconds
+ * after start, then now and then until the deadline. *next (0 at first) is
+ * when to tell next. */
+static void progress(const struct mg_kv_open_opts *s, int64_t start, int64_t *next, const char *why)
 {
-    char msg[700];
-    if (*told || !s->progress || mg_now_ms() - start < MG_KV_OPEN_PROGRESS_MS)
+    char msg[800];
+    int64_t now = mg_now_ms();
+    if (!s->progress)
         return;
-    *told = 1;
-    snprintf(msg, sizeof(msg), "%s; retrying until join_timeout (%gs)", why,
-             s->conf->join_timeout_ms / 1000.0);
+    if (!*next)
+        *next = start + MG_KV_OPEN_PROGRESS_MS;
+    if (now < *next)
+        return;
+    *next = now + MG_KV_OPEN_PROGRESS_EVERY_MS;
+    snprintf(msg, sizeof(msg),
+             "rendezvous: waiting for the backend: %s; retrying until join_timeout (%d s left)",
+             why, (mg_ms_until(s->deadline_ms) + 999) / 1000);
     s->progress(s->progress_ctx, msg);
 }
 
@@ -129,8 +137,8 @@ static int open_etcd(const struct mg_kv_open_opts *s, struct mg_kv **kv, const c
         .lease_ttl_ms = lease_ms(c),
     };
     char probe[MG_KV_MAX_KEY];
-    int delay = 50, rc, told = 0;
-    int64_t start = mg_now_ms();
+    int delay = 50, rc;
+    int64_t start = mg_now_ms(), next = 0;
 
     rc = mg_kv_etcd_open(kv, &o, err, errlen);
     if (rc < 0)
@@ -142,7 +150,7 @@ static int open_etcd(const struct mg_kv_open_opts *s, struct mg_kv **kv, const c
             return 0;
         if (!transient(rc) || mg_now_ms() + delay >= s->deadline_ms)
             break;
-        progress(s, start, &told, mg_kv_error(*kv));
+        progress(s, start, &next, mg_kv_error(*kv));
         rc = pause_ms(s->abort_fd, delay);
         if (rc < 0)
             break;
@@ -162,6 +170,8 @@ static int open_etcd(const struct mg_kv_open_opts *s, struct mg_kv **kv, const c
 struct mg_kv_host {
     struct mg_store_server *srv;
     int port;
+    int reachable;                /* from other machines (not loopback only) */
+    char bound[MG_HOST_MAX];      /* the address it listens on, "" = every interface */
     char where[MG_HOST_MAX + 16]; /* the endpoint, for messages */
     char addr[MG_HOST_MAX];       /* where this host leaves from towards it, or "" */
     struct pollfd *fds;           /* mg_kv_host_serve's */
@@ -190,26 +200,57 @@ static void route_addr(const struct mg_hostport *hp, char *out, size_t cap)
     freeaddrinfo(res);
 }
 
+/* The hosted store holds the rendezvous and nothing else, so its limits are
+ * sized for it (docs/store-protocol.md): per node an announcement, joins and
+ * exit-barrier keys of under a kilobyte each; per round a membership record of
+ * under a kilobyte per node, three rounds kept; a connection per node, and as
+ * many again for spares and probes. Then no client can make the agent that
+ * supervises the workers hold more than a few megabytes for a small job.
+ * max_nodes 0 (the tests' tools) keeps the store's own defaults. */
+static void host_limits(int max_nodes, struct mg_store_server_opts *so)
+{
+    if (max_nodes <= 0)
+        return;
+    size_t n = (size_t)max_nodes, value = 4096 + n * 1024, frame;
+    if (value > MG_KV_MAX_VALUE)
+        value = MG_KV_MAX_VALUE;
+    frame = 2 * value + 4096;
+    so->max_value_bytes = value;
+    so->max_clients = n > 2000 ? 4096 : (int)(2 * n + 32);
+    so->max_store_bytes = (256u << 10) + n * (16u << 10) + 4 * value;
+    if (so->max_store_bytes > (1u << 30))
+        so->max_store_bytes = 1u << 30;
+    /* Each connection holds a 4 KiB input buffer; a few frames may be in flight. */
+    so->max_buffer_bytes = (size_t)so->max_clients * 8192 + 4 * frame;
+    so->max_waiters = so->max_clients * 8;
+}
+
 /* Hosts the store on this agent: served from the caller's poll loop
  * (mg_kv_host_pollfds / _process), used through the in-process backend. */
 static int host_store(const struct mg_kv_open_opts *s, const struct mg_hostport *hp,
                       struct mg_kv_host **out, char *err, size_t errlen)
 {
-    struct mg_store_server_opts so = {.port = hp->port,
-                                      .token = s->conf->token,
-                                      .read_bytes_per_turn = HOST_READ_BYTES,
-                                      .foreign = s->foreign,
-                                      .foreign_ctx = s->foreign_ctx};
     struct mg_kv_host *h = calloc(1, sizeof(*h));
     int rc;
 
     if (!h)
         return -ENOMEM;
-    /* Every interface: the other nodes reach it by the endpoint's name. */
+    /* The endpoint's own address when it is this machine's (loopback stays
+     * loopback), else every interface: the others reach it by a name or a
+     * service address. */
+    h->reachable =
+        mg_store_bind_addr(hp->host, 0, h->bound, sizeof(h->bound)) != MG_STORE_BIND_LOOPBACK;
+    struct mg_store_server_opts so = {.host = h->bound,
+                                      .port = hp->port,
+                                      .token = s->conf->token,
+                                      .read_bytes_per_turn = HOST_READ_BYTES,
+                                      .foreign = s->foreign,
+                                      .foreign_ctx = s->foreign_ctx};
+    host_limits(s->max_nodes, &so);
     rc = mg_store_server_start(&h->srv, &so);
     if (rc < 0) {
-        snprintf(err, errlen, "cannot host the rendezvous store on port %d: %s", hp->port,
-                 mg_strerror(rc));
+        snprintf(err, errlen, "cannot host the rendezvous store on %s port %d: %s",
+                 h->bound[0] ? h->bound : "every interface,", hp->port, mg_strerror(rc));
         free(h);
         return rc;
     }
@@ -234,8 +275,8 @@ static int host_store(const struct mg_kv_open_opts *s, const struct mg_hostport 
 static int leads_here(const struct mg_kv_open_opts *s, const struct mg_hostport *hp,
                       struct mg_kv_host *h, char *err, size_t errlen)
 {
-    int told = 0, rc;
-    int64_t start = mg_now_ms();
+    int rc;
+    int64_t start = mg_now_ms(), next = 0;
     char why[MG_HOST_MAX + 160];
 
     if (mg_kv_is_local_host(hp->host))
@@ -249,13 +290,10 @@ static int leads_here(const struct mg_kv_open_opts *s, const struct mg_hostport 
             return rc == 1;
         }
         rc = fd;
-        snprintf(why, sizeof(why), "store %s: cannot connect: %s", h->where,
-                 rc == -ENOENT         ? "the name does not resolve"
-                 : rc == -ECONNREFUSED ? "connection refused"
-                                       : mg_strerror(rc));
+        snprintf(why, sizeof(why), "store %s: cannot connect: %s", h->where, mg_strerror(rc));
         if (!transient(rc) || mg_now_ms() >= s->deadline_ms)
             break;
-        progress(s, start, &told, why);
+        progress(s, start, &next, why);
         if (pause_ms(s->abort_fd, 20) < 0) {
             rc = -EINTR;
             break;
@@ -265,13 +303,28 @@ static int leads_here(const struct mg_kv_open_opts *s, const struct mg_hostport 
     return rc;
 }
 
+/* Once, when this agent hosts a store other machines can reach and no token
+ * guards it: whoever reaches the port can rewrite the rendezvous. */
+static void warn_open(const struct mg_kv_open_opts *s, const struct mg_kv_host *h)
+{
+    char msg[MG_HOST_MAX + 400];
+    if (!h->reachable || s->conf->token[0] || !s->progress)
+        return;
+    snprintf(msg, sizeof(msg),
+             "warning: the rendezvous store listens on %s port %d without a token: anyone who "
+             "can reach that port can end the job. Give every node the same secret in "
+             "MG_RDZV_TOKEN (docs/rendezvous.md, Security)",
+             h->bound[0] ? h->bound : "every interface,", h->port);
+    s->progress(s->progress_ctx, msg);
+}
+
 static int open_store(const struct mg_kv_open_opts *s, struct mg_kv **kv, struct mg_kv_host **host,
                       char *err, size_t errlen)
 {
     const struct mg_rdzv_conf *c = s->conf;
     struct mg_hostport hp;
-    int rc, hosting, told = 0;
-    int64_t start = mg_now_ms();
+    int rc, hosting;
+    int64_t start = mg_now_ms(), next = 0;
     char last[512] = "";
 
     if (mg_parse_hostport(s->endpoint, MG_KV_STORE_DEFAULT_PORT, &hp) < 0) {
@@ -288,8 +341,10 @@ static int open_store(const struct mg_kv_open_opts *s, struct mg_kv **kv, struct
             rc = leads_here(s, &hp, *host, err, errlen);
             if (rc == 1) {
                 rc = mg_kv_hosted_open(kv, (*host)->srv, (*host)->where);
-                if (rc == 0)
+                if (rc == 0) {
+                    warn_open(s, *host);
                     return 0;
+                }
                 snprintf(err, errlen, "cannot open the hosted store: %s", mg_strerror(rc));
             }
             mg_kv_host_release(*host);
@@ -319,7 +374,7 @@ static int open_store(const struct mg_kv_open_opts *s, struct mg_kv **kv, struct
             return 0;
         if (!transient(rc) || mg_now_ms() >= s->deadline_ms)
             break;
-        progress(s, start, &told, last);
+        progress(s, start, &next, last);
         if (pause_ms(s->abort_fd, 0) < 0) {
             rc = -EINTR;
             break;

@@ -24,8 +24,13 @@ struct mg_kv_open_opts {
     int64_t deadline_ms; /* absolute (mg_now_ms): give up connecting then */
     int abort_fd;        /* -1, or readable = stop retrying (-EINTR) */
     int node_rank;       /* static: rank 0 hosts the store; -1 otherwise */
-    /* Optional: told once, when the endpoint still cannot be reached after
-     * MG_KV_OPEN_PROGRESS_MS, why it keeps retrying (for the user's console). */
+    int max_nodes;       /* --nnodes MAX: sizes the hosted store's limits
+                            (docs/store-protocol.md); 0 keeps the store's defaults */
+    /* Optional: what to tell the user's console. Why the endpoint still
+     * cannot be reached, with the resolver's or the kernel's word for it,
+     * after MG_KV_OPEN_PROGRESS_MS and then every MG_KV_OPEN_PROGRESS_EVERY_MS
+     * until the deadline; and a warning, once, when this agent hosts a store
+     * that other machines can reach without a token. */
     void (*progress)(void *ctx, const char *msg);
     void *progress_ctx;
     /* When this agent hosts the store: connections in another protocol on
@@ -35,7 +40,8 @@ struct mg_kv_open_opts {
     void *foreign_ctx;
 };
 
-#define MG_KV_OPEN_PROGRESS_MS 2000
+#define MG_KV_OPEN_PROGRESS_MS       2000
+#define MG_KV_OPEN_PROGRESS_EVERY_MS 30000
 
 /* The store server this agent hosts (c10d or static, on the endpoint host). */
 struct mg_kv_host;

@@ -218,8 +218,6 @@ int mg_kv_store_open(struct mg_kv **out, const struct mg_kv_store_opts *o, char 
         if (rc == -MG_EAUTH)
             why = "authentication failed: the rendezvous token (--rdzv_conf token= or "
                   "MG_RDZV_TOKEN) differs from the store's, or one side has none";
-        else if (rc == -ENOENT)
-            why = "the name does not resolve";
         else if (rc == -ECONNREFUSED)
             why = "connection refused (no agent hosts the store there yet)";
         snprintf(err, errlen, "store %s: cannot connect: %s", s->where, why);

@@ -5,6 +5,7 @@
 #include "kv_open.h"
 #include "rdzv_conf.h"
 #include "rdzv_proto.h"
+#include "sha256.h"
 #include "slurm.h"
 #include "tcpstore.h"
 
@@ -206,6 +207,25 @@ static void say_progress(struct multi *m)
              p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
 }
 
+/* The workers' MG_STORE_TOKEN: with a rendezvous token, a secret every node
+ * derives alike (the rendezvous token itself never reaches the workers);
+ * without one, none (rank 0's store then warns that it is open). */
+static void workers_token(const struct multi *m, char out[MG_GROUP_TOKEN_LEN + 1])
+{
+    static const char label[] = "mg-store-v1 workers ";
+    struct mg_hmac_sha256 h;
+    uint8_t mac[MG_SHA256_LEN];
+    out[0] = '\0';
+    if (!m->conf.token[0])
+        return;
+    mg_hmac_sha256_init(&h, m->conf.token, strlen(m->conf.token));
+    mg_hmac_sha256_update(&h, label, sizeof(label) - 1);
+    mg_hmac_sha256_update(&h, m->run_id, strlen(m->run_id));
+    mg_hmac_sha256_final(&h, mac);
+    for (size_t i = 0; i < sizeof(mac) && 2 * i < MG_GROUP_TOKEN_LEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
 static void on_join_step(struct mg_agent *ag, void *ctx)
 {
     struct multi *m = ctx;
@@ -250,6 +270,7 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
         g.use_agent_store = 1;
         g.agent_store_token = m->conf.token[0] ? m->conf.token : NULL;
     }
+    workers_token(m, g.store_token);
     m->phase = M_RUNNING;
     m->formed_ms = mg_now_ms();
     if (mg_agent_group_formed(ag, &g) < 0) {
@@ -656,6 +677,7 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
         .deadline_ms = mg_now_ms() + m->conf.join_timeout_ms,
         .abort_fd = -1,
         .node_rank = m->backend == MG_RDZV_STATIC ? p->node_rank : -1,
+        .max_nodes = p->max,
         .progress = on_progress,
         .progress_ctx = m,
     };

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 struct rdzv_single {
@@ -29,6 +30,12 @@ static int single_next_round(void *impl, struct mg_agent *ag, const struct mg_ro
     g.role_world_size = info->local_world_size;
     snprintf(g.master_addr, sizeof(g.master_addr), "%s", s->master_addr);
     g.master_fd = -1;
+    /* A fresh secret each round: only this round's workers get into rank 0's store. */
+    uint8_t key[MG_GROUP_TOKEN_LEN / 2];
+    if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
+        return -EIO;
+    for (size_t i = 0; i < sizeof(key); i++)
+        snprintf(g.store_token + 2 * i, 3, "%02x", key[i]);
     if (s->master_port > 0) {
         g.master_port = s->master_port;
     } else {

@@ -150,7 +150,15 @@ struct mg_comm_opts {
                               thread's current device, set by the caller */
     void *stream;          /* NCCL: the compute stream (mg_backend.stream) collectives
                               wait for; NULL = the legacy default stream */
+    /* Optional: a wait for a peer during the setup that lasts more than
+     * MG_COMM_PROGRESS_FIRST_MS is told here (which rank, for how long), and
+     * again every MG_COMM_PROGRESS_EVERY_MS, for the program to print. */
+    void (*progress)(void *ctx, const char *msg);
+    void *progress_ctx;
 };
+
+#define MG_COMM_PROGRESS_FIRST_MS 5000
+#define MG_COMM_PROGRESS_EVERY_MS 30000
 
 /* The default options from the environment: MG_COMM, MG_COMM_TIMEOUT and
  * MG_COMM_INIT_TIMEOUT (seconds, may be fractional), MG_COMM_HOST,

@@ -199,11 +199,32 @@ __attribute__((format(printf, 3, 4))) static int boot_err(struct boot *b, int rc
     return rc;
 }
 
-static int get_key(struct boot *b, const char *key, void **val)
+/* Waits for a peer's key until the setup's deadline; a wait that lasts is
+ * told to opts->progress, saying for whom (what: "rank 3 to join") and how
+ * long it may still last. */
+static int get_key(struct boot *b, const char *key, const char *what, void **val)
 {
     size_t len;
-    int left = mg_ms_until(b->deadline);
-    return mg_store_get(b->store, key, val, &len, left < 1 ? 1 : left);
+    int64_t start = mg_now_ms(), next = start + MG_COMM_PROGRESS_FIRST_MS;
+    char msg[256];
+    for (;;) {
+        int slice = mg_ms_until(b->deadline);
+        if (b->opts->progress && slice > mg_ms_until(next))
+            slice = mg_ms_until(next);
+        int rc = mg_store_get(b->store, key, val, &len, slice < 1 ? 1 : slice);
+        int64_t now = mg_now_ms();
+        if (rc != -ETIMEDOUT || !b->opts->progress || now >= b->deadline)
+            return rc;
+        if (now >= next) {
+            next = now + MG_COMM_PROGRESS_EVERY_MS;
+            snprintf(msg, sizeof(msg),
+                     "rank %d: waiting for %s: %d s so far, giving up in %d s "
+                     "(MG_COMM_INIT_TIMEOUT)",
+                     b->rank, what, (int)((now - start) / 1000),
+                     (mg_ms_until(b->deadline) + 999) / 1000);
+            b->opts->progress(b->opts->progress_ctx, msg);
+        }
+    }
 }
 
 /* The job's nonce, chosen by rank 0 (the others learn it in exchange_peers). */
@@ -275,8 +296,10 @@ static int read_records(struct boot *b, int from)
     for (int r = from; r < b->world; r++) {
         if (r == b->rank)
             continue;
+        char what[64];
         snprintf(key, sizeof(key), KEY_PREFIX "rank/%d", r);
-        int rc = get_key(b, key, &val);
+        snprintf(what, sizeof(what), "rank %d to join the communicator", r);
+        int rc = get_key(b, key, what, &val);
         if (rc)
             return boot_err(b, rc, "waiting for rank %d to join the communicator: %s", r, why(rc));
         rc = parse_info(val, &b->info[r]);
@@ -294,7 +317,6 @@ static int read_records(struct boot *b, int from)
 static int exchange_peers(struct boot *b)
 {
     void *val;
-    size_t len;
     int rc;
     if (b->rank == 0) {
         rc = read_records(b, 1);
@@ -319,8 +341,7 @@ static int exchange_peers(struct boot *b)
                             mg_strerror(rc));
         return 0;
     }
-    int left = mg_ms_until(b->deadline);
-    rc = mg_store_get(b->store, KEY_PREFIX "peers", &val, &len, left < 1 ? 1 : left);
+    rc = get_key(b, KEY_PREFIX "peers", "rank 0 to gather the ranks' addresses", &val);
     if (rc)
         return boot_err(b, rc, "waiting for rank 0 to gather the ranks' addresses: %s", why(rc));
     const char *p = val;
@@ -429,7 +450,9 @@ static int attach_shm(struct boot *b)
         debug_kill(b, "shm-published");
     } else {
         int leader = b->local_ranks[0], pid = 0, fd = -1;
-        rc = get_key(b, key, &val);
+        char what[64];
+        snprintf(what, sizeof(what), "rank %d to create shared memory", leader);
+        rc = get_key(b, key, what, &val);
         if (rc)
             return boot_err(b, rc, "waiting for rank %d to create shared memory: %s", leader,
                             why(rc));

@@ -50,6 +50,9 @@ bad "invalid value '\\[::1\\]:29500' for --master_addr: expected a host without 
     --master_addr '[::1]:29500' "$FW"
 bad "invalid value '\\[::1' for --master_addr: expected an IPv6 address in brackets" --master_addr '[::1' "$FW"
 bad "invalid value 'a\\[1\\]' for --local_addr" --local_addr 'a[1]' "$FW"
+# torchrun waits for the second node of a --standalone run until its timeout.
+bad "--standalone is a single-node run: it cannot be combined with --nnodes 2" \
+    --standalone --nnodes 2 "$FW"
 
 # Multi-node settings are checked before anything starts (docs/rendezvous.md): exit 2
 bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_backend c10d "$FW"

@@ -22,7 +22,8 @@ C="--nproc_per_node 1 --rdzv_backend c10d --rdzv_conf heartbeat_interval=0.2,hea
 
 # ---- waiting in the rendezvous for a node that never comes
 P=$(free_port)
-bg "$MGLAUNCH" $C --nnodes 2 --rdzv_endpoint "127.0.0.1:$P" --rdzv_id wait \
+# (--nnodes 2:200: a store sized for up to 200 nodes takes values of 200 KiB.)
+bg "$MGLAUNCH" $C --nnodes 2:200 --rdzv_endpoint "127.0.0.1:$P" --rdzv_id wait \
     --rdzv_conf is_host=1 "$FW" sleep 30 >"$T/w.out" 2>"$T/w.err"
 pid=$!
 ok wait_for 10 answers "$P"
@@ -35,7 +36,7 @@ got=$("$CTL" "127.0.0.1:$P" set big "$V" get big 0 2>&1 | tail -n 1)
 got=${got#get big = }
 is "${#got}" 120000 "a 120 kB value (an argument can hold no more) round-trips through the store"
 DESC="after 5 s the waiting agent says what it waits for" \
-    ok wait_for 10 grep -q "^mglaunch: rendezvous: waiting for nodes: 1 joined round 0, --nnodes 2:2; join_timeout in [0-9]* s$" "$T/w.err"
+    ok wait_for 10 grep -q "^mglaunch: rendezvous: waiting for nodes: 1 joined round 0, --nnodes 2:200; join_timeout in [0-9]* s$" "$T/w.err"
 kids=$(pgrep -P "$pid" | tr '\n' ' ')
 ok test -n "$kids"
 kill -TERM "$pid"

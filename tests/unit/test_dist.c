@@ -21,7 +21,8 @@ static const char *vars[] = {"RANK",
                              "TORCHELASTIC_RESTART_COUNT",
                              "TORCHELASTIC_MAX_RESTARTS",
                              "TORCHELASTIC_USE_AGENT_STORE",
-                             "TORCHELASTIC_ERROR_FILE"};
+                             "TORCHELASTIC_ERROR_FILE",
+                             "MG_STORE_TOKEN"};
 
 static void clear_env(void)
 {
@@ -91,6 +92,21 @@ int main(void)
     is_int(e.master_port, 29500, "MASTER_PORT");
     is_str(e.run_id, "job-7", "TORCHELASTIC_RUN_ID");
     is_str(e.error_file, "/tmp/x/error.json", "TORCHELASTIC_ERROR_FILE");
+    is_str(e.store_token, "", "no MG_STORE_TOKEN: no token");
+    ok(!e.single_host, "LOCAL_WORLD_SIZE 2 of WORLD_SIZE 4: not a single host");
+    setenv("MG_STORE_TOKEN", "0123abcd", 1);
+    setenv("LOCAL_WORLD_SIZE", "4", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    is_int(mg_dist_env_read(&e, err, sizeof(err)), 0, "with MG_STORE_TOKEN");
+    is_str(e.store_token, "0123abcd", "MG_STORE_TOKEN is the store's token");
+    ok(e.single_host, "LOCAL_WORLD_SIZE = WORLD_SIZE: every rank on this machine");
+    char longtok[300];
+    memset(longtok, 'k', sizeof(longtok) - 1);
+    longtok[sizeof(longtok) - 1] = '\0';
+    setenv("MG_STORE_TOKEN", longtok, 1);
+    is_int(mg_dist_env_read(&e, err, sizeof(err)), -EINVAL, "a 299-byte MG_STORE_TOKEN");
+    ok(strstr(err, "MG_STORE_TOKEN is 299 characters long: at most 256") != NULL, "%s", err);
+    unsetenv("MG_STORE_TOKEN");
 
     launched(0, 2);
     setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);

@@ -161,7 +161,7 @@ int main(void)
         kv->ops->release(kv);
         kv = open_kv("nosuchhost.invalid:2379", 2000);
         rc = kv->ops->get(kv, "k", &val, &len, NULL);
-        ok(rc == -ENOENT, "unknown name: -ENOENT (%d)", rc);
+        ok(rc == -MG_ENONAME, "unknown name: -MG_ENONAME (%d)", rc);
         ok(strstr(mg_kv_error(kv), "nosuchhost.invalid"), "message names the host: %s",
            mg_kv_error(kv));
         kv->ops->release(kv);

@@ -287,7 +287,7 @@ int main(void)
            "nothing listening: -ECONNREFUSED (%s)", res.error);
         req.url = "http://nosuchhost.invalid:1/";
         rc = mg_http_request(h, &req, &res);
-        ok(rc == -ENOENT, "an unknown host: -ENOENT (%s)", res.error);
+        ok(rc == -MG_ENONAME, "an unknown host: -MG_ENONAME (%s)", res.error);
     }
 
     {

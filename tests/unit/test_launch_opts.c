@@ -122,6 +122,18 @@ static void test_bad_values(void)
     is_int(parse("--nproc_per_node", "2"), -EINVAL, "no program");
     ok(strstr(err, "missing the program") != NULL, "missing program named: %s", err);
     is_int(parse("--module", "--no_python", "prog"), -EINVAL, "-m with --no_python");
+
+    /* A single-node run cannot wait for a second node (torchrun waits forever). */
+    is_int(parse("--standalone", "--nnodes", "2", "prog"), -EINVAL, "--standalone --nnodes 2");
+    ok(strstr(err, "--standalone is a single-node run") && strstr(err, "--nnodes 2"),
+       "the conflict is named: %s", err);
+    is_int(parse("--nnodes=1:2", "--standalone", "prog"), -EINVAL, "--standalone --nnodes 1:2");
+    char *pet[] = {"PET_NNODES=3", NULL};
+    is_int(parse_env(pet, "--standalone", "prog", (char *)NULL), -EINVAL,
+           "--standalone with PET_NNODES=3");
+    ok(strstr(err, "PET_NNODES (--nnodes) 3") != NULL, "the variable is named: %s", err);
+    is_int(parse("--standalone", "--nnodes", "1:1", "prog"), 0,
+           "--standalone --nnodes 1:1 is fine");
 }
 
 static void test_not_implemented(void)

@@ -105,6 +105,19 @@ static void test_env(void)
     we.local_world_size = 1;
     mg_env_build(NULL, &we, &env);
     ok(mg_env_get(env, "OMP_NUM_THREADS") == NULL, "one worker: OMP_NUM_THREADS not set");
+    ok(mg_env_get(env, "MG_STORE_TOKEN") == NULL, "no store token given: MG_STORE_TOKEN not set");
+    free(env);
+    we.store_token = "feed";
+    mg_env_build(NULL, &we, &env);
+    is_str(mg_env_get(env, "MG_STORE_TOKEN"), "feed", "the group's store token");
+    free(env);
+    char *mine[] = {"MG_STORE_TOKEN=mine", NULL};
+    mg_env_build(mine, &we, &env);
+    is_str(mg_env_get(env, "MG_STORE_TOKEN"), "mine", "an inherited MG_STORE_TOKEN wins");
+    int n = 0;
+    for (char **e = env; *e; e++)
+        n += strncmp(*e, "MG_STORE_TOKEN=", 15) == 0;
+    is_int(n, 1, "once");
     free(env);
     char *inherited[] = {"MG_RUN_LOG_DIR=/elsewhere", "MG_ATTEMPT=3", NULL};
     we.run_log_dir = NULL;
