@@ -404,6 +404,14 @@ static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struc
         st->wbuf = NULL;
         st->wcap = 0;
     }
+    if (rc == -MG_ECLOSED) {
+        /* The server may have refused the frame from its header (too big)
+         * and closed before reading the rest: its ERROR reply, sent first,
+         * says why, and beats "the store closed the connection". */
+        int why = read_reply(st, q->id, mg_now_ms() + 1000, y);
+        if (why < 0 && why != -MG_ECLOSED && why != -ETIMEDOUT && why != -MG_EPROTO)
+            rc = why;
+    }
     if (rc)
         return broken(st, rc); /* part of a frame may be out: framing is lost */
     rc = read_reply(st, q->id, mg_now_ms() + wait_ms + st->timeout_ms, y);
