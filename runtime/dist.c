@@ -278,8 +278,7 @@ static void store_progress(void *ctx, int rc, int waited_ms, int left_ms)
         "rank %d: waiting for the store at %s:%d (MASTER_ADDR:MASTER_PORT, %s): %s; %d s so "
         "far, giving up in %d s (MG_COMM_INIT_TIMEOUT)",
         d->rank, d->env.master_addr, d->env.master_port, store_host_is(d), store_why(d, rc),
-        waited_ms / 1000,
-        (left_ms + 999) / 1000);
+        waited_ms / 1000, (left_ms + 999) / 1000);
 }
 
 /* Rank 0's store: on MASTER_ADDR when this machine holds it. */

@@ -12,7 +12,6 @@
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
 . "$TOP/tests/lib/podsim.sh"
-. "$TOP/tests/lib/todo.sh"
 
 pods_have 2>"$T/why" || skip_all "pods cannot be simulated here: $(head -n 1 "$T/why")"
 hosts_up 3
@@ -69,8 +68,7 @@ expect_trained "k8s/indexed-job.yaml: two pods train together (c10d hosted by po
 DESC="rank 0 checkpointed into the shared volume" ok test -f "$PODS_DIR/vol/pvc-mg-train-ckpt/ckpt-000000000030.mgc"
 w=$(grep 'mg-train-0.mg-train' "$PODS_DIR/1/log" | head -n 1)
 like "$w" "mg-train-0.mg-train:29400" "pod 1 says it waits for pod 0's name until the cluster DNS publishes it"
-todo_like "$w" "does not resolve" "pod 1 says the name does not resolve (yet)" \
-    "the wording comes with issue 11's connect messages; today it says '$(printf '%s' "$w" | sed 's/.*cannot connect: //' | cut -c1-60)'"
+like "$w" "does not resolve" "pod 1 says the name does not resolve (yet)"
 
 # Kubeflow PyTorchJob, static: PET_MASTER_ADDR is the Master's per-pod Service.
 run_pods pytorchjob 40

@@ -2,7 +2,8 @@
 # The layering DESIGN.md promises, checked on the sources and the binaries:
 # the launcher and common/ never include a runtime or model header (the
 # Makefile does not even put runtime/ on their include path), and mglaunch
-# links no CUDA, NCCL, BLAS or libmg code.
+# links no CUDA, NCCL, BLAS or libmg code. And the source code layout in
+# docs/development.md names every source file, so that a reader finds each one.
 # timeout: 60
 . "$(dirname "$0")/../lib/lib.sh"
 cd "$TOP"
@@ -43,4 +44,14 @@ else
 fi
 und=$(nm -u "$MGLAUNCH" | grep -Ei 'cuda|cublas|cudnn|nccl|cblas|sgemm' | head -n 5 | tr '\n' ' ')
 is "${und:-none}" none "mglaunch asks for no CUDA, NCCL or BLAS symbol"
+# Each source file under common/ launcher/ runtime/ models/ is listed in the
+# layout (a .h may share its .c's line: "kv_open.c, .h").
+layout=$(sed -n '/^## Source code layout/,/^## /p' docs/development.md)
+unlisted=""
+for f in $(find common launcher runtime models -name '*.[ch]' -o -name '*.cu' -o -name '*.html' | sort); do
+    b=$(basename "$f")
+    stem=${b%.*}
+    printf '%s\n' "$layout" | grep -Eq "(^|[ /,])($b|$stem\.(c|cu))([ ,]|\$)" || unlisted="$unlisted $f"
+done
+is "${unlisted:-none}" none "docs/development.md's source code layout lists every source file"
 done_testing
