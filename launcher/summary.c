@@ -85,6 +85,8 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
     }
     if (!r->nfailures)
         return;
+    if (r->error) /* what ended the run, when it was not the workers' failure alone */
+        fprintf(f, "mglaunch: %s\n", r->error_msg);
     fprintf(f, "mglaunch: FAILED: run %s, %d attempt%s (%d restart%s); exit code %d\n", r->run_id,
             r->rounds, r->rounds == 1 ? "" : "s", r->restarts, r->restarts == 1 ? "" : "s",
             r->exit_code);

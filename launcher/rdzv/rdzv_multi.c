@@ -33,6 +33,7 @@ enum phase {
     M_IDLE,
     M_JOINING,
     M_RUNNING,
+    M_RESTARTING, /* the rendezvous left the round; the workers are being stopped */
     M_BARRIER,
     M_CLOSING, /* the host keeps its store up for the others (mg_rdzv_close_begin) */
 };
@@ -152,12 +153,16 @@ static int host_timeout(void *ctx)
     return mg_kv_host_timeout_ms(((struct multi *)ctx)->host);
 }
 
-/* The exit code for a job that failed elsewhere: its root cause's. */
+/* The exit code for a job that failed: its recorded root cause's, else that
+ * of this node's own failed worker, if one failed. */
 static int remote_code(struct multi *m)
 {
     struct mg_rdzv_failure f;
     if (mg_rdzv_failure_info(m->r, &f) == 0 && f.rank >= 0 && f.exit_code > 0)
         return f.exit_code;
+    const struct mg_agent_result *res = m->ag ? mg_agent_result(m->ag) : NULL;
+    if (res && res->nfailures && res->root.f.exit_code > 0)
+        return res->root.f.exit_code;
     return 1;
 }
 
@@ -177,7 +182,7 @@ static void fail_run(struct multi *m, int rc)
 static void restart(struct multi *m)
 {
     cancel_timer(m);
-    m->phase = M_IDLE;
+    m->phase = M_RESTARTING;
     mg_agent_request_restart(m->ag, MG_RESTART_MEMBERSHIP, mg_rdzv_message(m->r));
 }
 
@@ -393,6 +398,14 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
             mg_tcpstore_clear(m->ts);
         mg_kv_host_delete_prefix(m->host, "/worker/", NULL);
     }
+    if (m->phase == M_RESTARTING && result == MG_ROUND_FAILED) {
+        /* A worker failed before the restart stopped it: the round had
+         * already moved on (a node died, one failed elsewhere, one joined),
+         * and this failure is most likely that change's doing (a peer's
+         * death breaks the collectives at once). Every node re-forms; the
+         * failure does not end this node's part in the job. */
+        mg_agent_excuse_failure(ag, mg_rdzv_message(m->r));
+    }
     if (m->phase != M_RUNNING) {
         m->phase = M_IDLE;
         return; /* stopped for a restart or a failure already handled */
@@ -425,6 +438,8 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
         /* Re-form on every node; the next round decides whether it counts. */
         if (mg_rdzv_worker_failed(m->r, &f) == MG_RDZV_RESTART)
             mg_agent_excuse_failure(ag, mg_rdzv_message(m->r));
+        else
+            fail_run(m, MG_RDZV_FAILED); /* the run ends here: say why */
     }
 }
 

@@ -139,8 +139,11 @@ int mg_rdzv_wait_ms(const struct mg_rdzv *r);
 int mg_rdzv_timeout_ms(const struct mg_rdzv *r);
 enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r);
 
-/* A worker of this node failed. Returns RESTART when the job restarts on
- * every node (a restart is counted), FAILED when no restarts are left. */
+/* A worker of this node failed: moves the job to a new round, so that every
+ * node re-forms (the next round decides whether the restart counts), riding
+ * out a backend that does not answer for up to heartbeat_timeout. Returns
+ * RESTART, or FAILED (the job failed elsewhere, or the backend did not let
+ * the group re-form); mg_rdzv_message says which, and why. */
 enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f);
 
 /* Every worker of this node succeeded: the exit barrier, which waits, at

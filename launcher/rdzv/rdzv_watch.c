@@ -133,46 +133,106 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     return MG_RDZV_RESTART;
 }
 
+/* A backend error that a stall or a dropped connection explains. */
+static int transient(int rc)
+{
+    return rc == -ETIMEDOUT || rc == -EAGAIN || rc == -EIO || rc == -MG_ECLOSED ||
+           rc == -ECONNRESET || rc == -EPIPE || rc == -ECONNREFUSED || rc == -EHOSTUNREACH ||
+           rc == -ENETUNREACH;
+}
+
+/* After a request of mg_rdzv_worker_failed failed: whether to try again. The
+ * workers are gone and the round must move on, so the backend gets what the
+ * heartbeat gives it: heartbeat_timeout since it last answered. A heartbeat
+ * tells a stall (it times out too: try again) from a dropped lease (the
+ * connection is made again, -EKEYEXPIRED: the other nodes treat this one as
+ * new, and it can still move the round on) from a backend that is gone. */
+static int failed_again(struct mg_rdzv *r, int rc, int64_t deadline)
+{
+    if (!transient(rc) || mg_now_ms() >= deadline)
+        return 0;
+    rc = r->kv->ops->keepalive(r->kv);
+    if (rc == 0 || rc == -EKEYEXPIRED)
+        return 1;
+    kvfail(r, "heartbeat", rc);
+    return rc == -ETIMEDOUT && mg_now_ms() < deadline;
+}
+
+/* mg_rdzv_worker_failed gives up after error rc: r->msg holds the backend's
+ * words for it. */
+static enum mg_rdzv_event failed_unreachable(struct mg_rdzv *r, int rc)
+{
+    char tmp[MG_RDZV_MSG_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", r->msg);
+    if (transient(rc))
+        say(r,
+            "a worker failed here, and the rendezvous backend did not answer within "
+            "heartbeat_timeout (%gs) to re-form the group (round %" PRId64 "): %s",
+            r->conf.heartbeat_timeout_ms / 1000.0, r->round, tmp);
+    else
+        say(r, "a worker failed here, and the group cannot re-form (round %" PRId64 "): %s",
+            r->round, tmp);
+    return MG_RDZV_FAILED;
+}
+
 enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f)
 {
     char k[KEY_MAX], rec[1024];
     struct rdzv_state st;
-    int rc = rdzv_state_read(r, &st), n;
+    int64_t deadline = r->last_ok + r->conf.heartbeat_timeout_ms;
+    int rc, n, recorded = 0, have = 0, moved = 0, errors = 0;
 
-    if (rc < 0) {
-        r->formed = 0;
-        return MG_RDZV_FAILED;
-    }
-    /* This round's first failure: the root cause, should the job end on it. */
+    r->formed = 0;
     n = rdzv_fail_format(f, rec, sizeof(rec));
     if (n < 0 || (size_t)n >= sizeof(rec))
         n = (int)strlen(rec);
     key(r, k, "r/%" PRId64 "/failure", r->round);
-    r->kv->ops->cas(r->kv, k, NULL, 0, rec, (size_t)n, 0, NULL, NULL);
-    for (int i = 0; i < CAS_TRIES; i++) {
-        if (st.status != 'r' || st.round != r->round) {
-            /* Something else already restarted or ended the job. */
-            enum mg_rdzv_event ev = state_moved(r, &st);
-            return ev == MG_RDZV_NONE ? MG_RDZV_RESTART : ev;
+    while (moved < CAS_TRIES) {
+        rc = have ? 0 : rdzv_state_read(r, &st);
+        if (rc == 0 && !recorded) {
+            /* This round's first failure: the root cause, should the job end
+             * on it (best effort: it only words the final message). */
+            recorded = r->kv->ops->cas(r->kv, k, NULL, 0, rec, (size_t)n, 0, NULL, NULL) >= 0;
         }
-        /* Re-form first: the next round counts the restart when every node
-         * comes back, and not when the workers failed because a node died. */
-        struct rdzv_state to = st;
-        to.round++;
-        to.cause = 'f';
-        rc = rdzv_state_cas(r, &st, &to);
-        if (rc < 0) {
-            r->formed = 0;
-            return MG_RDZV_FAILED;
+        if (rc == 0) {
+            have = 1;
+            if (st.status == 'd') {
+                say(r,
+                    "a worker failed here after every node of round %" PRId64
+                    " had finished: the job is over",
+                    st.round);
+                return MG_RDZV_FAILED;
+            }
+            if (st.status != 'r' || st.round != r->round) {
+                /* Something else already restarted or ended the job (a node
+                 * that died made these workers fail too): follow it. */
+                enum mg_rdzv_event ev = state_moved(r, &st);
+                return ev == MG_RDZV_NONE ? MG_RDZV_RESTART : ev;
+            }
+            /* Re-form first: the next round counts the restart when every node
+             * comes back, and not when the workers failed because a node died. */
+            struct rdzv_state to = st;
+            to.round++;
+            to.cause = 'f';
+            rc = rdzv_state_cas(r, &st, &to);
+            if (rc == 1) {
+                r->reason = MG_RDZV_R_FAILURE;
+                say(r, "a worker failed here (round %" PRId64 ")", r->round);
+                return MG_RDZV_RESTART;
+            }
+            if (rc == 0) {
+                moved++; /* st holds the state that won: look at it again */
+                continue;
+            }
         }
-        if (rc == 1) {
-            r->reason = MG_RDZV_R_FAILURE;
-            say(r, "a worker failed here (round %" PRId64 ")", r->round);
-            r->formed = 0;
-            return MG_RDZV_RESTART;
-        }
+        have = 0;
+        if (++errors > CAS_TRIES || !failed_again(r, rc, deadline))
+            return failed_unreachable(r, rc);
     }
-    r->formed = 0;
+    say(r,
+        "a worker failed here, and the rendezvous state kept changing: %d tries to move on "
+        "from round %" PRId64 " did not take",
+        CAS_TRIES, r->round);
     return MG_RDZV_FAILED;
 }
 

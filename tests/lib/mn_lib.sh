@@ -15,6 +15,8 @@
 #                         0..W-1 once each, WORLD_SIZE W, one MASTER_ADDR:PORT,
 #                         and every one reached rank 0 there ("reach ok")
 #   out_has NAME REGEX    the agent's stdout+stderr match REGEX
+#   agent_pid NAME        prints the pid of the agent's mglaunch process (to
+#                         freeze it with SIGSTOP)
 #   c10d_endpoint         EP, HOST0 and OTHER for a c10d job hosted on host 0
 
 MN_WORKER=$HELPERS/mn_worker
@@ -61,6 +63,15 @@ check_exits() {
     nodes_wait "$@"
     is "$RCS" "$_ce_want" "$_ce_desc"
     [ "$RCS" = "$_ce_want" ] || node_show "$@"
+}
+
+agent_pid() {
+    eval "_ap=\$PID_$1"
+    while [ "$(cat "/proc/$_ap/comm" 2>/dev/null)" != mglaunch ]; do
+        _ap=$(pgrep -P "$_ap" | head -n 1)
+        [ -n "$_ap" ] || return 1
+    done
+    echo "$_ap"
 }
 
 out_has() { cat "$T/$1.out" "$T/$1.err" 2>/dev/null | grep -Eq -- "$2"; }
