@@ -61,7 +61,8 @@ struct worker {
     int local_rank, rank;
     pid_t pid;
     enum outcome outcome;
-    int stop_sent;
+    int stop_sent;       /* the signal the launcher sent it to stop (0: none) */
+    int exiting_at_stop; /* it was already exiting when the others were stopped */
     int wstatus;
     int exec_errno;
     int64_t start_ms, end_ms;

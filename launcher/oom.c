@@ -1,6 +1,7 @@
 /* Out-of-memory kills from the kernel's own records (see oom.h). */
 #include "oom.h"
 #include "mg_err.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,14 +22,8 @@ long long mg_oom_count(const char *text)
 static long long read_count(const char *path)
 {
     char buf[4096];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (mg_read_small(path, buf, sizeof(buf)) <= 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
     return mg_oom_count(buf);
 }
 

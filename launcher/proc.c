@@ -28,25 +28,43 @@ const char *mg_env_lookup(char *const *env, const char *name)
 
 /* ---- processes ---------------------------------------------------------------------- */
 
-long long mg_proc_start_time(int pid)
+ssize_t mg_read_small(const char *path, char *buf, size_t cap)
 {
-    char path[64], buf[1024];
-    mg_fmt(path, sizeof(path), "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    ssize_t n = read(fd, buf, cap - 1);
     close(fd);
-    if (n <= 0)
+    if (n < 0)
         return -1;
     buf[n] = '\0';
+    return n;
+}
+
+long long mg_proc_stat_field(int pid, int field)
+{
+    char path[64], buf[1024];
+    mg_fmt(path, sizeof(path), "/proc/%d/stat", pid);
+    if (field < 4 || mg_read_small(path, buf, sizeof(buf)) <= 0)
+        return -1;
     char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    /* fields after the name start at 3 (state); starttime is field 22 */
-    int field = 2;
-    for (; p && *p && field < 22; p++)
+    /* fields after the name start at 3 (the state) */
+    int at = 2;
+    for (; p && *p && at < field; p++)
         if (*p == ' ')
-            field++;
-    return p ? strtoll(p, NULL, 10) : -1;
+            at++;
+    return p && *p ? strtoll(p, NULL, 10) : -1;
+}
+
+long long mg_proc_start_time(int pid)
+{
+    return mg_proc_stat_field(pid, 22);
+}
+
+int mg_proc_exiting(int pid)
+{
+    long long flags = mg_proc_stat_field(pid, 9);
+    return flags < 0 ? -1 : (flags & 0x4) != 0; /* PF_EXITING, include/linux/sched.h */
 }
 
 /* ---- statuses ---------------------------------------------------------------------- */

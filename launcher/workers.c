@@ -45,8 +45,14 @@ void mg_workers_stop(struct mg_agent *ag, int sig)
         struct worker *w = &ag->w[i];
         if (w->outcome != W_RUNNING)
             continue;
-        kill(-w->pid, grace > 0 ? sig : SIGKILL);
-        w->stop_sent = 1;
+        /* One that is already exiting (its sockets may be closed, which is
+         * what made another fail first) is not stopped: it failed too. */
+        if (mg_proc_exiting(w->pid) == 1) {
+            w->exiting_at_stop = 1;
+            continue;
+        }
+        w->stop_sent = grace > 0 ? sig : SIGKILL;
+        kill(-w->pid, w->stop_sent);
     }
     if (!ag->stopping)
         ag->kill_deadline = mg_now_ms() + grace;
@@ -59,7 +65,7 @@ void mg_workers_kill(struct mg_agent *ag, const char *why)
     for (int i = 0; i < ag->nproc; i++)
         if (ag->w[i].outcome == W_RUNNING) {
             kill(-ag->w[i].pid, SIGKILL);
-            ag->w[i].stop_sent = 1;
+            ag->w[i].stop_sent = SIGKILL;
             n++;
         }
     if (n) {
@@ -101,6 +107,13 @@ static int stop_shaped(const struct mg_agent *ag, int wstatus)
 {
     int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus) - 128;
     return sig > 0 && sig < NSIG && sigismember(&ag->stop_set, sig) == 1;
+}
+
+/* An abrupt death: a signal that no stop explains (a crash, an OOM kill,
+ * kill -9), not an exit the program chose. */
+static int crashed(const struct mg_agent *ag, const struct worker *w)
+{
+    return WIFSIGNALED(w->wstatus) && !stop_shaped(ag, w->wstatus) && !w->exec_errno;
 }
 
 static void record_failure(struct mg_agent *ag, struct worker *w, const struct mg_errfile *ef,
@@ -204,9 +217,10 @@ void mg_workers_excuse_recent(struct mg_agent *ag)
 static void fill_root_cause(struct mg_agent *ag, struct worker *w)
 {
     struct mg_root_cause *rc = &ag->res.root;
-    if (w->failure != 0)
-        return; /* only the very first failure of the run */
-    rc->f = ag->res.failures[0];
+    /* only the first failed attempt of the run has the run's root cause */
+    if (w->failure < 0 || ag->res.failures[w->failure].attempt != ag->res.failures[0].attempt)
+        return;
+    rc->f = ag->res.failures[w->failure];
     mg_fmt(rc->host, sizeof(rc->host), "%s", ag->cfg.hostname);
     worker_dir(ag, w->local_rank, rc->log_path, sizeof(rc->log_path));
     error_file_path(ag, w->local_rank, rc->error_file, sizeof(rc->error_file));
@@ -652,6 +666,22 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
         } else if (w->outcome == W_STOPPED) {
             t->nstopped++;
         }
+    }
+    /* A worker that was already exiting, killed by a signal no stop
+     * explains, when the first failure was seen is the root cause when that
+     * one exited with a code: the crash broke the others' connections, and
+     * one of them exited, with an error of its own, before mglaunch saw the
+     * crash (docs/logs.md). */
+    if (first >= 0 && !crashed(ag, &ag->w[first])) {
+        int crash = -1;
+        for (int i = 0; i < ag->nproc; i++) {
+            const struct worker *w = &ag->w[i];
+            if (w->outcome == W_FAILED && w->failure >= 0 && w->exiting_at_stop && crashed(ag, w) &&
+                (crash < 0 || w->failure < ag->w[crash].failure))
+                crash = i;
+        }
+        if (crash >= 0)
+            first = crash;
     }
     if (first >= 0)
         fill_root_cause(ag, &ag->w[first]);

@@ -20,6 +20,9 @@
  *   pidfile FILE            write our pid to FILE
  *   touch FILE              create FILE (to tell a test we got here)
  *   wait-file FILE          wait (up to 30 s) until FILE exists
+ *   wait-exiting FILE       wait (up to 30 s) until the process whose pid FILE holds
+ *                           begins to exit (PF_EXITING in /proc/PID/stat): what a
+ *                           worker whose peer died sees first
  *   stamp FILE              append CLOCK_MONOTONIC nanoseconds to FILE
  *   error-json MSG          write torch's error file ({"message": {...}}) to
  *                           $TORCHELASTIC_ERROR_FILE
@@ -48,6 +51,30 @@ static void on_term(int sig)
     ssize_t rc = write(2, msg, sizeof(msg) - 1);
     (void)rc;
     _exit(term_code);
+}
+
+/* The process whose pid is in file has begun to exit (PF_EXITING). */
+static int exiting(const char *file)
+{
+    char buf[1024];
+    int pid = 0;
+    FILE *f = fopen(file, "r");
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    snprintf(buf, sizeof(buf), "/proc/%d/stat", pid);
+    if (pid <= 0 || !(f = fopen(buf, "r")))
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && *p && field < 9; p++)
+        if (*p == ' ')
+            field++;
+    return p && (strtoul(p, NULL, 10) & 0x4);
 }
 
 static void on_trap(int sig)
@@ -199,9 +226,10 @@ static void do_sleep(double secs)
 static int nargs(const char *a)
 {
     static const char *one[] = {
-        "out",      "err",   "outn",       "errn",           "out-bytes", "err-bytes",  "out-lines",
-        "progress", "exit",  "signal",     "on-term",        "sleep",     "grandchild", "pidfile",
-        "touch",    "stamp", "error-json", "error-json-str", "wait-file", "alloc"};
+        "out",        "err",      "outn",        "errn",   "out-bytes",  "err-bytes",
+        "out-lines",  "progress", "exit",        "signal", "on-term",    "sleep",
+        "grandchild", "pidfile",  "touch",       "stamp",  "error-json", "error-json-str",
+        "wait-file",  "alloc",    "wait-exiting"};
     if (!strcmp(a, "trap"))
         return 2;
     for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
@@ -309,6 +337,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "wait-file")) {
             for (int k = 0; k < 3000 && access(x, F_OK) != 0; k++)
                 do_sleep(0.01);
+        } else if (!strcmp(a, "wait-exiting")) {
+            for (int k = 0; k < 30000 && !exiting(x); k++)
+                do_sleep(0.001);
         } else if (!strcmp(a, "stamp")) {
             struct timespec ts;
             char line[64];

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Failures and restarts: fail once then succeed; restarts exhausted (the exit
 # code is the worker's); a signal death reported by name; the root cause with
-# its error.json message or its stderr; exec failures (127, 126) that are not
+# its error.json message or its stderr, and the crash behind a peer's error
+# when the peer's exit is seen first; exec failures (127, 126) that are not
 # retried; the documented backoff as recorded in the event log.
 # timeout: 90
 . "$(dirname "$0")/../lib/lib.sh"
@@ -104,4 +105,19 @@ chmod 644 "$T/noexec"
 "$MGLAUNCH" "$T/noexec" >/dev/null 2>"$T/err"
 is $? 126 "not executable: exit 126"
 like "$(cat "$T/err")" "Permission denied" "says why"
+# ---- a crash whose peer exits first: rank 0 is SIGKILLed while it holds
+# 100 MB (its exit takes a while), rank 1 sees it exiting and exits 1 with an
+# error of its own, and mglaunch sees rank 1's exit first. The root cause is
+# rank 0's SIGKILL, not rank 1's error, and rank 0 did not count as stopped.
+"$MGLAUNCH" --nproc_per_node 2 --log_dir "$L" --rdzv_id crashpeer --monitor_interval 0.05 "$FW" \
+    if local_rank=0 pidfile "$T/p0" if local_rank=0 alloc 100 if local_rank=0 signal KILL \
+    if local_rank=1 wait-exiting "$T/p0" if local_rank=1 error-json "lost rank 0" \
+    if local_rank=1 exit 1 >"$T/cp.out" 2>&1
+is "$?" 137 "a crash behind a peer's error: the exit code is the crash's"
+e=$(cat "$T/cp.out")
+like "$e" "Root cause \\(first failure\\):
+  rank      : 0 \\(local rank 0\\)" "the root cause is rank 0"
+like "$e" "  exit      : was killed by SIGKILL" "killed by SIGKILL"
+like "$e" "rank 0 \\(local rank 0, pid [0-9]+\\) was killed by SIGKILL \\(exit code 137\\); 1 more failed" \
+    "rank 0 failed, it was not stopped"
 done_testing
