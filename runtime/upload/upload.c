@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -113,6 +114,14 @@ static void *sender(void *arg)
 {
     struct mg_upload *u = arg;
     char err[512];
+    /* Copies are background work: at a lower priority than the training,
+     * they take the cores' idle time first when the ranks keep every core
+     * busy. Linux's nice is per thread; the commands it starts inherit it. */
+    id_t self = (id_t)gettid();
+    errno = 0;
+    int nice_now = getpriority(PRIO_PROCESS, self);
+    if (errno == 0)
+        setpriority(PRIO_PROCESS, self, nice_now + MG_UPLOAD_NICE); /* the kernel caps it at 19 */
     pthread_mutex_lock(&u->mu);
     for (;;) {
         while (!u->head && !u->stop)

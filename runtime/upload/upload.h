@@ -33,6 +33,7 @@
 #define MG_UPLOAD_PARTS_MAX 4
 #define MG_UPLOAD_NAME_MAX  1024
 #define MG_UPLOAD_LIST_MAX  32 /* names kept of what was not copied */
+#define MG_UPLOAD_NICE      10 /* added to the sender thread's (and its commands') nice value */
 
 struct mg_upload_config {
     const char *dest;      /* s3://... or http(s)://...; NULL with cmd */

@@ -2,8 +2,8 @@
  * (real /bin/sh commands, no server): items sent in order with every part,
  * a file taken when queued (removing it or renaming another over it later
  * changes nothing), retries counted, a full queue refusing, a newer snapshot replacing
- * a waiting one, close() giving up at its deadline, and the errors of open and
- * fetch. The HTTP and S3 destinations are tested against real servers in
+ * a waiting one, close() giving up at its deadline, the commands running at
+ * the sender's lower priority, and the errors of open and fetch. The HTTP and S3 destinations are tested against real servers in
  * tests/integration/train_upload.t. */
 #include "mg_err.h"
 #include "tap.h"
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +140,28 @@ static void errors(void)
     is_str(shown, "https://host:8443/dav/x", "the password is left out of messages");
 }
 
+/* Copies are background work: the sender thread, and the commands it
+ * starts, run at nice MG_UPLOAD_NICE, while the training thread keeps its own. */
+static void lower_priority(void)
+{
+    char cmd[400], out[300], err[MG_ERRMSG_LEN], want[16];
+    snprintf(out, sizeof(out), "%s/nice", tmp);
+    snprintf(cmd, sizeof(cmd), "nice >'%s'; : {}", out);
+    struct mg_upload_config cfg = {.cmd = cmd, .stage_dir = tmp};
+    struct mg_upload *u;
+    int before = getpriority(PRIO_PROCESS, 0);
+    is_int(mg_upload_open(&u, &cfg, err, sizeof(err)), 0, "open (%s)", err);
+    struct mg_upload_part one = {.name = "n", .text = "x"};
+    mg_upload_queue(u, &one, 1, 0);
+    struct mg_upload_stats st;
+    is_int(mg_upload_close(u, 10000, &st), 0, "close: copied");
+    snprintf(want, sizeof(want), "%d\n",
+             before + MG_UPLOAD_NICE > 19 ? 19 : before + MG_UPLOAD_NICE);
+    is_str(read_file(out), want, "the command runs at nice %d more than the training",
+           MG_UPLOAD_NICE);
+    is_int(getpriority(PRIO_PROCESS, 0), before, "the calling thread keeps its priority");
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "%s/mgupload.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -147,6 +170,7 @@ int main(void)
     in_order();
     failures();
     errors();
+    lower_priority();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     if (system(cmd) != 0)
