@@ -622,13 +622,18 @@ static int wait_slot_free(struct mg_shm *g, uint32_t base, uint32_t k, int need_
 
 /* ---- allreduce ------------------------------------------------------------------- */
 
+/* Piece k of a message of len units cut into pieces of step (k * step < len). */
+static size_t piece_len(size_t len, uint32_t k, size_t step)
+{
+    size_t start = (size_t)k * step;
+    return len - start < step ? len - start : step;
+}
+
 /* Floats of chunk c that fall in segment k. */
 static size_t seg_len(const size_t *off, int c, uint32_t k, size_t seg)
 {
-    size_t len = off[c + 1] - off[c], start = (size_t)k * seg;
-    if (len <= start)
-        return 0;
-    return len - start < seg ? len - start : seg;
+    size_t len = off[c + 1] - off[c];
+    return len <= (size_t)k * seg ? 0 : piece_len(len, k, seg);
 }
 
 /* The whole message in the flag round's slots; each rank sums it all (the
@@ -900,7 +905,7 @@ int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size
             rc = wait_posted(g, base, j, deadline_ms, f);
             if (rc)
                 return rc;
-            size_t at = (size_t)j * seg, l = count - at < seg ? count - at : seg;
+            size_t at = (size_t)j * seg, l = piece_len(count, j, seg);
             for (int q = 0; q < n; q++)
                 src[q] = q == me ? send + (size_t)me * count + at
                                  : (const float *)large_slot(g, q, base + j) + (size_t)me * seg;
@@ -914,7 +919,7 @@ int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size
             if (rc)
                 return rc;
             float *slot = (float *)large_slot(g, me, base + k);
-            size_t at = (size_t)k * seg, l = count - at < seg ? count - at : seg;
+            size_t at = (size_t)k * seg, l = piece_len(count, k, seg);
             for (int p = 0; p < n; p++)
                 if (p != me)
                     memcpy(slot + (size_t)p * seg, send + (size_t)p * count + at,
@@ -948,7 +953,7 @@ int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
     uint32_t nsteps = (uint32_t)((len + step - 1) / step), base = g->steps;
     char *p = buf;
     for (uint32_t k = 0; k < nsteps; k++) {
-        size_t l = len - (size_t)k * step < step ? len - (size_t)k * step : step;
+        size_t l = piece_len(len, k, step);
         if (me == root_local) {
             rc = wait_slot_free(g, base, k, 0, deadline_ms, f);
             if (rc)
@@ -1032,7 +1037,7 @@ static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t dea
     const char *mine = out + (size_t)me * len;
     for (uint32_t k = 0; k <= nsteps; k++) {
         if (k < nsteps) {
-            size_t l = len - (size_t)k * step < step ? len - (size_t)k * step : step;
+            size_t l = piece_len(len, k, step);
             rc = wait_slot_free(g, base, k, 0, deadline_ms, f);
             if (rc)
                 return rc;
@@ -1042,7 +1047,7 @@ static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t dea
         if (k == 0)
             continue;
         uint32_t j = k - 1;
-        size_t l = len - (size_t)j * step < step ? len - (size_t)j * step : step;
+        size_t l = piece_len(len, j, step);
         for (int q = 0; q < n; q++) {
             if (q == me)
                 continue;
