@@ -8,44 +8,45 @@
 
 /* ---- handshake --------------------------------------------------------------- */
 
-void mg_sp_hello_encode(uint8_t out[MG_SP_HELLO_LEN], const struct mg_sp_hello *h)
+/* Both hellos: magic, u16, u16, u32, nonce (docs/store-protocol.md). */
+static void hello_put(uint8_t *out, uint16_t a, uint16_t b, uint32_t c, const uint8_t *nonce)
 {
     memcpy(out, MG_SP_MAGIC, 4);
-    mg_sp_put16(out + 4, h->version);
-    mg_sp_put16(out + 6, h->flags);
-    mg_sp_put32(out + 8, h->lease_ms);
-    memcpy(out + 12, h->nonce, MG_SP_NONCE_LEN);
+    mg_sp_put16(out + 4, a);
+    mg_sp_put16(out + 6, b);
+    mg_sp_put32(out + 8, c);
+    memcpy(out + 12, nonce, MG_SP_NONCE_LEN);
+}
+
+static int hello_get(const uint8_t *in, uint16_t *a, uint16_t *b, uint32_t *c, uint8_t *nonce)
+{
+    if (memcmp(in, MG_SP_MAGIC, 4) != 0)
+        return -MG_EPROTO;
+    *a = mg_sp_get16(in + 4);
+    *b = mg_sp_get16(in + 6);
+    *c = mg_sp_get32(in + 8);
+    memcpy(nonce, in + 12, MG_SP_NONCE_LEN);
+    return 0;
+}
+
+void mg_sp_hello_encode(uint8_t out[MG_SP_HELLO_LEN], const struct mg_sp_hello *h)
+{
+    hello_put(out, h->version, h->flags, h->lease_ms, h->nonce);
 }
 
 int mg_sp_hello_decode(const uint8_t in[MG_SP_HELLO_LEN], struct mg_sp_hello *h)
 {
-    if (memcmp(in, MG_SP_MAGIC, 4) != 0)
-        return -MG_EPROTO;
-    h->version = mg_sp_get16(in + 4);
-    h->flags = mg_sp_get16(in + 6);
-    h->lease_ms = mg_sp_get32(in + 8);
-    memcpy(h->nonce, in + 12, MG_SP_NONCE_LEN);
-    return 0;
+    return hello_get(in, &h->version, &h->flags, &h->lease_ms, h->nonce);
 }
 
 void mg_sp_shello_encode(uint8_t out[MG_SP_SHELLO_LEN], const struct mg_sp_shello *h)
 {
-    memcpy(out, MG_SP_MAGIC, 4);
-    mg_sp_put16(out + 4, h->version);
-    mg_sp_put16(out + 6, h->status);
-    mg_sp_put32(out + 8, h->flags);
-    memcpy(out + 12, h->nonce, MG_SP_NONCE_LEN);
+    hello_put(out, h->version, h->status, h->flags, h->nonce);
 }
 
 int mg_sp_shello_decode(const uint8_t in[MG_SP_SHELLO_LEN], struct mg_sp_shello *h)
 {
-    if (memcmp(in, MG_SP_MAGIC, 4) != 0)
-        return -MG_EPROTO;
-    h->version = mg_sp_get16(in + 4);
-    h->status = mg_sp_get16(in + 6);
-    h->flags = mg_sp_get32(in + 8);
-    memcpy(h->nonce, in + 12, MG_SP_NONCE_LEN);
-    return 0;
+    return hello_get(in, &h->version, &h->status, &h->flags, h->nonce);
 }
 
 void mg_sp_auth_reply_encode(uint8_t out[MG_SP_AUTH_REPLY_LEN], uint16_t status,

@@ -218,6 +218,17 @@ static int body_call(struct kv_etcd *e, struct body *b, const char *path)
     return rc;
 }
 
+/* Posts a body that names one key and nothing else. */
+static int key_call(struct kv_etcd *e, const char *key, const char *path)
+{
+    struct body b;
+    size_t kl = strlen(key);
+    if (body_begin(&b, kl) < 0)
+        return -ENOMEM;
+    kb64(&b.w, "key", key, kl, b.tmp);
+    return body_call(e, &b, path);
+}
+
 /* range_end for a prefix: the prefix with its last byte incremented. */
 static size_t prefix_end(const char *prefix, char *out)
 {
@@ -322,14 +333,7 @@ static int etcd_keepalive(struct mg_kv *kv)
 static int etcd_get(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
 {
     struct kv_etcd *e = (struct kv_etcd *)kv;
-    struct body b;
-    size_t kl = strlen(key);
-    int rc;
-
-    if (body_begin(&b, kl) < 0)
-        return -ENOMEM;
-    kb64(&b.w, "key", key, kl, b.tmp);
-    rc = body_call(e, &b, "kv/range");
+    int rc = key_call(e, key, "kv/range");
     if (rc < 0)
         return rc;
     int kvs = mg_json_get(&e->doc, 0, "kvs");
@@ -530,14 +534,7 @@ static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *r
 static int etcd_del(struct mg_kv *kv, const char *key)
 {
     struct kv_etcd *e = (struct kv_etcd *)kv;
-    struct body b;
-    size_t kl = strlen(key);
-    int rc;
-
-    if (body_begin(&b, kl) < 0)
-        return -ENOMEM;
-    kb64(&b.w, "key", key, kl, b.tmp);
-    rc = body_call(e, &b, "kv/deleterange");
+    int rc = key_call(e, key, "kv/deleterange");
     if (rc < 0)
         return rc;
     return member_int(e, 0, "deleted") > 0;

@@ -188,6 +188,13 @@ static void restart(struct multi *m)
 
 static void on_tick(struct mg_agent *ag, void *ctx);
 
+/* The running group's next check: when the rendezvous asks, else in a second. */
+static void tick_later(struct multi *m)
+{
+    int t = mg_rdzv_timeout_ms(m->r);
+    set_timer(m, mg_now_ms() + (t < 0 ? 1000 : t), on_tick);
+}
+
 /* A join that waits for other nodes says so after a few seconds, and again
  * now and then, so that a user looking at a quiet console knows why. */
 #define PROGRESS_FIRST_MS 5000
@@ -283,8 +290,7 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
             close(g.master_fd);
         return;
     }
-    int t = mg_rdzv_timeout_ms(m->r);
-    set_timer(m, mg_now_ms() + (t < 0 ? 1000 : t), on_tick);
+    tick_later(m);
 }
 
 static void on_tick(struct mg_agent *ag, void *ctx)
@@ -304,8 +310,7 @@ static void on_tick(struct mg_agent *ag, void *ctx)
     case MG_RDZV_DONE:
         break;
     }
-    int t = mg_rdzv_timeout_ms(m->r);
-    set_timer(m, mg_now_ms() + (t < 0 ? 1000 : t), on_tick);
+    tick_later(m);
 }
 
 static void on_barrier_step(struct mg_agent *ag, void *ctx)

@@ -275,6 +275,32 @@ static void start_schedule(struct mg_ring *r, const struct mg_opdesc *d, int *ns
     *nsu = *nru = 1;
 }
 
+/* Chunk c of buf: floats [off[c], off[c + 1]), or count floats at c * count
+ * where off is NULL. */
+static struct unit chunk_unit(float *buf, const size_t *off, size_t count, int c)
+{
+    size_t at = off ? off[c] : (size_t)c * count, len = off ? off[c + 1] - off[c] : count;
+    return (struct unit){(char *)(buf + at), len * sizeof(float)};
+}
+
+/* The reduce-scatter both operations start with: send chunk i-s, receive chunk
+ * i-s-1 and add ours to it; member i ends holding the sums of chunk i+1. */
+static void schedule_reduce_scatter(struct mg_ring *r, float *buf, const size_t *off, size_t count,
+                                    int divide_by, int *nsu, int *nru)
+{
+    int n = r->n, i = r->idx;
+    for (int s = 0; s < n - 1; s++) {
+        int cs = ((i - s) % n + n) % n, cr = ((i - s - 1) % n + n) % n;
+        r->su[*nsu] = chunk_unit(buf, off, count, cs);
+        r->su[*nsu].dep = s == 0 ? -1 : *nru - 1;
+        (*nsu)++;
+        r->ru[*nru] = chunk_unit(buf, off, count, cr);
+        r->ru[*nru].mode = U_REDUCE;
+        r->ru[*nru].div = s == n - 2 ? divide_by : 1;
+        (*nru)++;
+    }
+}
+
 int mg_ring_allreduce(struct mg_ring *r, float *buf, size_t count, int divide_by,
                       const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
 {
@@ -283,25 +309,18 @@ int mg_ring_allreduce(struct mg_ring *r, float *buf, size_t count, int divide_by
     if (!off)
         return fault(f, MG_FAULT_LOCAL, r->ranks[i], -ENOMEM);
     mg_split_chunks(count, n, off);
-#define CHUNK(c) (char *)(buf + off[(c)]), (off[(c) + 1] - off[(c)]) * sizeof(float)
     start_schedule(r, d, &nsu, &nru);
-    /* Reduce-scatter: send chunk i-s, receive chunk i-s-1 and add ours to it. */
-    for (int s = 0; s < n - 1; s++) {
-        int cs = ((i - s) % n + n) % n, cr = ((i - s - 1) % n + n) % n;
-        r->su[nsu] = (struct unit){CHUNK(cs), .dep = s == 0 ? -1 : nru - 1};
-        nsu++;
-        r->ru[nru] = (struct unit){CHUNK(cr), .mode = U_REDUCE, .div = s == n - 2 ? divide_by : 1};
-        nru++;
-    }
+    schedule_reduce_scatter(r, buf, off, count, divide_by, &nsu, &nru);
     /* Allgather: forward the finished chunks. */
     for (int s = 0; s < n - 1; s++) {
         int cs = ((i + 1 - s) % n + n) % n, cr = ((i - s) % n + n) % n;
-        r->su[nsu] = (struct unit){CHUNK(cs), .dep = nru - 1};
+        r->su[nsu] = chunk_unit(buf, off, count, cs);
+        r->su[nsu].dep = nru - 1;
         nsu++;
-        r->ru[nru] = (struct unit){CHUNK(cr), .mode = U_COPY};
+        r->ru[nru] = chunk_unit(buf, off, count, cr);
+        r->ru[nru].mode = U_COPY;
         nru++;
     }
-#undef CHUNK
     int rc = ring_run(r, nsu, nru, deadline_ms, f);
     free(off);
     return rc;
@@ -313,20 +332,13 @@ int mg_ring_reduce_scatter(struct mg_ring *r, float *buf, size_t count, float *o
                            const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
 {
     int n = r->n, i = r->idx, nsu, nru;
-#define CHUNK(c) (char *)(buf + (size_t)(c)*count), count * sizeof(float)
     start_schedule(r, d, &nsu, &nru);
-    for (int s = 0; s < n - 1; s++) {
-        int cs = ((i - s) % n + n) % n, cr = ((i - s - 1) % n + n) % n;
-        r->su[nsu] = (struct unit){CHUNK(cs), .dep = s == 0 ? -1 : nru - 1};
-        nsu++;
-        r->ru[nru] = (struct unit){CHUNK(cr), .mode = U_REDUCE, .div = s == n - 2 ? divide_by : 1};
-        nru++;
-    }
-    r->su[nsu] = (struct unit){CHUNK((i + 1) % n), .dep = nru - 1};
+    schedule_reduce_scatter(r, buf, NULL, count, divide_by, &nsu, &nru);
+    r->su[nsu] = chunk_unit(buf, NULL, count, (i + 1) % n);
+    r->su[nsu].dep = nru - 1;
     nsu++;
     r->ru[nru] = (struct unit){(char *)out, count * sizeof(float), .mode = U_COPY};
     nru++;
-#undef CHUNK
     return ring_run(r, nsu, nru, deadline_ms, f);
 }
 

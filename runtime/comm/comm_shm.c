@@ -622,13 +622,18 @@ static int wait_slot_free(struct mg_shm *g, uint32_t base, uint32_t k, int need_
 
 /* ---- allreduce ------------------------------------------------------------------- */
 
+/* Piece k of a message of len units cut into pieces of step (k * step < len). */
+static size_t piece_len(size_t len, uint32_t k, size_t step)
+{
+    size_t start = (size_t)k * step;
+    return len - start < step ? len - start : step;
+}
+
 /* Floats of chunk c that fall in segment k. */
 static size_t seg_len(const size_t *off, int c, uint32_t k, size_t seg)
 {
-    size_t len = off[c + 1] - off[c], start = (size_t)k * seg;
-    if (len <= start)
-        return 0;
-    return len - start < seg ? len - start : seg;
+    size_t len = off[c + 1] - off[c];
+    return len <= (size_t)k * seg ? 0 : piece_len(len, k, seg);
 }
 
 /* The whole message in the flag round's slots; each rank sums it all (the
@@ -661,6 +666,44 @@ static void find_reg(const struct mg_shm *g, const float *buf, size_t bytes, str
             return;
         }
     }
+}
+
+/* The flag round of a large operation: each rank says where its buffer lies in
+ * its registered memory (when look) and learns whether every rank's buffer lies
+ * at the same offset of one registration (*all; *tag says where). */
+static int zc_flag_round(struct mg_shm *g, const float *buf, size_t bytes, int look,
+                         struct zc_tag *tag, int *all, const struct mg_opdesc *d,
+                         int64_t deadline_ms, struct mg_fault *f)
+{
+    uint32_t seq = g->round;
+    *tag = (struct zc_tag){0};
+    if (look)
+        find_reg(g, buf, bytes, tag);
+    memcpy(small_slot(g, g->me, seq) + TAG_OFF, tag, sizeof(*tag));
+    int rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    if (rc)
+        return rc;
+    *all = tag->reg != 0;
+    for (int q = 0; q < g->n && *all; q++) {
+        struct zc_tag t;
+        memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
+        *all = t.reg == tag->reg && t.off == tag->off;
+    }
+    return 0;
+}
+
+/* R(j) of a pipeline starts once every other rank has staged step j. */
+static int wait_posted(struct mg_shm *g, uint32_t base, uint32_t j, int64_t deadline_ms,
+                       struct mg_fault *f)
+{
+    for (int q = 0; q < g->n; q++) {
+        if (q == g->me)
+            continue;
+        int rc = wait_for(g, q, &g->ctl[q].posted, base + j + 1, deadline_ms, f);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 /* Zero-copy: the flag round proved every rank's buffer holds its input.
@@ -704,21 +747,12 @@ static int shm_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
         return small_reduce(g, buf, count, divide_by, want, d, deadline_ms, f);
 
     /* A round without data; the tags say whether the buffers are registered. */
-    struct zc_tag tag = {0};
-    uint32_t seq = g->round;
-    if (zc)
-        find_reg(g, buf, bytes, &tag);
-    memcpy(small_slot(g, me, seq) + TAG_OFF, &tag, sizeof(tag));
-    rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    struct zc_tag tag;
+    int all;
+    rc = zc_flag_round(g, buf, bytes, zc, &tag, &all, d, deadline_ms, f);
     if (rc)
         return rc;
     if (zc) {
-        int all = tag.reg != 0;
-        for (int q = 0; q < n && all; q++) {
-            struct zc_tag t;
-            memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
-            all = t.reg == tag.reg && t.off == tag.off;
-        }
         if (all)
             return zc_allreduce(g, &tag, count, divide_by, d, deadline_ms, f);
         if (bytes <= g->small_max) /* zc_min below small_max (tests): another round */
@@ -741,13 +775,9 @@ static int shm_reduce(struct mg_shm *g, float *buf, size_t count, int divide_by,
         if (k > 0) {
             /* R(j): sum segment j of my chunk, in rank order. */
             uint32_t j = k - 1;
-            for (int q = 0; q < n; q++) {
-                if (q == me)
-                    continue;
-                rc = wait_for(g, q, &g->ctl[q].posted, base + j + 1, deadline_ms, f);
-                if (rc)
-                    return rc;
-            }
+            rc = wait_posted(g, base, j, deadline_ms, f);
+            if (rc)
+                return rc;
             size_t l = seg_len(off, me, j, seg);
             if (l) {
                 for (int q = 0; q < n; q++)
@@ -841,25 +871,16 @@ int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size
     int n = g->n, me = g->me, rc;
     size_t bytes = (size_t)n * count * sizeof(float);
     int zc = bytes && bytes >= g->zc_min;
-    uint32_t seq = g->round;
 
     if (bytes <= g->small_max && !zc)
         return small_scatter(g, send, recv, count, divide_by, d, deadline_ms, f);
 
-    struct zc_tag tag = {0};
-    if (zc)
-        find_reg(g, send, bytes, &tag);
-    memcpy(small_slot(g, me, seq) + TAG_OFF, &tag, sizeof(tag));
-    rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+    struct zc_tag tag;
+    int all;
+    rc = zc_flag_round(g, send, bytes, zc, &tag, &all, d, deadline_ms, f);
     if (rc)
         return rc;
     if (zc) {
-        int all = tag.reg != 0;
-        for (int q = 0; q < n && all; q++) {
-            struct zc_tag t;
-            memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
-            all = t.reg == tag.reg && t.off == tag.off;
-        }
         if (all) {
             const struct shm_reg *r = &g->regs[tag.reg - 1];
             for (int q = 0; q < n; q++)
@@ -881,14 +902,10 @@ int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size
         if (k > 0) {
             /* R(j): segment j of my chunk, summed in rank order into recv */
             uint32_t j = k - 1;
-            for (int q = 0; q < n; q++) {
-                if (q == me)
-                    continue;
-                rc = wait_for(g, q, &g->ctl[q].posted, base + j + 1, deadline_ms, f);
-                if (rc)
-                    return rc;
-            }
-            size_t at = (size_t)j * seg, l = count - at < seg ? count - at : seg;
+            rc = wait_posted(g, base, j, deadline_ms, f);
+            if (rc)
+                return rc;
+            size_t at = (size_t)j * seg, l = piece_len(count, j, seg);
             for (int q = 0; q < n; q++)
                 src[q] = q == me ? send + (size_t)me * count + at
                                  : (const float *)large_slot(g, q, base + j) + (size_t)me * seg;
@@ -902,7 +919,7 @@ int mg_shm_reduce_scatter(struct mg_shm *g, const float *send, float *recv, size
             if (rc)
                 return rc;
             float *slot = (float *)large_slot(g, me, base + k);
-            size_t at = (size_t)k * seg, l = count - at < seg ? count - at : seg;
+            size_t at = (size_t)k * seg, l = piece_len(count, k, seg);
             for (int p = 0; p < n; p++)
                 if (p != me)
                     memcpy(slot + (size_t)p * seg, send + (size_t)p * count + at,
@@ -936,7 +953,7 @@ int mg_shm_broadcast(struct mg_shm *g, void *buf, size_t len, int root_local,
     uint32_t nsteps = (uint32_t)((len + step - 1) / step), base = g->steps;
     char *p = buf;
     for (uint32_t k = 0; k < nsteps; k++) {
-        size_t l = len - (size_t)k * step < step ? len - (size_t)k * step : step;
+        size_t l = piece_len(len, k, step);
         if (me == root_local) {
             rc = wait_slot_free(g, base, k, 0, deadline_ms, f);
             if (rc)
@@ -975,20 +992,12 @@ int mg_shm_allgather(struct mg_shm *g, const void *send, void *recv, size_t len,
          * straight from its owner's recv (one read, one write of the others'
          * blocks, no staging), then a round so that nobody changes its block
          * while another still reads it. The path depends on the size only. */
-        struct zc_tag tag = {0};
-        uint32_t seq = g->round;
-        if ((uintptr_t)recv % sizeof(float) == 0)
-            find_reg(g, recv, total, &tag);
-        memcpy(small_slot(g, me, seq) + TAG_OFF, &tag, sizeof(tag));
-        rc = shm_round(g, d, NULL, 0, deadline_ms, f);
+        struct zc_tag tag;
+        int all;
+        rc = zc_flag_round(g, recv, total, (uintptr_t)recv % sizeof(float) == 0, &tag, &all, d,
+                           deadline_ms, f);
         if (rc)
             return rc;
-        int all = tag.reg != 0;
-        for (int q = 0; q < n && all; q++) {
-            struct zc_tag t;
-            memcpy(&t, small_slot(g, q, seq) + TAG_OFF, sizeof(t));
-            all = t.reg == tag.reg && t.off == tag.off;
-        }
         if (all) {
             const struct shm_reg *r = &g->regs[tag.reg - 1];
             for (int q = 0; q < n; q++)
@@ -1028,7 +1037,7 @@ static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t dea
     const char *mine = out + (size_t)me * len;
     for (uint32_t k = 0; k <= nsteps; k++) {
         if (k < nsteps) {
-            size_t l = len - (size_t)k * step < step ? len - (size_t)k * step : step;
+            size_t l = piece_len(len, k, step);
             rc = wait_slot_free(g, base, k, 0, deadline_ms, f);
             if (rc)
                 return rc;
@@ -1038,7 +1047,7 @@ static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t dea
         if (k == 0)
             continue;
         uint32_t j = k - 1;
-        size_t l = len - (size_t)j * step < step ? len - (size_t)j * step : step;
+        size_t l = piece_len(len, j, step);
         for (int q = 0; q < n; q++) {
             if (q == me)
                 continue;

@@ -101,6 +101,19 @@ __device__ static inline float warp_sum(float v)
     return v;
 }
 
+/* The warp's argmax by arg_better, on every lane. */
+__device__ static inline void warp_argmax(float *bv, int *bi)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(FULL_MASK, *bv, o);
+        int oi = __shfl_xor_sync(FULL_MASK, *bi, o);
+        if (arg_better(ov, oi, *bv, *bi)) {
+            *bv = ov;
+            *bi = oi;
+        }
+    }
+}
+
 /* The sum of v over the block (whole warps), on every thread. sh holds 32
  * floats; it may be reused once this returns. */
 __device__ static float block_sum(float v, float *sh)
@@ -320,14 +333,7 @@ __global__ void k_xent_fwd_blocks(float *loss, int32_t *correct, float *probs, c
                 bv = z[c];
                 bi = c;
             }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-            int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-            if (arg_better(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argmax(&bv, &bi);
         if (lane == 0) {
             sh_v[warp] = bv;
             sh_i[warp] = bi;
@@ -336,14 +342,7 @@ __global__ void k_xent_fwd_blocks(float *loss, int32_t *correct, float *probs, c
         if (warp == 0) {
             bv = sh_v[lane < nwarps ? lane : 0];
             bi = sh_i[lane < nwarps ? lane : 0];
-            for (int o = 16; o > 0; o >>= 1) {
-                float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-                int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-                if (arg_better(ov, oi, bv, bi)) {
-                    bv = ov;
-                    bi = oi;
-                }
-            }
+            warp_argmax(&bv, &bi);
             if (lane == 0) {
                 sh_v[0] = bv;
                 sh_i[0] = bi;

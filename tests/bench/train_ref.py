@@ -12,24 +12,16 @@ import gzip
 import json
 import os
 import struct
+import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-
-def mlp():
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-
-
-def cnn():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(1024, 128), nn.ReLU(), nn.Linear(128, 10))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from torch_models import cnn, mlp  # noqa: E402,F401  also for ddp_ref, startup_ref
 
 
 def read_idx(path):

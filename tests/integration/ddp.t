@@ -19,7 +19,7 @@ launch() {
     shift
     "$MGLAUNCH" --nproc_per_node "$n" --log_dir "$T/logs" "$@" >"$T/console" 2>&1
 }
-hash_of() { sed -n 's/.*param hash \([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+. "$(dirname "$0")/../lib/ddp_lib.sh"
 # losses of the train records of a metrics file, one per line
 losses() { sed -n 's/.*"type":"train","step":\([0-9]*\),.*"loss":\([0-9.e+-]*\),.*/\1 \2/p' "$1"; }
 
@@ -89,31 +89,13 @@ is "$?" 0 "uninterrupted reference run"
 ref=$(hash_of "$T/console")
 ok test -n "$ref"
 
-# A killer: three times, once a new checkpoint is complete, wait a random 0.05
-# to 0.4 s (a random step, sometimes in the middle of the next checkpoint) and
-# SIGKILL one of the workers at random.
-killer() { # LAUNCHER_PID
-    n=0
-    seen=0
-    while [ $n -lt 3 ] && kill -0 "$1" 2>/dev/null; do
-        done_now=$(ls "$T/ck_kill" 2>/dev/null | grep -c '\.done$')
-        if [ "$done_now" -le "$seen" ]; then
-            sleep 0.02
-            continue
-        fi
-        sleep "$(awk -v s="$$$n" 'BEGIN { srand(s); printf "%.2f", 0.05 + rand() * 0.35 }')"
-        # Workers only: the launcher's other child is its sentinel, which must not count.
-        w=$(pgrep -P "$1" -x train | shuf -n 1)
-        [ -n "$w" ] && kill -KILL "$w" 2>/dev/null && n=$((n + 1)) && echo kill >>"$T/kills"
-        seen=$(ls "$T/ck_kill" 2>/dev/null | grep -c '\.done$')
-    done
-}
+# Three workers SIGKILLed, each a random 0.05 to 0.4 s after a new checkpoint.
 RUN_ID=ddpkill$$
 "$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" --max_restarts 10 --rdzv_id "$RUN_ID" "$TRAIN" \
     $ARGS --checkpoint-dir "$T/ck_kill" >"$T/console" 2>&1 &
 lp=$!
 at_cleanup "kill -KILL $lp 2>/dev/null"
-killer "$lp" &
+kill_at_checkpoints "$lp" "$T/ck_kill" 0.05 0.35 &
 kp=$!
 at_cleanup "kill -KILL $kp 2>/dev/null"
 wait "$lp"

@@ -14,7 +14,7 @@ DATA="--data fashion-mnist --train-samples 1600 --test-samples 300"
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     DATA="--data synthetic --train-samples 1600 --test-samples 300"
 
-hash_of() { sed -n 's/.*param hash \([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+. "$(dirname "$0")/../lib/ddp_lib.sh"
 # run NPROC OUT ARGS...: train under mglaunch (world 1: train alone), output in OUT
 run() {
     n=$1 out=$2
@@ -135,26 +135,11 @@ KARGS="$DATA --model cnn --steps 60 --batch-size 32 --checkpoint-every 5 --seed 
 run 2 "$T/kref" $KARGS --checkpoint-dir "$T/k_ref"
 kref=$(hash_of "$T/kref")
 ok test -n "$kref"
-killer() { # LAUNCHER_PID
-    n=0
-    seen=0
-    while [ $n -lt 3 ] && kill -0 "$1" 2>/dev/null; do
-        done_now=$(ls "$T/k_kill" 2>/dev/null | grep -c '\.done$')
-        if [ "$done_now" -le "$seen" ]; then
-            sleep 0.02
-            continue
-        fi
-        sleep "$(awk -v s="$$$n" 'BEGIN { srand(s); printf "%.2f", 0.02 + rand() * 0.3 }')"
-        w=$(pgrep -P "$1" -x train | shuf -n 1)
-        [ -n "$w" ] && kill -KILL "$w" 2>/dev/null && n=$((n + 1)) && echo kill >>"$T/kills"
-        seen=$(ls "$T/k_kill" 2>/dev/null | grep -c '\.done$')
-    done
-}
 "$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" --max_restarts 10 --rdzv_id zerokill$$ \
     "$TRAIN" --log-every 1000 $KARGS --checkpoint-dir "$T/k_kill" >"$T/kconsole" 2>&1 &
 lp=$!
 at_cleanup "kill -KILL $lp 2>/dev/null"
-killer "$lp" &
+kill_at_checkpoints "$lp" "$T/k_kill" 0.02 0.3 &
 kp=$!
 at_cleanup "kill -KILL $kp 2>/dev/null"
 wait "$lp"

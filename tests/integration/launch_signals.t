@@ -13,18 +13,9 @@ FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 L=$T/logs
 
-# alive PID: exists and is not a zombie waiting for its reaper
-alive() { [ -r "/proc/$1/stat" ] && ! grep -q ') Z ' "/proc/$1/stat"; }
 none_alive() {
     for p in "$@"; do alive "$p" && return 1; done
     return 0
-}
-ready() { # ready N PREFIX: PREFIX.0 .. PREFIX.N-1 exist
-    i=0
-    while [ $i -lt "$1" ]; do
-        [ -e "$2.$i" ] || return 1
-        i=$((i + 1))
-    done
 }
 pids_of() { cat "$@" 2>/dev/null | tr '\n' ' '; }
 
@@ -34,7 +25,7 @@ bg "$MGLAUNCH" --log_dir "$L" --rdzv_id term --nproc_per_node 3 --shutdown_timeo
     pidfile "$T/term.pid.\${local_rank}" touch "$T/term.\${local_rank}" pause \
     >"$T/out" 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 3 "$T/term"
+ok wait_for 10 files_ready 3 "$T/term"
 kill -TERM "$pid"
 wait "$pid"
 is $? 143 "SIGTERM: exit code 143"
@@ -60,9 +51,9 @@ bg $DFL "$MGLAUNCH" --log_dir "$L" --rdzv_id int --nproc_per_node 2 --shutdown_t
     trap INT "$T/int.got.\${local_rank}" touch "$T/int.\${local_rank}" sleep 60 \
     >"$T/out" 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 2 "$T/int"
+ok wait_for 10 files_ready 2 "$T/int"
 kill -INT "$pid"
-ok wait_for 10 ready 2 "$T/int.got" # forwarded to both
+ok wait_for 10 files_ready 2 "$T/int.got" # forwarded to both
 kill -INT "$pid"
 wait "$pid"
 is $? 130 "SIGINT twice: exit code 130, without waiting out the 60 s grace period"
@@ -74,7 +65,7 @@ bg "$MGLAUNCH" --log_dir "$L" --rdzv_id usr --nproc_per_node 2 "$FW" \
     trap USR1 "$T/usr.got.\${local_rank}" touch "$T/usr.\${local_rank}" sleep 1 \
     >"$T/out" 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 2 "$T/usr"
+ok wait_for 10 files_ready 2 "$T/usr"
 kill -USR1 "$pid"
 wait "$pid"
 is $? 0 "SIGUSR1: the run goes on and succeeds"
@@ -87,7 +78,7 @@ bg "$MGLAUNCH" --log_dir "$L" --rdzv_id usr1 --nproc_per_node 1 "$FW" \
     trap USR1 "$T/usr1.got" grandchild "$T/usr1.child" touch "$T/usr1.0" wait-file "$T/usr1.end" \
     >"$T/out" 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 1 "$T/usr1"
+ok wait_for 10 files_ready 1 "$T/usr1"
 ok wait_for 10 test -s "$T/usr1.child"
 child=$(cat "$T/usr1.child")
 kill -USR1 "$pid"
@@ -108,7 +99,7 @@ for case in TERM:0 HUP:0.3; do
     bg "$MGLAUNCH" --log_dir "$L" --rdzv_id "$id" --nproc_per_node 2 "$FW" on-term 143 \
         pidfile "$T/$id.\${local_rank}" pause >"$T/out" 2>"$T/err"
     pid=$!
-    ok wait_for 10 ready 2 "$T/$id"
+    ok wait_for 10 files_ready 2 "$T/$id"
     kill -"$s" "$(cat "$T/$id.0")"
     sleep "$gap"
     kill -TERM "$pid"
@@ -135,7 +126,7 @@ like "$(cat "$T/err")" "exit      : was killed by SIGTERM" "  with its root caus
 bg "$MGLAUNCH" --log_dir "$L" --rdzv_id early --nproc_per_node 1 --max_restarts 1 "$FW" \
     'if' restart=0 exit 3 touch "$T/early.0" pause >"$T/out" 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 1 "$T/early"
+ok wait_for 10 files_ready 1 "$T/early"
 sleep 1.2
 kill -TERM "$pid"
 wait "$pid"
@@ -148,7 +139,7 @@ for sn in HUP:1 QUIT:3; do
     s=${sn%:*}
     bg $DFL "$MGLAUNCH" --nproc_per_node 2 "$FW" touch "$T/$s.\${local_rank}" pause >/dev/null 2>&1
     pid=$!
-    ok wait_for 10 ready 2 "$T/$s"
+    ok wait_for 10 files_ready 2 "$T/$s"
     kill -"$s" "$pid"
     wait "$pid"
     is $? $((128 + ${sn#*:})) "SIG$s: exit code 128+signal"
@@ -162,7 +153,7 @@ like "$(cat "$T/sigign")" '[2367abef]$' "a background job here starts with SIGIN
 bg "$MGLAUNCH" --nproc_per_node 2 --log_dir "$L" --rdzv_id ign "$FW" touch "$T/ign.\${local_rank}" \
     sleep 30 >/dev/null 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 2 "$T/ign"
+ok wait_for 10 files_ready 2 "$T/ign"
 kill -INT "$pid"
 wait "$pid"
 is $? 130 "SIGINT ignored at start: handled, exit 130"
@@ -173,14 +164,14 @@ like "$(grep '"local_rank":0' "$L/ign/events.jsonl" | grep worker_exit)" '"signa
 bg env --ignore-signal=HUP "$MGLAUNCH" --nproc_per_node 1 "$FW" touch "$T/hup.0" sleep 1 \
     >/dev/null 2>&1
 pid=$!
-ok wait_for 10 ready 1 "$T/hup"
+ok wait_for 10 files_ready 1 "$T/hup"
 kill -HUP "$pid"
 wait "$pid"
 is $? 0 "SIGHUP ignored at start (nohup): the run completes"
 bg env --ignore-signal=HUP "$MGLAUNCH" --signals-to-handle SIGHUP,SIGTERM --nproc_per_node 1 "$FW" \
     touch "$T/hup2.0" sleep 30 >/dev/null 2>&1
 pid=$!
-ok wait_for 10 ready 1 "$T/hup2"
+ok wait_for 10 files_ready 1 "$T/hup2"
 kill -HUP "$pid"
 wait "$pid"
 is $? 129 "SIGHUP named in --signals-to-handle: handled under nohup too"
@@ -189,8 +180,8 @@ is $? 129 "SIGHUP named in --signals-to-handle: handled under nohup too"
 bg "$MGLAUNCH" --nproc_per_node 3 "$FW" grandchild "$T/gc.\${local_rank}" \
     pidfile "$T/w.\${local_rank}" touch "$T/k.\${local_rank}" sleep 60 >/dev/null 2>&1
 pid=$!
-ok wait_for 10 ready 3 "$T/k"
-ok wait_for 10 ready 3 "$T/gc"
+ok wait_for 10 files_ready 3 "$T/k"
+ok wait_for 10 files_ready 3 "$T/gc"
 victims=$(pids_of "$T"/w.* "$T"/gc.*)
 is "$(echo $victims | wc -w | tr -d ' ')" 6 "three workers and three grandchildren running"
 kill -KILL "$pid"
@@ -200,8 +191,8 @@ ok wait_for 2 none_alive $victims
 bg "$MGLAUNCH" --nproc_per_node 2 "$FW" grandchild "$T/gc2.\${local_rank}" \
     pidfile "$T/w2.\${local_rank}" touch "$T/k2.\${local_rank}" sleep 60 >/dev/null 2>&1
 pid=$!
-ok wait_for 10 ready 2 "$T/k2"
-ok wait_for 10 ready 2 "$T/gc2"
+ok wait_for 10 files_ready 2 "$T/k2"
+ok wait_for 10 files_ready 2 "$T/gc2"
 sentinel=$(pgrep -P "$pid" -x mglaunch-sentin)
 like "$sentinel" '^[0-9]+$' "the sentinel runs as a child of mglaunch"
 kill -KILL "$sentinel"

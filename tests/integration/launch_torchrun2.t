@@ -12,22 +12,15 @@ for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 unset CUDA_VISIBLE_DEVICES TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE TORCH_ELASTIC_SHUTDOWN_TIMEOUT
 L=$T/logs
 DFL="env --default-signal=INT,QUIT"
-ready() { # ready N PREFIX: PREFIX.0 .. PREFIX.N-1 exist
-    i=0
-    while [ $i -lt "$1" ]; do
-        [ -e "$2.$i" ] || return 1
-        i=$((i + 1))
-    done
-}
 
 # ---- --signals-to-handle: a listed SIGUSR1 stops the workers (with it) and the run
 bg "$MGLAUNCH" --signals-to-handle SIGTERM,SIGUSR1 --nproc_per_node 2 --log_dir "$L" \
     --rdzv_id usr "$FW" trap USR1 "$T/usr.got.\${local_rank}" touch "$T/usr.\${local_rank}" \
     sleep 30 >/dev/null 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 2 "$T/usr"
+ok wait_for 10 files_ready 2 "$T/usr"
 kill -USR1 "$pid"
-ok wait_for 10 ready 2 "$T/usr.got"
+ok wait_for 10 files_ready 2 "$T/usr.got"
 kill -USR1 "$pid" # a second one kills at once, as for SIGTERM
 wait "$pid"
 is $? 138 "SIGUSR1 listed: the run stops, exit 128+10"
@@ -36,7 +29,7 @@ like "$(cat "$T/err")" "SIGUSR1: stopping the workers" "said so"
 bg "$MGLAUNCH" --nproc_per_node 1 "$FW" trap USR1 "$T/usr2.got.0" touch "$T/usr2.0" sleep 1 \
     >/dev/null 2>&1
 pid=$!
-ok wait_for 10 ready 1 "$T/usr2"
+ok wait_for 10 files_ready 1 "$T/usr2"
 kill -USR1 "$pid"
 wait "$pid"
 is $? 0 "SIGUSR1 not listed: passed on, the run completes"
@@ -47,7 +40,7 @@ is "$(cat "$T/usr2.got.0")" USR1 "  the worker got it"
 bg "$MGLAUNCH" --signals-to-handle SIGTERM --nproc_per_node 1 "$FW" pidfile "$T/q.pid" \
     touch "$T/q.0" sleep 30 >/dev/null 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 1 "$T/q"
+ok wait_for 10 files_ready 1 "$T/q"
 kill -HUP "$pid"
 { wait "$pid"; } 2>/dev/null # bash would print "Hangup" for the job's death on the TAP stream
 is $? 129 "SIGHUP not listed: mglaunch dies of it"
@@ -143,7 +136,7 @@ is "$out" "[0]hi" "  the flag wins"
 bg env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1 "$MGLAUNCH" --log_dir "$L" --rdzv_id grace "$FW" ignore-term \
     touch "$T/g.0" pause >/dev/null 2>"$T/err"
 pid=$!
-ok wait_for 10 ready 1 "$T/g"
+ok wait_for 10 files_ready 1 "$T/g"
 kill -TERM "$pid"
 wait "$pid"
 is $? 143 "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1: stopped"

@@ -13,8 +13,6 @@ CTL=$HELPERS/storectl
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 
 threads() { ls "/proc/$1/task" 2>/dev/null | wc -l | tr -d ' '; }
-# alive PID: exists and is not a zombie waiting for its reaper
-alive() { [ -r "/proc/$1/stat" ] && ! grep -q ') Z ' "/proc/$1/stat"; }
 gone() { ! alive "$1"; }
 # the store at 127.0.0.1:PORT answers a ping
 answers() { "$CTL" --connect-timeout 300 --timeout 2000 "127.0.0.1:$1" ping >/dev/null 2>&1; }

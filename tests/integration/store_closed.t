@@ -17,6 +17,28 @@ unset MG_STORE_TOKEN MG_RDZV_TOKEN
 # token_of DIR RANK: the MG_STORE_TOKEN a worker printed (print-env) in its log
 token_of() { sed -n 's/^MG_STORE_TOKEN=//p' "$1"/*/attempt_"${3:-0}"/"$2"/stdout.log 2>/dev/null; }
 
+# two_nodes ID LOGA LOGB: a 2-node job on a fresh loopback endpoint ($EP), its
+# workers staying until $T/go exists; the launchers' pids in $A and $B.
+two_nodes() {
+    P=$(free_port)
+    EP="127.0.0.1:$P"
+    C="--nnodes 2 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint $EP --monitor_interval 0.1"
+    bg "$MGLAUNCH" $C --rdzv_id "$1" --rdzv_conf "$HB" --log_dir "$T/$2" "$FW" print-env wait-file "$T/go" \
+        >"$T/a.out" 2>"$T/a.err"
+    A=$!
+    bg "$MGLAUNCH" $C --rdzv_id "$1" --rdzv_conf "$HB" --log_dir "$T/$3" "$FW" print-env wait-file "$T/go" \
+        >"$T/b.out" 2>"$T/b.err"
+    B=$!
+}
+# nodes_done: lets two_nodes' workers go; the launchers' exit codes in $nodes_rc
+nodes_done() {
+    touch "$T/go"
+    wait "$A"
+    nodes_rc="$?"
+    wait "$B"
+    nodes_rc="$nodes_rc $?"
+}
+
 # ---- one node: the workers' token ----------------------------------------------------
 "$MGLAUNCH" --nproc_per_node 2 --max_restarts 1 --monitor_interval 0.1 --log_dir "$T/l1" \
     "$FW" print-env if restart=0,local_rank=1 sleep 0.5 if restart=0,local_rank=1 exit 3 \
@@ -45,16 +67,7 @@ unlike "$(cat "$T/t.err" "$T/l3"/*/attempt_0/0/stderr.log)" "warning: rank 0's s
     "rank 0's store on loopback with a token: no warning"
 
 # ---- several nodes on a loopback endpoint ---------------------------------------------
-P=$(free_port)
-EP="127.0.0.1:$P"
-C="--nnodes 2 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint $EP --monitor_interval 0.1"
-# The workers stay until $T/go exists.
-bg "$MGLAUNCH" $C --rdzv_id lo --rdzv_conf "$HB" --log_dir "$T/la" "$FW" print-env wait-file "$T/go" \
-    >"$T/a.out" 2>"$T/a.err"
-A=$!
-bg "$MGLAUNCH" $C --rdzv_id lo --rdzv_conf "$HB" --log_dir "$T/lb" "$FW" print-env wait-file "$T/go" \
-    >"$T/b.out" 2>"$T/b.err"
-B=$!
+two_nodes lo la lb
 DESC="the 2-node job forms" ok wait_for 30 sh -c "grep -qs '^RANK=' $T/la/*/attempt_0/0/stdout.log"
 is "$(ss -Hltn "sport = :$P" | awk '{print $4}' | sort -u | tr '\n' ' ')" "127.0.0.1:$P " \
     "the rendezvous store of a loopback endpoint listens on 127.0.0.1 only"
@@ -83,40 +96,22 @@ like "$out" "reply op=error status=3" "a 16 MiB SET frame is refused from its he
 big=$(head -c 65536 /dev/zero | tr '\0' x)
 out=$("$HELPERS/storectl" "$EP" set /outsider "$big" 2>&1)
 like "$out" "length over limit" "a 64 KiB value is over the rendezvous store's bound"
-touch "$T/go"
-nodes_rc=""
-wait "$A"
-nodes_rc="$?"
-wait "$B"
-nodes_rc="$nodes_rc $?"
+nodes_done
 is "$nodes_rc" "0 0" "the job was not disturbed"
 unlike "$(cat "$T/a.err" "$T/b.err")" "warning: the rendezvous store" \
     "a loopback store without a token: no warning (nobody else can reach it)"
 
 # With a token, an outsider's SET of a rendezvous key cannot end the job.
-P=$(free_port)
-EP="127.0.0.1:$P"
-C="--nnodes 2 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint $EP --monitor_interval 0.1"
 export MG_RDZV_TOKEN=s3cret
 rm -f "$T/go"
-bg "$MGLAUNCH" $C --rdzv_id tk --rdzv_conf "$HB" --log_dir "$T/ta" "$FW" print-env wait-file "$T/go" \
-    >"$T/a.out" 2>"$T/a.err"
-A=$!
-bg "$MGLAUNCH" $C --rdzv_id tk --rdzv_conf "$HB" --log_dir "$T/tb" "$FW" print-env wait-file "$T/go" \
-    >"$T/b.out" 2>"$T/b.err"
-B=$!
+two_nodes tk ta tb
 unset MG_RDZV_TOKEN
 DESC="the 2-node job with a token forms" ok wait_for 30 sh -c "grep -qs '^RANK=' $T/ta/*/attempt_0/0/stdout.log"
 out=$("$HELPERS/storectl" --connect-timeout 2000 "$EP" set /mg/rdzv/tk/state "0 0 f 0" 2>&1)
 like "$out" "authentication failed" "an outsider's SET of the rendezvous state is refused"
 out=$("$HELPERS/storeraw" "$EP" hello 2>&1)
 like "$out" "status=11" "a raw hello without a token: AUTH"
-touch "$T/go"
-nodes_rc=""
-wait "$A"
-nodes_rc="$?"
-wait "$B"
-nodes_rc="$nodes_rc $?"
+nodes_done
 is "$nodes_rc" "0 0" "the job with a token finishes as if nobody had tried"
 ta=$(token_of "$T/ta" 0) tb=$(token_of "$T/tb" 0)
 like "$ta" '^[0-9a-f]{64}$' "its workers get MG_STORE_TOKEN derived from the rendezvous token"

@@ -9,6 +9,8 @@
 #   skip_all REASON      whole file skipped
 #   bail DESC            a set-up step failed: one failed test, then stop
 #   done_testing         prints the plan, exits 1 when something failed
+#   files_ready N PREFIX PREFIX.0 .. PREFIX.N-1 exist (workers' marks, for wait_for)
+#   alive PID            exists and is not a zombie
 #
 # and from setup.sh: at_cleanup, bg, free_port, wait_for; $T, a private
 # temporary directory removed at exit (also $TMPDIR), and $MGLAUNCH, $TRAIN
@@ -78,3 +80,15 @@ bail() {
     _result 1 "$1"
     done_testing
 }
+
+# files_ready N PREFIX: PREFIX.0 .. PREFIX.N-1 exist
+files_ready() {
+    _i=0
+    while [ $_i -lt "$1" ]; do
+        [ -e "$2.$_i" ] || return 1
+        _i=$((_i + 1))
+    done
+}
+
+# alive PID: exists and is not a zombie waiting for its reaper
+alive() { [ -r "/proc/$1/stat" ] && ! grep -q ') Z ' "/proc/$1/stat"; }

@@ -15,6 +15,7 @@
 #include "mg_err.h"
 #include "models.h"
 #include "net.h"
+#include "shm_comm.h"
 
 #include <errno.h>
 #include <sys/wait.h>
@@ -63,29 +64,6 @@ static void check_plan(struct mg_model *m, struct mg_comm *c, size_t cap, size_t
     mg_ddp_release(d);
 }
 
-/* This rank's communicator: world ranks forked on one host. */
-static struct mg_comm *join(int rank, int world, const char *shm_name, int zerocopy)
-{
-    int ranks[4] = {0, 1, 2, 3}, host_of[4] = {0, 0, 0, 0};
-    struct mg_shm_cfg cfg = {.nlocal = world, .local_rank = rank, .ranks = ranks, .spin_us = -1};
-    struct mg_shm *g = NULL;
-    struct mg_fault f;
-    int rc;
-    if (rank == 0)
-        rc = mg_shm_create(&g, shm_name, 7, &cfg);
-    else
-        while ((rc = mg_shm_attach(&g, shm_name, 7, &cfg)) == -ENOENT || rc == -MG_EFORMAT)
-            usleep(1000);
-    if (rc || mg_shm_wait_attached(g, mg_now_ms() + 10000, &f))
-        return NULL;
-    if (rank == 0)
-        mg_shm_unlink(shm_name);
-    struct mg_comm *c;
-    struct mg_cpu_parts parts = {
-        .rank = rank, .world = world, .host_of = host_of, .shm = g, .no_zerocopy = !zerocopy};
-    return mg_comm_cpu_assemble(&c, &parts) ? NULL : c;
-}
-
 /* The buckets of a world-size job: multiples of 16 x world floats, covering
  * the parameters and the padding to the next multiple, each starting at most
  * one multiple above a layer boundary. */
@@ -125,7 +103,7 @@ static float fake_grad(int rank, size_t i, int step)
 static int zero_main(int rank, int world, const char *shm_name, struct mg_model *m, int threaded,
                      enum mg_optim_kind kind)
 {
-    struct mg_comm *c = join(rank, world, shm_name, 1);
+    struct mg_comm *c = shm_comm_join(rank, world, shm_name, 1);
     if (!c)
         return 10;
     struct mg_ddp *d;
@@ -234,25 +212,9 @@ static int zero_main(int rank, int world, const char *shm_name, struct mg_model 
  * buffer of its own back at release, with the gradients. */
 static int rank_main(int rank, const char *shm_name, struct mg_model *m, int threaded, int zerocopy)
 {
-    int ranks[2] = {0, 1}, host_of[2] = {0, 0};
-    struct mg_shm_cfg cfg = {.nlocal = 2, .local_rank = rank, .ranks = ranks, .spin_us = -1};
-    struct mg_shm *g = NULL;
-    struct mg_fault f;
-    int rc;
-    if (rank == 0)
-        rc = mg_shm_create(&g, shm_name, 7, &cfg);
-    else
-        while ((rc = mg_shm_attach(&g, shm_name, 7, &cfg)) == -ENOENT || rc == -MG_EFORMAT)
-            usleep(1000);
-    if (rc || mg_shm_wait_attached(g, mg_now_ms() + 10000, &f))
+    struct mg_comm *c = shm_comm_join(rank, 2, shm_name, zerocopy);
+    if (!c)
         return 10;
-    if (rank == 0)
-        mg_shm_unlink(shm_name);
-    struct mg_comm *c;
-    struct mg_cpu_parts parts = {
-        .rank = rank, .world = 2, .host_of = host_of, .shm = g, .no_zerocopy = !zerocopy};
-    if (mg_comm_cpu_assemble(&c, &parts))
-        return 11;
     struct mg_ddp *d;
     char err[256];
     struct mg_ddp_opts o = {

@@ -24,6 +24,7 @@
 #include "models.h"
 #include "net.h"
 #include "sampler.h"
+#include "shm_comm.h"
 #include "trainer.h"
 
 #include <errno.h>
@@ -520,25 +521,11 @@ static const struct mg_comm_ops wc_ops = {
  * host communicator. Returns a bit mask of what went wrong. */
 static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
 {
-    int ranks[2] = {0, 1}, host_of[2] = {0, 0}, bad = 0;
-    struct mg_shm_cfg cfg = {.nlocal = 2, .local_rank = rank, .ranks = ranks, .spin_us = -1};
-    struct mg_shm *g = NULL;
-    struct mg_fault f;
+    int bad = 0;
     char err[MG_ERRMSG_LEN];
-    int rc;
-    if (rank == 0)
-        rc = mg_shm_create(&g, shm_name, 7, &cfg);
-    else
-        while ((rc = mg_shm_attach(&g, shm_name, 7, &cfg)) == -ENOENT || rc == -MG_EFORMAT)
-            usleep(1000);
-    if (rc || mg_shm_wait_attached(g, mg_now_ms() + 10000, &f))
+    struct mg_comm *inner = shm_comm_join(rank, 2, shm_name, 1);
+    if (!inner)
         return 1 << 30;
-    if (rank == 0)
-        mg_shm_unlink(shm_name);
-    struct mg_comm *inner;
-    struct mg_cpu_parts parts = {.rank = rank, .world = 2, .host_of = host_of, .shm = g};
-    if (mg_comm_cpu_assemble(&inner, &parts))
-        return 1 << 29;
     uint64_t want = 0;
     for (int mode = 0; mode < 3; mode++) {
         /* 0: the CPU; 1: a device and a device communicator; 2: a device, a host one */
