@@ -284,11 +284,14 @@ $(BUILD)/obj/%.host.o: %.cu $(CONFIG_H)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) -x c++ $(CU_HOST_FLAGS) -D_GNU_SOURCE -Iruntime/cuda -c -o $@ $<
 
+# The plugin must leave nothing undefined, except under clang's sanitizers: clang
+# links their runtime into the program that loads the plugin, not into the plugin.
+PLUGIN_NO_UNDEFINED := $(if $(and $(SANITIZE),$(CC_IS_CLANG)),,-Wl,--no-undefined)
 ifneq ($(CUDA_PLUGIN),)
 $(CUDA_PLUGIN): $(CUDA_PLUGIN_OBJ)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -o $@ $^ $(CUDA_PLUGIN_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -shared $(PLUGIN_NO_UNDEFINED) -o $@ $^ $(CUDA_PLUGIN_LIBS)
 endif
 
 all: $(CUDA_ALL)
