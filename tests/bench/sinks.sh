@@ -2,9 +2,10 @@
 # Benchmark: what train's outputs cost the training. The same run (2 ranks
 # wired as torchrun would, the mlp on Fashion-MNIST, checkpoints every 100
 # steps in both) with every output off against all of them on: JSON lines,
-# TensorBoard and CSV metrics with a record every 10 steps, and --upload-cmd
-# copying every checkpoint and metrics file to a directory while the training
-# goes on. Throughput is train's own samples/s (the time in steps); the runs
+# TensorBoard and CSV metrics with a record every 10 steps, and --upload
+# sending every checkpoint and metrics file to a WebDAV server (Debian's nginx
+# on loopback, started here; it shares the 2 cores with the ranks) while the
+# training goes on. Throughput is train's own samples/s (the time in steps); the runs
 # alternate off/on, and the median of each side is compared. The target: under
 # 2% apart. It checks its own result: both sides must end with the same
 # parameter hash (outputs never change the training), and with everything
@@ -14,8 +15,11 @@
 #   REPEAT=3 EPOCHS=1 tests/bench/sinks.sh   (quicker, noisier)
 #   STRICT=1     also fail when the difference is 2% or more
 #   UPLOAD_DEST=s3://bucket/prefix (or http(s)://...)
-#                --upload to that server instead of a copying command (the AWS_*
+#                --upload to that server instead of the local nginx (the AWS_*
 #                variables as train's docs say); each run gets its own prefix
+#   UPLOAD_CMD=1 --upload-cmd copying to a directory instead (cp per file: a
+#                fork and exec per copy, which the 2 busy cores feel); also
+#                what runs when nginx is not installed
 . "$(dirname "$0")/../lib/bench.sh"
 REPEAT=${REPEAT:-5}
 EPOCHS=${EPOCHS:-3}
@@ -26,8 +30,18 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 ARGS="--model mlp --data fashion-mnist --epochs $EPOCHS --batch-size 64 --seed 0 --log-every 10
       --checkpoint-every 100 --keep-checkpoints 3"
 
+. "$TOP/tests/lib/nginx.sh"
+if [ -z "${UPLOAD_DEST:-}" ] && [ "${UPLOAD_CMD:-0}" != 1 ]; then
+    if [ -n "$NGINX" ] && nginx_dav "$T/nginx"; then
+        UPLOAD_DEST=http://127.0.0.1:$NGINX_PORT/runs
+    else
+        diag "no nginx (scripts/deps.sh): copying with --upload-cmd instead"
+    fi
+fi
+
 machine_line
 echo "setting: 2 ranks, mlp, Fashion-MNIST, $EPOCHS epoch(s), log every 10 steps, checkpoint every 100, $REPEAT runs a side"
+echo "copies: ${UPLOAD_DEST:-"--upload-cmd (cp to a directory)"}"
 echo
 
 # run SIDE K: one run; prints "samples/s wall_s hash"

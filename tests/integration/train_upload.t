@@ -11,9 +11,9 @@
 # timeout: 300
 . "$(dirname "$0")/../lib/lib.sh"
 . "$(dirname "$0")/../lib/node.sh"
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || skip_all "nginx is not installed (scripts/deps.sh)"
+. "$(dirname "$0")/../lib/nginx.sh"
+[ -n "$NGINX" ] || skip_all "nginx is not installed (scripts/deps.sh)"
 command -v curl >/dev/null || skip_all "curl is not installed"
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 need_node_modules
 DATA="--data synthetic --train-samples 512 --test-samples 128 --model mlp --hidden 32"
 hash_of() { sed -n 's/.*done: .*param hash \([0-9a-f]*\).*/\1/p' "$1"; }
@@ -45,43 +45,8 @@ like "$(cat "$T/cmd2.out")" "0 of 2 copies made \(0\.0 MB\), 0 given up, 0 dropp
 
 # ---- nginx: WebDAV PUT with basic auth ----
 NG=$T/nginx
-mkdir -p "$NG/dav" "$NG/tmp"
-NPORT=$(free_port)
-printf 'mg:{PLAIN}s3cret\n' >"$NG/htpasswd"
-{
-    [ "$(id -u)" -eq 0 ] && echo "user root;"
-    cat <<EOF
-daemon off;
-worker_processes 1;
-pid $NG/nginx.pid;
-error_log $NG/error.log;
-events { worker_connections 64; }
-http {
-    access_log $NG/access.log;
-    client_body_temp_path $NG/tmp/body;
-    proxy_temp_path $NG/tmp/proxy;
-    fastcgi_temp_path $NG/tmp/fastcgi;
-    uwsgi_temp_path $NG/tmp/uwsgi;
-    scgi_temp_path $NG/tmp/scgi;
-    server {
-        listen 127.0.0.1:$NPORT;
-        root $NG/dav;
-        client_max_body_size 0;
-        location / {
-            dav_methods PUT DELETE MKCOL;
-            create_full_put_path on;
-            auth_basic "mg";
-            auth_basic_user_file $NG/htpasswd;
-        }
-    }
-}
-EOF
-} >"$NG/nginx.conf"
-# not bg: its cleanup SIGKILLs the master, which would leave the worker behind
-"$NGINX" -c "$NG/nginx.conf" -p "$NG" >"$NG/stdout" 2>&1 &
-ngpid=$!
-at_cleanup "kill -TERM $ngpid 2>/dev/null; wait $ngpid 2>/dev/null"
-wait_for 10 curl -s -o /dev/null "http://127.0.0.1:$NPORT/" || bail "nginx starts ($(cat "$NG/error.log" 2>/dev/null))"
+nginx_dav "$NG" mg:s3cret || bail "nginx starts"
+NPORT=$NGINX_PORT
 "$TRAIN" $DATA --steps 20 --checkpoint-every 10 --checkpoint-dir "$T/ck_dav" --log-every 5 \
     --metrics "$T/dav.jsonl" --upload "http://mg:s3cret@127.0.0.1:$NPORT/runs/a" >"$T/dav.out" 2>&1
 is "$?" 0 "--upload http://...: PUT to nginx's WebDAV"
