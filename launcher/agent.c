@@ -658,6 +658,7 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     ag->rd.events_fd = -1;
     ag->sent.pid = -1;
     ag->sent.fd = -1;
+    ag->res.root_failure = -1;
     ag->group.master_fd = -1;
     ag->filt_fd[0] = ag->filt_fd[1] = -1;
     ag->tty.fd = cfg->on_tty ? 0 : -1;

@@ -174,6 +174,7 @@ struct mg_agent_result {
     int nfailures, failures_dropped;
     struct mg_attempt_summary *attempts; /* rounds entries */
     struct mg_root_cause root;
+    int root_failure; /* which of failures[] root is (-1: none yet) */
     char run_dir[4096];
     char run_id[160];
     char hint[768]; /* what to try, when the failure says it (every rank missing a module) */

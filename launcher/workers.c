@@ -65,7 +65,9 @@ void mg_workers_kill(struct mg_agent *ag, const char *why)
     for (int i = 0; i < ag->nproc; i++)
         if (ag->w[i].outcome == W_RUNNING) {
             kill(-ag->w[i].pid, SIGKILL);
-            ag->w[i].stop_sent = SIGKILL;
+            /* one that was already exiting is still its own failure */
+            if (!ag->w[i].exiting_at_stop)
+                ag->w[i].stop_sent = SIGKILL;
             n++;
         }
     if (n) {
@@ -149,6 +151,8 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
         ag->hold_failure_until = w->end_ms + STOP_WINDOW_MS;
 }
 
+static void fill_root_cause(struct mg_agent *ag, struct worker *w);
+
 /* mglaunch's own stop signal came after these failures. */
 void mg_workers_excuse_recent(struct mg_agent *ag)
 {
@@ -208,8 +212,18 @@ void mg_workers_excuse_recent(struct mg_agent *ag)
         ag->attempt_failed = failed || ag->attempt_fatal;
     }
     r->nfailures = keep;
-    if (keep == 0)
+    if (keep == 0 || r->root_failure >= keep) {
+        /* the root cause was excused: the first failure kept takes its place */
         memset(&r->root, 0, sizeof(r->root));
+        r->root_failure = -1;
+        for (int i = 0; keep > 0 && i < ag->nproc && r->root_failure < 0; i++)
+            if (ag->w[i].outcome == W_FAILED && ag->w[i].failure == 0)
+                fill_root_cause(ag, &ag->w[i]);
+        if (keep > 0 && r->root_failure < 0) { /* its workers are gone: what was recorded */
+            r->root.f = r->failures[0];
+            r->root_failure = 0;
+        }
+    }
     ag->hold_failure_until = 0;
 }
 
@@ -221,6 +235,7 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
     if (w->failure < 0 || ag->res.failures[w->failure].attempt != ag->res.failures[0].attempt)
         return;
     rc->f = ag->res.failures[w->failure];
+    ag->res.root_failure = w->failure;
     mg_fmt(rc->host, sizeof(rc->host), "%s", ag->cfg.hostname);
     worker_dir(ag, w->local_rank, rc->log_path, sizeof(rc->log_path));
     error_file_path(ag, w->local_rank, rc->error_file, sizeof(rc->error_file));
@@ -667,11 +682,11 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
             t->nstopped++;
         }
     }
-    /* A worker that was already exiting, killed by a signal no stop
-     * explains, when the first failure was seen is the root cause when that
-     * one exited with a code: the crash broke the others' connections, and
-     * one of them exited, with an error of its own, before mglaunch saw the
-     * crash (docs/logs.md). */
+    /* A worker that was already exiting when the first failure was seen,
+     * killed by a signal no stop explains, is the root cause when that first
+     * failure did not crash itself: the crash broke the others' connections,
+     * and one of them exited, with an error of its own, before mglaunch saw
+     * the crash (docs/cli.md). */
     if (first >= 0 && !crashed(ag, &ag->w[first])) {
         int crash = -1;
         for (int i = 0; i < ag->nproc; i++) {
