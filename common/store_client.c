@@ -409,7 +409,8 @@ static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struc
          * and closed before reading the rest: its ERROR reply, sent first,
          * says why, and beats "the store closed the connection". */
         int why = read_reply(st, q->id, mg_now_ms() + 1000, y);
-        if (why < 0 && why != -MG_ECLOSED && why != -ETIMEDOUT && why != -MG_EPROTO)
+        if (why < 0 && why != -MG_ECLOSED && why != -ETIMEDOUT && why != -MG_EPROTO &&
+            why != -EINTR)
             rc = why;
     }
     if (rc)

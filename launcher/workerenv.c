@@ -135,6 +135,8 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     /* Values are pointed to, not copied: a long --gpu_ids list or error file
      * path goes through whole. Only the numbers are formatted here. */
     char nums[NMANAGED][24];
+    /* every managed name, and CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and
+     * MG_STORE_TOKEN, which are not managed (one to spare) */
     const char *names[NMANAGED + 4], *vals[NMANAGED + 4];
     int nv = 0, nn = 0;
     const char *nccl = mg_env_get(base, "NCCL_ASYNC_ERROR_HANDLING");

@@ -254,6 +254,9 @@ static const char *store_host_is(const struct mg_dist *d)
 /* Why a connection to the store failed, in words a user can act on. */
 static const char *store_why(const struct mg_dist *d, int rc)
 {
+    if (rc == -ECONNREFUSED && d->env.use_agent_store == 1)
+        return "connection refused (nothing listens there: the launcher's agent on node 0 has "
+               "not started its store, or MASTER_ADDR names another machine)";
     if (rc == -MG_EAUTH && d->env.use_agent_store == 1)
         return "authentication failed: MG_AGENT_STORE_TOKEN differs from the agents' rendezvous "
                "token, or one side has none";

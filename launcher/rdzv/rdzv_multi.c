@@ -714,7 +714,7 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
     int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
     /* A node that gave up before its first "still waiting" (a short
      * join_timeout, a slow machine) still says whom it waited for. */
-    if (rc < 0 && rc != -EADDRINUSE && m->first_wait[0])
+    if (rc < 0 && rc != -EADDRINUSE && rc != -MG_EAUTH && rc != -EINVAL && m->first_wait[0])
         note(m, "%s", m->first_wait);
     m->first_wait[0] = 0;
     if (rc == -EADDRINUSE && m->backend == MG_RDZV_STATIC) {
