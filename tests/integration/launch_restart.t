@@ -121,4 +121,14 @@ like "$e" "  exit      : was killed by SIGKILL" "killed by SIGKILL"
 # (mglaunch may also see rank 0 die first, and then stop rank 1: the same root cause)
 like "$e" "rank 0 \\(local rank 0, pid [0-9]+\\) was killed by SIGKILL \\(exit code 137\\); 1 (more failed|stopped)" \
     "rank 0 failed, it was not stopped"
+# The same with --shutdown_timeout 0 (the others are SIGKILLed at once, and
+# the escalation must not count the dying rank 0 as stopped either).
+"$MGLAUNCH" --nproc_per_node 2 --log_dir "$L" --rdzv_id crashpeer0 --monitor_interval 0.05 \
+    --shutdown_timeout 0 "$FW" \
+    if local_rank=0 pidfile "$T/p1" if local_rank=0 alloc 100 if local_rank=0 signal KILL \
+    if local_rank=1 wait-exiting "$T/p1" if local_rank=1 error-json "lost rank 0" \
+    if local_rank=1 exit 1 >"$T/cp0.out" 2>&1
+is "$?" 137 "--shutdown_timeout 0: the exit code is still the crash's"
+like "$(cat "$T/cp0.out")" "Root cause \\(first failure\\):
+  rank      : 0 \\(local rank 0\\)" "--shutdown_timeout 0: the root cause is still rank 0"
 done_testing
