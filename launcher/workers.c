@@ -275,7 +275,9 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
 
     if (wstatus == 0) {
         w->outcome = W_SUCCEEDED; /* even when asked to stop: it finished cleanly */
-    } else if (w->stop_sent) {
+    } else if (w->stop_sent || (w->exiting_at_stop && !crashed(ag, w))) {
+        /* (one that was exiting when the others were stopped counts as
+         * stopped too, unless it crashed: a stop that reached it first) */
         w->outcome = W_STOPPED;
     } else {
         char ef_path[PATH_MAX + 16];
