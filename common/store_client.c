@@ -408,9 +408,9 @@ static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struc
         /* The server may have refused the frame from its header (too big)
          * and closed before reading the rest: its ERROR reply, sent first,
          * says why, and beats "the store closed the connection". */
+        y->op = 0;
         int why = read_reply(st, q->id, mg_now_ms() + 1000, y);
-        if (why < 0 && why != -MG_ECLOSED && why != -ETIMEDOUT && why != -MG_EPROTO &&
-            why != -EINTR)
+        if (why < 0 && y->op == MG_SP_ERROR)
             rc = why;
     }
     if (rc)

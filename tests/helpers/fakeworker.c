@@ -30,6 +30,8 @@
  *   if COND[,COND] ACTION   do ACTION only if every COND holds: rank=N,
  *                           local_rank=N, restart=N (TORCHELASTIC_RESTART_COUNT)
  */
+#include "proc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -56,7 +58,6 @@ static void on_term(int sig)
 /* The process whose pid is in file has begun to exit (PF_EXITING). */
 static int exiting(const char *file)
 {
-    char buf[1024];
     int pid = 0;
     FILE *f = fopen(file, "r");
     if (f) {
@@ -64,17 +65,7 @@ static int exiting(const char *file)
             pid = 0;
         fclose(f);
     }
-    snprintf(buf, sizeof(buf), "/proc/%d/stat", pid);
-    if (pid <= 0 || !(f = fopen(buf, "r")))
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    for (int field = 2; p && *p && field < 9; p++)
-        if (*p == ' ')
-            field++;
-    return p && (strtoul(p, NULL, 10) & 0x4);
+    return pid > 0 && mg_proc_exiting(pid) == 1;
 }
 
 static void on_trap(int sig)
