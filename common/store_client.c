@@ -166,12 +166,16 @@ int mg_store_connect(struct mg_store **out, const struct mg_store_opts *o)
             rc = fd;
         }
         now = mg_now_ms();
-        if (!retryable(rc) || now + backoff >= deadline)
+        if (!retryable(rc))
             goto fail;
+        /* Told before giving up too: an attempt that blocked past the
+         * deadline (a resolver that does not answer) still says so. */
         if (o->progress && now >= next_told) {
             next_told = now + MG_STORE_PROGRESS_EVERY_MS;
             o->progress(o->progress_ctx, rc, (int)(now - start), mg_ms_until(deadline));
         }
+        if (now + backoff >= deadline)
+            goto fail;
         /* Jittered backoff, so a crowd of agents does not retry in step. */
         uint32_t r = 0;
         if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
