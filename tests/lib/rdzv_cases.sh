@@ -32,6 +32,11 @@ agent() {
         _extra=$HOST_ARGS
         _first=0
     fi
+    # The previous case's files go first, here: the background child would
+    # empty them only when it runs, and a check of this case could read the
+    # last case's lines before that (a stale "formed": the test then killed an
+    # agent that had not joined yet, and the others waited for it).
+    rm -f "$T/$_n.out" "$T/$_n.err"
     "$AGENT" --backend "$BACKEND" --endpoint "$EP" --id "$RUN" --host "$_n" --script "$_s" \
         $_extra "$@" >"$T/$_n.out" 2>"$T/$_n.err" &
     eval "PID_$_n=$!"
