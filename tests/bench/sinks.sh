@@ -54,7 +54,7 @@ if [ -z "${UPLOAD_DEST:-}" ] && [ "${UPLOAD_CMD:-0}" != 1 ]; then
     if [ -n "$NGINX" ] && nginx_dav "$T/nginx"; then
         UPLOAD_DEST=http://127.0.0.1:$NGINX_PORT/runs
         [ "${SERVER_NICE:-19}" = 0 ] ||
-            renice -n "${SERVER_NICE:-19}" -p "$_ngpid" $(pgrep -P "$_ngpid") >/dev/null
+            renice -n "${SERVER_NICE:-19}" -p "$NGINX_PID" $(pgrep -P "$NGINX_PID") >/dev/null
     else
         diag "no nginx (scripts/deps.sh): copying with --upload-cmd instead"
     fi
@@ -76,9 +76,9 @@ cpu_ticks() {
 }
 # server_ticks: the CPU time of nginx, its master and its workers
 server_ticks() {
-    [ -n "${NGINX_PORT:-}" ] && [ -n "${_ngpid:-}" ] || { echo 0; return; }
-    _s=$(cpu_ticks "$_ngpid" 14 15)
-    for _w in $(pgrep -P "$_ngpid" 2>/dev/null); do
+    [ -n "${NGINX_PID:-}" ] || { echo 0; return; }
+    _s=$(cpu_ticks "$NGINX_PID" 14 15)
+    for _w in $(pgrep -P "$NGINX_PID" 2>/dev/null); do
         _s=$((_s + $(cpu_ticks "$_w" 14 15)))
     done
     echo "$_s"

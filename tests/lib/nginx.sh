@@ -6,6 +6,7 @@
 #                                   with basic auth when a user is given; returns 1
 #                                   (saying why on stderr) when it does not start
 #   $NGINX                          the nginx binary ("" when not installed)
+#   $NGINX_PID                      its master's pid, once nginx_dav started it
 
 NGINX=$(command -v nginx || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; } || true)
 
@@ -48,8 +49,8 @@ NGINX_EOF
     } >"$_ng/nginx.conf"
     # not bg: its cleanup SIGKILLs the master, which would leave the worker behind
     "$NGINX" -c "$_ng/nginx.conf" -p "$_ng" >"$_ng/stdout" 2>&1 &
-    _ngpid=$!
-    at_cleanup "kill -TERM $_ngpid 2>/dev/null; wait $_ngpid 2>/dev/null"
+    NGINX_PID=$!
+    at_cleanup "kill -TERM $NGINX_PID 2>/dev/null; wait $NGINX_PID 2>/dev/null"
     wait_for 10 curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/" && return 0
     echo "nginx did not start: $(cat "$_ng/error.log" "$_ng/stdout" 2>/dev/null | tail -n 3)" >&2
     return 1

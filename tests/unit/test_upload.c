@@ -3,7 +3,8 @@
  * a file taken when queued (removing it or renaming another over it later
  * changes nothing), retries counted, a full queue refusing, a newer snapshot replacing
  * a waiting one, close() giving up at its deadline, the commands running at
- * the sender's lower priority, and the errors of open and fetch. The HTTP and S3 destinations are tested against real servers in
+ * the sender's lower priority, and the errors of open and fetch. The HTTP and
+ * S3 destinations are tested against real servers in
  * tests/integration/train_upload.t. */
 #include "mg_err.h"
 #include "tap.h"
