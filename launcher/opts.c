@@ -714,8 +714,10 @@ static int check_values(struct parse *p)
     }
     if (s[O_ROLE].set) {
         const char *v = s[O_ROLE].val;
-        if (!*v || strlen(v) > 64)
-            return bad_value(p, O_ROLE, v, "expected a name of 1 to 64 characters");
+        /* Empty is torchrun's too: TorchX's dist.ddp passes --role '', and the
+         * workers get ROLE_NAME="" and the prefix "[0]:". */
+        if (strlen(v) > 64)
+            return bad_value(p, O_ROLE, v, "expected a name of at most 64 characters");
         o->role = v;
     }
     o->module = s[O_MODULE].set;

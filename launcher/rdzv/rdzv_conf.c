@@ -174,6 +174,28 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
     if (i == NKEYS)
         return unknown_key(name, err, errlen);
     enum mg_rdzv_conf_key k = keys[i].key;
+    if (k == MG_RDZV_K_JOIN_TIMEOUT) {
+        /* Not one setting under two names: torchrun's c10d reads only
+         * join_timeout, its static and etcd backends only timeout, and TorchX
+         * passes both (join_timeout=1800,close_timeout=600,timeout=1800). */
+        int v;
+        if (mg_rdzv_parse_duration_ms(val, &v) < 0)
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf %s=%s: expected a duration in seconds (like 30, 0.5 or 500ms)", name,
+                val);
+        if (v <= 0)
+            return mg_seterr(err, errlen, -EINVAL, "--rdzv_conf %s=%s: must be positive", name,
+                             val);
+        if (strcmp(name, "timeout") == 0)
+            c->timeout_ms = v;
+        else {
+            c->join_timeout_ms = v;
+            c->join_timeout_given = 1;
+        }
+        c->set |= 1u << k;
+        return 0;
+    }
     if (spelled[k] && strcmp(spelled[k], keys[i].name) != 0)
         return mg_seterr(err, errlen, -EINVAL,
                          "--rdzv_conf: %s and %s are one setting; give only one of them",
@@ -326,6 +348,8 @@ int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size
         if (rc < 0)
             return rc;
     }
+    if (c->timeout_ms && !c->join_timeout_given)
+        c->join_timeout_ms = c->timeout_ms; /* the only name given */
     /* torchrun 2.x's keep_alive_interval alone: its keep_alive_max_attempt
      * defaults to 3 (dynamic_rendezvous.py). */
     if (!keep_alive_n && spelled[MG_RDZV_K_HEARTBEAT_INTERVAL] &&
@@ -359,6 +383,20 @@ int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, ch
                                  strlen(t), MG_RDZV_TOKEN_MAX);
             snprintf(c->token, sizeof(c->token), "%s", t);
         }
+    }
+    if (c->timeout_ms && c->join_timeout_given) {
+        /* Both given: the name this backend reads in torchrun wins; the other
+         * is what torchrun would ignore. */
+        int use_timeout = backend != MG_RDZV_C10D;
+        if (c->timeout_ms != c->join_timeout_ms)
+            add_note(c,
+                     "--rdzv_conf: join_timeout=%gs and timeout=%gs differ; the %s backend uses "
+                     "%s, as torchrun's does",
+                     c->join_timeout_ms / 1000.0, c->timeout_ms / 1000.0,
+                     mg_rdzv_backend_name(backend), use_timeout ? "timeout" : "join_timeout");
+        if (use_timeout)
+            c->join_timeout_ms = c->timeout_ms;
+        c->timeout_ms = 0;
     }
     if (c->heartbeat_interval_ms < 10)
         return mg_seterr(err, errlen, -EINVAL,

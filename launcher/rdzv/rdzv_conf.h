@@ -32,6 +32,10 @@ struct mg_rdzv_conf {
     int exit_barrier_timeout_ms; /* a finished node waits this long for the others */
     int read_timeout_ms;         /* bound of one request to the store or etcd */
     int is_host;                 /* -1: decide from the endpoint; 0/1: forced */
+    /* torchrun reads join_timeout (c10d) or timeout (static, etcd), and TorchX
+     * gives both; mg_rdzv_conf_finish() picks the backend's own (rendezvous.md). */
+    int timeout_ms;         /* the value given as "timeout", 0 when not */
+    int join_timeout_given; /* join_timeout was given under that name */
     char token[MG_RDZV_TOKEN_MAX + 1];
     char cacert[MG_RDZV_PATH_MAX];
     char cert[MG_RDZV_PATH_MAX];
@@ -71,15 +75,18 @@ void mg_rdzv_conf_init(struct mg_rdzv_conf *c);
 
 /* Parses "k=v,k=v", mg's keys and torchrun's (see the top of this file).
  * Durations are seconds, with an optional "s" or "ms" suffix and decimals
- * ("0.5", "500ms"). A key given under two of its names (timeout and
- * join_timeout) is an error. On error returns -EINVAL and writes a message
+ * ("0.5", "500ms"). A key given under two of its names (ca_cert and
+ * cacert) is an error, except timeout and join_timeout, which torchrun's
+ * backends read each on their own (mg_rdzv_conf_finish() picks one). On error returns -EINVAL and writes a message
  * naming the key and value into err. */
 int mg_rdzv_conf_parse(struct mg_rdzv_conf *c, const char *text, char *err, size_t errlen);
 
 /* Takes the token from MG_RDZV_TOKEN when the conf has none (env may be NULL
  * to use the process environment), then checks the settings together and
  * against the backend (heartbeat_timeout >= 2 intervals, TLS files
- * readable). A key that applies to another backend only (the etcd TLS files
+ * readable). With both join_timeout and timeout, the one the backend reads
+ * in torchrun wins (c10d: join_timeout; static, etcd: timeout), with a note
+ * when they differ. A key that applies to another backend only (the etcd TLS files
  * with c10d, is_host with etcd) is dropped with a note, as torchrun ignores
  * it. -EINVAL with a message in err. */
 int mg_rdzv_conf_finish(struct mg_rdzv_conf *c, enum mg_rdzv_backend backend, char *const *env,

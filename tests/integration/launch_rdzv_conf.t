@@ -92,8 +92,9 @@ like "$(cat "$T/err")" "unknown key 'bogus' \\(known: join_timeout, timeout, .*u
 "$MGLAUNCH" --rdzv_conf store_type=file true >"$T/out" 2>"$T/err"
 is "$?" 2 "store_type=file: exit 2"
 like "$(cat "$T/err")" "store_type=file: mglaunch's c10d backend has no file store" "and why"
-"$MGLAUNCH" --rdzv_conf timeout=10,join_timeout=20 true >"$T/out" 2>"$T/err"
-like "$(cat "$T/err")" "timeout and join_timeout are one setting" "one setting under two names: an error"
+"$MGLAUNCH" --rdzv_conf cacert=/a,ca_cert=/b true >"$T/out" 2>"$T/err"
+like "$(cat "$T/err")" "cacert and ca_cert are one setting" "one setting under two names: an error"
+# (join_timeout and timeout are not: torchrun's backends read one each; launch_torchx.t)
 
 # timeout= is the join timeout: a static node whose peer never comes gives up then.
 port=$(free_port)

@@ -49,6 +49,8 @@ static void test_spellings(void)
     is_int(o.nproc, 7, "nproc 7 via prefix");
     is_int(parse("--max-restarts", "3", "--role", "trainer", "prog"), 0, "several flags");
     ok(o.max_restarts == 3 && strcmp(o.role, "trainer") == 0, "values kept");
+    is_int(parse("--role", "", "prog"), 0, "--role '' (TorchX's dist.ddp, as torchrun accepts it)");
+    is_str(o.role, "", "  an empty role");
 
     is_int(parse("--nproc_per_node", "2", "prog", "--nproc_per_node", "9", "-x"), 0,
            "flags after the program belong to it");

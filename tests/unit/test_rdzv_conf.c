@@ -130,7 +130,22 @@ int main(void)
     is_int(parse(&c, "join_timeout=3,join_timeout=4", err, sizeof(err)), 0,
            "one name twice: the last wins, as in torchrun's dict");
     is_int(c.join_timeout_ms, 4000, "  4 s");
-    bad("timeout=5,join_timeout=6", "timeout and join_timeout are one setting");
+    /* TorchX's dist.ddp: both names; torchrun's c10d reads join_timeout, its
+     * static and etcd backends timeout. */
+    noted_finish("join_timeout=1800,close_timeout=600,timeout=1800", MG_RDZV_C10D, "");
+    is_int(c_last.join_timeout_ms, 1800000, "  TorchX's conf: join_timeout 1800 s");
+    is_int(c_last.close_timeout_ms, 600000, "  close_timeout 600 s");
+    is_str(c_last.notes, "", "  equal values: nothing to say");
+    noted_finish("timeout=5,join_timeout=6", MG_RDZV_C10D,
+                 "join_timeout=6s and timeout=5s differ; the c10d backend uses join_timeout");
+    is_int(c_last.join_timeout_ms, 6000, "  c10d: join_timeout wins");
+    noted_finish("join_timeout=6,timeout=5", MG_RDZV_STATIC, "the static backend uses timeout");
+    is_int(c_last.join_timeout_ms, 5000, "  static: timeout wins");
+    noted_finish("join_timeout=6,timeout=5", MG_RDZV_ETCD, "the etcd backend uses timeout");
+    is_int(c_last.join_timeout_ms, 5000, "  etcd: timeout wins");
+    is_int(parse(&c, "timeout=9", err, sizeof(err)), 0, "timeout alone");
+    is_int(c.join_timeout_ms, 9000, "  is the join timeout");
+    bad("timeout=0,join_timeout=6", "timeout=0: must be positive");
     bad("cacert=/a,ca_cert=/b", "cacert and ca_cert");
     bad("store_type=file", "no file store");
     bad("store_type=redis", "store_type=redis");
