@@ -745,6 +745,43 @@ fail:
     return rc;
 }
 
+int mg_agent_rankmem_add(struct mg_agent *ag, const char *env, const char *name, size_t size)
+{
+    char mname[64];
+    int rc = 0, k = ag->nrankmem;
+    if (k >= MG_AGENT_RANKMEM_MAX)
+        return -ENOSPC;
+    if (!env || !*env || strchr(env, '=') || strlen(env) >= sizeof(ag->rankmem[k].env) || !name ||
+        strlen(name) > 32)
+        return -EINVAL;
+    struct mg_rankmem *m = calloc((size_t)ag->nproc, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    for (int i = 0; i < ag->nproc; i++)
+        m[i].fd = -1;
+    for (int i = 0; i < ag->nproc && !rc; i++) {
+        mg_fmt(mname, sizeof(mname), "mg-%s-%d", name, i);
+        rc = mg_rankmem_create(&m[i], mname, size);
+    }
+    if (rc) {
+        for (int i = 0; i < ag->nproc; i++)
+            mg_rankmem_release(&m[i]);
+        free(m);
+        return rc;
+    }
+    mg_fmt(ag->rankmem[k].env, sizeof(ag->rankmem[k].env), "%s", env);
+    ag->rankmem[k].m = m;
+    ag->nrankmem++;
+    return k;
+}
+
+struct mg_rankmem *mg_agent_rankmem(struct mg_agent *ag, int kind, int local_rank)
+{
+    if (kind < 0 || kind >= ag->nrankmem || local_rank < 0 || local_rank >= ag->nproc)
+        return NULL;
+    return &ag->rankmem[kind].m[local_rank];
+}
+
 const struct mg_agent_result *mg_agent_result(const struct mg_agent *ag)
 {
     return &ag->res;
@@ -760,6 +797,11 @@ void mg_agent_release(struct mg_agent *ag)
     mg_sentinel_stop(&ag->sent); /* it exits on EOF, after killing what is left */
     mg_loop_release(&ag->loop);
     mg_rundir_close(&ag->rd);
+    for (int k = 0; k < ag->nrankmem; k++) {
+        for (int i = 0; i < ag->nproc; i++)
+            mg_rankmem_release(&ag->rankmem[k].m[i]);
+        free(ag->rankmem[k].m);
+    }
     free(ag->w);
     free(ag->rbuf);
     free(ag->pipe_owner);

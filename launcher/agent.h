@@ -27,6 +27,7 @@
 #include "net.h"
 #include "numa.h"
 #include "opts.h"
+#include "rankmem.h"
 
 #include <poll.h>
 #include <stdint.h>
@@ -248,6 +249,21 @@ typedef void (*mg_agent_timer_fn)(struct mg_agent *ag, void *ctx);
  * -ENOSPC when the loop's MG_LOOP_MAX_TIMERS are taken. */
 int mg_agent_add_timer(struct mg_agent *ag, int64_t deadline_ms, mg_agent_timer_fn fn, void *ctx);
 void mg_agent_cancel_timer(struct mg_agent *ag, int id);
+
+/* ---- memory lent to the workers (rankmem.h) ---------------------------------------- */
+
+#define MG_AGENT_RANKMEM_MAX 4
+
+/* Registers a memory that each local rank keeps for the whole run: one memfd
+ * per local rank ("mg-<name>-<local_rank>"), size bytes, zeroed, created
+ * now. Every attempt's worker of that rank inherits its own (and no other
+ * rank's), with the descriptor's number in the environment variable env
+ * (docs/environment.md). Returns the kind (>= 0) for mg_agent_rankmem,
+ * -ENOSPC past MG_AGENT_RANKMEM_MAX kinds, -EINVAL for a bad name, or
+ * -errno (nothing is kept then). Call it before mg_agent_run. */
+int mg_agent_rankmem_add(struct mg_agent *ag, const char *env, const char *name, size_t size);
+/* That kind's region of local_rank (the agent's mapping), or NULL. */
+struct mg_rankmem *mg_agent_rankmem(struct mg_agent *ag, int kind, int local_rank);
 
 /* ---- restart backoff (docs/cli.md "Restarts") -------------------------------------- */
 

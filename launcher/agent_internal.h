@@ -154,6 +154,14 @@ struct mg_agent {
     sigset_t stop_set;  /* signals that stop the run (--signals-to-handle) */
     sigset_t reset_set; /* signals the workers get with their default action */
 
+    /* Memories lent to the workers, kept for the run (mg_agent_rankmem_add):
+     * per kind, its variable and one region per local rank. */
+    struct {
+        char env[64];
+        struct mg_rankmem *m;
+    } rankmem[MG_AGENT_RANKMEM_MAX];
+    int nrankmem;
+
     struct mg_agent_result res;
     int attempts_cap;
     long long proc_start; /* /proc/self/stat starttime, to tell a dead launcher */

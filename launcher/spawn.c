@@ -2,6 +2,7 @@
 #include "spawn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -44,6 +45,13 @@ static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spaw
         e = errno;
         goto fail;
     }
+    /* The fd table is the child's own (vfork copies it), so clearing
+     * close-on-exec here leaves mglaunch's descriptors as they are. */
+    for (int i = 0; req->keep_fds && i < req->nkeep; i++)
+        if (req->keep_fds[i] > 2 && fcntl(req->keep_fds[i], F_SETFD, 0) < 0) {
+            e = errno;
+            goto fail;
+        }
     sigaction(SIGPIPE, &dfl, NULL);
     for (int s = 1; req->reset && s < NSIG; s++)
         if (sigismember(req->reset, s) == 1)

@@ -28,6 +28,11 @@ struct mg_spawn_req {
      * ignored in the worker it is passed on to). NULL: none. */
     const sigset_t *reset;
     const struct mg_numa_place *numa; /* --numa-binding, or NULL */
+    /* Descriptors (close-on-exec in mglaunch, numbers above 2) the child
+     * keeps across exec under the same numbers: the memory the agent lends
+     * this worker (rankmem.h). NULL or nkeep 0: none. */
+    const int *keep_fds;
+    int nkeep;
 };
 
 struct mg_spawned {
@@ -39,7 +44,7 @@ struct mg_spawned {
  * tty_fd), PR_SET_PDEATHSIG
  * SIGKILL, signal mask, SIGPIPE and the reset signals restored, CPU
  * affinity and memory node set (numa), group announced to the sentinel,
- * stdio set up, execve. When exec fails, the child stores the errno
+ * stdio set up, keep_fds made inheritable, execve. When exec fails, the child stores the errno
  * in the parent's memory (vfork shares it until exec) and exits 127 (not
  * found) or 126 (cannot execute); mg_spawn returns with exec_errno set. */
 int mg_spawn(const struct mg_spawn_req *req, struct mg_spawned *out);

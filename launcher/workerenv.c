@@ -120,11 +120,16 @@ static const char *const managed[] = {
 #define NMANAGED         (sizeof(managed) / sizeof(managed[0]))
 #define MG_ENV_MAX_BYTES (4u << 20) /* the kernel's ARG_MAX is usually 2 MiB */
 
-static int is_managed(const char *entry, int cvd)
+static int is_managed(const char *entry, int cvd, char *const *extra)
 {
     for (size_t i = 0; i < NMANAGED; i++) {
         size_t n = strlen(managed[i]);
         if (strncmp(entry, managed[i], n) == 0 && entry[n] == '=')
+            return 1;
+    }
+    for (char *const *x = extra; x && *x; x++) {
+        size_t n = strcspn(*x, "=");
+        if (strncmp(entry, *x, n) == 0 && entry[n] == '=')
             return 1;
     }
     return cvd && strncmp(entry, "CUDA_VISIBLE_DEVICES=", 21) == 0;
@@ -181,7 +186,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
 
     size_t count = 0, bytes = 0;
     for (char *const *e = base; e && *e; e++) {
-        if (is_managed(*e, we->cuda_visible_devices != NULL))
+        if (is_managed(*e, we->cuda_visible_devices != NULL, we->extra))
             continue;
         count++;
         bytes += strlen(*e) + 1;
@@ -189,6 +194,10 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     for (int i = 0; i < nv; i++)
         bytes += strlen(names[i]) + 1 + strlen(vals[i]) + 1;
     count += (size_t)nv;
+    for (char *const *x = we->extra; x && *x; x++) {
+        count++;
+        bytes += strlen(*x) + 1;
+    }
     if (bytes > MG_ENV_MAX_BYTES)
         return -E2BIG;
 
@@ -199,7 +208,7 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     char *s = (char *)env + ptrs;
     size_t k = 0;
     for (char *const *e = base; e && *e; e++) {
-        if (is_managed(*e, we->cuda_visible_devices != NULL))
+        if (is_managed(*e, we->cuda_visible_devices != NULL, we->extra))
             continue;
         size_t n = strlen(*e) + 1;
         memcpy(s, *e, n);
@@ -209,6 +218,12 @@ int mg_env_build(char *const *base, const struct mg_worker_env *we, char ***out)
     for (int i = 0; i < nv; i++) {
         env[k++] = s;
         s += sprintf(s, "%s=%s", names[i], vals[i]) + 1;
+    }
+    for (char *const *x = we->extra; x && *x; x++) {
+        size_t n = strlen(*x) + 1;
+        memcpy(s, *x, n);
+        env[k++] = s;
+        s += n;
     }
     env[k] = NULL;
     *out = env;

@@ -60,11 +60,15 @@ struct mg_worker_env {
     int use_agent_store;
     const char *agent_store_token;
     const char *store_token; /* MG_STORE_TOKEN; NULL or "": leave it alone */
+    /* More entries of mg's own, "NAME=value" (the descriptors of the memory
+     * the agent lends the worker, rankmem.h), NULL-terminated; the base's
+     * variables of the same names are dropped. NULL: none. */
+    char *const *extra;
 };
 
 /* Builds a worker's envp: base minus every variable set here (and
  * MG_AGENT_STORE, MG_AGENT_STORE_TOKEN), plus torchrun's variables,
- * MG_RUN_LOG_DIR and MG_ATTEMPT, OMP_NUM_THREADS=1 when unset in base and
+ * MG_RUN_LOG_DIR and MG_ATTEMPT, the extra entries, OMP_NUM_THREADS=1 when unset in base and
  * local_world_size > 1, NCCL_ASYNC_ERROR_HANDLING and
  * TORCH_NCCL_ASYNC_ERROR_HANDLING (each inherited or 1), MG_STORE_TOKEN when
  * store_token is given and base has none. The result is one allocation

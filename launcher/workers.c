@@ -425,6 +425,14 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     char dir[PATH_MAX + 16], ef[PATH_MAX + 32];
 
     char vdev[MG_GPU_ID_LEN];
+    /* MG_*=<fd> of the memories this rank is lent (mg_agent_rankmem_add) */
+    char extra_buf[MG_AGENT_RANKMEM_MAX][80];
+    char *extra[MG_AGENT_RANKMEM_MAX + 1] = {NULL};
+    for (int k = 0; k < ag->nrankmem; k++) {
+        mg_rankmem_env(&ag->rankmem[k].m[i], ag->rankmem[k].env, extra_buf[k],
+                       sizeof(extra_buf[k]));
+        extra[k] = extra_buf[k];
+    }
     worker_dir(ag, i, dir, sizeof(dir));
     error_file_path(ag, i, ef, sizeof(ef));
     if (o->virtual_local_rank)
@@ -454,6 +462,7 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
         .store_token = g->store_token,
         .run_log_dir = ag->rd.dir,
         .attempt = ag->attempt,
+        .extra = extra,
     };
     if ((rc = mg_env_build(ag->cfg.environ, &we, &w->envp))) {
         mg_agent_error(ag, rc, "cannot build the environment of local rank %d", i);
@@ -502,11 +511,20 @@ void mg_workers_prepare(struct mg_agent *ag)
         prepare_worker(ag, &ag->w[i]);
 }
 
+/* The descriptors of the memories w's rank is lent, into keep; how many. */
+static int lent_fds(const struct mg_agent *ag, const struct worker *w, int *keep)
+{
+    for (int k = 0; k < ag->nrankmem; k++)
+        keep[k] = ag->rankmem[k].m[w->local_rank].fd;
+    return ag->nrankmem;
+}
+
 /* Starts a worker on two pseudo-terminals: stdin+stdout and stderr. */
 static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
 {
     struct mg_spawned sp;
-    int rc;
+    int rc, keep[MG_AGENT_RANKMEM_MAX];
+    int nkeep = lent_fds(ag, w, keep);
     if ((rc = mg_pty_open(&w->pty[0], ag->tty.fd)) || (rc = mg_pty_open(&w->pty[1], ag->tty.fd))) {
         mg_pty_close(&w->pty[0]);
         mg_agent_error(ag, rc, "cannot open a pseudo-terminal for local rank %d", w->local_rank);
@@ -523,6 +541,8 @@ static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
         .sentinel_fd = ag->sent.fd,
         .reset = &ag->reset_set,
         .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
+        .keep_fds = keep,
+        .nkeep = nkeep,
     };
     rc = mg_spawn(&req, &sp);
     mg_pty_close_slave(&w->pty[0]);
@@ -549,7 +569,8 @@ static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
  * (recorded with mg_agent_error). */
 static int spawn_worker(struct mg_agent *ag, struct worker *w)
 {
-    int out[2], err[2];
+    int out[2], err[2], keep[MG_AGENT_RANKMEM_MAX];
+    int nkeep = lent_fds(ag, w, keep);
     struct mg_spawned sp;
 
     if (w->has_pty) {
@@ -577,6 +598,8 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
         .sentinel_fd = ag->sent.fd,
         .reset = &ag->reset_set,
         .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
+        .keep_fds = keep,
+        .nkeep = nkeep,
     };
     int rc = mg_spawn(&req, &sp);
     close(out[1]);
