@@ -150,8 +150,8 @@ static void test_agent(void)
         "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then printf r$RANK 1<>/proc/self/fd/$MGT_MEM; "
         "exit 3; fi; head -c2 /proc/self/fd/$MGT_MEM; echo \" $(ls -l /proc/self/fd/ | grep -c "
         "memfd:mg-test-)\"";
-    char *argv[] = {"mglaunch", "--nproc_per_node", "2", "--max_restarts", "1", "sh",
-                    "-c",       script,             NULL};
+    char *argv[] = {"mglaunch", "--nproc_per_node", "2", "--max_restarts", "1", "sh", "-c", script,
+                    NULL};
     struct mg_host_info host = {.ncpu = 2};
     if (mg_opts_parse(&o, 8, argv, NULL, err, sizeof(err)) ||
         mg_opts_resolve(&o, &host, err, sizeof(err)))
