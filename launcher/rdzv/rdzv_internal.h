@@ -30,7 +30,7 @@ struct rdzv_state {
 struct mg_rdzv {
     struct mg_kv *kv;
     char ns[KEY_MAX / 2];
-    int min, max, fixed, nproc, max_restarts;
+    int min, max, fixed, idx, nproc, max_restarts;
     struct mg_rdzv_conf conf;
     char id[MG_RDZV_ID_MAX];
     char host[MG_HOST_MAX];

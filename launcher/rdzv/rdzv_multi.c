@@ -3,6 +3,7 @@
 #include "mg_err.h"
 #include "net.h"
 #include "kv_open.h"
+#include "node_order.h"
 #include "rdzv_conf.h"
 #include "rdzv_proto.h"
 #include "sha256.h"
@@ -518,7 +519,8 @@ struct plan {
     int node_rank; /* static: this node's; -1: assigned by the rendezvous */
     int node_rank_given;
     const char *master_addr;
-    int slurm; /* mg_slurm_detect: 1 in an allocation */
+    int slurm;       /* mg_slurm_detect: 1 in an allocation */
+    int sched_index; /* node_order.h: the scheduler's index of this node, -1: none */
     struct mg_slurm sl;
     char endpoint[MG_HOST_MAX + 16];
     char ns[MG_KV_MAX_KEY]; /* the key namespace of the run */
@@ -796,6 +798,8 @@ static int start_rdzv(const struct mg_launch_opts *o, struct multi *m, const str
         .min_nodes = p->min,
         .max_nodes = p->max,
         .node_rank = m->backend == MG_RDZV_STATIC ? p->node_rank : -1,
+        .has_sched_index = p->sched_index >= 0,
+        .sched_index = p->sched_index,
         .nproc = o->nproc,
         .max_restarts = o->max_restarts,
         .hostname = m->hostname,
@@ -832,6 +836,11 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
     if ((rc = take_slurm(o, env, m, &p, err, errcap)) < 0 ||
         (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0)
         goto fail;
+    p.sched_index = mg_rdzv_sched_index(env, m->hostname, NULL, err, errcap);
+    if (p.sched_index < -1) {
+        rc = p.sched_index;
+        goto fail;
+    }
     add_notice(m, m->conf.notes);
     if ((rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
         (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||

@@ -4,6 +4,7 @@
  * rendezvous. rdzv_proto.h has the keys and the rules; forming a round is in
  * rdzv_round.c, watching it in rdzv_watch.c. */
 #include "rdzv_internal.h"
+#include "node_order.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -17,8 +18,8 @@
 
 int mg_rdzv_desc_format(const struct mg_rdzv_desc *d, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "id=%s host=%s addr=%s port=%d nproc=%d prev=%d fixed=%d", d->id,
-                     d->host, d->addr, d->port, d->nproc, d->prev, d->fixed);
+    int n = snprintf(buf, len, "id=%s host=%s addr=%s port=%d nproc=%d prev=%d fixed=%d idx=%d",
+                     d->id, d->host, d->addr, d->port, d->nproc, d->prev, d->fixed, d->idx);
     return n < 0 || (size_t)n >= len ? -MG_ETOOBIG : n;
 }
 
@@ -52,6 +53,7 @@ int mg_rdzv_desc_parse(const char *text, struct mg_rdzv_desc *d)
     unsigned seen = 0;
 
     memset(d, 0, sizeof(*d));
+    d->idx = -1; /* an agent from before idx= */
     while (*p && *p != '\n') {
         const char *end = p, *eq;
         while (*end && *end != ' ' && *end != '\n')
@@ -77,6 +79,8 @@ int mg_rdzv_desc_parse(const char *text, struct mg_rdzv_desc *d)
             rc = field_int(v, vn, -1, MG_RDZV_MAX_NODES, &d->prev), seen |= 32;
         else if (IS("fixed"))
             rc = field_int(v, vn, -1, MG_RDZV_MAX_NODES, &d->fixed), seen |= 64;
+        else if (IS("idx"))
+            rc = field_int(v, vn, -1, MG_NODE_INDEX_MAX, &d->idx);
             /* unknown fields are skipped: newer agents may add some */
 #undef IS
         if (rc < 0)
@@ -95,14 +99,22 @@ static int desc_cmp(const void *a, const void *b)
             return x->fixed < 0 ? 1 : -1;
         return x->fixed < y->fixed ? -1 : 1;
     }
-    /* 2. members of the previous round keep their relative order */
+    /* 2. the scheduler's index: placement, fixed for a node's life, so the
+     * survivors of a round keep their relative order */
+    if (x->idx != y->idx) {
+        if (x->idx < 0 || y->idx < 0)
+            return x->idx < 0 ? 1 : -1;
+        return x->idx < y->idx ? -1 : 1;
+    }
+    /* 3. members of the previous round keep their relative order */
     if (x->prev != y->prev) {
         if (x->prev < 0 || y->prev < 0)
             return x->prev < 0 ? 1 : -1;
         return x->prev < y->prev ? -1 : 1;
     }
-    /* 3. newcomers by host name, then agent id */
-    int c = strcmp(x->host, y->host);
+    /* 4. newcomers by host name in natural order (node2 before node10), then
+     * agent id */
+    int c = mg_rdzv_natcmp(x->host, y->host);
     return c ? c : strcmp(x->id, y->id);
 }
 
@@ -121,6 +133,7 @@ void rdzv_my_desc(const struct mg_rdzv *r, struct mg_rdzv_desc *d)
     d->nproc = r->nproc;
     d->prev = r->prev_rank;
     d->fixed = r->fixed;
+    d->idx = r->idx;
 }
 
 /* ---- state --------------------------------------------------------------------- */
@@ -329,6 +342,7 @@ int mg_rdzv_new(struct mg_rdzv **out, const struct mg_rdzv_opts *o, char *err, s
     r->min = o->min_nodes;
     r->max = o->max_nodes;
     r->fixed = o->node_rank;
+    r->idx = o->has_sched_index && o->sched_index >= 0 ? o->sched_index : -1;
     r->nproc = o->nproc;
     r->max_restarts = o->max_restarts;
     r->conf = *o->conf;

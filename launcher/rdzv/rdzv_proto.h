@@ -55,6 +55,8 @@ struct mg_rdzv_opts {
     int min_nodes;    /* --nnodes MIN:MAX */
     int max_nodes;
     int node_rank;         /* >= 0: fixed rank (static backend); -1: assigned */
+    int has_sched_index;   /* the scheduler numbered this node: */
+    int sched_index;       /* its index (node_order.h), which orders new nodes first */
     int nproc;             /* workers on this node */
     int max_restarts;      /* failure restarts allowed for the whole job */
     const char *hostname;  /* for agent ids, rank order and messages */
@@ -183,6 +185,7 @@ struct mg_rdzv_desc {
     char host[MG_HOST_MAX];
     char addr[MG_HOST_MAX];
     int port, nproc, prev, fixed;
+    int idx; /* the scheduler's index of the node (node_order.h), -1: none */
 };
 int mg_rdzv_desc_parse(const char *text, struct mg_rdzv_desc *d);
 int mg_rdzv_desc_format(const struct mg_rdzv_desc *d, char *buf, size_t len);
