@@ -144,6 +144,7 @@ struct mg_store_server_stats {
     int64_t revision;    /* store-wide revision */
     uint64_t dropped;    /* connections the server closed (protocol, auth, timeouts, leases) */
     uint64_t leases_expired;
+    uint64_t requests; /* requests answered or parked since the start (all opcodes) */
 };
 void mg_store_server_stats(struct mg_store_server *srv, struct mg_store_server_stats *st);
 

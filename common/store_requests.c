@@ -525,6 +525,7 @@ void mg_ss_handle_request(struct mg_store_server *s, struct conn *c, const struc
                           const uint8_t *body)
 {
     struct mg_sp_req q;
+    s->requests++;
     int rc = mg_sp_req_decode(h, body, &q);
     if (rc) {
         mg_ss_reply_status(c, h->op, h->id, mg_sp_err_status(rc));

@@ -866,6 +866,7 @@ void mg_store_server_stats(struct mg_store_server *s, struct mg_store_server_sta
     st->revision = s->rev;
     st->dropped = s->dropped;
     st->leases_expired = s->leases_expired;
+    st->requests = s->requests;
     mg_ss_unlock(s);
 }
 

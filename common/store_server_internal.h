@@ -156,7 +156,7 @@ struct mg_store_server {
     struct conn *dirty, *dead;
 
     size_t stored, buffered;
-    uint64_t dropped, leases_expired;
+    uint64_t dropped, leases_expired, requests;
     int64_t accept_pause_until;
 
     struct conn *local; /* owns the hosting process's ephemeral keys (never polled) */

@@ -480,6 +480,14 @@ int mg_kv_host_serve(struct mg_kv_host *h, int timeout_ms)
     }
 }
 
+int mg_kv_host_stats(struct mg_kv_host *h, struct mg_store_server_stats *st)
+{
+    if (!h)
+        return -EINVAL;
+    mg_store_server_stats(h->srv, st);
+    return 0;
+}
+
 int mg_kv_host_port(const struct mg_kv_host *h)
 {
     return h ? h->port : 0;

@@ -9,6 +9,7 @@
 
 #include "rdzv_conf.h"
 #include "kv.h"
+#include "store.h"
 
 #include <poll.h>
 #include <stdint.h>
@@ -70,6 +71,8 @@ int mg_kv_host_port(const struct mg_kv_host *h);
  * (NULL: none kept): the workers' keys of earlier attempts in the agent
  * store. Returns how many. */
 int mg_kv_host_delete_prefix(struct mg_kv_host *h, const char *prefix, const char *keep);
+/* The hosted server's statistics (common/store.h), for the scale benchmark. */
+int mg_kv_host_stats(struct mg_kv_host *h, struct mg_store_server_stats *st);
 void mg_kv_host_release(struct mg_kv_host *h);
 
 /* The address the other nodes most likely reach this agent at: the local

@@ -45,9 +45,10 @@ static void write_stats(struct mg_store_server *srv, const char *path)
     mg_store_server_stats(srv, &s);
     snprintf(line, sizeof(line),
              "clients=%d waiters=%d keys=%zu stored_bytes=%zu buffer_bytes=%zu revision=%lld "
-             "dropped=%llu leases_expired=%llu\n",
+             "dropped=%llu leases_expired=%llu requests=%llu\n",
              s.clients, s.waiters, s.keys, s.stored_bytes, s.buffer_bytes, (long long)s.revision,
-             (unsigned long long)s.dropped, (unsigned long long)s.leases_expired);
+             (unsigned long long)s.dropped, (unsigned long long)s.leases_expired,
+             (unsigned long long)s.requests);
     write_file(path, line);
 }
 

@@ -1,0 +1,158 @@
+#!/bin/sh
+# The rendezvous at scale: thousands of simulated nodes (tests/helpers/rdzv_swarm:
+# one thread per node, in a few processes, each running mg's real rendezvous
+# client over its own socket) against a real store, side by side in one run:
+#   - own:    mg's store server as its own process (storesrv, its poll loop);
+#   - hosted: the c10d store that the agent on the endpoint host serves from its
+#             loop (node 0 of the swarm, in a process of its own);
+#   - torch:  Debian's torch.distributed.TCPStore (1.13) driven from Python
+#             threads with the same work: N clients add themselves to a count,
+#             the last one writes the roster, every client waits for it and
+#             reads it (no heartbeats: TCPStore has none).
+# Per N: time from the last join to every node knowing its rank; the store's
+# requests, CPU and peak RSS; the heartbeat load at steady state (requests/s and
+# the store's CPU share); the time for the survivors to re-form after 1% of the
+# nodes die (their connections close, as a SIGKILLed agent's do); the worst
+# latency a probe client saw (a GET every 10 ms throughout).
+# Every run checks its result (distinct ranks, one round, one master), and the
+# benchmark fails when one does not. Run it under `flock /work/locks/heavy`.
+# Knobs: MG_SCALE_NS ("128 1024 4096 10000"), MG_SCALE_STORES ("own hosted"),
+# MG_SCALE_TORCH_MAX (10000), MG_SCALE_STEADY_MS (3000), MG_SCALE_TIMEOUT (240 s
+# per run), MG_SCALE_CONF (--rdzv_conf for every node, "").
+. "$(dirname "$0")/../lib/bench.sh"
+SW=$HELPERS/rdzv_swarm
+NS=${MG_SCALE_NS:-"128 1024 4096 10000"}
+STORES=${MG_SCALE_STORES:-"own hosted"}
+TORCH_MAX=${MG_SCALE_TORCH_MAX:-10000}
+STEADY=${MG_SCALE_STEADY_MS:-3000}
+TMO=${MG_SCALE_TIMEOUT:-240}
+CONF=${MG_SCALE_CONF:-}
+need "$SW" "$HELPERS/storesrv" "$HELPERS/freeport"
+fail=0
+
+# The swarm needs about 2 descriptors per node in each of its processes, and
+# the store one per node: raise the soft limit to the hard one.
+hard=$(ulimit -Hn)
+ulimit -n "$hard" 2>/dev/null || diag "cannot raise the open-file limit to $hard (ulimit -n)"
+procs_for() { # N: processes so that each stays well under the descriptor limit
+    p=$(($1 * 2 / (hard / 2) + 1))
+    [ "$p" -lt 4 ] && p=4
+    echo "$p"
+}
+
+val() { sed -n "s/.*\\b$2=\\([^ ]*\\).*/\\1/p" "$1" | head -n 1; }
+
+# swarm STORE N: one run; its key=value lines in $T/sw.STORE.N
+swarm() {
+    st=$1
+    n=$2
+    out=$T/sw.$st.$n
+    kill=$((n / 100))
+    [ "$kill" -lt 1 ] && kill=1
+    conf="join_timeout=$TMO${CONF:+,$CONF}"
+    if [ "$st" = own ]; then
+        rm -f "$T/port"
+        "$HELPERS/storesrv" --port-file "$T/port" --stats-file "$T/stats" \
+            --max-clients $((n * 2 + 64)) >"$T/storesrv.log" 2>&1 &
+        spid=$!
+        SPAWNED="$SPAWNED $spid"
+        wait_for 10 test -s "$T/port" || { diag "storesrv did not start"; return 1; }
+        timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
+            --endpoint "127.0.0.1:$(cat "$T/port")" --server-pid "$spid" \
+            --stats-file "$T/stats" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
+            --timeout-s "$TMO" >"$out" 2>"$out.err"
+        rc=$?
+        kill "$spid" 2>/dev/null
+        wait "$spid" 2>/dev/null
+    else
+        timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
+            --hosted "$(free_port)" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
+            --timeout-s "$TMO" >"$out" 2>"$out.err"
+        rc=$?
+    fi
+    if [ $rc != 0 ] || ! grep -q '^check=ok' "$out"; then
+        diag "$st store, $n nodes: $(grep -h 'check=\|first_error' "$out" "$out.err" | tr '\n' ' ')"
+        return 1
+    fi
+}
+
+# torch's TCPStore: "torch N form_ms" lines, or "torch N fail WHY".
+torch_runs() {
+    $PY - "$@" <<'PYEOF'
+import datetime, sys, threading, time
+import torch.distributed as dist
+TO = datetime.timedelta(seconds=int(sys.argv[1]))
+for n in map(int, sys.argv[2:]):
+    try:
+        master = dist.TCPStore("127.0.0.1", 0, None, True, TO, wait_for_workers=False)
+        cls = [dist.TCPStore("127.0.0.1", master.port, None, False, TO) for _ in range(n)]
+        joined, ranks, errs = [0.0] * n, [None] * n, []
+        bar = threading.Barrier(n)
+        def agent(i):
+            try:
+                c = cls[i]
+                bar.wait()
+                joined[i] = time.perf_counter()
+                c.set("j/%d" % i, "id=n%05d addr=127.0.0.1 port=%d nproc=1" % (i, 30000 + i))
+                if c.add("n", 1) == n:
+                    c.set("close", "\n".join("n%05d" % k for k in range(n)))
+                c.wait(["close"])
+                roster = c.get("close").decode().split("\n")
+                ranks[i] = (roster.index("n%05d" % i), time.perf_counter())
+            except Exception as e:
+                errs.append(str(e))
+        ths = [threading.Thread(target=agent, args=(i,)) for i in range(n)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        if errs or sorted(r[0] for r in ranks if r) != list(range(n)):
+            print("torch %d fail %s" % (n, (errs or ["ranks wrong"])[0].replace(" ", "_")[:80]), flush=True)
+            continue
+        print("torch %d %.1f" % (n, (max(r[1] for r in ranks) - max(joined)) * 1000), flush=True)
+        del cls, master
+    except Exception as e:
+        print("torch %d fail %s" % (n, str(e).replace(" ", "_")[:80]), flush=True)
+PYEOF
+}
+
+{
+versions_line
+machine_line
+echo
+echo "rendezvous at scale: simulated nodes (one thread each, real rendezvous client, own socket),"
+echo "1% killed after ${STEADY} ms of heartbeats (default heartbeat_interval 1 s, timeout 5 s)"
+[ -n "$CONF" ] && echo "--rdzv_conf $CONF"
+printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' N store "form ms" "form req" \
+    "hb req/s" "hb cpu" "reform ms" "rss MB" "cpu s" "probe ms" "torch ms"
+} | tee "$OUT/scale.txt"
+
+for n in $NS; do
+    tr=""
+    if have_torch && [ "$n" -le "$TORCH_MAX" ]; then
+        tr=$(torch_runs "$TMO" "$n" 2>"$T/torch.err" | awk '{ print $3 }')
+        [ -z "$tr" ] && tr="fail"
+    fi
+    for st in $STORES; do
+        if swarm "$st" "$n"; then
+            f=$T/sw.$st.$n
+            hwm=$(val "$f" store_hwm_kb)
+            printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' "$n" "$st" \
+                "$(val "$f" form_ms)" "$(val "$f" form_requests)" "$(val "$f" hb_requests_per_s)" \
+                "$(val "$f" hb_store_cpu)" "$(val "$f" reform_ms)" \
+                "$(awk -v k="$hwm" 'BEGIN { printf "%.1f", k / 1024 }')" "$(val "$f" store_cpu_s)" \
+                "$(val "$f" probe_max_ms)" "${tr:--}" | tee -a "$OUT/scale.txt"
+        else
+            printf '  %-6s %-6s  FAILED (see above)\n' "$n" "$st" | tee -a "$OUT/scale.txt"
+            fail=1
+        fi
+    done
+done
+{
+echo
+echo "form ms: last node's join began -> last node knew its rank.  hb: steady-state heartbeat"
+echo "requests/s and the store's CPU share (1.0 = one core).  reform ms: deaths -> last survivor"
+echo "in the new round.  rss: the store process's peak (hosted: the agent hosting it).  probe:"
+echo "worst GET latency of an extra client.  torch: TCPStore, same join-and-read-roster work."
+} | tee -a "$OUT/scale.txt"
+exit $fail

@@ -1,0 +1,688 @@
+/* Thousands of simulated rendezvous nodes in a few processes, for the scale
+ * benchmark (tests/bench/scale.sh) and its test (tests/integration/rdzv_swarm.t).
+ * Each node is one thread running the real client side of the rendezvous
+ * (launcher/rdzv/rdzv_proto.h: join in steps, the heartbeat tick that
+ * watches the members, re-forming on a death) over its own socket, against
+ * a real store: mg's store server (storesrv) at --endpoint, or, with
+ * --hosted, the store that node 0 hosts in its own process from its loop,
+ * as the c10d agent on the endpoint host does. The worker side is left out.
+ *
+ *   rdzv_swarm --nodes N [--procs P] [--endpoint H:P | --hosted PORT]
+ *              [--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN]
+ *              [--server-pid PID] [--stats-file F] [--timeout-s S]
+ *              [--join-twice 0|1]
+ *
+ * Phases (shared memory between the processes): every node connects; all
+ * join at once; steady state for --steady-ms (heartbeats only); K nodes
+ * die (their connections close, no goodbye, as a SIGKILLed agent's do); the
+ * survivors re-form. A probe client does a GET every 10 ms throughout.
+ * Prints key=value lines: times, the store's CPU, RSS and requests, the
+ * probe's worst latency, and check=ok when every node got a distinct rank
+ * in one round of N (then N-K) nodes with the same master, else
+ * check=FAIL with the reason. Exit 0 only with check=ok. */
+#include "kv_open.h"
+#include "mg_err.h"
+#include "net.h"
+#include "rdzv_proto.h"
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum phase { P_CONNECT, P_JOIN, P_STEADY, P_KILL, P_STOP };
+
+struct node_res {
+    int64_t t_join, t_formed, t_reformed;
+    int round, rank, nnodes, mport;
+    int round2, rank2, nnodes2, mport2;
+    int victim, dead, err;
+    char msg[200];
+};
+
+struct shared {
+    _Atomic int phase;
+    _Atomic int connected, formed, reformed, failed, exited;
+    _Atomic uint64_t host_requests; /* --hosted: the hosted server's count */
+    _Atomic int64_t host_rss_kb;
+    int n;
+    struct node_res res[];
+};
+
+static struct shared *sh;
+static struct mg_rdzv_conf conf;
+static const char *endpoint, *run_id = "swarm";
+static int hosted_port, nnodes, nkill, join_twice;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+
+/* Sleeps until the phase reaches at least p or ms pass (ms < 0: no bound). */
+static void await_phase(int p, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (ms >= 0) {
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&mu);
+    while (atomic_load(&sh->phase) < p) {
+        if (ms < 0)
+            pthread_cond_wait(&cv, &mu);
+        else if (pthread_cond_timedwait(&cv, &mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+struct node {
+    int idx;
+    struct mg_rdzv *rdzv;
+    struct mg_kv_host *host;
+};
+
+static void note_err(struct node_res *res, int rc, const char *what, const char *msg)
+{
+    res->err = rc;
+    snprintf(res->msg, sizeof(res->msg), "%s: %.150s (%s)", what, msg, mg_strerror(rc));
+    atomic_fetch_add(&sh->failed, 1);
+}
+
+/* Joins (in steps, serving the hosted store between them as mglaunch does). */
+static int join(struct node *nd, struct mg_rdzv_world *w)
+{
+    int rc = mg_rdzv_join_begin(nd->rdzv);
+    while (rc == 0) {
+        rc = mg_rdzv_join_step(nd->rdzv, w, nd->host ? 0 : MG_RDZV_SLICE_MS);
+        if (rc == 0 && nd->host)
+            mg_kv_host_serve(nd->host, mg_rdzv_wait_ms(nd->rdzv));
+    }
+    if (rc == 1 && w->master_fd >= 0)
+        close(w->master_fd);
+    return rc < 0 ? rc : 0;
+}
+
+static void host_stats(struct node *nd)
+{
+    struct mg_store_server_stats st;
+    if (nd->host && mg_kv_host_stats(nd->host, &st) == 0)
+        atomic_store(&sh->host_requests, st.requests);
+}
+
+static void *node_main(void *arg)
+{
+    struct node *nd = arg;
+    struct node_res *res = &sh->res[nd->idx];
+    struct mg_rdzv_world w;
+    struct mg_kv *kv;
+    char err[1024], ns[MG_KV_MAX_KEY], name[32], ep[64];
+    struct mg_rdzv_conf c = conf;
+    int rc;
+
+    if (hosted_port)
+        snprintf(ep, sizeof(ep), "127.0.0.1:%d", hosted_port);
+    else
+        snprintf(ep, sizeof(ep), "%s", endpoint);
+    c.is_host = hosted_port && nd->idx == 0;
+    struct mg_kv_open_opts s = {
+        .backend = MG_RDZV_C10D,
+        .endpoint = ep,
+        .run_id = run_id,
+        .conf = &c,
+        .deadline_ms = mg_now_ms() + c.join_timeout_ms,
+        .abort_fd = -1,
+        .node_rank = -1,
+        .max_nodes = nnodes,
+    };
+    rc = mg_kv_open(&s, &kv, &nd->host, ns, sizeof(ns), err, sizeof(err));
+    if (rc < 0) {
+        note_err(res, rc, "connect", err);
+        atomic_fetch_add(&sh->connected, 1);
+        return NULL;
+    }
+    snprintf(name, sizeof(name), "n%05d", nd->idx);
+    struct mg_rdzv_opts o = {
+        .kv = kv,
+        .ns = ns,
+        .min_nodes = nnodes - nkill,
+        .max_nodes = nnodes,
+        .node_rank = -1,
+        .nproc = 1,
+        .hostname = name,
+        .advertise = "127.0.0.1",
+        .conf = &c,
+    };
+    rc = mg_rdzv_new(&nd->rdzv, &o, err, sizeof(err));
+    if (rc < 0) {
+        kv->ops->release(kv);
+        note_err(res, rc, "rdzv", err);
+        atomic_fetch_add(&sh->connected, 1);
+        return NULL;
+    }
+    atomic_fetch_add(&sh->connected, 1);
+    /* The hosting node serves while the others connect. */
+    while (atomic_load(&sh->phase) < P_JOIN) {
+        if (nd->host) {
+            mg_kv_host_serve(nd->host, 10);
+            host_stats(nd);
+        } else {
+            await_phase(P_JOIN, -1);
+        }
+    }
+
+    res->t_join = mg_now_ms();
+    if (join_twice && nd->idx == 1) {
+        /* The same agent joining again (a retried step): the protocol keeps
+         * one join key per agent id, so it must still get one rank. */
+        rc = join(nd, &w);
+        if (rc == 0)
+            rc = mg_rdzv_join_begin(nd->rdzv) < 0 ? -EIO : 0;
+    }
+    rc = join(nd, &w);
+    if (rc < 0) {
+        note_err(res, rc, "join", mg_rdzv_message(nd->rdzv));
+        goto out;
+    }
+    res->t_formed = mg_now_ms();
+    res->round = w.round;
+    res->rank = w.node_rank;
+    res->nnodes = w.nnodes;
+    res->mport = w.master_port;
+    atomic_fetch_add(&sh->formed, 1);
+
+    /* The agent's loop, minus the workers. */
+    while (atomic_load(&sh->phase) < P_STOP) {
+        if (res->victim && atomic_load(&sh->phase) >= P_KILL) {
+            res->dead = 1;
+            goto out; /* closes the connection without a word */
+        }
+        int t = mg_rdzv_timeout_ms(nd->rdzv);
+        if (t < 0 || t > 50)
+            t = 50;
+        if (nd->host) {
+            mg_kv_host_serve(nd->host, t);
+            host_stats(nd);
+        } else {
+            await_phase(atomic_load(&sh->phase) + 1, t);
+        }
+        enum mg_rdzv_event ev = mg_rdzv_tick(nd->rdzv);
+        if (ev == MG_RDZV_RESTART) {
+            rc = join(nd, &w);
+            if (rc < 0) {
+                note_err(res, rc, "rejoin", mg_rdzv_message(nd->rdzv));
+                goto out;
+            }
+            res->t_reformed = mg_now_ms();
+            res->round2 = w.round;
+            res->rank2 = w.node_rank;
+            res->nnodes2 = w.nnodes;
+            res->mport2 = w.master_port;
+            atomic_fetch_add(&sh->reformed, 1);
+        } else if (ev == MG_RDZV_FAILED || ev == MG_RDZV_DONE) {
+            note_err(res, -MG_EPEER, "run", mg_rdzv_message(nd->rdzv));
+            goto out;
+        }
+    }
+    /* The hosting node serves until the others are gone. */
+    while (nd->host && atomic_load(&sh->exited) < sh->n - 1) {
+        mg_kv_host_serve(nd->host, 10);
+        host_stats(nd);
+    }
+out:
+    atomic_fetch_add(&sh->exited, 1);
+    while (nd->host && atomic_load(&sh->exited) < sh->n) {
+        mg_kv_host_serve(nd->host, 10);
+        host_stats(nd);
+    }
+    mg_rdzv_release(nd->rdzv);
+    mg_kv_host_release(nd->host);
+    nd->rdzv = NULL;
+    return NULL;
+}
+
+/* One process's share of the nodes: first..last-1. */
+static int child_main(int first, int last)
+{
+    int n = last - first;
+    struct node *nodes = calloc((size_t)n, sizeof(*nodes));
+    pthread_t *th = calloc((size_t)n, sizeof(*th));
+    pthread_attr_t at;
+    if (!nodes || !th)
+        return 1;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256 << 10);
+    for (int i = 0; i < n; i++) {
+        nodes[i].idx = first + i;
+        int rc = pthread_create(&th[i], &at, node_main, &nodes[i]);
+        if (rc) {
+            fprintf(stderr, "rdzv_swarm: cannot start node thread %d: %s\n", first + i,
+                    strerror(rc));
+            _exit(1);
+        }
+    }
+    /* Relays phase changes to the threads of this process. */
+    int seen = atomic_load(&sh->phase);
+    while (atomic_load(&sh->exited) < sh->n) {
+        int p = atomic_load(&sh->phase);
+        if (p != seen) {
+            pthread_mutex_lock(&mu);
+            pthread_cond_broadcast(&cv);
+            pthread_mutex_unlock(&mu);
+            seen = p;
+        }
+        usleep(2000);
+        int done = 1;
+        for (int i = 0; i < n && done; i++)
+            done = nodes[i].rdzv == NULL && (p == P_STOP || sh->res[first + i].err ||
+                                              sh->res[first + i].dead);
+        if (done)
+            break;
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    free(nodes);
+    return 0;
+}
+
+/* ---- the measurements ---------------------------------------------------------- */
+
+struct sample {
+    double cpu_s;
+    long rss_kb, hwm_kb;
+    uint64_t requests;
+    int64_t t;
+};
+
+static pid_t server_pid;
+static const char *stats_file;
+
+static uint64_t read_requests(void)
+{
+    if (hosted_port)
+        return atomic_load(&sh->host_requests);
+    if (!stats_file || server_pid <= 0)
+        return 0;
+    unlink(stats_file);
+    kill(server_pid, SIGUSR1);
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(stats_file, "r");
+        if (f) {
+            char line[512];
+            unsigned long long r = 0;
+            const char *p;
+            if (fgets(line, sizeof(line), f) && (p = strstr(line, "requests=")))
+                r = strtoull(p + 9, NULL, 10);
+            fclose(f);
+            return r;
+        }
+        usleep(5000);
+    }
+    return 0;
+}
+
+static void take(struct sample *s)
+{
+    char path[64], line[512];
+    memset(s, 0, sizeof(*s));
+    s->t = mg_now_ms();
+    s->requests = read_requests();
+    if (server_pid <= 0)
+        return;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)server_pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fgets(line, sizeof(line), f)) {
+            char *p = strrchr(line, ')');
+            unsigned long ut = 0, st = 0;
+            if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st) == 2)
+                s->cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        }
+        fclose(f);
+    }
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)server_pid);
+    f = fopen(path, "r");
+    if (f) {
+        while (fgets(line, sizeof(line), f)) {
+            if (!strncmp(line, "VmRSS:", 6))
+                s->rss_kb = atol(line + 6);
+            else if (!strncmp(line, "VmHWM:", 6))
+                s->hwm_kb = atol(line + 6);
+        }
+        fclose(f);
+    }
+}
+
+/* The probe: one more client, a GET every 10 ms; the worst latency seen. */
+static _Atomic int probe_stop;
+static _Atomic int64_t probe_max_us, probe_count, probe_errors;
+
+static void *probe_main(void *arg)
+{
+    const char *ep = arg;
+    struct mg_hostport hp;
+    struct mg_store *st = NULL;
+    if (mg_parse_hostport(ep, 0, &hp) < 0)
+        return NULL;
+    struct mg_store_opts o = {.host = hp.host, .port = hp.port, .timeout_ms = 5000};
+    if (mg_store_connect(&st, &o) < 0) {
+        atomic_fetch_add(&probe_errors, 1);
+        return NULL;
+    }
+    mg_store_set(st, "probe", "x", 1, 0);
+    while (!atomic_load(&probe_stop)) {
+        struct timespec a, b;
+        void *v = NULL;
+        size_t len;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int rc = mg_store_get(st, "probe", &v, &len, 0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        free(v);
+        if (rc < 0) {
+            atomic_fetch_add(&probe_errors, 1);
+            break;
+        }
+        int64_t us = (b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000;
+        if (us > atomic_load(&probe_max_us))
+            atomic_store(&probe_max_us, us);
+        atomic_fetch_add(&probe_count, 1);
+        usleep(10000);
+    }
+    mg_store_release(st);
+    return NULL;
+}
+
+/* Waits until *ctr reaches want, at most until deadline; 0 or -ETIMEDOUT. */
+static int wait_count(_Atomic int *ctr, int want, int64_t deadline)
+{
+    while (atomic_load(ctr) + atomic_load(&sh->failed) < want) {
+        if (mg_now_ms() >= deadline)
+            return -ETIMEDOUT;
+        usleep(1000);
+    }
+    return atomic_load(&sh->failed) ? -EIO : 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: rdzv_swarm --nodes N [--procs P] (--endpoint H:P | --hosted PORT) "
+                    "[--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN] [--server-pid PID] "
+                    "[--stats-file F] [--timeout-s S] [--join-twice 1]\n");
+    exit(2);
+}
+
+static int check_fail(const char *why)
+{
+    printf("check=FAIL %s\n", why);
+    for (int i = 0; i < sh->n; i++)
+        if (sh->res[i].err) {
+            printf("first_error=node %d: %s\n", i, sh->res[i].msg);
+            break;
+        }
+    return 1;
+}
+
+/* Every listed node formed one round of want nodes: distinct ranks 0..want-1,
+ * one master. second: the re-formed round. */
+static int check_world(int second, int want, char *why, size_t cap)
+{
+    char *seen = calloc((size_t)want, 1);
+    int round = -1, mport = -1, got = 0;
+    for (int i = 0; i < sh->n; i++) {
+        struct node_res *r = &sh->res[i];
+        if (second && r->victim)
+            continue;
+        int rd = second ? r->round2 : r->round, rk = second ? r->rank2 : r->rank;
+        int nn = second ? r->nnodes2 : r->nnodes, mp = second ? r->mport2 : r->mport;
+        if (round < 0) {
+            round = rd;
+            mport = mp;
+        }
+        if (rd != round || nn != want || mp != mport || rk < 0 || rk >= want || seen[rk]) {
+            snprintf(why, cap,
+                     "node %d: round %d rank %d of %d, master port %d; expected round %d, "
+                     "a rank of its own among %d, master port %d",
+                     i, rd, rk, nn, mp, round, want, mport);
+            free(seen);
+            return -1;
+        }
+        seen[rk] = 1;
+        got++;
+    }
+    free(seen);
+    if (got != want) {
+        snprintf(why, cap, "%d nodes formed, expected %d", got, want);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int procs = 4, steady_ms = 3000, timeout_s = 120;
+    const char *conf_text = "";
+    char err[1024];
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            usage();
+        i++;
+        if (!strcmp(a, "--nodes"))
+            nnodes = atoi(v);
+        else if (!strcmp(a, "--procs"))
+            procs = atoi(v);
+        else if (!strcmp(a, "--endpoint"))
+            endpoint = v;
+        else if (!strcmp(a, "--hosted"))
+            hosted_port = atoi(v);
+        else if (!strcmp(a, "--kill"))
+            nkill = atoi(v);
+        else if (!strcmp(a, "--steady-ms"))
+            steady_ms = atoi(v);
+        else if (!strcmp(a, "--conf"))
+            conf_text = v;
+        else if (!strcmp(a, "--id"))
+            run_id = v;
+        else if (!strcmp(a, "--server-pid"))
+            server_pid = atoi(v);
+        else if (!strcmp(a, "--stats-file"))
+            stats_file = v;
+        else if (!strcmp(a, "--timeout-s"))
+            timeout_s = atoi(v);
+        else if (!strcmp(a, "--join-twice"))
+            join_twice = atoi(v);
+        else
+            usage();
+    }
+    if (nnodes < 2 || nnodes > MG_RDZV_MAX_NODES || procs < 1 || nkill < 0 ||
+        nkill >= nnodes - 1 || (!endpoint == !hosted_port))
+        usage();
+    if (procs > nnodes)
+        procs = nnodes;
+    mg_rdzv_conf_init(&conf);
+    if (mg_rdzv_conf_parse(&conf, conf_text, err, sizeof(err)) < 0 ||
+        mg_rdzv_conf_finish(&conf, MG_RDZV_C10D, NULL, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rdzv_swarm: %s\n", err);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    /* Per process: a socket and a reserved MASTER_PORT per node, and the
+     * hosted store's connections in the process of node 0. */
+    int per = (nnodes + procs - 1) / procs;
+    rlim_t need = (rlim_t)(hosted_port ? nnodes + 2 * per : 2 * per) + 64;
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < need) {
+        if (rl.rlim_max < need) {
+            fprintf(stderr,
+                    "rdzv_swarm: %d nodes in %d processes need %llu open files per process, and "
+                    "the hard limit (ulimit -Hn) is %llu: use more --procs, or raise the hard "
+                    "limit (limits.conf, systemd's LimitNOFILE)\n",
+                    nnodes, procs, (unsigned long long)need, (unsigned long long)rl.rlim_max);
+            return 2;
+        }
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl)) {
+            fprintf(stderr, "rdzv_swarm: cannot raise the open-file limit to %llu: %s\n",
+                    (unsigned long long)need, strerror(errno));
+            return 2;
+        }
+    }
+
+    size_t shsz = sizeof(*sh) + (size_t)nnodes * sizeof(struct node_res);
+    sh = mmap(NULL, shsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        perror("rdzv_swarm: mmap");
+        return 1;
+    }
+    sh->n = nnodes;
+    /* Victims spread over the ranks, never the hosting node 0. */
+    for (int k = 0; k < nkill; k++)
+        sh->res[1 + (int)((int64_t)k * (nnodes - 1) / nkill)].victim = 1;
+
+    /* With --hosted, node 0 has a process of its own: its CPU and memory are
+     * the hosted store's (and one agent's). */
+    pid_t *kids = calloc((size_t)procs + 1, sizeof(*kids));
+    int nk = 0, first = 0;
+    if (hosted_port) {
+        kids[nk] = fork();
+        if (kids[nk] == 0)
+            _exit(child_main(0, 1));
+        server_pid = kids[nk++];
+        first = 1;
+    }
+    int rest = nnodes - first;
+    for (int p = 0; p < procs && first < nnodes; p++) {
+        int cnt = rest / procs + (p < rest % procs);
+        kids[nk] = fork();
+        if (kids[nk] == 0)
+            _exit(child_main(first, first + cnt));
+        nk++;
+        first += cnt;
+    }
+
+    int64_t deadline = mg_now_ms() + (int64_t)timeout_s * 1000;
+    int rc = 0, fail = 0;
+    char why[512] = "";
+    struct sample s0, s1, s2, s3;
+    pthread_t probe;
+    char pep[64];
+    int have_probe = 0;
+
+    rc = wait_count(&sh->connected, nnodes, deadline);
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "connecting: %s", rc == -EIO ? "a node failed" : "timed out");
+        fail = 1;
+        goto stop;
+    }
+    if (hosted_port)
+        snprintf(pep, sizeof(pep), "127.0.0.1:%d", hosted_port);
+    else
+        snprintf(pep, sizeof(pep), "%s", endpoint);
+    have_probe = pthread_create(&probe, NULL, probe_main, pep) == 0;
+    usleep(100000);
+    take(&s0);
+    printf("connected nodes=%d store_rss_kb=%ld\n", nnodes, s0.rss_kb);
+    atomic_store(&sh->phase, P_JOIN);
+    rc = wait_count(&sh->formed, nnodes, deadline);
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "forming: %s (%d of %d formed)",
+                 rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->formed), nnodes);
+        fail = 1;
+        goto stop;
+    }
+    take(&s1);
+    int64_t last_join = 0, last_formed = 0;
+    for (int i = 0; i < nnodes; i++) {
+        if (sh->res[i].t_join > last_join)
+            last_join = sh->res[i].t_join;
+        if (sh->res[i].t_formed > last_formed)
+            last_formed = sh->res[i].t_formed;
+    }
+    if (check_world(0, nnodes, why, sizeof(why)) < 0) {
+        fail = 1;
+        goto stop;
+    }
+    printf("form_ms=%lld form_requests=%llu form_store_cpu_s=%.2f\n",
+           (long long)(last_formed - last_join), (unsigned long long)(s1.requests - s0.requests),
+           s1.cpu_s - s0.cpu_s);
+
+    atomic_store(&sh->phase, P_STEADY);
+    usleep((useconds_t)steady_ms * 1000);
+    take(&s2);
+    double secs = (double)(s2.t - s1.t) / 1000.0;
+    printf("steady_s=%.1f hb_requests_per_s=%.0f hb_store_cpu=%.3f\n", secs,
+           (double)(s2.requests - s1.requests) / secs, (s2.cpu_s - s1.cpu_s) / secs);
+
+    if (nkill > 0) {
+        int64_t tk = mg_now_ms();
+        atomic_store(&sh->phase, P_KILL);
+        rc = wait_count(&sh->reformed, nnodes - nkill, deadline);
+        if (rc < 0) {
+            snprintf(why, sizeof(why), "re-forming: %s (%d of %d re-formed)",
+                     rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->reformed),
+                     nnodes - nkill);
+            fail = 1;
+            goto stop;
+        }
+        int64_t last = 0;
+        for (int i = 0; i < nnodes; i++)
+            if (!sh->res[i].victim && sh->res[i].t_reformed > last)
+                last = sh->res[i].t_reformed;
+        if (check_world(1, nnodes - nkill, why, sizeof(why)) < 0) {
+            fail = 1;
+            goto stop;
+        }
+        take(&s3);
+        printf("killed=%d reform_ms=%lld reform_requests=%llu\n", nkill, (long long)(last - tk),
+               (unsigned long long)(s3.requests - s2.requests));
+    }
+    take(&s3);
+    printf("store_rss_kb=%ld store_hwm_kb=%ld store_cpu_s=%.2f requests=%llu\n", s3.rss_kb,
+           s3.hwm_kb, s3.cpu_s, (unsigned long long)s3.requests);
+stop:
+    atomic_store(&sh->phase, P_STOP);
+    if (have_probe) {
+        atomic_store(&probe_stop, 1);
+        pthread_join(probe, NULL);
+        printf("probe_gets=%lld probe_max_ms=%.1f probe_errors=%lld\n",
+               (long long)atomic_load(&probe_count), (double)atomic_load(&probe_max_us) / 1000.0,
+               (long long)atomic_load(&probe_errors));
+    }
+    for (int i = 0; i < nk; i++) {
+        int st;
+        int64_t end = mg_now_ms() + 20000;
+        while (waitpid(kids[i], &st, WNOHANG) == 0) {
+            if (mg_now_ms() > end) {
+                kill(kids[i], SIGKILL);
+                waitpid(kids[i], &st, 0);
+                break;
+            }
+            usleep(5000);
+        }
+    }
+    free(kids);
+    if (fail)
+        return check_fail(why);
+    printf("check=ok\n");
+    return 0;
+}
