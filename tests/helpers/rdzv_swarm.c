@@ -41,7 +41,13 @@
 #include <time.h>
 #include <unistd.h>
 
-enum phase { P_CONNECT, P_JOIN, P_STEADY, P_KILL, P_STOP };
+enum phase {
+    P_CONNECT,
+    P_JOIN,
+    P_STEADY,
+    P_KILL,
+    P_STOP
+};
 
 struct node_res {
     int64_t t_join, t_formed, t_reformed;
@@ -288,8 +294,8 @@ static int child_main(int first, int last)
         usleep(2000);
         int done = 1;
         for (int i = 0; i < n && done; i++)
-            done = nodes[i].rdzv == NULL && (p == P_STOP || sh->res[first + i].err ||
-                                              sh->res[first + i].dead);
+            done = nodes[i].rdzv == NULL &&
+                   (p == P_STOP || sh->res[first + i].err || sh->res[first + i].dead);
         if (done)
             break;
     }
@@ -350,8 +356,8 @@ static void take(struct sample *s)
         if (fgets(line, sizeof(line), f)) {
             char *p = strrchr(line, ')');
             unsigned long ut = 0, st = 0;
-            if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                            &st) == 2)
+            if (p &&
+                sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
                 s->cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
         }
         fclose(f);
@@ -511,8 +517,8 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (nnodes < 2 || nnodes > MG_RDZV_MAX_NODES || procs < 1 || nkill < 0 ||
-        nkill >= nnodes - 1 || (!endpoint == !hosted_port))
+    if (nnodes < 2 || nnodes > MG_RDZV_MAX_NODES || procs < 1 || nkill < 0 || nkill >= nnodes - 1 ||
+        (!endpoint == !hosted_port))
         usage();
     if (procs > nnodes)
         procs = nnodes;
