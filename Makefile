@@ -21,6 +21,8 @@ CC := gcc
 endif
 
 comma := ,
+# $(call uniq,words): the words in their first order, without repeats
+uniq = $(if $(1),$(firstword $(1)) $(call uniq,$(filter-out $(firstword $(1)),$(1))))
 # A clang build keeps its objects apart from gcc's.
 CC_IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
 ifneq ($(SANITIZE),)
@@ -74,17 +76,58 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # train loads libopenblas.so.0 at run time (runtime/cpu/blas.c): nothing includes its headers.
 HAVE_OPENBLAS := $(shell /sbin/ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0' && echo 1)
-# The CUDA plugin (runtime/cuda/, docs/gpu.md) needs nvcc and the cuBLAS, cuDNN and NCCL headers.
+# The CUDA plugin (runtime/cuda/, docs/gpu.md) needs nvcc and the CUDA runtime, cuBLAS, cuDNN and
+# NCCL headers and libraries. Each library is looked for in its own *_HOME when that is set (and
+# only there), else in CUDA_HOME, then /usr, then in the site-packages of PyTorch's pip wheels
+# (nvidia/cudnn, nvidia/nccl, nvidia/cu13 or nvidia/cublas and nvidia/cuda_runtime, each with
+# include/ and lib/). The plugin links each by its versioned soname (libcudnn.so.9): the wheels
+# ship no unversioned links.
 NVCC_OK := $(if $(NVCC),$(shell test -x '$(NVCC)' && echo 1))
+PYTHON ?= python3
+# The site-packages directories of $(PYTHON) that hold NVIDIA's wheels: asked once, and only when
+# a library is found nowhere else.
+CUDA_WHEELS ?= $(eval CUDA_WHEELS := $$(shell $(PYTHON) -c 'import os, sys; print(" ".join(p for p in sys.path if os.path.isdir(os.path.join(p, "nvidia"))))' 2>/dev/null))$(CUDA_WHEELS)
+# $(call cuda_find,HOME,header,wheel packages): the directory whose include/ holds header.
+cuda_find = $(patsubst %/include/$(2),%,$(firstword $(if $(1),$(wildcard $(1)/include/$(2)),$(or \
+  $(wildcard $(CUDA_HOME)/include/$(2) /usr/include/$(2)),$(wildcard $(foreach w,$(CUDA_WHEELS),$(patsubst %,$(w)/nvidia/%/include/$(2),$(3))))))))
+CUDART_ROOT := $(if $(NVCC_OK),$(call cuda_find,,cuda_runtime_api.h,cu[0-9]* cuda_runtime))
+CUBLAS_ROOT := $(if $(NVCC_OK),$(call cuda_find,$(CUBLAS_HOME),cublas_v2.h,cu[0-9]* cublas))
+CUDNN_ROOT := $(if $(NVCC_OK),$(call cuda_find,$(CUDNN_HOME),cudnn_version.h,cudnn))
+NCCL_ROOT := $(if $(NVCC_OK),$(call cuda_find,$(NCCL_HOME),nccl.h,nccl))
 cuda_header = $(firstword $(wildcard $(CUDA_HOME)/include/$(1) /usr/include/$(1)))
-CUDNN_H := $(if $(NVCC_OK),$(call cuda_header,cudnn_version.h))
-NCCL_H := $(if $(NVCC_OK),$(call cuda_header,nccl.h))
-CUBLAS_H := $(if $(NVCC_OK),$(call cuda_header,cublas_v2.h))
-CUDA_MISSING := $(strip $(if $(NVCC_OK),,nvcc) $(if $(CUBLAS_H),,cuBLAS) $(if $(CUDNN_H),,cuDNN) $(if $(NCCL_H),,NCCL))
+CUDNN_H := $(if $(CUDNN_ROOT),$(CUDNN_ROOT)/include/cudnn_version.h)
+NCCL_H := $(if $(NCCL_ROOT),$(NCCL_ROOT)/include/nccl.h)
+CUBLAS_H := $(if $(CUBLAS_ROOT),$(CUBLAS_ROOT)/include/cublas_api.h)
+CUDART_H := $(if $(CUDART_ROOT),$(CUDART_ROOT)/include/cuda_runtime_api.h)
+header_version = $(shell sed -n 's/^\#define $(2)_$(3) *\([0-9]*\).*/\1/p' $(1) | head -n 1)
+# $(call cuda_lib,ROOT,soname): the library's file under ROOT's lib64/ or lib/ (empty for /usr,
+# where the linker and the loader look anyway).
+cuda_lib = $(if $(filter /usr,$(1)),/usr,$(firstword $(wildcard $(addsuffix /$(2),$(1)/lib64 $(1)/lib))))
+ifneq ($(and $(CUDART_ROOT),$(CUBLAS_ROOT),$(CUDNN_ROOT),$(NCCL_ROOT)),)
+CUDA_MAJOR := $(shell sed -n 's/^\#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9].*/\1/p' $(CUDART_H))
+CUBLAS_MAJOR := $(call header_version,$(CUBLAS_H),CUBLAS_VER,MAJOR)
+CUDNN_MAJOR := $(call header_version,$(CUDNN_H),CUDNN,MAJOR)
+NCCL_MAJOR := $(call header_version,$(NCCL_H),NCCL,MAJOR)
+# In the order they load: libcublas needs libcublasLt.
+CUDA_SONAMES := libcudart.so.$(CUDA_MAJOR) libcublasLt.so.$(CUBLAS_MAJOR) libcublas.so.$(CUBLAS_MAJOR) \
+                libcudnn.so.$(CUDNN_MAJOR) libnccl.so.$(NCCL_MAJOR)
+CUDA_LIB_FILES := $(call cuda_lib,$(CUDART_ROOT),libcudart.so.$(CUDA_MAJOR)) \
+                  $(call cuda_lib,$(CUBLAS_ROOT),libcublas.so.$(CUBLAS_MAJOR)) \
+                  $(call cuda_lib,$(CUDNN_ROOT),libcudnn.so.$(CUDNN_MAJOR)) \
+                  $(call cuda_lib,$(NCCL_ROOT),libnccl.so.$(NCCL_MAJOR))
+CUDA_LIB_MISSING := $(strip $(if $(call cuda_lib,$(CUDART_ROOT),libcudart.so.$(CUDA_MAJOR)),,libcudart.so.$(CUDA_MAJOR)) \
+  $(if $(call cuda_lib,$(CUBLAS_ROOT),libcublas.so.$(CUBLAS_MAJOR)),,libcublas.so.$(CUBLAS_MAJOR)) \
+  $(if $(call cuda_lib,$(CUDNN_ROOT),libcudnn.so.$(CUDNN_MAJOR)),,libcudnn.so.$(CUDNN_MAJOR)) \
+  $(if $(call cuda_lib,$(NCCL_ROOT),libnccl.so.$(NCCL_MAJOR)),,libnccl.so.$(NCCL_MAJOR)))
+# The directories the plugin is linked against, also its run path (not the system's own).
+CUDA_LIB_DIRS := $(patsubst %/,%,$(sort $(dir $(filter-out /usr,$(CUDA_LIB_FILES)))))
+endif
+CUDA_MISSING := $(strip $(if $(NVCC_OK),$(if $(CUDART_ROOT),,CUDA-runtime),nvcc) $(if $(CUBLAS_ROOT),,cuBLAS) \
+  $(if $(CUDNN_ROOT),,cuDNN) $(if $(NCCL_ROOT),,NCCL) $(CUDA_LIB_MISSING))
 CUDA_PLUGIN := $(if $(CUDA_MISSING),,$(BUILD)/lib/libmg_cuda.so)
 ifeq ($(MG_REQUIRE_CUDA),1)
 ifneq ($(CUDA_MISSING),)
-$(error MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: $(CUDA_MISSING) not found (NVCC='$(NVCC)', CUDA_HOME='$(CUDA_HOME)'))
+$(error MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: $(CUDA_MISSING) not found (NVCC='$(NVCC)', CUDA_HOME='$(CUDA_HOME)'$(if $(CUDNN_HOME), CUDNN_HOME='$(CUDNN_HOME)')$(if $(NCCL_HOME), NCCL_HOME='$(NCCL_HOME)'), pip wheels: '$(CUDA_WHEELS)'))
 endif
 endif
 # Machine code for the GPUs people rent (T4, A100, A10, L4, H100) and PTX for
@@ -92,12 +135,12 @@ endif
 NVCC_ARCH ?= -gencode arch=compute_75,code=[sm_75,compute_75] -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=sm_90
-CUDA_MAJOR = $(shell sed -n 's/^\#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9].*/\1/p' $(call cuda_header,cuda_runtime_api.h))
-header_version = $(shell sed -n 's/^\#define $(2)_$(3) *\([0-9]*\).*/\1/p' $(1) | head -n 1)
 cuda_versions = nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), \
-  cuDNN $(call header_version,$(CUDNN_H),CUDNN,MAJOR).$(call header_version,$(CUDNN_H),CUDNN,MINOR).$(call header_version,$(CUDNN_H),CUDNN,PATCHLEVEL), \
-  NCCL $(call header_version,$(NCCL_H),NCCL,MAJOR).$(call header_version,$(NCCL_H),NCCL,MINOR).$(call header_version,$(NCCL_H),NCCL,PATCH); \
+  cuDNN $(call header_version,$(CUDNN_H),CUDNN,MAJOR).$(call header_version,$(CUDNN_H),CUDNN,MINOR).$(call header_version,$(CUDNN_H),CUDNN,PATCHLEVEL)$(call cuda_from,$(CUDNN_ROOT)), \
+  NCCL $(call header_version,$(NCCL_H),NCCL,MAJOR).$(call header_version,$(NCCL_H),NCCL,MINOR).$(call header_version,$(NCCL_H),NCCL,PATCH)$(call cuda_from,$(NCCL_ROOT)); \
   $(filter sm_%,$(cuda_code)) $(addprefix + PTX ,$(filter compute_%,$(cuda_code)))
+# where a library was found, when not with nvcc
+cuda_from = $(if $(filter $(CUDA_HOME),$(1)),, in $(1))
 cuda_code = $(patsubst code=%,%,$(filter-out -gencode arch=%,$(subst $(comma), ,$(subst [,,$(subst ],,$(NVCC_ARCH))))))
 # mglaunch dashboard's server is a program of its own, linked with libmicrohttpd,
 # built when its header is there: mglaunch itself needs no HTTP library.
@@ -185,6 +228,7 @@ $(CONFIG_H): FORCE
 	   echo '#define MG_HAVE_CUDA $(if $(CUDA_PLUGIN),1,0) /* this build made libmg_cuda.so */'; \
 	   echo '#define MG_HAVE_NCCL $(if $(CUDA_PLUGIN),1,0) /* the plugin holds the NCCL communicator */'; \
 	   echo '#define MG_CUDA_VERSION $(if $(CUDA_PLUGIN),$(CUDA_MAJOR)000,0) /* the driver must support it */'; \
+	   echo '#define MG_CUDA_LIBS "$(if $(CUDA_PLUGIN),$(CUDA_SONAMES))" /* what the plugin needs, in load order */'; \
 	   echo '#define MG_VERSION "$(shell cat VERSION 2>/dev/null || echo 0.0.0)"'; } > $@.tmp && \
 	 { cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@; }
 
@@ -254,14 +298,18 @@ CU_HOST_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.host.o,$(CU_SRC))
 CUDA_PLUGIN_OBJ := $(call obj,$(CUDA_C_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
 CU_PTX := $(patsubst %.cu,$(BUILD)/obj/%.ptx,$(CU_SRC))
 CUDA_ALL := $(if $(CUDA_PLUGIN),$(CUDA_PLUGIN) $(CU_PTX)) $(BUILD)/tests/helpers/fakecuda/libcuda.so.1
-INC_cuda := $(INC_runtime) -Iruntime/cuda -isystem $(CUDA_HOME)/include
+INC_cuda := $(INC_runtime) -Iruntime/cuda $(addprefix -isystem ,$(addsuffix /include,$(filter-out /usr,$(call uniq,$(CUDART_ROOT) $(CUBLAS_ROOT) $(CUDNN_ROOT) $(NCCL_ROOT)))))
 CU_HOST_FLAGS := -std=c++17 $(OPT) -ffp-contract=off -fno-exceptions -fno-rtti -fno-threadsafe-statics \
                  -Wall -Wextra -Wshadow -Werror -MMD -MP \
                  $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-sanitize=vptr -fno-omit-frame-pointer -fno-sanitize-recover=all)
 # -fmad=false: no fused multiply-add, so the kernels round as the CPU's do (cuda_kernels.h).
 NVCCFLAGS := -O3 -std=c++17 -fmad=false $(NVCC_ARCH) -Werror all-warnings \
              -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions,-fno-threadsafe-statics,-ffp-contract=off,-Wall,-Wextra,-Werror
-CUDA_PLUGIN_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudnn -lcublas -lcudart -ldl -lm -lpthread -lrt
+# By versioned soname (-l:libcudnn.so.9), with the directories they were found in as the run path;
+# where that path is gone at run time, libmg looks for them itself (runtime/gpu_plugin.c).
+CUDA_PLUGIN_LIBS := $(addprefix -L,$(CUDA_LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIB_DIRS)) \
+                    $(addprefix -l:,libnccl.so.$(NCCL_MAJOR) libcudnn.so.$(CUDNN_MAJOR) libcublas.so.$(CUBLAS_MAJOR) \
+                    libcudart.so.$(CUDA_MAJOR)) -ldl -lm -lpthread -lrt
 
 $(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.c $(CONFIG_H)
 	$(call say,CC,$<)

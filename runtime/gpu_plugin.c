@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -61,6 +62,127 @@ static int names_missing_library(const char *msg, const char *path)
     return !((size_t)(tail - msg) == plen && !strncmp(msg, path, plen));
 }
 
+/* ---- the CUDA libraries: the plugin's run path, the system's, or PyTorch's pip wheels ---- */
+
+/* Where pip puts NVIDIA's wheels: <site-packages>/nvidia/<package>/lib/<soname>, with
+ * <package> cudnn, nccl, cu13 (CUDA 13's runtime and cuBLAS) or cublas and cuda_runtime
+ * (CUDA 12's). These are the site-packages of the Pythons a user is likely to have run
+ * `pip install torch` with: the active virtual environment or conda environment, every
+ * python3 on PATH, PYTHONPATH, the user's own and the system's. Each entry is a glob(3)
+ * pattern of directories. */
+#define WHEEL_DIRS_MAX 48
+struct wheel_dirs {
+    int n;
+    char dir[WHEEL_DIRS_MAX][PATH_MAX];
+};
+
+static void wheel_add(struct wheel_dirs *w, const char *a, const char *tail)
+{
+    if (w->n < WHEEL_DIRS_MAX && a && *a && mg_fmt(w->dir[w->n], PATH_MAX, "%s%s", a, tail) >= 0)
+        w->n++;
+}
+
+static void wheel_add_prefix(struct wheel_dirs *w, const char *prefix)
+{
+    wheel_add(w, prefix, "/lib/python3*/site-packages");
+    wheel_add(w, prefix, "/lib/python3*/dist-packages");
+}
+
+static void wheel_dirs_find(struct wheel_dirs *w)
+{
+    char buf[PATH_MAX];
+    w->n = 0;
+    wheel_add_prefix(w, getenv("VIRTUAL_ENV"));
+    wheel_add_prefix(w, getenv("CONDA_PREFIX"));
+    const char *lists[2] = {getenv("PATH"), getenv("PYTHONPATH")};
+    for (int l = 0; l < 2; l++) {
+        for (const char *s = lists[l]; s && *s;) {
+            size_t n = strcspn(s, ":");
+            if (n > 0 && n < sizeof(buf) - 16) {
+                memcpy(buf, s, n);
+                buf[n] = '\0';
+                if (l == 1) {
+                    wheel_add(w, buf, ""); /* a PYTHONPATH entry is itself searched */
+                } else {
+                    /* <prefix>/bin/python3: <prefix>/lib/python3.X/site-packages */
+                    size_t at = n;
+                    memcpy(buf + at, "/python3", 9);
+                    if (access(buf, X_OK) == 0) {
+                        buf[at] = '\0';
+                        char *slash = strrchr(buf, '/');
+                        if (slash && slash != buf) {
+                            *slash = '\0';
+                            wheel_add_prefix(w, buf);
+                        }
+                    }
+                }
+            }
+            s += n + (s[n] == ':');
+        }
+    }
+    const char *home = getenv("HOME");
+    if (home && *home && mg_fmt(buf, sizeof(buf), "%s/.local", home) >= 0)
+        wheel_add_prefix(w, buf);
+    wheel_add_prefix(w, "/usr/local");
+    wheel_add_prefix(w, "/usr");
+    wheel_add(w, "/usr/lib/python3/dist-packages", "");
+}
+
+/* Loads each library the plugin needs (MG_CUDA_LIBS, in load order) that the loader cannot
+ * find by itself, from the wheels; its soname then satisfies the plugin's NEEDED entry. On
+ * return, missing lists those found nowhere (", "-separated), and why says why a file that
+ * was found did not load. Returns how many are missing. */
+static int cuda_libs_preload(char *missing, size_t mlen, char *why, size_t wlen, int *nsites)
+{
+    char libs[] = MG_CUDA_LIBS;
+    struct wheel_dirs *w = malloc(sizeof(*w));
+    int nmissing = 0;
+    size_t mat = 0;
+    missing[0] = why[0] = '\0';
+    *nsites = 0;
+    if (!w)
+        return 0;
+    wheel_dirs_find(w);
+    char *save = NULL;
+    for (char *lib = strtok_r(libs, " ", &save); lib; lib = strtok_r(NULL, " ", &save)) {
+        if (dlopen(lib, RTLD_NOW | RTLD_LOCAL))
+            continue; /* LD_LIBRARY_PATH, ldconfig's cache, the system's directories */
+        int loaded = 0;
+        for (int i = 0; i < w->n && !loaded; i++) {
+            char pat[PATH_MAX];
+            glob_t g;
+            if (mg_fmt(pat, sizeof(pat), "%s/nvidia/*/lib/%s", w->dir[i], lib) < 0)
+                continue;
+            if (glob(pat, 0, NULL, &g) != 0)
+                continue;
+            for (size_t k = 0; k < g.gl_pathc && !loaded; k++) {
+                if (dlopen(g.gl_pathv[k], RTLD_NOW | RTLD_LOCAL)) {
+                    loaded = 1;
+                } else if (!why[0]) {
+                    const char *e = dlerror();
+                    snprintf(why, wlen, "; %s: %s", g.gl_pathv[k], e ? e : "cannot be loaded");
+                }
+            }
+            globfree(&g);
+        }
+        if (!loaded) {
+            int n = snprintf(missing + mat, mlen - mat, "%s%s", nmissing ? ", " : "", lib);
+            mat += n > 0 && (size_t)n < mlen - mat ? (size_t)n : 0;
+            nmissing++;
+        }
+    }
+    /* how many site-packages directories exist, for the message */
+    for (int i = 0; i < w->n; i++) {
+        glob_t g;
+        if (glob(w->dir[i], GLOB_ONLYDIR, NULL, &g) == 0) {
+            *nsites += (int)g.gl_pathc;
+            globfree(&g);
+        }
+    }
+    free(w);
+    return nmissing;
+}
+
 int mg_gpu_plugin_open(const char *path, const struct mg_gpu_plugin **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -70,16 +192,33 @@ int mg_gpu_plugin_open(const char *path, const struct mg_gpu_plugin **out, char 
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *msg = dlerror();
-        msg = msg ? msg : "unknown error";
-        if (names_missing_library(msg, path))
+        char first[MG_ERRMSG_LEN];
+        snprintf(first, sizeof(first), "%s", msg ? msg : "unknown error");
+        if (!names_missing_library(first, path))
+            return mg_seterr(err, errlen, -MG_EFORMAT,
+                             "the CUDA plugin %s cannot be loaded: %s (not a shared library?)",
+                             path, first);
+        /* Its run path (where the build found the libraries) does not have them here: look
+         * where PyTorch's pip wheels put them, as PyTorch does, and try again. */
+        char missing[160], why[MG_ERRMSG_LEN / 2];
+        int nsites;
+        if (cuda_libs_preload(missing, sizeof(missing), why, sizeof(why), &nsites) > 0)
+            return mg_seterr(err, errlen, -ENOENT,
+                             "the CUDA plugin %s needs libraries this machine lacks: %s (looked on "
+                             "LD_LIBRARY_PATH, in the system's libraries, the plugin's run path "
+                             "and the nvidia/*/lib of pip wheels in %d Python site-packages%s; "
+                             "PyTorch's CUDA wheels bring them (pip install torch), or add their "
+                             "directory to LD_LIBRARY_PATH)",
+                             path, missing, nsites, why);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            msg = dlerror();
             return mg_seterr(err, errlen, -ENOENT,
                              "the CUDA plugin %s needs a library this machine lacks: %s "
                              "(install the CUDA 13, cuDNN 9 and NCCL 2 libraries, or add their "
                              "directory to LD_LIBRARY_PATH)",
-                             path, msg);
-        return mg_seterr(err, errlen, -MG_EFORMAT,
-                         "the CUDA plugin %s cannot be loaded: %s (not a shared library?)", path,
-                         msg);
+                             path, msg ? msg : first);
+        }
     }
     const struct mg_gpu_plugin *(*entry)(void);
     *(void **)&entry = dlsym(h, MG_GPU_PLUGIN_SYMBOL);

@@ -64,7 +64,7 @@ mkdir -p "$T/cuda/bin" "$T/cuda/include"
 printf '#!/bin/sh\necho "Cuda compilation tools, release 13.0"\n' >"$T/cuda/bin/nvcc"
 chmod +x "$T/cuda/bin/nvcc"
 out=$(make -s -n NVCC="$T/cuda/bin/nvcc" CUDA_HOME="$T/cuda" MG_REQUIRE_CUDA=1 BUILD="$T/b" all 2>&1)
-like "$out" 'MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: cuBLAS cuDNN NCCL not found' \
+like "$out" 'MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: CUDA-runtime cuBLAS cuDNN NCCL not found' \
     "MG_REQUIRE_CUDA=1 with a toolkit that lacks the libraries is an error"
 out=$(make -s -n NVCC= MG_REQUIRE_CUDA=1 BUILD="$T/b" all 2>&1)
 like "$out" 'MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: nvcc cuBLAS cuDNN NCCL not found' \
