@@ -159,6 +159,7 @@ static void start_attempt(struct mg_agent *ag)
 {
     ag->state = ST_RUNNING;
     ag->stopping = 0;
+    ag->group_deadline = ag->kill_deadline = INT64_MAX;
     ag->attempt_failed = ag->attempt_fatal = 0;
     ag->restart_req = 0;
     ag->running = 0;
@@ -303,13 +304,19 @@ static int step(struct mg_agent *ag)
         start_attempt(ag);
         return 1;
     case ST_RUNNING:
-        if (ag->stopping && ag->running > 0 && now >= ag->kill_deadline) {
+        if (ag->stopping && ag->running > 0 && now >= ag->group_deadline) {
+            mg_workers_stop_groups(ag);
+            return 1;
+        }
+        if (ag->stopping && (ag->running > 0 || mg_workers_groups_left(ag)) &&
+            now >= ag->kill_deadline) {
             mg_agent_note(ag, "grace period over: killing the remaining workers");
             mg_workers_kill(ag, "grace period over");
             ag->kill_deadline = INT64_MAX;
             return 1;
         }
-        if (ag->running == 0 && (ag->open_pipes == 0 || now >= ag->drain_deadline)) {
+        if (ag->running == 0 && (ag->open_pipes == 0 || now >= ag->drain_deadline) &&
+            !(ag->kill_deadline != INT64_MAX && mg_workers_groups_left(ag))) {
             end_attempt(ag);
             return 1;
         }
@@ -345,6 +352,14 @@ static int next_deadline_ms(void *ctx)
     if (ag->state == ST_RUNNING && ag->stopping && ag->running > 0 &&
         ag->kill_deadline != INT64_MAX)
         nearest(&dl, ag->kill_deadline);
+    if (ag->state == ST_RUNNING && ag->stopping && ag->running > 0 &&
+        ag->group_deadline != INT64_MAX)
+        nearest(&dl, ag->group_deadline);
+    /* A group a stopped worker left: looked at again shortly, until the
+     * grace period's end. */
+    if (ag->state == ST_RUNNING && ag->running == 0 && ag->kill_deadline != INT64_MAX &&
+        mg_workers_groups_left(ag))
+        nearest(&dl, mg_now_ms() + 50 < ag->kill_deadline ? mg_now_ms() + 50 : ag->kill_deadline);
     if (ag->state == ST_RUNNING && ag->running == 0)
         nearest(&dl, ag->drain_deadline);
     if (ag->state == ST_BACKOFF)

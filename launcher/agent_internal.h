@@ -63,6 +63,8 @@ struct worker {
     enum outcome outcome;
     int stop_sent;       /* the signal the launcher sent it to stop (0: none) */
     int exiting_at_stop; /* it was already exiting when the others were stopped */
+    int group_pending;   /* the stop signal has reached the worker, not yet its group */
+    int group_left;      /* it exited, its group has the stop signal: SIGKILL at the grace end */
     int wstatus;
     int exec_errno;
     int64_t start_ms, end_ms;
@@ -134,6 +136,7 @@ struct mg_agent {
     int open_pipes; /* pipe read ends still open */
     int stopping;
     int64_t kill_deadline, drain_deadline, backoff_deadline;
+    int64_t group_deadline; /* when the stop signal goes to the workers' groups */
     int attempt_failed, attempt_fatal;
     int restart_req, hold_req;
     enum mg_restart_kind restart_kind;
@@ -202,6 +205,12 @@ void mg_workers_notify(struct mg_agent *ag, int sig);
 void mg_workers_stop(struct mg_agent *ag, int sig);
 /* SIGKILL to every running worker now; logs a kill event with why. */
 void mg_workers_kill(struct mg_agent *ag, const char *why);
+/* The stop signal to the process groups of the workers it has reached
+ * alone (--stop_group_delay). */
+void mg_workers_stop_groups(struct mg_agent *ag);
+/* Whether a process group a stopped worker left behind still has members
+ * (they get SIGKILL at the grace period's end, as workers do). */
+int mg_workers_groups_left(struct mg_agent *ag);
 /* mglaunch's own stop signal has just come: the failures seen less than
  * STOP_WINDOW_MS ago were the stop's. They become "stopped" (a second
  * worker_exit event, and attempt_end when their attempt already ended) and

@@ -50,6 +50,7 @@ enum opt_id {
     O_PREFIX_TMPL,
     O_GPU_IDS,
     O_SHUTDOWN_TIMEOUT,
+    O_STOP_GROUP_DELAY,
     O_SIGNALS_TO_HANDLE,
     O_VIRTUAL_LOCAL_RANK,
     O_NUMA_BINDING,
@@ -93,6 +94,7 @@ static const struct opt_def {
     [O_PREFIX_TMPL] = {"log_line_prefix_template", 0, OPT_VALUE, 1},
     [O_GPU_IDS] = {"gpu_ids", 0, OPT_LIST, 1},
     [O_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0, OPT_VALUE, 1},
+    [O_STOP_GROUP_DELAY] = {"stop_group_delay", 0, OPT_VALUE, 1},
     [O_SIGNALS_TO_HANDLE] = {"signals_to_handle", 0, OPT_VALUE, 1},
     [O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", 0, OPT_FLAG, 1},
     [O_NUMA_BINDING] = {"numa_binding", 0, OPT_VALUE, 1},
@@ -376,6 +378,7 @@ static int apply_env(struct parse *p, char **env)
     } torch_env[] = {
         {O_PREFIX_TMPL, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
         {O_SHUTDOWN_TIMEOUT, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+        {O_STOP_GROUP_DELAY, "MG_STOP_GROUP_DELAY"},
     };
     for (size_t i = 0; i < sizeof(torch_env) / sizeof(torch_env[0]); i++) {
         int id = torch_env[i].id;
@@ -799,6 +802,11 @@ static int check_values(struct parse *p)
         parse_double(s[O_SHUTDOWN_TIMEOUT].val, 0, 1e6, &o->shutdown_timeout))
         return bad_value(p, O_SHUTDOWN_TIMEOUT, s[O_SHUTDOWN_TIMEOUT].val,
                          "expected a number of seconds (0 or more)");
+    if (s[O_STOP_GROUP_DELAY].set &&
+        parse_double(s[O_STOP_GROUP_DELAY].val, 0, 1e6, &o->stop_group_delay))
+        return bad_value(p, O_STOP_GROUP_DELAY, s[O_STOP_GROUP_DELAY].val,
+                         "expected a number of seconds (0 or more; 0: the whole process group at "
+                         "once, as torchrun)");
     if (s[O_SIGNALS_TO_HANDLE].set && (rc = check_signals(p, s[O_SIGNALS_TO_HANDLE].val)))
         return rc;
     o->virtual_local_rank = s[O_VIRTUAL_LOCAL_RANK].set;
@@ -840,6 +848,7 @@ int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, c
     o->role = "default";
     o->master_port = -1;
     o->shutdown_timeout = 30;
+    o->stop_group_delay = 2;
     o->event_log_handler = "null";
     /* torchrun 2.x's default --signals-to-handle */
     o->signals[0] = SIGTERM;

@@ -94,6 +94,10 @@ struct mg_launch_opts {
     char gpu_ids[MG_GPU_IDS_MAX]; /* --gpu_ids values joined with ',' ("" = none) */
     int ngpu_ids;
     double shutdown_timeout; /* seconds before SIGKILL */
+    /* A stop signal reaches the worker process first and the rest of its
+     * process group (DataLoader workers, a writer's subprocess) this much
+     * later, so that its helpers live while it saves; 0: all at once. */
+    double stop_group_delay;
     /* --signals-to-handle: the signals that stop the workers (passed on,
      * SIGKILL after the grace period) and end the run with 128+N. */
     int signals[MG_MAX_SIGNALS];

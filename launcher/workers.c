@@ -41,6 +41,7 @@ void mg_workers_notify(struct mg_agent *ag, int sig)
 void mg_workers_stop(struct mg_agent *ag, int sig)
 {
     int64_t grace = (int64_t)(ag->o->shutdown_timeout * 1000.0);
+    int64_t delay = (int64_t)(ag->o->stop_group_delay * 1000.0);
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
         if (w->outcome != W_RUNNING)
@@ -52,11 +53,47 @@ void mg_workers_stop(struct mg_agent *ag, int sig)
             continue;
         }
         w->stop_sent = grace > 0 ? sig : SIGKILL;
-        kill(-w->pid, w->stop_sent);
+        /* The worker first, so that it can save while its helpers (DataLoader
+         * workers, a writer's subprocess) still run; they get it after
+         * --stop_group_delay. torchrun signals the whole group at once, and
+         * the helpers die under the save (pytorch/pytorch#113231). */
+        if (delay > 0 && w->stop_sent != SIGKILL) {
+            kill(w->pid, w->stop_sent);
+            w->group_pending = 1;
+        } else {
+            kill(-w->pid, w->stop_sent);
+        }
     }
-    if (!ag->stopping)
+    if (!ag->stopping) {
         ag->kill_deadline = mg_now_ms() + grace;
+        ag->group_deadline = mg_now_ms() + (delay < grace ? delay : grace);
+    }
     ag->stopping = 1;
+}
+
+void mg_workers_stop_groups(struct mg_agent *ag)
+{
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        if (w->group_pending && w->outcome == W_RUNNING)
+            kill(-w->pid, w->stop_sent);
+        w->group_pending = 0;
+    }
+    ag->group_deadline = INT64_MAX;
+}
+
+int mg_workers_groups_left(struct mg_agent *ag)
+{
+    int n = 0;
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        /* The group id stays the worker's pid while a member lives, so the
+         * pid cannot name another group until this says it is gone. */
+        if (w->group_left && kill(-w->pid, 0) < 0 && errno == ESRCH)
+            w->group_left = 0;
+        n += w->group_left;
+    }
+    return n;
 }
 
 void mg_workers_kill(struct mg_agent *ag, const char *why)
@@ -69,6 +106,11 @@ void mg_workers_kill(struct mg_agent *ag, const char *why)
             if (!ag->w[i].exiting_at_stop)
                 ag->w[i].stop_sent = SIGKILL;
             n++;
+        }
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].group_left) {
+            kill(-ag->w[i].pid, SIGKILL);
+            ag->w[i].group_left = 0;
         }
     if (n) {
         struct mg_ev_kill e = {.attempt = ag->attempt, .workers = n, .reason = why};
@@ -268,8 +310,17 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
     w->wstatus = wstatus;
     w->end_ms = mg_now_ms();
     ag->running--;
-    /* Anything the worker left behind in its process group goes with it. */
-    kill(-w->pid, SIGKILL);
+    /* Anything the worker left behind in its process group goes with it;
+     * when it exited before its group had the stop signal (it saved fast, or
+     * it is a shell that the signal ended while its program runs on), the
+     * group gets the stop signal now and SIGKILL at the grace period's end. */
+    if (w->group_pending) {
+        kill(-w->pid, w->stop_sent);
+        w->group_pending = 0;
+        w->group_left = 1;
+    } else {
+        kill(-w->pid, SIGKILL);
+    }
     if (ag->sent.fd >= 0)
         mg_sentinel_forget(&ag->sent, w->pid);
 

@@ -37,6 +37,7 @@ static void test_spellings(void)
     is_str(o.role, "default", "default role");
     is_int(o.master_port, -1, "no master port by default");
     ok(o.shutdown_timeout == 30, "default shutdown timeout 30 s");
+    ok(o.stop_group_delay == 2, "default stop group delay 2 s");
     is_str(o.prog_argv[0], "prog", "program");
 
     is_int(parse("--nproc_per_node", "4", "prog"), 0, "--flag value");
@@ -217,6 +218,11 @@ static void test_torchrun2(void)
     ok(o.shutdown_timeout == 7, "  TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
     is_int(parse_env(env, "--shutdown_timeout", "2", "prog", (char *)NULL), 0, "the flag wins");
     ok(o.shutdown_timeout == 2, "  --shutdown_timeout 2");
+    char *sg_env[] = {"MG_STOP_GROUP_DELAY=0.5", NULL};
+    is_int(parse_env(sg_env, "prog", (char *)NULL), 0, "MG_STOP_GROUP_DELAY");
+    ok(o.stop_group_delay == 0.5, "  0.5 s");
+    is_int(parse_env(sg_env, "--stop_group_delay", "0", "prog", (char *)NULL), 0, "the flag wins");
+    ok(o.stop_group_delay == 0, "  0: torchrun's whole group at once");
     char *bad_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
     is_int(parse_env(bad_env, "prog", (char *)NULL), -EINVAL, "a bad variable");
     ok(strstr(err, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (--shutdown_timeout)") != NULL, "  named: %s",
