@@ -131,10 +131,11 @@ $(error MG_REQUIRE_CUDA=1 but the CUDA plugin cannot be built: $(CUDA_MISSING) n
 endif
 endif
 # Machine code for the GPUs people rent (T4, A100, A10, L4, H100) and PTX for
-# newer ones; one nvcc run compiles them all.
+# newer ones (compute_90's, so Blackwell compiles Hopper's code, not Turing's);
+# one nvcc run compiles them all.
 NVCC_ARCH ?= -gencode arch=compute_75,code=[sm_75,compute_75] -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
-             -gencode arch=compute_90,code=sm_90
+             -gencode arch=compute_90,code=[sm_90,compute_90]
 cuda_versions = nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), \
   cuDNN $(call header_version,$(CUDNN_H),CUDNN,MAJOR).$(call header_version,$(CUDNN_H),CUDNN,MINOR).$(call header_version,$(CUDNN_H),CUDNN,PATCHLEVEL)$(call cuda_from,$(CUDNN_ROOT)), \
   NCCL $(call header_version,$(NCCL_H),NCCL,MAJOR).$(call header_version,$(NCCL_H),NCCL,MINOR).$(call header_version,$(NCCL_H),NCCL,PATCH)$(call cuda_from,$(NCCL_ROOT)); \
@@ -296,7 +297,7 @@ CU_SRC := $(wildcard runtime/cuda/*.cu)
 CUDA_C_SRC := $(wildcard runtime/cuda/*.c)
 CU_HOST_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.host.o,$(CU_SRC))
 CUDA_PLUGIN_OBJ := $(call obj,$(CUDA_C_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
-CU_PTX := $(patsubst %.cu,$(BUILD)/obj/%.ptx,$(CU_SRC))
+CU_PTX := $(patsubst %.cu,$(BUILD)/obj/%.ptx,$(CU_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.compute_90.ptx,$(CU_SRC))
 CUDA_ALL := $(if $(CUDA_PLUGIN),$(CUDA_PLUGIN) $(CU_PTX)) $(BUILD)/tests/helpers/fakecuda/libcuda.so.1
 INC_cuda := $(INC_runtime) -Iruntime/cuda $(addprefix -isystem ,$(addsuffix /include,$(filter-out /usr,$(call uniq,$(CUDART_ROOT) $(CUBLAS_ROOT) $(CUDNN_ROOT) $(NCCL_ROOT)))))
 CU_HOST_FLAGS := -std=c++17 $(OPT) -ffp-contract=off -fno-exceptions -fno-rtti -fno-threadsafe-statics \
@@ -321,9 +322,13 @@ $(BUILD)/obj/%.o: %.cu $(CONFIG_H)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) $(INC_cuda) -MMD -MP -c -o $@ $<
 
-# The PTX of the oldest target, for the no-FMA check (tests/integration/cuda_build.t).
+# The PTX of the oldest target and of Hopper's, for the no-FMA check (tests/integration/cuda_build.t).
+$(BUILD)/obj/%.compute_90.ptx: %.cu $(CONFIG_H)
+	$(call say,PTX,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) -O3 -std=c++17 -fmad=false -arch=compute_90 $(CPPFLAGS) $(INC_cuda) -ptx -o $@ $<
 $(BUILD)/obj/%.ptx: %.cu $(CONFIG_H)
-	$(call say,PTX,$<)
+	$(call say,PTX,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(NVCC) -O3 -std=c++17 -fmad=false -arch=compute_75 $(CPPFLAGS) $(INC_cuda) -ptx -o $@ $<
 

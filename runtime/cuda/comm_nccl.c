@@ -721,16 +721,22 @@ static int learn_layout(struct nccl_comm *n, int timeout_ms)
     int rc = -ENOMEM;
     if (!all)
         return broken(n, -ENOMEM, "communicator setup: out of memory");
+    /* On NCCL's own stream, so the allgather reads the slot after the copy: a cudaMemcpy
+     * from pageable memory returns once the bytes are staged, on the legacy stream, which
+     * the non-blocking NCCL stream does not wait for. (No call here may use the legacy
+     * stream: tests/integration/cuda_build.t.) */
     if (CU_FAILED(&e, cudaMalloc(&dev, (size_t)c->world * 8)) ||
-        CU_FAILED(
-            &e, cudaMemcpy((char *)dev + (size_t)c->rank * 8, &mine, 8, cudaMemcpyHostToDevice))) {
+        CU_FAILED(&e, cudaMemcpyAsync((char *)dev + (size_t)c->rank * 8, &mine, 8,
+                                      cudaMemcpyHostToDevice, n->stream))) {
         rc = broken(n, e.code, "communicator setup: %s", e.msg);
         goto out;
     }
     rc = nccl_allgather(c, (char *)dev + (size_t)c->rank * 8, dev, 8, timeout_ms);
     if (rc)
         goto out;
-    if (CU_FAILED(&e, cudaMemcpy(all, dev, (size_t)c->world * 8, cudaMemcpyDeviceToHost))) {
+    if (CU_FAILED(&e, cudaMemcpyAsync(all, dev, (size_t)c->world * 8, cudaMemcpyDeviceToHost,
+                                      n->stream)) ||
+        CU_FAILED(&e, cudaStreamSynchronize(n->stream))) {
         rc = broken(n, e.code, "communicator setup: %s", e.msg);
         goto out;
     }
@@ -795,6 +801,20 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
         goto fail;
     }
 
+    /* NCCL_COMM_BLOCKING=1 overrides the config's blocking = 0 below (NCCL's init.cc): setup
+     * and abort would then block inside NCCL, where the init timeout and the news of a rank
+     * that never started cannot run, and a missing rank would hang this one. */
+    const char *blocking = getenv("NCCL_COMM_BLOCKING");
+    if (blocking && strtol(blocking, NULL, 10) == 1) {
+        rc = mgcu_seterr(err, errlen, -EINVAL,
+                         "NCCL_COMM_BLOCKING=%.16s is set: it makes NCCL's setup block where mg "
+                         "cannot time it out or learn that a rank never started; unset it (mg "
+                         "polls a non-blocking communicator, and its collectives wait on the "
+                         "stream either way)",
+                         blocking);
+        goto fail_told;
+    }
+
     rc = mgcu_nccl_exchange_id(store, opts, id, err, errlen);
     if (rc < 0)
         goto fail_told;
@@ -844,7 +864,7 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
         CU_FAILED(&e, cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) ||
         CU_FAILED(&e, cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming)) ||
         CU_FAILED(&e, cudaMalloc((void **)&n->zero, sizeof(float))) ||
-        CU_FAILED(&e, cudaMemset(n->zero, 0, sizeof(float)))) {
+        CU_FAILED(&e, cudaMemsetAsync(n->zero, 0, sizeof(float), n->stream))) {
         rc = mgcu_seterr(err, errlen, e.code, "%s", e.msg);
         goto fail_told;
     }

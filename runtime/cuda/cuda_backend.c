@@ -513,6 +513,16 @@ static int start(struct mgcu_backend *b, const struct mg_backend_opts *opts)
     if (CUDNN_FAILED(e, cudnnCreate(&b->dnn)) ||
         CUDNN_FAILED(e, cudnnSetStream(b->dnn, b->compute)))
         return -1;
+    /* mg's kernels, loaded now rather than at their first launch, which may be in the
+     * middle of an overlapped step (cuda_kernels.h) */
+    const char *kernel = "?";
+    int n = mgk_preload(&kernel);
+    if (n < 0) {
+        cudaError_t st = (cudaError_t)-n;
+        mgcu_fail(e, mgcu_cuda_code(st), "loading the kernel %s: %s (%s)", kernel,
+                  cudaGetErrorString(st), cudaGetErrorName(st));
+        return -1;
+    }
     return 0;
 }
 

@@ -595,3 +595,44 @@ extern "C" int mgk_adamw(const struct mgk_cfg *cfg, float *p, const float *g, fl
     float neg_step = (float)-(lr / bc1);
     LAUNCH(k_adamw, n, p, g, m, v, n, decay, b1, b2, a1, a2, bc2_sqrt, e, neg_step);
 }
+
+/* ---- loading the kernels ------------------------------------------------------------- */
+
+/* Every kernel of this file, loaded now. Since CUDA 12.2 modules load lazily, at a kernel's
+ * first launch, and that load waits for the device to drain while holding the context: in
+ * the first overlapped step of DDP that would be behind NCCL kernels spinning for their
+ * peers. The backend calls this once when it starts (tests/integration/cuda_build.t checks
+ * that every kernel in the PTX is in this list). */
+extern "C" int mgk_preload(const char **failed)
+{
+    int n = 0;
+#define MGK_PRELOAD_ONE(k)                                                                         \
+    do {                                                                                           \
+        int rc_ = (int)MGK_PRELOAD(k);                                                             \
+        if (rc_ != 0) {                                                                            \
+            *failed = #k;                                                                          \
+            return -rc_;                                                                           \
+        }                                                                                          \
+        n++;                                                                                       \
+    } while (0)
+        MGK_PRELOAD_ONE(k_bias_rows);
+        MGK_PRELOAD_ONE(k_colsum);
+        MGK_PRELOAD_ONE(k_conv_bias);
+        MGK_PRELOAD_ONE(k_row_sums16);
+        MGK_PRELOAD_ONE(k_relu);
+        MGK_PRELOAD_ONE(k_relu_mask);
+        MGK_PRELOAD_ONE(k_scale);
+        MGK_PRELOAD_ONE(k_div);
+        MGK_PRELOAD_ONE(k_dropout_fwd);
+        MGK_PRELOAD_ONE(k_dropout_bwd);
+        MGK_PRELOAD_ONE(k_maxpool_fwd);
+        MGK_PRELOAD_ONE(k_maxpool_bwd_gather);
+        MGK_PRELOAD_ONE(k_maxpool_bwd_plane);
+        MGK_PRELOAD_ONE(k_xent_fwd_rows);
+        MGK_PRELOAD_ONE(k_xent_fwd_blocks);
+        MGK_PRELOAD_ONE(k_xent_bwd);
+        MGK_PRELOAD_ONE(k_sgd);
+        MGK_PRELOAD_ONE(k_adamw);
+#undef MGK_PRELOAD_ONE
+    return n;
+}

@@ -87,6 +87,10 @@ int mgk_adamw(const struct mgk_cfg *cfg, float *p, const float *g, float *m, flo
               double lr, double beta1, double beta2, double eps, double weight_decay,
               uint64_t step);
 
+/* Loads every kernel above now, not at its first launch: returns how many, or minus the
+ * cudaError_t of the first that failed (its name in *failed). */
+int mgk_preload(const char **failed);
+
 #ifdef __cplusplus
 }
 #endif

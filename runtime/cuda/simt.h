@@ -14,6 +14,12 @@
 #define MGK_LAUNCH(kernel, grid, block, shmem, stream, ...)                                        \
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #define MGK_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+/* Loads the kernel's module now (CUDA loads lazily: at the first launch otherwise). */
+#define MGK_PRELOAD(kernel)                                                                        \
+    ([]() {                                                                                        \
+        cudaFuncAttributes a_;                                                                     \
+        return cudaFuncGetAttributes(&a_, kernel);                                                 \
+    }())
 
 #else
 
@@ -24,6 +30,7 @@
 #define MGK_LAUNCH(kernel, grid, block, shmem, stream, ...)                                        \
     mgk_sim_launch(#kernel, (grid), (block), (shmem), (stream), [=]() { kernel(__VA_ARGS__); })
 #define MGK_DYNAMIC_SHARED(type, name) type *name = (type *)mgk_sim_dynamic_shared()
+#define MGK_PRELOAD(kernel)            mgk_sim_preload(#kernel)
 
 #endif
 

@@ -41,23 +41,42 @@ is "${und:-none}" none "every symbol of the plugin resolves (ldd -r)"
 exports=$(nm -D --defined-only "$PLUGIN" | awk '{ print $3 }' | tr '\n' ' ')
 is "$exports" "mg_gpu_plugin_v1 " "the plugin exports its entry point and nothing else"
 
-# No fma.rn in the kernels that must give the CPU's bits. The softmax kernels
+# No fma.rn in the kernels that must give the CPU's bits, in the PTX of the
+# oldest target and of Hopper's (what newer GPUs compile). The softmax kernels
 # call the GPU's expf/logf (libdevice uses fma there): a tolerance, and they
 # are the only ones allowed any.
 tolerant='k_xent_fwd_rows k_xent_fwd_blocks'
-kernels=$(sed -n 's/^\.visible \.entry _Z[0-9]*\([a-z_0-9]*\).*/\1/p' "$PTX")
-DESC="the PTX lists the kernels ($(echo $kernels | wc -w))" ok test "$(echo $kernels | wc -w)" -ge 15
-bad=""
-for k in $kernels; do
-    n=$(awk -v k="$k" '/^\.visible \.entry/ { on = index($0, k "P") > 0 } on && /fma\.rn/ { c++ } END { print c + 0 }' "$PTX")
-    case " $tolerant " in
-    *" $k "*) diag "$k: $n fma (tolerance kernel)" ;;
-    *) [ "$n" = 0 ] || bad="$bad $k:$n" ;;
-    esac
+for ptx in "$PTX" "${PTX%.ptx}.compute_90.ptx"; do
+    arch=$(sed -n 's/^\.target \(sm_[0-9]*\).*/\1/p' "$ptx")
+    kernels=$(sed -n 's/^\.visible \.entry _Z[0-9]*\([a-z_0-9]*\).*/\1/p' "$ptx")
+    DESC="the PTX for $arch lists the kernels ($(echo $kernels | wc -w))" ok test "$(echo $kernels | wc -w)" -ge 15
+    bad=""
+    for k in $kernels; do
+        n=$(awk -v k="$k" '/^\.visible \.entry/ { on = index($0, k "P") > 0 } on && /fma\.rn/ { c++ } END { print c + 0 }' "$ptx")
+        case " $tolerant " in
+        *" $k "*) diag "$arch $k: $n fma (tolerance kernel)" ;;
+        *) [ "$n" = 0 ] || bad="$bad $k:$n" ;;
+        esac
+    done
+    is "${bad:-none}" none "no fused multiply-add in the kernels promised to match the CPU ($arch)"
+    mul=$(awk '/^\.visible \.entry _Z5k_sgd/ { on = 1 } /^\.visible \.entry/ && !/k_sgd/ { on = 0 } on && /mul\.rn\.f32/ { c++ } END { print c + 0 }' "$ptx")
+    DESC="... and the SGD kernel has its multiplies ($mul mul.rn.f32): the check looks at real code" ok test "$mul" -ge 3
 done
-is "${bad:-none}" none "no fused multiply-add in the kernels promised to match the CPU"
-mul=$(awk '/^\.visible \.entry _Z5k_sgd/ { on = 1 } /^\.visible \.entry/ && !/k_sgd/ { on = 0 } on && /mul\.rn\.f32/ { c++ } END { print c + 0 }' "$PTX")
-DESC="... and the SGD kernel has its multiplies ($mul mul.rn.f32): the check looks at real code" ok test "$mul" -ge 3
+# every kernel is loaded when the backend starts, not at its first launch (lazy
+# loading would stall the first overlapped step): each is in mgk_preload's list
+missing=""
+for k in $kernels; do
+    grep -q "MGK_PRELOAD_ONE($k);" runtime/cuda/cuda_kernels.cu || missing="$missing $k"
+done
+is "${missing:-none}" none "mgk_preload loads every kernel of the PTX"
+grep -q 'mgk_preload(&' runtime/cuda/cuda_backend.c
+is $? 0 "... and the backend calls it when it starts"
+# nothing on the legacy default stream: mg's streams are non-blocking, so such a
+# copy is unordered with them (a pageable cudaMemcpy returns before the DMA lands)
+legacy=$(grep -nE '\bcuda(Memcpy|Memset|Memcpy2D|Memcpy3D)\(' runtime/cuda/*.c | head -n 3)
+is "${legacy:-none}" none "no synchronous copy or memset on the legacy stream in the plugin"
+grep -q 'code=\[sm_90,compute_90\]' Makefile
+is $? 0 "the plugin carries compute_90 PTX for GPUs newer than its machine code"
 
 # a toolkit with nvcc but without the libraries' headers
 mkdir -p "$T/cuda/bin" "$T/cuda/include"

@@ -64,7 +64,8 @@ struct job {
     enum what what;
     int rank, world, restart, device, init_timeout_ms;
     const char *run_id;
-    int delay_ms; /* before starting */
+    int delay_ms;         /* before starting */
+    const char *blocking; /* NCCL_COMM_BLOCKING in the rank's environment, or NULL */
 };
 
 static pid_t start_rank(const struct job *j, int *fd)
@@ -85,6 +86,8 @@ static pid_t start_rank(const struct job *j, int *fd)
     struct result r = {0};
     if (j->delay_ms)
         usleep((useconds_t)j->delay_ms * 1000);
+    if (j->blocking)
+        setenv("NCCL_COMM_BLOCKING", j->blocking, 1);
     struct mg_store *st = connect_store();
     struct mg_comm_opts o = {.rank = j->rank,
                              .world = j->world,
@@ -255,6 +258,50 @@ static void test_create_without_device(void)
            "rank %d, the plugin without the probe: CUDA's message: %s", r, res[r].msg);
 }
 
+/* NCCL_COMM_BLOCKING=1 would override the non-blocking config the timeouts rely on:
+ * refused before anything waits, on every rank, and the others are told through the store.
+ * NCCL_COMM_BLOCKING=0 is what mg asks for anyway: it goes on (to NCCL's own failure here). */
+static void test_blocking_env(void)
+{
+    struct job jobs[2];
+    struct result res[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = (struct job){.what = CREATE_RAW,
+                               .rank = r,
+                               .world = 2,
+                               .run_id = "blocking",
+                               .device = -1,
+                               .init_timeout_ms = 20000,
+                               .blocking = "1"};
+    run_ranks(jobs, 2, res);
+    for (int r = 0; r < 2; r++)
+        ok(res[r].rc == -EINVAL &&
+               strstr(res[r].msg, "NCCL_COMM_BLOCKING=1 is set: it makes NCCL's setup block") &&
+               strstr(res[r].msg, "unset it") && res[r].seconds < 10,
+           "rank %d: NCCL_COMM_BLOCKING=1 refused at once (%.2f s): %s", r, res[r].seconds,
+           res[r].msg);
+    char key[64], *val = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof(key), "mg/nccl/blocking/0/fail/1");
+    int rc = mg_store_server_local_get(server, key, (void **)&val, &len, NULL);
+    ok(rc == 0 && val && strstr(val, "NCCL_COMM_BLOCKING"),
+       "... and in the store for the others: %s", val ? val : "(none)");
+    free(val);
+
+    char why[MG_ERRMSG_LEN];
+    if (mg_gpu_probe(0, NULL, why, sizeof(why)) == 0)
+        return; /* with a device, NCCL_COMM_BLOCKING=0 would start a real communicator */
+    for (int r = 0; r < 2; r++) {
+        jobs[r].restart = 1;
+        jobs[r].blocking = "0";
+    }
+    run_ranks(jobs, 2, res);
+    for (int r = 0; r < 2; r++)
+        ok(res[r].rc < 0 && !strstr(res[r].msg, "NCCL_COMM_BLOCKING") &&
+               strstr(res[r].msg, "ncclCommInitRankConfig"),
+           "rank %d: NCCL_COMM_BLOCKING=0 is not refused: %s", r, res[r].msg);
+}
+
 int main(void)
 {
     plugin = gpu_test_plugin_or_skip();
@@ -268,6 +315,7 @@ int main(void)
     port = mg_store_server_port(server);
     test_exchange();
     test_create_without_device();
+    test_blocking_env();
     mg_store_server_release(server);
     return done_testing();
 }
