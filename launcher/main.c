@@ -81,6 +81,8 @@ static const char usage[] =
     "  --stop_group_delay S             a stop signal reaches each worker first, the rest\n"
     "                                   of its process group S later (2; 0: all at once,\n"
     "                                   as torchrun; MG_STOP_GROUP_DELAY)\n"
+    "  --exit_barrier_timeout S         how long a finished node waits for the others\n"
+    "                                   (300; TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT)\n"
     "  --virtual-local-rank             LOCAL_RANK=0 and one visible GPU per worker\n"
     "  --numa-binding node|socket|exclusive|core-complex\n"
     "                                   bind each worker to the CPUs near its GPU\n"

@@ -51,6 +51,7 @@ enum opt_id {
     O_GPU_IDS,
     O_SHUTDOWN_TIMEOUT,
     O_STOP_GROUP_DELAY,
+    O_EXIT_BARRIER_TIMEOUT,
     O_SIGNALS_TO_HANDLE,
     O_VIRTUAL_LOCAL_RANK,
     O_NUMA_BINDING,
@@ -95,6 +96,7 @@ static const struct opt_def {
     [O_GPU_IDS] = {"gpu_ids", 0, OPT_LIST, 1},
     [O_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0, OPT_VALUE, 1},
     [O_STOP_GROUP_DELAY] = {"stop_group_delay", 0, OPT_VALUE, 1},
+    [O_EXIT_BARRIER_TIMEOUT] = {"exit_barrier_timeout", 0, OPT_VALUE, 1},
     [O_SIGNALS_TO_HANDLE] = {"signals_to_handle", 0, OPT_VALUE, 1},
     [O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", 0, OPT_FLAG, 1},
     [O_NUMA_BINDING] = {"numa_binding", 0, OPT_VALUE, 1},
@@ -379,6 +381,7 @@ static int apply_env(struct parse *p, char **env)
         {O_PREFIX_TMPL, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
         {O_SHUTDOWN_TIMEOUT, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
         {O_STOP_GROUP_DELAY, "MG_STOP_GROUP_DELAY"},
+        {O_EXIT_BARRIER_TIMEOUT, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"},
     };
     for (size_t i = 0; i < sizeof(torch_env) / sizeof(torch_env[0]); i++) {
         int id = torch_env[i].id;
@@ -807,6 +810,11 @@ static int check_values(struct parse *p)
         return bad_value(p, O_STOP_GROUP_DELAY, s[O_STOP_GROUP_DELAY].val,
                          "expected a number of seconds (0 or more; 0: the whole process group at "
                          "once, as torchrun)");
+    if (s[O_EXIT_BARRIER_TIMEOUT].set &&
+        (parse_double(s[O_EXIT_BARRIER_TIMEOUT].val, 0, 1e6, &o->exit_barrier_timeout) ||
+         o->exit_barrier_timeout <= 0))
+        return bad_value(p, O_EXIT_BARRIER_TIMEOUT, s[O_EXIT_BARRIER_TIMEOUT].val,
+                         "expected a positive number of seconds");
     if (s[O_SIGNALS_TO_HANDLE].set && (rc = check_signals(p, s[O_SIGNALS_TO_HANDLE].val)))
         return rc;
     o->virtual_local_rank = s[O_VIRTUAL_LOCAL_RANK].set;
@@ -849,6 +857,7 @@ int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, c
     o->master_port = -1;
     o->shutdown_timeout = 30;
     o->stop_group_delay = 2;
+    o->exit_barrier_timeout = -1;
     o->event_log_handler = "null";
     /* torchrun 2.x's default --signals-to-handle */
     o->signals[0] = SIGTERM;

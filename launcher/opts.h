@@ -98,6 +98,9 @@ struct mg_launch_opts {
      * process group (DataLoader workers, a writer's subprocess) this much
      * later, so that its helpers live while it saves; 0: all at once. */
     double stop_group_delay;
+    /* torchrun's --exit-barrier-timeout (pytorch/pytorch#195543): how long a
+     * finished node waits for the others; -1: --rdzv_conf's (300 s). */
+    double exit_barrier_timeout;
     /* --signals-to-handle: the signals that stop the workers (passed on,
      * SIGKILL after the grace period) and end the run with 128+N. */
     int signals[MG_MAX_SIGNALS];

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -574,6 +575,13 @@ static int read_conf(struct mg_rdzv_conf *c, enum mg_rdzv_backend b, const struc
 {
     mg_rdzv_conf_init(c);
     int rc = mg_rdzv_conf_parse(c, o->rdzv_conf, err, errcap);
+    if (rc == 0 && o->exit_barrier_timeout > 0) {
+        /* torchrun's flag, over mg's older --rdzv_conf key */
+        double ms = o->exit_barrier_timeout * 1000.0;
+        c->exit_barrier_timeout_ms = ms > INT_MAX ? INT_MAX : (int)(ms + 0.5);
+        if (c->exit_barrier_timeout_ms < 1)
+            c->exit_barrier_timeout_ms = 1;
+    }
     return rc ? rc : mg_rdzv_conf_finish(c, b, env, err, errcap);
 }
 

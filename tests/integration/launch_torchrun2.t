@@ -4,12 +4,14 @@
 # machine without GPUs; the placement itself is test_launch_numa's),
 # --event-log-handler, --nproc-per-node xpu, --run_path, --logs_specs,
 # --duplicate-std*-filters, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and
-# TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
+# TORCH_ELASTIC_SHUTDOWN_TIMEOUT; --exit-barrier-timeout and
+# TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT (pytorch/pytorch#195543).
 # timeout: 90
 . "$(dirname "$0")/../lib/lib.sh"
 FW=$HELPERS/fakeworker
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 unset CUDA_VISIBLE_DEVICES TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+unset TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT
 L=$T/logs
 DFL="env --default-signal=INT,QUIT"
 
@@ -143,4 +145,32 @@ is $? 143 "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1: stopped"
 like "$(cat "$T/err")" "SIGTERM: stopping the workers \\(1 s grace period" "  with a 1 s grace period"
 like "$(grep '"event":"kill"' "$L/grace/events.jsonl")" '"reason":"grace period over"' \
     "  then SIGKILL"
+
+# The exit barrier: a node whose workers finished waits for the others at
+# most this long (default 300 s). Node 1 finishes at once; node 0, which
+# hosts the store, runs on.
+for how in flag env; do
+    port=$(free_port)
+    bg "$MGLAUNCH" --nnodes 2 --node_rank 0 --master_addr 127.0.0.1 --master_port "$port" \
+        --rdzv_id "eb$how" --log_dir "$T/logs0" --no_python sleep 60 >"$T/eb0.out" 2>&1
+    p0=$!
+    if [ $how = flag ]; then
+        bg "$MGLAUNCH" --nnodes 2 --node_rank 1 --master_addr 127.0.0.1 --master_port "$port" \
+            --rdzv_id "eb$how" --log_dir "$L" --exit-barrier-timeout 1 --no_python true \
+            >"$T/eb1.out" 2>&1
+    else
+        TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT=1 bg "$MGLAUNCH" --nnodes 2 --node_rank 1 \
+            --master_addr 127.0.0.1 --master_port "$port" --rdzv_id "eb$how" --log_dir "$L" \
+            --no_python true >"$T/eb1.out" 2>&1
+    fi
+    p1=$!
+    wait "$p1"
+    is $? 0 "exit barrier of 1 s ($how): the finished node leaves"
+    ok alive "$p0" # while the other node's worker still runs
+    kill -TERM "$p0"
+    wait "$p0"
+done
+"$MGLAUNCH" --exit-barrier-timeout 0 true >"$T/out" 2>&1
+is $? 2 "--exit-barrier-timeout 0: a usage error"
+like "$(cat "$T/out")" "invalid value '0' for --exit-barrier-timeout" "  naming the flag"
 done_testing

@@ -223,6 +223,14 @@ static void test_torchrun2(void)
     ok(o.stop_group_delay == 0.5, "  0.5 s");
     is_int(parse_env(sg_env, "--stop_group_delay", "0", "prog", (char *)NULL), 0, "the flag wins");
     ok(o.stop_group_delay == 0, "  0: torchrun's whole group at once");
+    char *eb_env[] = {"TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT=45", NULL};
+    is_int(parse_env(eb_env, "prog", (char *)NULL), 0, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT");
+    ok(o.exit_barrier_timeout == 45, "  45 s");
+    is_int(parse_env(eb_env, "--exit-barrier-timeout", "9", "prog", (char *)NULL), 0,
+           "--exit-barrier-timeout (torchrun's, pytorch#195543) wins");
+    ok(o.exit_barrier_timeout == 9, "  9 s");
+    is_int(parse_env(NULL, "--exit-barrier-timeout", "0", "prog", (char *)NULL), -EINVAL,
+           "--exit-barrier-timeout 0: refused");
     char *bad_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
     is_int(parse_env(bad_env, "prog", (char *)NULL), -EINVAL, "a bad variable");
     ok(strstr(err, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (--shutdown_timeout)") != NULL, "  named: %s",
