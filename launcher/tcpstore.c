@@ -4,19 +4,25 @@
  * client's output and go out as the socket takes them. */
 #include "tcpstore.h"
 #include "mg_err.h"
+#include "net.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define VALIDATE_MAGIC 0x3C85F7CEu
-#define READ_PER_TURN  (256u << 10) /* per client per loop turn: the loop stays responsive */
-#define MAX_INPUT      (MG_TCPSTORE_MAX_VALUE + (1u << 20))
-#define MAX_OUTPUT     (256u << 20)
+#define VALIDATE_MAGIC  0x3C85F7CEu
+#define READ_PER_TURN   (256u << 10) /* per client per loop turn: the loop stays responsive */
+#define REQUEST_SLACK   (1u << 20)   /* a request's key and lengths, beside its value */
+#define PAUSE_OUTPUT    (1u << 20)   /* a client's unsent replies past which its requests wait */
+#define ENTRY_COST      (sizeof(struct entry) + 32) /* a key's bookkeeping, with malloc's */
+#define REPORT_EVERY_MS 1000
 
 enum op {
     OP_VALIDATE,
@@ -75,6 +81,9 @@ struct client {
     int fd;
     int proto; /* 0 not known yet, 1 legacy, 2 validated */
     int dead;
+    char peer[80]; /* host:port, for the agent's log */
+    char why[200]; /* why it was refused, when it was */
+    size_t wbytes; /* its parked wait's copied keys */
     uint8_t *in;
     size_t ilen, icap;
     uint8_t *out;
@@ -93,7 +102,61 @@ struct mg_tcpstore {
     struct span *keys; /* a request's keys and values, while it is handled */
     struct span *vals;
     size_t kcap;
+    struct mg_tcpstore_limits lim;
+    size_t in_total;  /* every client's input and parked keys (lim.max_buffered) */
+    size_t out_total; /* every client's unsent replies (lim.max_pending) */
+    mg_tcpstore_report_fn report;
+    void *report_ctx;
+    int64_t reported_ms;
+    long unreported;
 };
+
+void mg_tcpstore_limits_for(struct mg_tcpstore_limits *l, int world)
+{
+    size_t w = world < 1 ? 1 : world > (1 << 20) ? (1 << 20) : (size_t)world;
+    l->max_value = 4u << 20;
+    l->max_keys = 16384 + 256 * w;
+    l->max_bytes = (32u << 20) + (128u << 10) * w;
+    l->max_clients = (int)(64 + 8 * w < 65536 ? 64 + 8 * w : 65536);
+    l->max_buffered = (32u << 20) + (32u << 10) * w;
+    l->max_pending = (32u << 20) + (32u << 10) * w;
+}
+
+/* Marks the client to be dropped, keeping the first reason. */
+__attribute__((format(printf, 2, 3))) static void refuse(struct client *c, const char *fmt, ...)
+{
+    c->dead = 1;
+    if (c->why[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+}
+
+/* One line for the agent's log, at most one a second: a stranger on the port
+ * must not flood it. */
+static void report(struct mg_tcpstore *t, const char *peer, const char *why)
+{
+    int64_t now = mg_now_ms();
+    if (!t->report)
+        return;
+    if (t->reported_ms && now - t->reported_ms < REPORT_EVERY_MS) {
+        t->unreported++;
+        return;
+    }
+    char line[512], more[80] = "";
+    if (t->unreported)
+        snprintf(more, sizeof(more), " (and %ld more refused since the last such line)",
+                 t->unreported);
+    snprintf(line, sizeof(line),
+             "agent store (torch's TCPStore protocol): refused %s: %s; connection closed "
+             "(limits: docs/store-protocol.md#limits)%s",
+             peer, why, more);
+    t->reported_ms = now;
+    t->unreported = 0;
+    t->report(t->report_ctx, line);
+}
 
 /* ---- the keys ---------------------------------------------------------------------------- */
 
@@ -136,19 +199,31 @@ static void grow_table(struct mg_tcpstore *t)
 }
 
 /* Sets key to the concatenation of a and b (append passes the old value as
- * a). 0, or -ENOSPC / -ENOMEM. */
-static int put_key(struct mg_tcpstore *t, const void *k, size_t kn, const void *a, size_t an,
-                   const void *b, size_t bn)
+ * a). 0, or -ENOSPC / -ENOMEM with the client refused. */
+static int put_key(struct mg_tcpstore *t, struct client *c, const void *k, size_t kn, const void *a,
+                   size_t an, const void *b, size_t bn)
 {
     uint64_t h = hash_of(k, kn);
     struct entry **s = slot_of(t, k, kn, h), *e = *s;
     size_t old = e ? e->vlen : 0, add = an + bn;
-    if (an + bn > MG_TCPSTORE_MAX_VALUE ||
-        t->bytes - old + add + (e ? 0 : kn) > MG_TCPSTORE_MAX_BYTES)
+    if (add > t->lim.max_value) {
+        refuse(c, "a value of %zu bytes, over the limit of %zu", add, t->lim.max_value);
         return -ENOSPC;
+    }
+    if (!e && t->nkeys >= t->lim.max_keys) {
+        refuse(c, "a new key with %zu keys held, the limit", t->nkeys);
+        return -ENOSPC;
+    }
+    if (t->bytes - old + add + (e ? 0 : kn + ENTRY_COST) > t->lim.max_bytes) {
+        refuse(c, "storing %zu more bytes with %zu held: over the limit of %zu",
+               add + (e ? 0 : kn + ENTRY_COST) - old, t->bytes, t->lim.max_bytes);
+        return -ENOSPC;
+    }
     uint8_t *v = malloc(add ? add : 1);
-    if (!v)
+    if (!v) {
+        refuse(c, "out of memory");
         return -ENOMEM;
+    }
     if (an)
         memcpy(v, a, an);
     if (bn)
@@ -157,6 +232,7 @@ static int put_key(struct mg_tcpstore *t, const void *k, size_t kn, const void *
         if (!(e = calloc(1, sizeof(*e))) || !(e->key = malloc(kn ? kn : 1))) {
             free(e);
             free(v);
+            refuse(c, "out of memory");
             return -ENOMEM;
         }
         memcpy(e->key, k, kn);
@@ -164,7 +240,7 @@ static int put_key(struct mg_tcpstore *t, const void *k, size_t kn, const void *
         e->hash = h;
         *s = e;
         t->nkeys++;
-        t->bytes += kn;
+        t->bytes += kn + ENTRY_COST;
         if (t->nkeys > t->nbuckets * 2)
             grow_table(t);
     }
@@ -182,7 +258,7 @@ static int del_key(struct mg_tcpstore *t, const void *k, size_t n)
         return 0;
     *s = e->next;
     t->nkeys--;
-    t->bytes -= e->klen + e->vlen;
+    t->bytes -= e->klen + ENTRY_COST + e->vlen;
     free(e->key);
     free(e->val);
     free(e);
@@ -204,7 +280,7 @@ void mg_tcpstore_clear(struct mg_tcpstore *t)
 
 /* ---- replies --------------------------------------------------------------------------- */
 
-static void put(struct client *c, const void *p, size_t n)
+static void put(struct mg_tcpstore *t, struct client *c, const void *p, size_t n)
 {
     if (c->dead || n == 0) /* an empty value's p may be NULL */
         return;
@@ -212,9 +288,12 @@ static void put(struct client *c, const void *p, size_t n)
         size_t cap = c->ocap ? c->ocap : 4096;
         while (cap < c->olen + n)
             cap *= 2;
-        uint8_t *o = cap <= MAX_OUTPUT ? realloc(c->out, cap) : NULL;
+        /* Requests wait while replies are pending (serve), so one client
+         * holds at most a pause's worth and one request's replies. */
+        uint8_t *o =
+            cap <= 2 * (t->lim.max_pending + t->lim.max_value) ? realloc(c->out, cap) : NULL;
         if (!o) {
-            c->dead = 1; /* a client that does not read its replies */
+            refuse(c, "replies of %zu bytes it does not read", c->olen + n);
             return;
         }
         c->out = o;
@@ -222,25 +301,26 @@ static void put(struct client *c, const void *p, size_t n)
     }
     memcpy(c->out + c->olen, p, n);
     c->olen += n;
+    t->out_total += n;
 }
 
-static void put_u8(struct client *c, uint8_t v)
+static void put_u8(struct mg_tcpstore *t, struct client *c, uint8_t v)
 {
-    put(c, &v, 1);
+    put(t, c, &v, 1);
 }
 
-static void put_u64(struct client *c, uint64_t v)
+static void put_u64(struct mg_tcpstore *t, struct client *c, uint64_t v)
 {
-    put(c, &v, 8); /* the native byte order, as TCPStore sends it */
+    put(t, c, &v, 8); /* the native byte order, as TCPStore sends it */
 }
 
-static void put_bytes(struct client *c, const void *p, size_t n)
+static void put_bytes(struct mg_tcpstore *t, struct client *c, const void *p, size_t n)
 {
-    put_u64(c, n);
-    put(c, p, n);
+    put_u64(t, c, n);
+    put(t, c, p, n);
 }
 
-static void flush_out(struct client *c)
+static void flush_out(struct mg_tcpstore *t, struct client *c)
 {
     size_t off = 0;
     while (off < c->olen && !c->dead) {
@@ -258,17 +338,20 @@ static void flush_out(struct client *c)
         return; /* nothing sent (c->out may still be NULL): memmove's arguments must not be */
     memmove(c->out, c->out + off, c->olen - off);
     c->olen -= off;
+    t->out_total -= off;
 }
 
 /* ---- waits ------------------------------------------------------------------------------ */
 
-static void end_wait(struct client *c)
+static void end_wait(struct mg_tcpstore *t, struct client *c)
 {
     for (int i = 0; i < c->nwait; i++)
         free((void *)c->wait[i].p);
     free(c->wait);
     c->wait = NULL;
     c->nwait = 0;
+    t->in_total -= c->wbytes;
+    c->wbytes = 0;
 }
 
 /* After a key appeared: every parked WAIT whose keys all exist now ends. */
@@ -280,8 +363,8 @@ static void wake(struct mg_tcpstore *t)
         for (int k = 0; all && k < c->nwait; k++)
             all = lookup(t, c->wait[k].p, c->wait[k].n) != NULL;
         if (all) {
-            end_wait(c);
-            put_u8(c, WAIT_STOP);
+            end_wait(t, c);
+            put_u8(t, c, WAIT_STOP);
         }
     }
 }
@@ -291,6 +374,9 @@ static void wake(struct mg_tcpstore *t)
 struct cur {
     const uint8_t *p;
     size_t n, off;
+    const char *over; /* what was over its bound, when rd_span says -1 */
+    uint64_t over_len;
+    size_t over_max;
 };
 
 /* 1: read; 0: more bytes needed; -1: over a bound (the client is dropped). */
@@ -303,14 +389,18 @@ static int rd(struct cur *c, void *v, size_t n)
     return 1;
 }
 
-static int rd_span(struct cur *c, size_t max, struct span *s)
+static int rd_span(struct cur *c, const char *what, size_t max, struct span *s)
 {
     uint64_t len;
     int r = rd(c, &len, 8);
     if (r <= 0)
         return r;
-    if (len > max)
+    if (len > max) {
+        c->over = what;
+        c->over_len = len;
+        c->over_max = max;
         return -1;
+    }
     if (c->n - c->off < len)
         return 0;
     s->p = c->p + c->off;
@@ -319,26 +409,37 @@ static int rd_span(struct cur *c, size_t max, struct span *s)
     return 1;
 }
 
-static int room_for(struct mg_tcpstore *t, uint64_t n)
+static int room_for(struct mg_tcpstore *t, struct client *c, uint64_t n)
 {
-    if (n > MG_TCPSTORE_MAX_KEYS)
+    if (n > MG_TCPSTORE_MAX_KEYS) {
+        refuse(c, "a request naming %llu keys, over the limit of %d", (unsigned long long)n,
+               MG_TCPSTORE_MAX_KEYS);
         return -1;
+    }
     if (n <= t->kcap)
         return 1;
     struct span *k = realloc(t->keys, n * sizeof(*k)), *v;
     if (!k)
-        return -1;
+        goto oom;
     t->keys = k;
     if (!(v = realloc(t->vals, n * sizeof(*v))))
-        return -1;
+        goto oom;
     t->vals = v;
     t->kcap = n;
     return 1;
+oom:
+    refuse(c, "out of memory");
+    return -1;
 }
 
+/* A read that is not whole yet returns 0 (wait for more bytes); one over a
+ * bound refuses the client. */
 #define NEED(expr)                                                                                 \
     do {                                                                                           \
         int r_ = (expr);                                                                           \
+        if (r_ < 0 && in.over)                                                                     \
+            refuse(c, "a %s of %llu bytes, over the limit of %zu", in.over,                        \
+                   (unsigned long long)in.over_len, in.over_max);                                  \
         if (r_ <= 0)                                                                               \
             return r_;                                                                             \
     } while (0)
@@ -348,7 +449,7 @@ static int room_for(struct mg_tcpstore *t, uint64_t n)
  * the client. */
 static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *buf, size_t len)
 {
-    struct cur in = {buf, len, 0};
+    struct cur in = {buf, len, 0, NULL, 0, 0};
     uint8_t q;
     struct span k, a, b;
     uint64_t n;
@@ -375,58 +476,60 @@ static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *
     switch (op) {
     case OP_VALIDATE:
         NEED(rd(&in, &u32, 4));
-        if (u32 != VALIDATE_MAGIC)
+        if (u32 != VALIDATE_MAGIC) {
+            refuse(c, "a VALIDATE without TCPStore's magic number");
             return -1;
+        }
         break;
     case OP_PING:
         NEED(rd(&in, &u32, 4));
-        put(c, &u32, 4);
+        put(t, c, &u32, 4);
         break;
     case OP_SET:
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &k));
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_VALUE, &a));
-        if (put_key(t, k.p, k.n, a.p, a.n, NULL, 0))
+        NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &k));
+        NEED(rd_span(&in, "value", t->lim.max_value, &a));
+        if (put_key(t, c, k.p, k.n, a.p, a.n, NULL, 0))
             return -1;
         wake(t);
         break;
     case OP_APPEND: {
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &k));
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_VALUE, &a));
+        NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &k));
+        NEED(rd_span(&in, "value", t->lim.max_value, &a));
         struct entry *e = lookup(t, k.p, k.n);
-        if (put_key(t, k.p, k.n, e ? e->val : NULL, e ? e->vlen : 0, a.p, a.n))
+        if (put_key(t, c, k.p, k.n, e ? e->val : NULL, e ? e->vlen : 0, a.p, a.n))
             return -1;
         wake(t);
         break;
     }
     case OP_COMPARE_SET: {
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &k));
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_VALUE, &a)); /* expected */
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_VALUE, &b)); /* desired */
+        NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &k));
+        NEED(rd_span(&in, "value", t->lim.max_value, &a)); /* expected */
+        NEED(rd_span(&in, "value", t->lim.max_value, &b)); /* desired */
         struct entry *e = lookup(t, k.p, k.n);
         if (!e && a.n == 0) { /* no key and nothing expected: create it */
-            if (put_key(t, k.p, k.n, b.p, b.n, NULL, 0))
+            if (put_key(t, c, k.p, k.n, b.p, b.n, NULL, 0))
                 return -1;
-            put_bytes(c, b.p, b.n);
+            put_bytes(t, c, b.p, b.n);
             wake(t);
         } else if (!e) {
-            put_bytes(c, a.p, a.n); /* TCPStore's answer when the key is missing */
+            put_bytes(t, c, a.p, a.n); /* TCPStore's answer when the key is missing */
         } else {
             if (e->vlen == a.n && memcmp(e->val, a.p, a.n) == 0 &&
-                put_key(t, k.p, k.n, b.p, b.n, NULL, 0))
+                put_key(t, c, k.p, k.n, b.p, b.n, NULL, 0))
                 return -1;
             e = lookup(t, k.p, k.n);
-            put_bytes(c, e->val, e->vlen);
+            put_bytes(t, c, e->val, e->vlen);
         }
         break;
     }
     case OP_GET: {
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &k));
+        NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &k));
         struct entry *e = lookup(t, k.p, k.n);
-        put_bytes(c, e ? e->val : NULL, e ? e->vlen : 0);
+        put_bytes(t, c, e ? e->val : NULL, e ? e->vlen : 0);
         break;
     }
     case OP_ADD: {
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &k));
+        NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &k));
         NEED(rd(&in, &num, 8));
         struct entry *e = lookup(t, k.p, k.n);
         if (e) {
@@ -438,9 +541,9 @@ static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *
         }
         char text[32];
         int tn = mg_fmt(text, sizeof(text), "%lld", (long long)num);
-        if (put_key(t, k.p, k.n, text, (size_t)tn, NULL, 0))
+        if (put_key(t, c, k.p, k.n, text, (size_t)tn, NULL, 0))
             return -1;
-        put(c, &num, 8);
+        put(t, c, &num, 8);
         wake(t);
         break;
     }
@@ -448,14 +551,24 @@ static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *
     case OP_WAIT:
     case OP_MULTI_GET: {
         NEED(rd(&in, &n, 8));
-        if (room_for(t, n) < 0)
+        if (room_for(t, c, n) < 0)
             return -1;
         for (uint64_t i = 0; i < n; i++)
-            NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &t->keys[i]));
+            NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &t->keys[i]));
         if (op == OP_MULTI_GET) {
+            size_t sum = 0;
             for (uint64_t i = 0; i < n; i++) {
                 struct entry *e = lookup(t, t->keys[i].p, t->keys[i].n);
-                put_bytes(c, e ? e->val : NULL, e ? e->vlen : 0);
+                sum += 8 + (e ? e->vlen : 0);
+            }
+            if (sum > t->lim.max_pending) {
+                refuse(c, "a multi_get of %zu bytes, over the limit of %zu", sum,
+                       t->lim.max_pending);
+                return -1;
+            }
+            for (uint64_t i = 0; i < n; i++) {
+                struct entry *e = lookup(t, t->keys[i].p, t->keys[i].n);
+                put_bytes(t, c, e ? e->val : NULL, e ? e->vlen : 0);
             }
             break;
         }
@@ -463,17 +576,33 @@ static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *
         for (uint64_t i = 0; all && i < n; i++)
             all = lookup(t, t->keys[i].p, t->keys[i].n) != NULL;
         if (op == OP_CHECK) {
-            put_u8(c, all ? CHECK_READY : CHECK_NOT_READY);
+            put_u8(t, c, all ? CHECK_READY : CHECK_NOT_READY);
         } else if (all) {
-            put_u8(c, WAIT_STOP);
+            put_u8(t, c, WAIT_STOP);
         } else { /* parked until the keys exist */
-            end_wait(c);
-            if (!(c->wait = calloc(n, sizeof(*c->wait))))
+            end_wait(t, c);
+            size_t need = n * sizeof(*c->wait);
+            for (uint64_t i = 0; i < n; i++)
+                need += t->keys[i].n;
+            if (t->in_total + need > t->lim.max_buffered) {
+                refuse(c,
+                       "a wait for %zu bytes of keys, with %zu bytes buffered, over the limit "
+                       "of %zu",
+                       need, t->in_total, t->lim.max_buffered);
                 return -1;
+            }
+            if (!(c->wait = calloc(n, sizeof(*c->wait)))) {
+                refuse(c, "out of memory");
+                return -1;
+            }
+            c->wbytes = need; /* end_wait gives it back, whatever was copied */
+            t->in_total += need;
             for (uint64_t i = 0; i < n; i++) {
                 void *p = malloc(t->keys[i].n ? t->keys[i].n : 1);
-                if (!p)
+                if (!p) {
+                    refuse(c, "out of memory");
                     return -1;
+                }
                 memcpy(p, t->keys[i].p, t->keys[i].n);
                 c->wait[i] = (struct span){p, t->keys[i].n};
                 c->nwait++;
@@ -482,32 +611,36 @@ static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *
         break;
     }
     case OP_CANCEL_WAIT:
-        end_wait(c);
-        put_u8(c, WAIT_CANCELED);
+        end_wait(t, c);
+        put_u8(t, c, WAIT_CANCELED);
         break;
     case OP_NUMKEYS:
         num = (int64_t)t->nkeys;
-        put(c, &num, 8);
+        put(t, c, &num, 8);
         break;
     case OP_DELETE:
-        NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &k));
+        NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &k));
         num = del_key(t, k.p, k.n);
-        put(c, &num, 8);
+        put(t, c, &num, 8);
         break;
     case OP_MULTI_SET:
         NEED(rd(&in, &n, 8));
-        if (room_for(t, n) < 0)
+        if (room_for(t, c, n) < 0)
             return -1;
         for (uint64_t i = 0; i < n; i++) {
-            NEED(rd_span(&in, MG_TCPSTORE_MAX_KEY, &t->keys[i]));
-            NEED(rd_span(&in, MG_TCPSTORE_MAX_VALUE, &t->vals[i]));
+            NEED(rd_span(&in, "key", MG_TCPSTORE_MAX_KEY, &t->keys[i]));
+            NEED(rd_span(&in, "value", t->lim.max_value, &t->vals[i]));
         }
         for (uint64_t i = 0; i < n; i++)
-            if (put_key(t, t->keys[i].p, t->keys[i].n, t->vals[i].p, t->vals[i].n, NULL, 0))
+            if (put_key(t, c, t->keys[i].p, t->keys[i].n, t->vals[i].p, t->vals[i].n, NULL, 0))
                 return -1;
         wake(t);
         break;
     case OP_UNSERVED:
+        refuse(c,
+               "query type %u, which the agent store does not serve (watch_key and the queue "
+               "operations are not)",
+               q);
         return -1;
     }
     return (long)in.off;
@@ -518,7 +651,9 @@ static long one_request(struct mg_tcpstore *t, struct client *c, const uint8_t *
 static void drop(struct mg_tcpstore *t, int i)
 {
     struct client *c = t->c[i];
-    end_wait(c);
+    end_wait(t, c);
+    t->in_total -= c->ilen;
+    t->out_total -= c->olen;
     close(c->fd);
     free(c->in);
     free(c->out);
@@ -526,28 +661,45 @@ static void drop(struct mg_tcpstore *t, int i)
     t->c[i] = t->c[--t->nc];
 }
 
-static int append_input(struct client *c, const void *p, size_t n)
+static int append_input(struct mg_tcpstore *t, struct client *c, const void *p, size_t n)
 {
+    size_t most = t->lim.max_value + REQUEST_SLACK;
+    if (c->ilen + n > most) {
+        refuse(c, "a request of over %zu bytes, the limit (a value of at most %zu)", most,
+               t->lim.max_value);
+        return -1;
+    }
+    if (t->in_total + n > t->lim.max_buffered) {
+        refuse(c, "%zu bytes of requests buffered from every client, the limit",
+               t->lim.max_buffered);
+        return -1;
+    }
     if (c->ilen + n > c->icap) {
         size_t cap = c->icap ? c->icap : 4096;
         while (cap < c->ilen + n)
             cap *= 2;
-        uint8_t *b = cap <= MAX_INPUT ? realloc(c->in, cap) : NULL;
-        if (!b)
+        uint8_t *b = realloc(c->in, cap);
+        if (!b) {
+            refuse(c, "out of memory");
             return -1;
+        }
         c->in = b;
         c->icap = cap;
     }
     memcpy(c->in + c->ilen, p, n);
     c->ilen += n;
+    t->in_total += n;
     return 0;
 }
 
-/* Every whole request in the client's input. */
+/* Every whole request in the client's input, while replies are not piling
+ * up: past PAUSE_OUTPUT for this client, or lim.max_pending for all, the
+ * rest waits until replies go out (process serves it again). */
 static void serve(struct mg_tcpstore *t, struct client *c)
 {
     size_t off = 0;
-    while (!c->dead && c->ilen > off) {
+    while (!c->dead && c->ilen > off && c->olen <= PAUSE_OUTPUT &&
+           t->out_total <= t->lim.max_pending) {
         long k = one_request(t, c, c->in + off, c->ilen - off);
         if (k < 0)
             c->dead = 1;
@@ -555,15 +707,38 @@ static void serve(struct mg_tcpstore *t, struct client *c)
             break;
         off += (size_t)k;
     }
+    if (off == 0)
+        return;
     memmove(c->in, c->in + off, c->ilen - off);
     c->ilen -= off;
+    t->in_total -= off;
+}
+
+static void peer_of(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof(sa);
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getpeername(fd, (struct sockaddr *)&sa, &sl) < 0 ||
+        getnameinfo((struct sockaddr *)&sa, sl, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0 ||
+        mg_format_hostport(buf, cap, host, atoi(port)) < 0)
+        snprintf(buf, cap, "a client");
 }
 
 int mg_tcpstore_adopt(void *vt, int fd, const void *bytes, size_t n)
 {
     struct mg_tcpstore *t = vt;
     struct client *c = NULL;
-    if (t->nc == MG_TCPSTORE_MAX_CLIENTS || !(c = calloc(1, sizeof(*c))))
+    if (t->nc >= t->lim.max_clients) {
+        char peer[80], why[96];
+        peer_of(fd, peer, sizeof(peer));
+        snprintf(why, sizeof(why), "%d connections open, the limit", t->nc);
+        report(t, peer, why);
+        close(fd);
+        return -EMFILE;
+    }
+    if (!(c = calloc(1, sizeof(*c))))
         goto fail;
     if (t->nc == t->cap) {
         int cap = t->cap ? t->cap * 2 : 16;
@@ -575,17 +750,19 @@ int mg_tcpstore_adopt(void *vt, int fd, const void *bytes, size_t n)
     }
     c->fd = fd;
     fcntl(fd, F_SETFL, O_NONBLOCK);
-    if (n && append_input(c, bytes, n) < 0)
-        goto fail;
+    peer_of(fd, c->peer, sizeof(c->peer));
     t->c[t->nc++] = c;
+    if (n && append_input(t, c, bytes, n) < 0) {
+        /* a few bytes of handshake: only the buffered limit refuses them */
+        report(t, c->peer, c->why);
+        drop(t, t->nc - 1);
+        return -ENOSPC;
+    }
     serve(t, c);
-    flush_out(c);
+    flush_out(t, c);
     return 0;
 fail:
-    if (c) {
-        free(c->in);
-        free(c);
-    }
+    free(c);
     close(fd);
     return -ENOMEM;
 }
@@ -624,8 +801,8 @@ int mg_tcpstore_process(void *vt, const struct pollfd *fds, int n)
             ssize_t r = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
             if (r > 0) {
                 got += (size_t)r;
-                if (append_input(c, buf, (size_t)r) < 0)
-                    c->dead = 1;
+                if (append_input(t, c, buf, (size_t)r) < 0)
+                    break;
                 continue;
             }
             if (r < 0 && errno == EINTR)
@@ -636,21 +813,37 @@ int mg_tcpstore_process(void *vt, const struct pollfd *fds, int n)
         }
         serve(t, c);
     }
-    /* Replies (also to clients a key written by another one woke), then the dead. */
+    /* Replies (also to clients a key written by another one woke), then
+     * requests that waited for replies to drain, then the dead. */
     for (int i = 0; i < t->nc; i++)
         if (t->c[i]->olen)
-            flush_out(t->c[i]);
+            flush_out(t, t->c[i]);
+    for (int i = 0; i < t->nc; i++)
+        if (t->c[i]->ilen && !t->c[i]->dead) {
+            serve(t, t->c[i]);
+            flush_out(t, t->c[i]);
+        }
     for (int i = t->nc - 1; i >= 0; i--)
-        if (t->c[i]->dead)
+        if (t->c[i]->dead) {
+            if (t->c[i]->why[0])
+                report(t, t->c[i]->peer, t->c[i]->why);
             drop(t, i);
+        }
     return 0;
 }
 
-int mg_tcpstore_new(struct mg_tcpstore **out)
+int mg_tcpstore_new(struct mg_tcpstore **out, const struct mg_tcpstore_limits *limits,
+                    mg_tcpstore_report_fn report_fn, void *report_ctx)
 {
     struct mg_tcpstore *t = calloc(1, sizeof(*t));
     if (!t)
         return -ENOMEM;
+    if (limits)
+        t->lim = *limits;
+    else
+        mg_tcpstore_limits_for(&t->lim, 1);
+    t->report = report_fn;
+    t->report_ctx = report_ctx;
     t->nbuckets = 256;
     if (!(t->tab = calloc(t->nbuckets, sizeof(*t->tab)))) {
         free(t);

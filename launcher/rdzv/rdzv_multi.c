@@ -11,6 +11,7 @@
 #include "tcpstore.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -69,6 +70,7 @@ struct multi {
     int store_port;
     struct mg_tcpstore *ts;
     int ts_poller;
+    int world; /* --nnodes' maximum times --nproc_per_node: the agent store's limits */
 };
 
 /* ---- what mglaunch prints ------------------------------------------------------------- */
@@ -342,6 +344,12 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
         mg_agent_finish(ag, 0);
         return;
     }
+}
+
+/* A refused TCPStore client, in the agent's log. */
+static void ts_report(void *ctx, const char *line)
+{
+    note(ctx, "%s", line);
 }
 
 static int ts_fill(void *ctx, struct pollfd *fds, int max)
@@ -717,7 +725,9 @@ static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char
                  "rendezvous (static): waiting for node 0 (--node_rank 0) to host the store at %s "
                  "(--master_addr:--master_port)",
                  p->endpoint);
-    if (m->backend == MG_RDZV_STATIC && mg_tcpstore_new(&m->ts) == 0) {
+    struct mg_tcpstore_limits lim;
+    mg_tcpstore_limits_for(&lim, m->world);
+    if (m->backend == MG_RDZV_STATIC && mg_tcpstore_new(&m->ts, &lim, ts_report, m) == 0) {
         s.foreign = mg_tcpstore_adopt;
         s.foreign_ctx = m->ts;
     }
@@ -850,6 +860,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
         goto fail;
     }
     add_notice(m, m->conf.notes);
+    m->world = p.max > 0 && o->nproc > 0 && p.max <= INT_MAX / o->nproc ? p.max * o->nproc : 1;
     if ((rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
         (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||
         (rc = open_backend(m, &p, &kv, err, errcap)) < 0 ||

@@ -319,7 +319,7 @@ int main(void)
     struct mg_store_server_opts o = {
         .host = "127.0.0.1", .foreign = mg_tcpstore_adopt, .foreign_ctx = NULL};
     pthread_t th;
-    if (mg_tcpstore_new(&ts) || pipe(stop_fd))
+    if (mg_tcpstore_new(&ts, NULL, NULL, NULL) || pipe(stop_fd))
         skip_all("no memory");
     o.foreign_ctx = ts;
     if (mg_store_server_start(&srv, &o))
