@@ -205,12 +205,11 @@ static void cu_conv2d_forward(struct mg_backend *be, const struct mg_conv2d_dims
                               void *scratch)
 {
     struct mgcu_backend *b = B(be);
-    const float one = 1.0f, zero = 0.0f;
-    const struct mgcu_conv *e = mgcu_conv_get(b, d);
+    struct mgcu_conv *e = mgcu_conv_get(b, d);
     if (!e)
         return;
-    if (CUDNN_FAILED(&b->err, cudnnConvolutionForward(b->dnn, &one, e->x, x, e->w, w, e->conv,
-                                                      e->fwd, scratch, e->ws, &zero, e->y, y)))
+    mgcu_conv_forward(b, e, y, x, w, scratch);
+    if (b->err.code)
         return;
     KERNEL(b, mgk_conv_bias, y, bias, d->n, d->oc, d->oh * d->ow, relu);
 }
@@ -221,8 +220,7 @@ static void cu_conv2d_backward(struct mg_backend *be, const struct mg_conv2d_dim
                                void *scratch)
 {
     struct mgcu_backend *b = B(be);
-    const float one = 1.0f, zero = 0.0f;
-    const struct mgcu_conv *e = mgcu_conv_get(b, d);
+    struct mgcu_conv *e = mgcu_conv_get(b, d);
     int P = d->oh * d->ow;
     size_t total = (size_t)d->n * d->oc * P;
     if (!e)
@@ -235,14 +233,9 @@ static void cu_conv2d_backward(struct mg_backend *be, const struct mg_conv2d_dim
         KERNEL(b, mgk_row_sums16, part, dy, d->n * d->oc, (size_t)P);
         KERNEL(b, mgk_colsum, db, part, d->n, d->oc, accumulate);
     }
-    if (CUDNN_FAILED(&b->err, cudnnConvolutionBackwardFilter(b->dnn, &one, e->x, x, e->y, dy,
-                                                             e->conv, e->bwd_filter, scratch, e->ws,
-                                                             accumulate ? &one : &zero, e->w, dw)))
-        return;
-    if (dx)
-        CUDNN_FAILED(&b->err,
-                     cudnnConvolutionBackwardData(b->dnn, &one, e->w, w, e->y, dy, e->conv,
-                                                  e->bwd_data, scratch, e->ws, &zero, e->x, dx));
+    mgcu_conv_backward_filter(b, e, dw, x, dy, accumulate, scratch);
+    if (dx && !b->err.code)
+        mgcu_conv_backward_data(b, e, dx, w, dy, scratch);
 }
 
 static void cu_maxpool2d_forward(struct mg_backend *be, const struct mg_pool2d_dims *d, float *y,

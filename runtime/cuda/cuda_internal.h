@@ -10,6 +10,7 @@
 #define MG_CUDA_INTERNAL_H
 
 #include "backend.h"
+#include "cuda_algo.h"
 #include "gpu_plugin.h"
 
 #include <cublas_v2.h>
@@ -51,15 +52,15 @@ __attribute__((format(printf, 4, 5))) int mgcu_seterr(char *err, size_t errlen, 
 
 /* One convolution shape: cuDNN's descriptors and the algorithms chosen for
  * it, once: the first deterministic one whose workspace fits, with FMA math
- * (no TF32) unless the backend's precision allows TF32. */
+ * (no TF32) unless the backend's precision allows TF32; the next one where
+ * that fails when it runs. */
 struct mgcu_conv {
     struct mg_conv2d_dims d;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
-    cudnnConvolutionFwdAlgo_t fwd;
-    cudnnConvolutionBwdDataAlgo_t bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    /* cuDNN's candidates for each direction and the one in use (cuda_algo.h) */
+    struct mgcu_algos fwd, bwd_data, bwd_filter;
     size_t ws;      /* workspace bytes, the most of the three */
     size_t partial; /* where the bias gradient's per-plane sums go in scratch */
 };
@@ -113,7 +114,15 @@ struct mgcu_backend {
 size_t mgcu_conv_scratch(struct mgcu_backend *b, const struct mg_conv2d_dims *d);
 /* d's cache entry, made on first use within the budget of its shape; NULL
  * after a failure (latched in b->err). */
-const struct mgcu_conv *mgcu_conv_get(struct mgcu_backend *b, const struct mg_conv2d_dims *d);
+struct mgcu_conv *mgcu_conv_get(struct mgcu_backend *b, const struct mg_conv2d_dims *d);
+/* The three convolutions of e (y = conv(x, w); dw (+)= ...; dx = ...), each with its algorithm,
+ * or the next one when that fails as it runs; a failure is latched in b->err. */
+void mgcu_conv_forward(struct mgcu_backend *b, struct mgcu_conv *e, float *y, const float *x,
+                       const float *w, void *scratch);
+void mgcu_conv_backward_filter(struct mgcu_backend *b, struct mgcu_conv *e, float *dw,
+                               const float *x, const float *dy, int accumulate, void *scratch);
+void mgcu_conv_backward_data(struct mgcu_backend *b, struct mgcu_conv *e, float *dx, const float *w,
+                             const float *dy, void *scratch);
 void mgcu_convs_release(struct mgcu_convs *c);
 
 /* cuDNN's output shapes (the plugin's conv2d_out_dims / pool2d_out_dims). */
