@@ -52,15 +52,11 @@ int mg_backend_open(enum mg_device dev, const struct mg_backend_opts *opts, stru
                     char *err, size_t errlen)
 {
     static const struct mg_backend_opts defaults;
-    int rc;
     if (!opts)
         opts = &defaults;
     switch (dev) {
     case MG_DEVICE_CPU:
-        rc = mg_cpu_backend_create(opts, out);
-        if (rc < 0)
-            mg_seterr(err, errlen, rc, "%s", mg_strerror(rc));
-        return rc;
+        return mg_cpu_backend_create(opts, out, err, errlen);
     case MG_DEVICE_CUDA:
         return mg_cuda_backend_create(opts, out, err, errlen);
     }

@@ -248,7 +248,9 @@ enum mg_device mg_device_auto(int device_index, char *why, size_t len);
  * 13.0, cuBLAS 13.1.0, cuDNN 9.19.0, NCCL 2.28.9", leaving out what info lacks. */
 void mg_gpu_info_format(const struct mg_gpu_info *info, char *buf, size_t len);
 
-int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out);
+/* err (errlen bytes) says why it failed: no BLAS, or a bad MG_BLAS_CORETYPE. */
+int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out, char *err,
+                          size_t errlen);
 /* Through the plugin (gpu_plugin.c); -MG_EUNSUPPORTED in a build without one. */
 int mg_cuda_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out, char *err,
                            size_t errlen);

@@ -12,7 +12,7 @@
 #include <string.h>
 
 struct cpu_impl {
-    char name[128];
+    char name[256];
     const struct mg_blas *blas;
 };
 
@@ -411,8 +411,10 @@ static const struct mg_backend_ops cpu_ops = {
     .scale = cpu_scale,
 };
 
-int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out)
+int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend **out, char *err,
+                          size_t errlen)
 {
+    char msg[MG_ERRMSG_LEN];
     struct mg_backend *be = calloc(1, sizeof(*be));
     struct cpu_impl *impl = calloc(1, sizeof(*impl));
     if (!be || !impl) {
@@ -421,18 +423,15 @@ int mg_cpu_backend_create(const struct mg_backend_opts *opts, struct mg_backend 
         return -ENOMEM;
     }
     int threads = opts && opts->threads > 0 ? opts->threads : threads_from_env();
-    int rc = mg_blas_load(threads, &impl->blas, NULL);
+    int rc = mg_blas_load(threads, &impl->blas, msg);
     if (rc < 0) {
         free(be);
         free(impl);
-        return rc;
+        return mg_seterr(err, errlen, rc, "%s", msg);
     }
-    if (impl->blas->core[0])
-        snprintf(impl->name, sizeof(impl->name), "cpu (OpenBLAS %s, %d thread%s)", impl->blas->core,
-                 threads, threads == 1 ? "" : "s");
-    else
-        snprintf(impl->name, sizeof(impl->name), "cpu (%s, %d thread%s)", impl->blas->library,
-                 threads, threads == 1 ? "" : "s");
+    char what[sizeof(impl->name) - 8];
+    mg_blas_describe(impl->blas, threads, what, sizeof(what));
+    snprintf(impl->name, sizeof(impl->name), "cpu (%s)", what);
     *be = (struct mg_backend){
         .ops = &cpu_ops,
         .name = impl->name,
