@@ -112,14 +112,18 @@ static const struct {
     const char *name;
     enum mg_isa isa;
 } cores[] = {
-    {"Katmai", MG_ISA_SSE2},      {"Coppermine", MG_ISA_SSE2},  {"Northwood", MG_ISA_SSE2},
-    {"Banias", MG_ISA_SSE2},      {"Athlon", MG_ISA_SSE2},      {"Opteron", MG_ISA_SSE2},
-    {"Prescott", MG_ISA_SSE3},    {"Atom", MG_ISA_SSE3},        {"Core2", MG_ISA_SSE3},
-    {"Penryn", MG_ISA_SSE3},      {"Dunnington", MG_ISA_SSE3},  {"Nehalem", MG_ISA_SSE3},
-    {"Opteron_SSE3", MG_ISA_SSE3}, {"Barcelona", MG_ISA_SSE3},  {"Nano", MG_ISA_SSE3},
-    {"Bobcat", MG_ISA_SSE3},      {"Sandybridge", MG_ISA_AVX},  {"Bulldozer", MG_ISA_AVX},
-    {"Piledriver", MG_ISA_AVX},   {"Steamroller", MG_ISA_AVX},  {"Haswell", MG_ISA_AVX2},
-    {"Excavator", MG_ISA_AVX2},   {"Zen", MG_ISA_AVX2},         {"SkylakeX", MG_ISA_AVX512},
+    {"Katmai", MG_ISA_SSE2},       {"Coppermine", MG_ISA_SSE2},
+    {"Northwood", MG_ISA_SSE2},    {"Banias", MG_ISA_SSE2},
+    {"Athlon", MG_ISA_SSE2},       {"Opteron", MG_ISA_SSE2},
+    {"Prescott", MG_ISA_SSE3},     {"Atom", MG_ISA_SSE3},
+    {"Core2", MG_ISA_SSE3},        {"Penryn", MG_ISA_SSE3},
+    {"Dunnington", MG_ISA_SSE3},   {"Nehalem", MG_ISA_SSE3},
+    {"Opteron_SSE3", MG_ISA_SSE3}, {"Barcelona", MG_ISA_SSE3},
+    {"Nano", MG_ISA_SSE3},         {"Bobcat", MG_ISA_SSE3},
+    {"Sandybridge", MG_ISA_AVX},   {"Bulldozer", MG_ISA_AVX},
+    {"Piledriver", MG_ISA_AVX},    {"Steamroller", MG_ISA_AVX},
+    {"Haswell", MG_ISA_AVX2},      {"Excavator", MG_ISA_AVX2},
+    {"Zen", MG_ISA_AVX2},          {"SkylakeX", MG_ISA_AVX512},
     {"Cooperlake", MG_ISA_AVX512}, {"SapphireRapids", MG_ISA_AVX512},
 };
 

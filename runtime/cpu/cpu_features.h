@@ -12,15 +12,15 @@
 
 /* The registers that say which instruction sets exist and are enabled. */
 struct mg_cpu_id {
-    char vendor[13];       /* "GenuineIntel", "AuthenticAMD", "" off x86 */
-    uint32_t leaf1_eax;    /* family, model, stepping */
-    uint32_t leaf1_ecx;    /* SSE3, SSSE3, FMA, SSE4.1/4.2, OSXSAVE, AVX */
-    uint32_t leaf1_edx;    /* SSE, SSE2 */
-    uint32_t leaf7_ebx;    /* AVX2, AVX-512 F/DQ/CD/BW/VL */
-    uint32_t leaf7_ecx;    /* AVX-512 VNNI, ... */
-    uint32_t leaf7_edx;    /* AVX-512 FP16, AMX */
-    uint32_t leaf7_1_eax;  /* AVX-512 BF16 */
-    uint64_t xcr0;         /* register state the OS saves (0 without OSXSAVE) */
+    char vendor[13];      /* "GenuineIntel", "AuthenticAMD", "" off x86 */
+    uint32_t leaf1_eax;   /* family, model, stepping */
+    uint32_t leaf1_ecx;   /* SSE3, SSSE3, FMA, SSE4.1/4.2, OSXSAVE, AVX */
+    uint32_t leaf1_edx;   /* SSE, SSE2 */
+    uint32_t leaf7_ebx;   /* AVX2, AVX-512 F/DQ/CD/BW/VL */
+    uint32_t leaf7_ecx;   /* AVX-512 VNNI, ... */
+    uint32_t leaf7_edx;   /* AVX-512 FP16, AMX */
+    uint32_t leaf7_1_eax; /* AVX-512 BF16 */
+    uint64_t xcr0;        /* register state the OS saves (0 without OSXSAVE) */
 };
 
 /* Instruction-set levels, in the order kernels get faster. */
@@ -29,8 +29,8 @@ enum mg_isa {
     MG_ISA_SSE2,     /* the x86-64 baseline */
     MG_ISA_SSE3,
     MG_ISA_AVX,
-    MG_ISA_AVX2,     /* AVX2 + FMA */
-    MG_ISA_AVX512,   /* AVX-512 F, CD, BW, DQ, VL with the OS saving the zmm state */
+    MG_ISA_AVX2,   /* AVX2 + FMA */
+    MG_ISA_AVX512, /* AVX-512 F, CD, BW, DQ, VL with the OS saving the zmm state */
 };
 
 /* This processor's bits (zeros off x86). */

@@ -14,14 +14,16 @@ int main(void)
         fprintf(stderr, "blas_info: %s\n", err);
         return 1;
     }
-    static const char *const origins[] = {"library", "features", "openblas_env",
+    static const char *const origins[] = {"library", "features",   "openblas_env",
                                           "mg_env",  "mg_library", "library_only"};
     printf("%s %s %s\n", b->core[0] ? b->core : "-", b->library_core[0] ? b->library_core : "-",
            origins[b->origin]);
     mg_blas_describe(b, 1, desc, sizeof(desc));
     printf("%s\n", desc);
     /* a product big enough to go through the packed kernels, with exact sums */
-    enum { N = 64 };
+    enum {
+        N = 64
+    };
     static float a[N * N], x[N * N], c[N * N];
     for (int i = 0; i < N * N; i++) {
         a[i] = (float)(i % 7);
