@@ -65,9 +65,13 @@ static int open_outputs(struct run *r)
         fail("%s", err);
         return rc;
     }
-    if (r->dist.rank == 0 && (rc = train_out_upload_open(&r->out, r->o, err, sizeof(err))) < 0)
+    if (r->dist.rank == 0 && (rc = train_out_upload_open(&r->out, r->o, err, sizeof(err))) < 0) {
         fail("--upload%s: %s", r->o->upload_cmd ? "-cmd" : "", err);
-    return rc;
+        return rc;
+    }
+    if (r->dist.rank == 0 && train_out_status_open(&r->out, err, sizeof(err)))
+        fprintf(stderr, TRAIN_PROG ": warning: %s\n", err);
+    return 0;
 }
 
 /* The bounded wait for the remote copies, and what was and was not copied.
@@ -107,6 +111,10 @@ static int close_outputs(struct run *r, int failed)
     char err[MG_ERRMSG_LEN];
     if (!close_upload(r, failed))
         r->out_failed = 1;
+    /* the last report (100 %, the test figures) gets a moment; the run's
+     * outcome does not depend on it */
+    if (train_out_status_close(&r->out, failed ? 0 : 3000, err, sizeof(err)))
+        fprintf(stderr, TRAIN_PROG ": warning: %s\n", err);
     if (train_out_close(&r->out, err, sizeof(err)) < 0 && !r->out_failed) {
         r->out_failed = 1;
         fprintf(stderr, TRAIN_PROG ": %s (the exit status will be %d)\n", err, EXIT_INCOMPLETE);

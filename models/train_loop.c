@@ -237,6 +237,13 @@ static int report(struct run *r, struct tally *k, const struct mg_step_stats *st
                 t->step, r->total_steps, t->epoch + 1, k->last_loss, acc, st->lr, rate);
         if (train_out_upload_news(&r->out, news, sizeof(news)))
             fprintf(stderr, TRAIN_PROG ": warning: %s\n", news);
+        if (train_out_status_news(&r->out, news, sizeof(news)))
+            fprintf(stderr, TRAIN_PROG ": warning: %s\n", news);
+        long done = t->step - k->start_step;
+        train_out_status(
+            &r->out, t->step, r->total_steps,
+            done > 0 ? k->train_time / (double)done * (double)(r->total_steps - t->step) : -1.0,
+            k->last_loss, acc, st->lr, 0);
         rec.step = t->step;
         rec.epoch = t->epoch + 1;
         rec.loss = k->last_loss;
@@ -295,6 +302,7 @@ static void summarize(struct run *r, const struct tally *k, const struct mg_eval
         .param_hash = hex,
     };
     check_output(r, train_out_summary(&r->out, &s));
+    train_out_status(&r->out, t->step, r->total_steps, 0.0, loss, acc, 0.0, 1);
 }
 
 int run(struct run *r)

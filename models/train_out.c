@@ -188,6 +188,56 @@ int train_out_close(struct train_out *to, char *err, size_t errlen)
     return rc;
 }
 
+/* ---- Kubeflow Trainer's progress ---------------------------------------------------------- */
+
+int train_out_status_open(struct train_out *to, char *msg, size_t cap)
+{
+    struct mg_tstatus_config c;
+    char err[MG_ERRMSG_LEN];
+    if (!mg_tstatus_config_from_env(&c))
+        return 0;
+    int rc = mg_tstatus_open(&to->tstatus, &c, err, sizeof(err));
+    if (rc < 0) {
+        mg_fmt(msg, cap, "cannot report progress to Kubeflow Trainer: %s; training goes on", err);
+        return 1;
+    }
+    return 0;
+}
+
+void train_out_status(struct train_out *to, long step, long total, double eta_s, double loss,
+                      double accuracy, double lr, int test)
+{
+    struct mg_tstatus_report r = {0};
+    if (!to->tstatus)
+        return;
+    r.percent = total > 0 ? (int)(step * 100 / total) : 0;
+    r.eta_s = eta_s >= 0 && eta_s < 1e12 ? (long long)(eta_s + 0.5) : -1;
+    static const char *const names[2][2] = {{"loss", "accuracy"}, {"test_loss", "test_accuracy"}};
+    double v[3] = {loss, accuracy, lr};
+    for (int i = 0; i < (test ? 2 : 3); i++) {
+        snprintf(r.metrics[r.nmetrics].name, sizeof(r.metrics[0].name), "%s",
+                 i < 2 ? names[test != 0][i] : "learning_rate");
+        r.metrics[r.nmetrics++].value = v[i];
+    }
+    mg_tstatus_update(to->tstatus, &r);
+}
+
+int train_out_status_news(struct train_out *to, char *msg, size_t cap)
+{
+    return mg_tstatus_news(to->tstatus, msg, cap);
+}
+
+int train_out_status_close(struct train_out *to, int wait_ms, char *msg, size_t cap)
+{
+    if (!to->tstatus)
+        return 0;
+    mg_tstatus_flush(to->tstatus, wait_ms);
+    int news = mg_tstatus_news(to->tstatus, msg, cap);
+    mg_tstatus_close(to->tstatus);
+    to->tstatus = NULL;
+    return news;
+}
+
 /* ---- remote copies ------------------------------------------------------------------------ */
 
 int train_out_upload_config(const struct train_options *o, struct mg_upload_config *cfg)

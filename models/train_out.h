@@ -21,6 +21,7 @@
 #ifndef MG_TRAIN_OUT_H
 #define MG_TRAIN_OUT_H
 
+#include "status/trainer_status.h"
 #include "metrics/metrics.h"
 #include "train_args.h"
 #include "upload/upload.h"
@@ -34,10 +35,11 @@ struct train_out {
     char jsonl[PATH_MAX], tb[PATH_MAX], csv[PATH_MAX]; /* "" when off */
     char run_dir[PATH_MAX];                            /* MG_RUN_LOG_DIR, "" outside mglaunch */
     int attempt;                                       /* MG_ATTEMPT, -1 outside mglaunch */
-    long prior_step;          /* highest step earlier attempts recorded, -1 none */
-    struct mg_upload *upload; /* rank 0 with --upload or --upload-cmd */
-    char upload_shown[512];   /* the destination, without secrets */
-    int upload_failed_seen;   /* failures already said */
+    long prior_step;            /* highest step earlier attempts recorded, -1 none */
+    struct mg_upload *upload;   /* rank 0 with --upload or --upload-cmd */
+    char upload_shown[512];     /* the destination, without secrets */
+    int upload_failed_seen;     /* failures already said */
+    struct mg_tstatus *tstatus; /* rank 0 in a Kubeflow TrainJob with TrainJobStatus */
 };
 
 /* Who is writing: the launcher's run id (NULL outside a launcher), the
@@ -82,6 +84,24 @@ int train_out_summary(struct train_out *to, const struct train_out_summary *s);
 
 /* Closes the metrics; 0, or the first error with its message in err. */
 int train_out_close(struct train_out *to, char *err, size_t errlen);
+
+/* ---- Kubeflow Trainer's progress (runtime/status/trainer_status.h) ---- */
+
+/* Rank 0, when the controller gave the status server's address: starts the
+ * reports. A failure is a warning in msg (1), never the run's end. */
+int train_out_status_open(struct train_out *to, char *msg, size_t cap);
+
+/* The progress after step of total, the time left (< 0: unknown) and the
+ * figures so far; test figures at the end (test >= 0). Never waits. */
+void train_out_status(struct train_out *to, long step, long total, double eta_s, double loss,
+                      double accuracy, double lr, int test);
+
+/* A failure to report (or a recovery) since the last call: 1 and msg. */
+int train_out_status_news(struct train_out *to, char *msg, size_t cap);
+
+/* Sends what waits (waiting at most wait_ms) and stops; 1 with msg when
+ * that last report failed (its warning not said yet). */
+int train_out_status_close(struct train_out *to, int wait_ms, char *msg, size_t cap);
 
 /* ---- remote copies ---- */
 
