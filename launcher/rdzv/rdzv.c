@@ -41,8 +41,8 @@ int mg_rdzv_create(const struct mg_launch_opts *o, FILE *status, const struct mg
     rc = mg_rdzv_single_create(o, notice, ops, impl);
     /* A step of one node is named after its job, as a step of several is. */
     if (rc == 0 && slurm == 1 && !o->rdzv_id && sl.job_id[0]) {
-        char id[sizeof(sl.job_id) + 8];
-        snprintf(id, sizeof(id), "slurm-%s", sl.job_id);
+        char id[sizeof(sl.job_id) + sizeof(sl.scheduler) + 2];
+        snprintf(id, sizeof(id), "%s-%s", sl.scheduler, sl.job_id);
         mg_rdzv_single_set_run_id(*impl, id);
     }
     return rc;

@@ -627,12 +627,14 @@ static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct m
         }
         if (!p->master_addr)
             p->master_addr = p->sl.master_addr;
-        int n = snprintf(line, sizeof(line), "Slurm: --nnodes %d, --node_rank %d, --master_addr %s",
-                         p->max, p->node_rank, p->master_addr);
+        int n = snprintf(line, sizeof(line), "%s: --nnodes %d, --node_rank %d, --master_addr %s",
+                         strcmp(p->sl.scheduler, "slurm") ? "SkyPilot" : "Slurm", p->max,
+                         p->node_rank, p->master_addr);
         if (o->master_port <= 0 && m->backend == MG_RDZV_STATIC && mg_slurm_default_port(&p->sl))
             n += snprintf(line + n, sizeof(line) - (size_t)n, ", --master_port %d (the job's)",
                           mg_slurm_default_port(&p->sl));
-        snprintf(line + n, sizeof(line) - (size_t)n, " (from SLURM_*; give the flags to override)");
+        snprintf(line + n, sizeof(line) - (size_t)n, " (from %s; give the flags to override)",
+                 p->sl.vars);
         add_notice(m, line);
     }
     return 0;
@@ -685,7 +687,7 @@ static int pick_run_id(const struct mg_launch_opts *o, struct multi *m, const st
     if (o->rdzv_id) {
         snprintf(m->run_id, sizeof(m->run_id), "%s", o->rdzv_id);
     } else if (p->slurm == 1 && p->sl.job_id[0]) {
-        snprintf(m->run_id, sizeof(m->run_id), "slurm-%s", p->sl.job_id);
+        snprintf(m->run_id, sizeof(m->run_id), "%s-%s", p->sl.scheduler, p->sl.job_id);
     } else if (m->backend == MG_RDZV_ETCD) {
         return mg_seterr(
             err, errcap, -EINVAL,

@@ -203,6 +203,69 @@ static int parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+/* SkyPilot's variables, as mg_slurm_detect reads Slurm's. */
+static int skypilot_detect(char *const *env, struct mg_slurm *out, char *err, size_t errlen)
+{
+    const char *rank = mg_env_lookup(env, "SKYPILOT_NODE_RANK");
+    const char *count = mg_env_lookup(env, "SKYPILOT_NUM_NODES");
+    const char *ips = mg_env_lookup(env, "SKYPILOT_NODE_IPS");
+    const char *task = mg_env_lookup(env, "SKYPILOT_TASK_ID");
+
+    if (!rank || !*rank || !count || !*count)
+        return 0;
+    snprintf(out->scheduler, sizeof(out->scheduler), "skypilot");
+    out->vars = "SKYPILOT_*";
+    out->in_step = 1; /* one command per node, as srun's tasks */
+    if (parse_int(count, 1, MG_HOSTLIST_MAX_HOSTS, &out->nnodes) < 0)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "SKYPILOT_NUM_NODES=%.40s: expected a node count from 1 to %d", count,
+                         MG_HOSTLIST_MAX_HOSTS);
+    if (parse_int(rank, 0, out->nnodes - 1, &out->node_rank) < 0)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "SKYPILOT_NODE_RANK=%.40s: expected a node index from 0 to %d "
+                         "(SKYPILOT_NUM_NODES=%d)",
+                         rank, out->nnodes - 1, out->nnodes);
+    if (!ips || !*ips)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "SkyPilot detected (SKYPILOT_NODE_RANK=%s) but SKYPILOT_NODE_IPS is not "
+                         "set; pass --master_addr",
+                         rank);
+    /* One address a line; node 0's is the first. */
+    int n = 0;
+    for (const char *p = ips; *p;) {
+        size_t len = strcspn(p, "\n"), lead = strspn(p, " \t\r");
+        if (lead < len) {
+            size_t end = len;
+            while (end > lead && strchr(" \t\r", p[end - 1]))
+                end--;
+            if (n == 0) {
+                if (end - lead >= sizeof(out->master_addr))
+                    return mg_seterr(err, errlen, -EINVAL,
+                                     "SKYPILOT_NODE_IPS: the first address is too long");
+                memcpy(out->master_addr, p + lead, end - lead);
+                out->master_addr[end - lead] = 0;
+            }
+            n++;
+        }
+        p += len + (p[len] == '\n');
+    }
+    if (n != out->nnodes)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "SKYPILOT_NODE_IPS lists %d address%s but SKYPILOT_NUM_NODES=%d", n,
+                         n == 1 ? "" : "es", out->nnodes);
+    if (task && *task) {
+        size_t i = 0;
+        for (; task[i] && i < sizeof(out->job_id) - 1; i++) {
+            char c = task[i];
+            int okc = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+            out->job_id[i] = okc ? c : '_';
+        }
+        out->job_id[i] = 0;
+    }
+    return 1;
+}
+
 int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t errlen)
 {
     /* srun exports the step's own node count and list; a batch script only the job's. */
@@ -220,7 +283,9 @@ int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t er
 
     memset(out, 0, sizeof(*out));
     if (!nodeid || !count)
-        return 0;
+        return skypilot_detect(env, out, err, errlen);
+    snprintf(out->scheduler, sizeof(out->scheduler), "slurm");
+    out->vars = "SLURM_*";
     /* srun exports the step id to its tasks; the batch script has none. */
     out->in_step = mg_env_lookup(env, "SLURM_STEP_ID") || mg_env_lookup(env, "SLURM_STEPID");
     const char *tasks = mg_env_lookup(env, "SLURM_STEP_NUM_TASKS");

@@ -27,6 +27,13 @@ struct mg_slurm {
     char job_id[64];               /* SLURM_JOB_ID (a natural rendezvous id), "" if unset */
     int in_step;                   /* SLURM_STEP_ID is set: a task of srun, not the batch script */
     int step_tasks;                /* SLURM_STEP_NUM_TASKS, 0 when unknown */
+    /* "slurm", or "skypilot": SkyPilot sets SKYPILOT_NUM_NODES,
+     * SKYPILOT_NODE_RANK and SKYPILOT_NODE_IPS (one address a line, node 0's
+     * first) on each node of a cluster as Slurm sets its variables, and they
+     * are read the same way, into the same fields (job_id: SKYPILOT_TASK_ID,
+     * its characters outside [A-Za-z0-9._-] made '_'). */
+    char scheduler[16];
+    const char *vars; /* for messages: "SLURM_*" or "SKYPILOT_*" */
 };
 
 /* The first port of the per-job range and its size: a static rendezvous
@@ -37,9 +44,11 @@ struct mg_slurm {
 #define MG_SLURM_PORT_RANGE 10000
 
 /* Reads the Slurm variables from env (NULL = the process environment).
- * Returns 1 and fills out when running under Slurm with a node list, 0 when
- * not under Slurm (no SLURM_NODEID or no node count), -EINVAL with a message
- * in err when the variables are inconsistent. */
+ * Returns 1 and fills out when running under Slurm with a node list, or, when
+ * not, on a SkyPilot cluster (see scheduler above); 0 when under neither (no
+ * SLURM_NODEID or no node count, no SKYPILOT_NODE_RANK or
+ * SKYPILOT_NUM_NODES), -EINVAL with a message in err when the variables are
+ * inconsistent. */
 int mg_slurm_detect(char *const *env, struct mg_slurm *out, char *err, size_t errlen);
 
 /* Refuses the shapes in which mglaunch cannot do what the user wants: a step

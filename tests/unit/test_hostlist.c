@@ -105,6 +105,37 @@ int main(void)
 
         char *nolist[] = {"SLURM_NNODES=2", "SLURM_NODEID=0", NULL};
         is_int(mg_slurm_detect(nolist, &s, err, sizeof(err)), -EINVAL, "no node list");
+
+        /* SkyPilot's variables, read as Slurm's. */
+        char *sky[] = {"SKYPILOT_NUM_NODES=3",
+                       "SKYPILOT_NODE_RANK=2",
+                       "SKYPILOT_NODE_IPS=10.0.0.7\n10.0.0.8\n10.0.0.9\n",
+                       "SKYPILOT_NUM_GPUS_PER_NODE=8",
+                       "SKYPILOT_TASK_ID=sky-2026-11-28-05-00-00-123456_my cluster_1",
+                       NULL};
+        is_int(mg_slurm_detect(sky, &s, err, sizeof(err)), 1, "SkyPilot cluster detected");
+        is_str(s.scheduler, "skypilot", "  as SkyPilot");
+        is_int(s.nnodes, 3, "  nnodes from SKYPILOT_NUM_NODES");
+        is_int(s.node_rank, 2, "  node_rank from SKYPILOT_NODE_RANK");
+        is_str(s.master_addr, "10.0.0.7", "  master_addr the first of SKYPILOT_NODE_IPS");
+        is_str(s.job_id, "sky-2026-11-28-05-00-00-123456_my_cluster_1",
+               "  job id from SKYPILOT_TASK_ID, a safe name");
+        is_int(mg_slurm_check(&s, 0, err, sizeof(err)), 0, "  no Slurm shape check applies");
+        char *both[] = {"SLURM_NNODES=2",       "SLURM_NODEID=1",       "SLURM_JOB_NODELIST=a,b",
+                        "SKYPILOT_NUM_NODES=3", "SKYPILOT_NODE_RANK=2", NULL};
+        is_int(mg_slurm_detect(both, &s, err, sizeof(err)), 1, "Slurm and SkyPilot");
+        is_str(s.scheduler, "slurm", "  Slurm's variables win (SkyPilot on Slurm)");
+        char *sky_ips[] = {"SKYPILOT_NUM_NODES=3", "SKYPILOT_NODE_RANK=0",
+                           "SKYPILOT_NODE_IPS=10.0.0.7\n10.0.0.8", NULL};
+        is_int(mg_slurm_detect(sky_ips, &s, err, sizeof(err)), -EINVAL, "SkyPilot: 2 IPs for 3");
+        ok(strstr(err, "SKYPILOT_NODE_IPS lists 2 addresses but SKYPILOT_NUM_NODES=3") != NULL,
+           "  explained: %s", err);
+        char *sky_rank[] = {"SKYPILOT_NUM_NODES=2", "SKYPILOT_NODE_RANK=x",
+                            "SKYPILOT_NODE_IPS=a\nb", NULL};
+        is_int(mg_slurm_detect(sky_rank, &s, err, sizeof(err)), -EINVAL, "SkyPilot: a bad rank");
+        ok(strstr(err, "SKYPILOT_NODE_RANK=x") != NULL, "  named: %s", err);
+        char *sky_noips[] = {"SKYPILOT_NUM_NODES=2", "SKYPILOT_NODE_RANK=1", NULL};
+        is_int(mg_slurm_detect(sky_noips, &s, err, sizeof(err)), -EINVAL, "SkyPilot: no IPs");
     }
 
     /* The shapes mglaunch refuses, from the variables a real Slurm sets. */
