@@ -388,12 +388,12 @@ test: deps
 check: test
 
 # The GPU suite (docs/gpu.md): the CUDA backend against the CPU one, NCCL,
-# and train on GPUs (tests/gpu/*.t).
+# and train on GPUs (tests/gpu/*.t, also in make test, where they skip
+# without a GPU); tests/gpu/run.sh runs them all with time limits, memcheck
+# and the benchmark, and keeps the logs.
 GPU_T := $(sort $(wildcard tests/gpu/*.t))
-GPU_TESTS := $(BUILD)/tests/unit/test_cuda_backend $(BUILD)/tests/unit/test_comm_nccl $(GPU_T)
 test-gpu: deps
-	$(Q)$(MAKE) --no-print-directory all
-	$(Q)MG_BUILD=$(BUILD) prove -j1 --timer --exec tests/lib/run-test $(GPU_TESTS)
+	$(Q)BUILD=$(BUILD) tests/gpu/run.sh
 
 unit: all
 	$(Q)MG_BUILD=$(BUILD) prove -j2 --exec tests/lib/run-test $(UNIT_BIN)

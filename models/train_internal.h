@@ -33,7 +33,7 @@ struct dist {
     int rank, world;
     struct mg_train_hooks hooks;
     struct mg_dist *d;  /* launcher environment, store, communicator */
-    struct mg_ddp *ddp; /* NULL at world size 1 */
+    struct mg_ddp *ddp; /* NULL at world size 1 (unless MG_TEST_COMM_THREAD=1) */
     double lr_scale;    /* --scale-lr linear: the world size */
 };
 

@@ -138,8 +138,9 @@ static void announce(struct run *r)
     if (r->dist.lr_scale > 1.0)
         say(&r->prog, TRAIN_PROG ": lr %g = %g x %d processes (--scale-lr linear)", o->lr,
             o->lr / r->dist.lr_scale, world);
-    if (world > 1)
-        say(&r->prog, TRAIN_PROG ": %d processes, %s", world, r->dist.d->comm->desc);
+    if (world > 1 || r->dist.ddp) /* one process with a test's forced communicator, too */
+        say(&r->prog, TRAIN_PROG ": %d process%s, %s", world, world == 1 ? "" : "es",
+            r->dist.d->comm->desc);
     if (world > 1 && o->zero) {
         const struct mg_trainer *t = &r->trainer;
         size_t whole = mg_trainer_state_count(t);

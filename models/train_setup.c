@@ -57,12 +57,14 @@ static int setup_ddp(struct run *r)
 {
     struct train_options *o = r->o;
     char err[1024];
-    if (r->dist.world == 1)
+    int force = r->dist.d->env.test_comm_thread;
+    if (r->dist.world == 1 && !force)
         return 0;
     struct mg_ddp_opts dopts = {
         .bucket_cap = o->bucket_cap_mb > 0 ? (size_t)(o->bucket_cap_mb * 1048576.0) : 0,
         .no_thread = o->no_comm_thread,
         .zero = o->zero,
+        .force_thread = force,
     };
     int rc = mg_ddp_create(&r->dist.ddp, r->dist.d->comm, &r->model, &dopts, err, sizeof(err));
     if (rc < 0) {
@@ -103,7 +105,8 @@ static int setup_backend(struct run *r)
         fail("%s", err);
         return rc;
     }
-    r->device_index = env.local_rank;
+    /* MG_CUDA_DEVICE: another device than LOCAL_RANK, e.g. two ranks on one GPU */
+    r->device_index = env.cuda_device >= 0 ? env.cuda_device : env.local_rank;
     if (o->device_auto)
         o->device = mg_device_auto(r->device_index, r->auto_why, sizeof(r->auto_why));
     struct mg_backend_opts bo = {.threads = o->threads, .device_index = r->device_index};

@@ -722,7 +722,7 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     }
     /* One rank has nobody to talk to; one bucket has nothing to overlap;
      * gradients copied to the host after backward have nothing either. */
-    d->threaded = !o.no_thread && comm->world > 1 && d->nb > 1 && !d->host_comm;
+    d->threaded = !o.no_thread && (comm->world > 1 || o.force_thread) && d->nb > 1 && !d->host_comm;
     if (d->threaded) {
         int rc = pthread_mutex_init(&d->mu, NULL);
         if (!rc)

@@ -64,6 +64,7 @@ struct mg_ddp_opts {
     int no_thread;       /* average every bucket in reduce_grads, on the caller's thread */
     int timeout_ms;      /* per collective; 0 = the communicator's default */
     int zero;            /* 1: ZeRO stage 1 (a sharded optimizer); CPU only */
+    int force_thread;    /* tests: the communication thread at world size 1 too */
 };
 
 struct mg_ddp_bucket {

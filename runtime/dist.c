@@ -45,6 +45,10 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
     env->world = env->local_world = 1;
     env->use_agent_store = -1;
     env->max_restarts = -1;
+    env->cuda_device = -1;
+    if (env_int("MG_CUDA_DEVICE", 0, 1023, &env->cuda_device, err, errlen) < 0 ||
+        env_int("MG_TEST_COMM_THREAD", 0, 1, &env->test_comm_thread, err, errlen) < 0)
+        return -EINVAL;
 
     if ((has_world = env_int("WORLD_SIZE", 1, MG_DIST_MAX_WORLD, &env->world, err, errlen)) < 0)
         return -EINVAL;
@@ -119,8 +123,8 @@ int mg_dist_env_read(struct mg_dist_env *env, char *err, size_t errlen)
         snprintf(env->error_file, sizeof(env->error_file), "%s", v);
     }
 
-    /* The store is needed only with company. */
-    if (env->world > 1) {
+    /* The store is needed only with company (or a test's forced communicator). */
+    if (env->world > 1 || env->test_comm_thread) {
         v = getenv("MASTER_ADDR");
         if (!v || !*v) {
             mg_seterr(err, errlen, 0,
@@ -330,7 +334,10 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
     if (gethostname(d->hostname, sizeof(d->hostname) - 1) < 0)
         snprintf(d->hostname, sizeof(d->hostname), "unknown");
 
-    if (d->world == 1) {
+    /* MG_TEST_COMM_THREAD: NCCL at world size 1 on a GPU (the CPU communicators need two) */
+    int forced =
+        d->env.test_comm_thread && opts && opts->backend && opts->backend->device == MG_DEVICE_CUDA;
+    if (d->world == 1 && !forced) {
         rc = mg_comm_single_create(&d->comm);
         if (rc) {
             mg_seterr(err, errlen, 0, "cannot create the communicator: %s", mg_strerror(rc));

@@ -51,6 +51,10 @@ struct mg_dist_env {
     char error_file[PATH_MAX];
     char store_token[MG_STORE_MAX_TOKEN + 1]; /* MG_STORE_TOKEN, "" = none */
     int single_host; /* LOCAL_WORLD_SIZE == WORLD_SIZE: every rank on this machine */
+    int cuda_device; /* MG_CUDA_DEVICE: the CUDA device instead of LOCAL_RANK; -1 unset */
+    /* MG_TEST_COMM_THREAD=1 (tests): at world size 1 too, the communicator the device asks
+     * for (NCCL on a GPU) and DDP's communication thread, so one GPU runs the overlap path */
+    int test_comm_thread;
 };
 
 /* Reads and validates the launcher's variables. A bad value returns -EINVAL

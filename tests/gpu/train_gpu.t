@@ -10,7 +10,12 @@
 # with or without the communication thread, and through the CPU communicator
 # (MG_COMM=cpu): with two ranks every sum is a + b, whatever the order; and a
 # DDP run SIGKILLed at random points and restarted by mglaunch ends bit-identical.
-# timeout: 1500
+# On one GPU: two ranks sharing it (MG_CUDA_DEVICE=0, the CPU communicator) keep
+# their replicas identical and agree with the TCP ring; one rank with NCCL and the
+# communication thread forced (MG_TEST_COMM_THREAD=1) runs the overlap path
+# (events, buckets on NCCL's stream) to the bits of a run without DDP.
+# Fashion-MNIST: $MG_FMNIST (tests/gpu/run.sh --data), else Debian's place.
+# timeout: 300
 . "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] && [ -x "$HELPERS/gpuprobe" ] ||
     skip_all "train, mglaunch or gpuprobe not built"
@@ -30,10 +35,10 @@ skip() {
 }
 hash_of() { sed -n 's/.*param hash \([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
 acc_of() { sed -n 's/.*done: test accuracy \([0-9.]*\).*/\1/p' "$1" | tail -n 1; }
-FMNIST=/usr/share/datasets/fashion-mnist
+FMNIST=${MG_FMNIST:-/usr/share/datasets/fashion-mnist}
 if [ -e "$FMNIST/train-images-idx3-ubyte.gz" ] || [ -e "$FMNIST/train-images-idx3-ubyte" ]; then
     have_data=1
-    DATA="--data fashion-mnist --train-samples 6400 --test-samples 2000"
+    DATA="--data fashion-mnist --data-dir $FMNIST --train-samples 6400 --test-samples 2000"
 else
     have_data=0
     DATA="--data synthetic --train-samples 6400 --test-samples 1000"
@@ -55,7 +60,8 @@ if [ $have_data = 1 ]; then
         # cosine: the lr ends near 0, so the result settles. At a constant lr 0.05 the
         # MLP's accuracy after 2 epochs moves by a point with the rounding alone (1 BLAS
         # thread or 2 on the CPU: 0.8242 and 0.8343; with cosine 0.8750 and 0.8753).
-        args="--data fashion-mnist --model $model --epochs 2 --schedule cosine --log-every 100000 --seed 1"
+        args="--data fashion-mnist --data-dir $FMNIST --train-samples 12000 --test-samples 2000"
+        args="$args --model $model --epochs 2 --schedule cosine --log-every 100000 --seed 1"
         "$TRAIN" $args --device cpu --threads "$NPROC" >"$T/cpu.$model" 2>&1
         "$TRAIN" $args --device cuda >"$T/gpu.$model" 2>&1
         is $? 0 "$model, 2 epochs of Fashion-MNIST on the GPU"
@@ -65,7 +71,7 @@ if [ $have_data = 1 ]; then
             ok awk -v c="$c" -v g="$g" 'BEGIN { exit !(c != "" && g != "" && g >= c - 0.005) }'
     done
 else
-    skip "no Fashion-MNIST in $FMNIST: the accuracy comparison needs it"
+    skip "no Fashion-MNIST in $FMNIST: the accuracy comparison needs it (tests/gpu/run.sh --data DIR, or MG_FMNIST=DIR)"
 fi
 
 # ---- kill and resume: the same bits --------------------------------------------------
@@ -100,6 +106,27 @@ like "$(cat "$T/g40")" "resumed from .*ckpt-000000000040\.mgc" "the GPU resumes 
 is "$(hash_of "$T/g40")" "$(hash_of "$T/c40")" "... holding the CPU's parameters, bit for bit"
 "$TRAIN" $CK --device cuda --steps 60 >"$T/g60" 2>&1
 is $? 0 "... and trains on to step 60"
+
+# ---- DDP on one GPU ------------------------------------------------------------------------
+launch1() {
+    n=$1
+    shift
+    "$MGLAUNCH" --nproc_per_node "$n" --log_dir "$T/logs1" "$@" >"$T/console" 2>&1
+}
+ONE="$DATA --model cnn --steps 30 --batch-size 32 --log-every 1000 --seed 9 --device cuda"
+MG_CUDA_DEVICE=0 MG_COMM=cpu launch1 2 "$TRAIN" $ONE --check-replicas 5
+is $? 0 "2 ranks sharing GPU 0 (MG_CUDA_DEVICE=0, MG_COMM=cpu): the replicas stay identical"
+h_cpu=$(hash_of "$T/console")
+MG_CUDA_DEVICE=0 MG_COMM=tcp launch1 2 "$TRAIN" $ONE
+is "$(hash_of "$T/console")" "$h_cpu" "... the same weights over the TCP ring (a + b, whatever the path)"
+"$TRAIN" $ONE >"$T/plain1" 2>&1
+want1=$(hash_of "$T/plain1")
+MG_TEST_COMM_THREAD=1 launch1 1 "$TRAIN" $ONE --bucket-cap-mb 0.01
+is $? 0 "1 rank, NCCL and the communication thread forced (MG_TEST_COMM_THREAD=1), many buckets"
+like "$(cat "$T/console")" "nccl [0-9.]+ \(1 rank on 1 host\)" "... on NCCL"
+is "$(hash_of "$T/console")" "$want1" "... the weights of a run without DDP, bit for bit"
+MG_TEST_COMM_THREAD=1 launch1 1 "$TRAIN" $ONE --bucket-cap-mb 0.01 --no-comm-thread
+is "$(hash_of "$T/console")" "$want1" "... and without the thread"
 
 # ---- DDP across GPUs ---------------------------------------------------------------------
 if [ "$ngpu" -lt 2 ]; then

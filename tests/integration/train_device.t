@@ -88,4 +88,17 @@ is $? 0 "the other 3 under --device auto"
 like "$(cat "$T/second")" "resumed from $T/ck/ckpt-000000000003\.mgc \(step 3" "... resumed the checkpoint"
 [ $have_gpu = 0 ] && is "$(hash_of "$T/second")" "$(hash_of "$T/cpu")" \
     "... and ended with the bits of the run that never stopped"
+
+# MG_CUDA_DEVICE: another device than LOCAL_RANK (two ranks sharing one GPU); checked like one
+out=$(MG_CUDA_DEVICE=abc "$TRAIN" --data synthetic --steps 1 2>&1)
+is "$?:$out" "1:train: MG_CUDA_DEVICE='abc': expected an integer from 0 to 1023" \
+    "MG_CUDA_DEVICE that is not a number: one line (status 1, as for any bad launcher variable)"
+out=$(env LD_LIBRARY_PATH="$FAKE" FAKECUDA_DEVICES=2 MG_CUDA_DEVICE=5 LOCAL_RANK=0 "$TRAIN" --device cuda \
+    --data synthetic --steps 1 2>&1)
+like "$out" "no CUDA device 5: the driver shows 2" "MG_CUDA_DEVICE=5 is the device asked for, not LOCAL_RANK"
+# MG_TEST_COMM_THREAD at world size 1 on the CPU: DDP's thread over the single-rank communicator, same bits
+"$TRAIN" --data synthetic --steps 5 --log-every 1000 >"$T/w1" 2>&1
+MG_TEST_COMM_THREAD=1 "$MGLAUNCH" --nproc_per_node 1 --log_dir "$T/l1" "$TRAIN" --data synthetic --steps 5 \
+    --log-every 1000 >"$T/w1t" 2>&1
+is "$?:$(hash_of "$T/w1t")" "0:$(hash_of "$T/w1")" "MG_TEST_COMM_THREAD=1 at world size 1: the same bits"
 done_testing

@@ -14,7 +14,9 @@
  *   signature, hashes, sums, rank states) through device memory; the
  *   parameters end bit-identical to plain CPU DDP;
  * - a device model with a host communicator (MG_COMM=cpu on CUDA) averages
- *   through host memory after backward, to the same bits.
+ *   through host memory after backward, to the same bits;
+ * - one rank with the communication thread forced (MG_TEST_COMM_THREAD) runs
+ *   the same overlap, to the bits of a run without DDP.
  * What the GPU does with these calls is the GPU suite's (tests/gpu/).
  * timeout: 120 */
 #include "tap.h"
@@ -591,6 +593,72 @@ static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
     return bad;
 }
 
+/* One rank with DDP's communication thread forced (mg_ddp_opts.force_thread, what
+ * MG_TEST_COMM_THREAD=1 asks for so that one GPU runs the overlap path): a device and a
+ * device communicator over the single-rank one. The thread runs as at world size 2 (an event
+ * per bucket, each allreduce after its own, every event returned) and the parameters are a
+ * run's without DDP; without the flag, one rank records no events. */
+static void test_world1_thread(struct mg_backend *cpu)
+{
+    char err[MG_ERRMSG_LEN];
+    uint64_t want = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0: no DDP, the CPU; 1: DDP, the thread forced; 2: DDP, not forced */
+        struct mg_comm *inner = NULL;
+        if (mg_comm_single_create(&inner) < 0)
+            BAIL_OUT("no single-rank communicator");
+        struct wcomm w = {.in = inner, .expect_events = mode == 1};
+        w.c = *inner;
+        w.c.ops = &wc_ops;
+        w.c.device_memory = 1;
+        struct mg_backend *be = mode == 0 ? cpu : device_over(cpu);
+        struct mg_model m;
+        struct mg_trainer t;
+        struct mg_ddp *d = NULL;
+        struct mg_train_hooks h;
+        struct mg_ddp_opts o = {
+            .bucket_cap = 1 << 10, .first_bucket = 256, .force_thread = mode == 1};
+        if (make_model(&m, be, 3, err) < 0)
+            BAIL_OUT("%s", err);
+        if (mode && mg_ddp_create(&d, &w.c, &m, &o, err, sizeof(err)) < 0)
+            BAIL_OUT("%s", err);
+        if (d)
+            mg_ddp_hooks(d, &h);
+        if (make_trainer(&t, &m, d ? &h : NULL, 0, 1, err) < 0)
+            BAIL_OUT("%s", err);
+        W.model = &m;
+        W.recorded = W.released = W.bad_release = 0;
+        int failed = mg_trainer_start(&t) < 0, out = 0;
+        struct mg_step_stats st;
+        for (int s = 0; s < 6; s++) {
+            failed |= mg_trainer_step(&t, &st) < 0;
+            out |= W.recorded != W.released;
+        }
+        const struct mg_ddp_bucket *b;
+        int nb = d ? mg_ddp_buckets(d, &b) : 0;
+        uint64_t hash = mg_model_param_hash(&m);
+        if (mode == 0) {
+            want = hash;
+        } else if (mode == 1) {
+            ok(!failed && nb >= 3 && W.recorded == 6 * nb && w.buckets == 6 * nb && !w.bad_event &&
+                   !out && !W.bad_release && !w.bad_buffer && !w.stale,
+               "one rank, the communication thread forced: an event per bucket (%d of %d), each "
+               "allreduce after its own, every event returned",
+               W.recorded, 6 * nb);
+            ok(hash == want, "... and the parameters of a run without DDP, bit for bit");
+        } else {
+            ok(!failed && W.recorded == 0 && hash == want,
+               "one rank without the flag: no thread, no events (%d), the same bits", W.recorded);
+        }
+        mg_trainer_release(&t);
+        if (d)
+            mg_ddp_release(d);
+        mg_model_release(&m);
+        mg_comm_release(inner);
+        W.model = NULL;
+    }
+}
+
 static int ranks(struct mg_backend *cpu)
 {
     char name[64];
@@ -652,6 +720,7 @@ int main(void)
             ok(!(b & 32), "... and the parameters of plain CPU DDP, bit for bit");
     }
     ok(bad >= 0 && !(bad >> 24), "both ranks set up");
+    test_world1_thread(cpu);
     mg_dataset_release(&train_ds);
     mg_dataset_release(&test_ds);
     mg_backend_release(cpu);
