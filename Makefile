@@ -56,7 +56,7 @@ WARN := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter -Wno-missing-fie
 # launcher and common code cannot even name a runtime header (tests/integration/layering.t).
 CPPFLAGS += -D_GNU_SOURCE -I$(BUILD)/include
 INC_common := -Icommon
-INC_launcher := -Icommon -Ilauncher -Ilauncher/rdzv
+INC_launcher := -Icommon -Ilauncher -Ilauncher/rdzv -Ilauncher/watchdog
 INC_runtime := -Icommon -Iruntime -Iruntime/cpu -Iruntime/comm
 INC_models := $(INC_runtime) -Imodels
 INC_tests := $(INC_launcher) $(INC_models) -Iruntime/cuda -Itests/lib

@@ -182,6 +182,7 @@ static void start_attempt(struct mg_agent *ag)
         close(ag->group.master_fd);
         ag->group.master_fd = -1;
     }
+    mg_watch_attempt_start(ag, &ag->watch);
     mg_workers_spawn(ag);
     if (ag->res.error) {
         /* Could not start the whole group: a launcher failure, not a worker's. */
@@ -292,6 +293,22 @@ static void after_attempt(struct mg_agent *ag, int64_t ran)
     }
 }
 
+static void nearest(int64_t *dl, int64_t d)
+{
+    if (d >= 0 && (*dl < 0 || d < *dl))
+        *dl = d;
+}
+
+/* When a worker sent SIGKILL is to be given up on, or -1. */
+static int64_t unkillable_deadline(const struct mg_agent *ag)
+{
+    int64_t dl = -1;
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].outcome == W_RUNNING && ag->w[i].kill_ms)
+            nearest(&dl, ag->w[i].kill_ms + UNKILLABLE_MS);
+    return dl;
+}
+
 /* One state transition if one is due; returns 1 when something happened. */
 static int step(struct mg_agent *ag)
 {
@@ -313,6 +330,10 @@ static int step(struct mg_agent *ag)
             mg_agent_note(ag, "grace period over: killing the remaining workers");
             mg_workers_kill(ag, "grace period over");
             ag->kill_deadline = INT64_MAX;
+            return 1;
+        }
+        if (ag->running > 0 && unkillable_deadline(ag) >= 0 && now >= unkillable_deadline(ag)) {
+            mg_workers_unkillable(ag, now);
             return 1;
         }
         if (ag->running == 0 && (ag->open_pipes == 0 || now >= ag->drain_deadline) &&
@@ -338,12 +359,6 @@ static int step(struct mg_agent *ag)
     return 0;
 }
 
-static void nearest(int64_t *dl, int64_t d)
-{
-    if (d >= 0 && (*dl < 0 || d < *dl))
-        *dl = d;
-}
-
 /* The state machine's next deadline, for the loop's poll timeout. */
 static int next_deadline_ms(void *ctx)
 {
@@ -362,6 +377,8 @@ static int next_deadline_ms(void *ctx)
         nearest(&dl, mg_now_ms() + 50 < ag->kill_deadline ? mg_now_ms() + 50 : ag->kill_deadline);
     if (ag->state == ST_RUNNING && ag->running == 0)
         nearest(&dl, ag->drain_deadline);
+    if (ag->state == ST_RUNNING && ag->running > 0)
+        nearest(&dl, unkillable_deadline(ag));
     if (ag->state == ST_BACKOFF)
         nearest(&dl, ag->backoff_deadline);
     if (ag->state == ST_ENDING)
@@ -667,6 +684,7 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
         return -ENOMEM;
     ag->cfg = *cfg;
     ag->o = cfg->opts;
+    ag->watch.kind = -1;
     ag->nproc = cfg->opts->nproc;
     ag->restarts_left = cfg->opts->max_restarts;
     ag->loop.sfd = -1;
@@ -730,6 +748,10 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
         mg_fmt(err, errcap, "poll set: %s", mg_strerror(rc));
         goto fail;
     }
+    char warn[256];
+    mg_watch_setup(ag, &ag->watch, warn, sizeof(warn));
+    if (warn[0])
+        mg_agent_note(ag, "%s", warn);
     long long started = mg_proc_start_time((int)getpid());
     ag->proc_start = started > 0 ? started : 0; /* 0: unknown, never matches a live check */
 

@@ -14,6 +14,7 @@
 #include "output.h"
 #include "pty.h"
 #include "sentinel.h"
+#include "watch.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -31,6 +32,9 @@
  * "stopped", not the root cause; and a run about to exit on such a failure
  * waits this long for the signal (docs/cli.md, Signals). */
 #define STOP_WINDOW_MS 1000
+/* A worker still there this long after SIGKILL (uninterruptible sleep in
+ * a driver or a file system) is reported and no longer waited for. */
+#define UNKILLABLE_MS 5000
 
 enum stream_console {
     CON_NONE = -1,
@@ -78,6 +82,8 @@ struct worker {
     char **argv; /* only when an argument uses ${local_rank} */
     int failure; /* index into the result's failures, or -1 */
     struct mg_oom_watch oom;
+    char hang[512];       /* the watchdog found it hung: why ("" otherwise) */
+    int64_t kill_ms;      /* when it was sent SIGKILL (0: not yet) */
     int has_pty;          /* runs on pseudo-terminals (pty.h) */
     struct mg_pty pty[2]; /* stdin+stdout (its controlling terminal), stderr */
 };
@@ -164,6 +170,7 @@ struct mg_agent {
         struct mg_rankmem *m;
     } rankmem[MG_AGENT_RANKMEM_MAX];
     int nrankmem;
+    struct mg_watch watch; /* the progress watchdog (watchdog/watch.h) */
 
     struct mg_agent_result res;
     int attempts_cap;
@@ -211,6 +218,14 @@ void mg_workers_stop_groups(struct mg_agent *ag);
 /* Whether a process group a stopped worker left behind still has members
  * (they get SIGKILL at the grace period's end, as workers do). */
 int mg_workers_groups_left(struct mg_agent *ag);
+/* The watchdog found local rank i hung: it is killed at once (SIGKILL, which
+ * a stopped process obeys too) and will be the attempt's failure with why as
+ * its message; the others are stopped (SIGTERM, grace period, SIGKILL). */
+void mg_workers_hung(struct mg_agent *ag, int i, const char *why);
+/* Workers still there UNKILLABLE_MS after SIGKILL: reported, and counted
+ * as exited (killed) so the attempt can end. Returns the next such deadline
+ * (mg_now_ms clock), or -1. */
+int64_t mg_workers_unkillable(struct mg_agent *ag, int64_t now);
 /* mglaunch's own stop signal has just come: the failures seen less than
  * STOP_WINDOW_MS ago were the stop's. They become "stopped" (a second
  * worker_exit event, and attempt_end when their attempt already ended) and

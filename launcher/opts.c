@@ -52,6 +52,7 @@ enum opt_id {
     O_SHUTDOWN_TIMEOUT,
     O_STOP_GROUP_DELAY,
     O_EXIT_BARRIER_TIMEOUT,
+    O_HANG_TIMEOUT,
     O_SIGNALS_TO_HANDLE,
     O_VIRTUAL_LOCAL_RANK,
     O_NUMA_BINDING,
@@ -97,6 +98,7 @@ static const struct opt_def {
     [O_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0, OPT_VALUE, 1},
     [O_STOP_GROUP_DELAY] = {"stop_group_delay", 0, OPT_VALUE, 1},
     [O_EXIT_BARRIER_TIMEOUT] = {"exit_barrier_timeout", 0, OPT_VALUE, 1},
+    [O_HANG_TIMEOUT] = {"hang_timeout", 0, OPT_VALUE, 1},
     [O_SIGNALS_TO_HANDLE] = {"signals_to_handle", 0, OPT_VALUE, 1},
     [O_VIRTUAL_LOCAL_RANK] = {"virtual_local_rank", 0, OPT_FLAG, 1},
     [O_NUMA_BINDING] = {"numa_binding", 0, OPT_VALUE, 1},
@@ -382,6 +384,7 @@ static int apply_env(struct parse *p, char **env)
         {O_SHUTDOWN_TIMEOUT, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
         {O_STOP_GROUP_DELAY, "MG_STOP_GROUP_DELAY"},
         {O_EXIT_BARRIER_TIMEOUT, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"},
+        {O_HANG_TIMEOUT, "MG_HANG_TIMEOUT"}, /* mg's own, for job specs that set variables */
     };
     for (size_t i = 0; i < sizeof(torch_env) / sizeof(torch_env[0]); i++) {
         int id = torch_env[i].id;
@@ -815,6 +818,9 @@ static int check_values(struct parse *p)
          o->exit_barrier_timeout <= 0))
         return bad_value(p, O_EXIT_BARRIER_TIMEOUT, s[O_EXIT_BARRIER_TIMEOUT].val,
                          "expected a positive number of seconds");
+    if (s[O_HANG_TIMEOUT].set && parse_double(s[O_HANG_TIMEOUT].val, 0, 1e6, &o->hang_timeout))
+        return bad_value(p, O_HANG_TIMEOUT, s[O_HANG_TIMEOUT].val,
+                         "expected a number of seconds (0 turns the watchdog off)");
     if (s[O_SIGNALS_TO_HANDLE].set && (rc = check_signals(p, s[O_SIGNALS_TO_HANDLE].val)))
         return rc;
     o->virtual_local_rank = s[O_VIRTUAL_LOCAL_RANK].set;
@@ -858,6 +864,7 @@ int mg_opts_parse(struct mg_launch_opts *o, int argc, char **argv, char **env, c
     o->shutdown_timeout = 30;
     o->stop_group_delay = 2;
     o->exit_barrier_timeout = -1;
+    o->hang_timeout = MG_HANG_TIMEOUT_DEFAULT;
     o->event_log_handler = "null";
     /* torchrun 2.x's default --signals-to-handle */
     o->signals[0] = SIGTERM;

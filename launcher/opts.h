@@ -8,6 +8,8 @@
 #ifndef MG_OPTS_H
 #define MG_OPTS_H
 
+#define MG_HANG_TIMEOUT_DEFAULT 10.0
+
 #include "mg_err.h"
 #include "net.h"
 
@@ -101,6 +103,10 @@ struct mg_launch_opts {
     /* torchrun's --exit-barrier-timeout (pytorch/pytorch#195543): how long a
      * finished node waits for the others; -1: --rdzv_conf's (300 s). */
     double exit_barrier_timeout;
+    /* --hang-timeout: the watchdog's floor in seconds (0: off); a rank is
+     * hung after max(this, MG_HANG_STEPS x its slowest recent step) without
+     * progress (launcher/watchdog/). */
+    double hang_timeout;
     /* --signals-to-handle: the signals that stop the workers (passed on,
      * SIGKILL after the grace period) and end the run with 128+N. */
     int signals[MG_MAX_SIGNALS];

@@ -3,6 +3,7 @@
  * agent_internal.h). Their output is relay.c's. */
 #include "agent_internal.h"
 #include "errfile.h"
+#include "procstate.h"
 #include "events.h"
 #include "gpus.h"
 #include "mg_err.h"
@@ -52,17 +53,25 @@ void mg_workers_stop(struct mg_agent *ag, int sig)
             w->exiting_at_stop = 1;
             continue;
         }
+        if (w->hang[0])
+            continue; /* already killed */
         w->stop_sent = grace > 0 ? sig : SIGKILL;
         /* The worker first, so that it can save while its helpers (DataLoader
          * workers, a writer's subprocess) still run; they get it after
          * --stop_group_delay. torchrun signals the whole group at once, and
-         * the helpers die under the save (pytorch/pytorch#113231). */
+         * the helpers die under the save (pytorch/pytorch#113231). A stopped
+         * process keeps a signal pending until it is continued: SIGCONT
+         * follows, or a frozen rank would cost the whole grace period. */
         if (delay > 0 && w->stop_sent != SIGKILL) {
             kill(w->pid, w->stop_sent);
+            kill(w->pid, SIGCONT);
             w->group_pending = 1;
         } else {
             kill(-w->pid, w->stop_sent);
+            kill(-w->pid, SIGCONT);
         }
+        if (w->stop_sent == SIGKILL && !w->kill_ms)
+            w->kill_ms = mg_now_ms();
     }
     if (!ag->stopping) {
         ag->kill_deadline = mg_now_ms() + grace;
@@ -75,8 +84,10 @@ void mg_workers_stop_groups(struct mg_agent *ag)
 {
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];
-        if (w->group_pending && w->outcome == W_RUNNING)
+        if (w->group_pending && w->outcome == W_RUNNING) {
             kill(-w->pid, w->stop_sent);
+            kill(-w->pid, SIGCONT);
+        }
         w->group_pending = 0;
     }
     ag->group_deadline = INT64_MAX;
@@ -102,6 +113,8 @@ void mg_workers_kill(struct mg_agent *ag, const char *why)
     for (int i = 0; i < ag->nproc; i++)
         if (ag->w[i].outcome == W_RUNNING) {
             kill(-ag->w[i].pid, SIGKILL);
+            if (!ag->w[i].kill_ms)
+                ag->w[i].kill_ms = mg_now_ms();
             /* one that was already exiting is still its own failure */
             if (!ag->w[i].exiting_at_stop)
                 ag->w[i].stop_sent = SIGKILL;
@@ -116,6 +129,50 @@ void mg_workers_kill(struct mg_agent *ag, const char *why)
         struct mg_ev_kill e = {.attempt = ag->attempt, .workers = n, .reason = why};
         mg_event_kill(&ag->rd, &e);
     }
+}
+
+void mg_workers_hung(struct mg_agent *ag, int i, const char *why)
+{
+    struct worker *w = &ag->w[i];
+    if (i < 0 || i >= ag->nproc || w->outcome != W_RUNNING || w->hang[0])
+        return;
+    mg_fmt(w->hang, sizeof(w->hang), "%s", why && *why ? why : "hung");
+    kill(-w->pid, SIGKILL);
+    w->kill_ms = mg_now_ms();
+    struct mg_ev_kill e = {.attempt = ag->attempt, .workers = 1, .reason = "hung"};
+    mg_event_kill(&ag->rd, &e);
+    if (!ag->stopping)
+        mg_agent_note(ag, "killed local rank %d (rank %d, pid %d); stopping the other workers",
+                      w->local_rank, w->rank, (int)w->pid);
+    mg_workers_stop(ag, SIGTERM);
+}
+
+static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus);
+
+int64_t mg_workers_unkillable(struct mg_agent *ag, int64_t now)
+{
+    int64_t next = -1;
+    for (int i = 0; i < ag->nproc; i++) {
+        struct worker *w = &ag->w[i];
+        if (w->outcome != W_RUNNING || !w->kill_ms)
+            continue;
+        int64_t due = w->kill_ms + UNKILLABLE_MS;
+        if (now < due) {
+            next = next < 0 || due < next ? due : next;
+            continue;
+        }
+        struct mg_procstate ps;
+        char st[160];
+        mg_procstate_read(NULL, (int)w->pid, &ps);
+        mg_agent_note(ag,
+                      "local rank %d (rank %d, pid %d) is still there %.0f s after SIGKILL: %s; "
+                      "not waiting for it any longer (it may still hold its GPU, memory and "
+                      "ports; see `cat /proc/%d/stack`)",
+                      w->local_rank, w->rank, (int)w->pid, (now - w->kill_ms) / 1000.0,
+                      mg_procstate_text(&ps, st, sizeof(st)), (int)w->pid);
+        worker_exited(ag, w, SIGKILL); /* as if killed: a wait status of signal 9 */
+    }
+    return next;
 }
 
 /* ---- failures ------------------------------------------------------------------------- */
@@ -185,6 +242,7 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
     mg_fmt(f->oom, sizeof(f->oom), "%s", oom);
+    f->hung = w->hang[0] != 0;
     w->failure = r->nfailures++;
     /* A stop of the whole job may be on its way: a worker that died of a
      * terminating signal (or exited as its handler of one does), or, with
@@ -290,6 +348,8 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
     } else {
         mg_root_cause_errfile(rc);
     }
+    if (w->hang[0]) /* the watchdog's verdict, not what a killed worker may have left */
+        mg_fmt(rc->message, sizeof(rc->message), "%s", w->hang);
     if (w->tail)
         mg_tail_lines(w->tail, w->tail_len, w->tail_cut, MG_STDERR_TAIL_LINES, rc->stderr_tail,
                       sizeof(rc->stderr_tail));
@@ -316,6 +376,7 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
      * group gets the stop signal now and SIGKILL at the grace period's end. */
     if (w->group_pending) {
         kill(-w->pid, w->stop_sent);
+        kill(-w->pid, SIGCONT);
         w->group_pending = 0;
         w->group_left = 1;
     } else {
@@ -324,7 +385,16 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
     if (ag->sent.fd >= 0)
         mg_sentinel_forget(&ag->sent, w->pid);
 
-    if (wstatus == 0) {
+    if (w->hang[0]) {
+        /* The watchdog's verdict, whatever the exit: the root cause. */
+        w->outcome = W_FAILED;
+        memset(&ef, 0, sizeof(ef));
+        ef.rank = -1;
+        mg_fmt(ef.message, sizeof(ef.message), "%s", w->hang);
+        has_ef = 1;
+        record_failure(ag, w, &ef, has_ef, oom);
+        ag->attempt_failed = 1;
+    } else if (wstatus == 0) {
         w->outcome = W_SUCCEEDED; /* even when asked to stop: it finished cleanly */
     } else if (w->stop_sent || (w->exiting_at_stop && !crashed(ag, w))) {
         /* (one that was exiting when the others were stopped counts as

@@ -10,6 +10,7 @@
  * Everything a distributed run changes goes through struct dist (rank, world,
  * hooks; train_internal.h). */
 #include "mg_config.h"
+#include "progress.h"
 #include "train_internal.h"
 
 #include <stdarg.h>
@@ -158,6 +159,7 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         rc = run(&r);
+    mg_progress_phase(MG_PH_DONE); /* the closing barrier waits for the slowest rank */
     /* rank 0 hosts the store: everyone leaves together */
     if (rc == 0 && r.dist.d && mg_dist_finalize(r.dist.d, MG_COMM_DEFAULT_TIMEOUT) < 0) {
         fail("%s", mg_comm_errmsg(r.dist.d->comm));

@@ -1,6 +1,7 @@
 /* The training loop (see train_internal.h): steps, the replica check,
  * progress reports with the step time spread over the ranks, evaluation,
  * checkpoints, and the opening and closing lines of rank 0. */
+#include "progress.h"
 #include "rtutil.h"
 #include "train_internal.h"
 
@@ -43,6 +44,7 @@ static int checkpoint(struct run *r)
     const char *dir = r->o->checkpoint_dir;
     struct mg_rank_state *states = NULL;
     int rc = 0;
+    mg_progress_phase(MG_PH_CHECKPOINT); /* bounded by the collective timeout, not by steps */
     if (r->dist.ddp) {
         struct mg_rank_state mine;
         rc = mg_trainer_gather_state(&r->trainer); /* a sharded optimizer's state */

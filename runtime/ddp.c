@@ -34,6 +34,7 @@
  * gradients and parameters go through host memory (`host_buf`, registered)
  * after backward, without the thread. */
 #include "ddp.h"
+#include "progress.h"
 #include "mg_err.h"
 #include "rtutil.h"
 
@@ -272,6 +273,7 @@ static int zero_bucket(struct mg_ddp *d, int k)
 
 static int do_bucket(struct mg_ddp *d, int k)
 {
+    mg_progress_next_bucket(k); /* the flight recorder names it */
     return d->zero ? zero_bucket(d, k) : reduce_bucket(d, k);
 }
 

@@ -2,6 +2,7 @@
  * validated; the store, hosted by rank 0 and joined by everyone; the
  * communicator built through it, for the compute device the ranks agree on. */
 #include "dist.h"
+#include "progress.h"
 #include "backend.h"
 #include "comm.h"
 #include "mg_err.h"
@@ -333,6 +334,15 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
     d->local_world = d->env.local_world;
     if (gethostname(d->hostname, sizeof(d->hostname) - 1) < 0)
         snprintf(d->hostname, sizeof(d->hostname), "unknown");
+    d->opts = opts;
+    /* mglaunch's watchdog reads it from here on (a bootstrap that waits
+     * is setup, which it bounds by the collective timeout). */
+    if (mg_progress_open() < 0)
+        say(d,
+            "warning: MG_PROGRESS_FD='%.32s' names no progress record: mglaunch's watchdog "
+            "cannot see this rank (a launcher other than mglaunch should not set it)",
+            getenv("MG_PROGRESS_FD"));
+    mg_progress_identify(d->rank, MG_COMM_TIMEOUT_DEFAULT_MS);
 
     /* MG_TEST_COMM_THREAD: NCCL at world size 1 on a GPU (the CPU communicators need two) */
     int forced =
@@ -413,6 +423,8 @@ int mg_dist_init(struct mg_dist **out, const struct mg_dist_opts *opts, char *er
         goto fail;
     }
     d->opts = NULL;
+    mg_progress_identify(d->rank, d->comm->timeout_ms > 0 ? d->comm->timeout_ms
+                                                          : MG_COMM_TIMEOUT_DEFAULT_MS);
     *out = d;
     return 0;
 

@@ -1,6 +1,7 @@
 /* Training steps and evaluation (see trainer.h); what a checkpoint holds is
  * trainer_ckpt.c's. */
 #include "trainer.h"
+#include "progress.h"
 #include "mg_err.h"
 #include "trainer_internal.h"
 
@@ -299,6 +300,7 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     int rc;
     memset(st, 0, sizeof(*st));
     st->lr = rctx.lr;
+    mg_progress_step_begin();
     free(t->gathered); /* a checkpoint's, if this rank did not write it */
     t->gathered = NULL;
     if (sharded) {
@@ -307,9 +309,11 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
             return rc;
     }
     for (int a = 0; a < t->cfg.accum_steps; a++) {
+        mg_progress_phase(MG_PH_DATA);
         int n = next_batch(t);
         double loss;
         long correct;
+        mg_progress_phase(MG_PH_COMPUTE);
         mg_model_forward(m, n, 1);
         prefetch(t); /* while the forward runs on a device */
         rc = mg_model_loss(m, n, &loss, &correct);
@@ -329,17 +333,21 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
         st->correct += correct;
         st->samples += n;
     }
+    mg_progress_phase(MG_PH_SYNC);
     if (t->hooks.reduce_grads) {
         rc = t->hooks.reduce_grads(t->hooks.ctx, m->grad_buf, m->nparams);
         if (rc < 0)
             return rc;
     }
+    mg_progress_phase(MG_PH_OPTIMIZER);
     if (fused || sharded) /* the update is done */
         t->opt.steps++;
     else
         mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);
     t->step++;
-    return m->be->ops->sync(m->be);
+    rc = m->be->ops->sync(m->be);
+    mg_progress_step_end(t->step);
+    return rc;
 }
 
 int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
@@ -350,7 +358,9 @@ int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
     if (!t->test)
         return -EINVAL;
     const struct mg_sampler *s = &t->eval_sampler;
+    mg_progress_phase(MG_PH_EVAL);
     for (int start = 0; start < s->num_samples; start += m->max_batch) {
+        mg_progress_beat();
         int n = s->num_samples - start < m->max_batch ? s->num_samples - start : m->max_batch;
         double loss;
         long correct;

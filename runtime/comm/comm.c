@@ -7,6 +7,7 @@
 #include "comm.h"
 #include "comm_internal.h"
 #include "mg_err.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <math.h>
@@ -203,7 +204,10 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
     if ((count && !buf) || count > SIZE_MAX / sizeof(float) / 2 ||
         (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
         return -EINVAL;
-    return c->ops->allreduce(c, buf, count, op, resolve_timeout(c, timeout_ms));
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLREDUCE, count * sizeof(float));
+    rc = c->ops->allreduce(c, buf, count, op, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
 }
 
 int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
@@ -213,7 +217,10 @@ int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int ti
         return rc;
     if ((len && !buf) || root < 0 || root >= c->world || len > SIZE_MAX / 2)
         return -EINVAL;
-    return c->ops->broadcast(c, buf, len, root, resolve_timeout(c, timeout_ms));
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_BROADCAST, len);
+    rc = c->ops->broadcast(c, buf, len, root, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
 }
 
 int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t len, int timeout_ms)
@@ -223,7 +230,10 @@ int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t le
         return rc;
     if ((len && (!send || !recv)) || len > SIZE_MAX / 2 / (size_t)c->world)
         return -EINVAL;
-    return c->ops->allgather(c, send, recv, len, resolve_timeout(c, timeout_ms));
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLGATHER, len * (size_t)c->world);
+    rc = c->ops->allgather(c, send, recv, len, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
 }
 
 int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
@@ -243,7 +253,11 @@ int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, si
         return -EINVAL;
     if (!c->ops->reduce_scatter)
         return -MG_EUNSUPPORTED;
-    return c->ops->reduce_scatter(c, send, recv, recv_count, op, resolve_timeout(c, timeout_ms));
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_REDUCE_SCATTER,
+                                          recv_count * sizeof(float) * (size_t)c->world);
+    rc = c->ops->reduce_scatter(c, send, recv, recv_count, op, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
 }
 
 int mg_comm_wait_event(struct mg_comm *c, void *event)
@@ -261,7 +275,10 @@ int mg_comm_barrier(struct mg_comm *c, int timeout_ms)
     int rc = precheck(c);
     if (rc)
         return rc;
-    return c->ops->barrier(c, resolve_timeout(c, timeout_ms));
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_BARRIER, 0);
+    rc = c->ops->barrier(c, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
 }
 
 int mg_comm_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)

@@ -105,6 +105,7 @@ _mglaunch() {
         --monitor-interval | --role | --local_ranks_filter | --local-ranks-filter | \
         --log_line_prefix_template | --master_addr | --master-addr | --master_port | --master-port | \
         --local_addr | --local-addr | --gpu_ids | --gpu-ids | --shutdown_timeout | --shutdown-timeout | --stop_group_delay | --stop-group-delay | \
+        --hang-timeout | --hang_timeout | \
         --exit_barrier_timeout | --exit-barrier-timeout | \
         --event-log-handler | --duplicate-stdout-filters | --duplicate-stderr-filters | --logs_specs)
         return

@@ -12,6 +12,15 @@
  *                                 memory); rank VICTIM SIGKILLs itself after MS
  *                                 milliseconds
  *   comm_rank hang VICTIM SECS    rank VICTIM sleeps SECS instead of calling allreduce
+ *   comm_rank steps N VICTIM AT KIND
+ *                                 N training-like steps (a 1 ms computation, a
+ *                                 64 KB allreduce), told to mglaunch's watchdog
+ *                                 (runtime/progress.h); in the first attempt,
+ *                                 rank VICTIM hangs at step AT: stop (SIGSTOP
+ *                                 to itself), spin (a loop in its own code),
+ *                                 sleep (blocked before the step's collective),
+ *                                 vfork (in uninterruptible sleep in the kernel:
+ *                                 the parent of a vfork child that sleeps)
  *   comm_rank bench [--registered] SIZES...
  *                                 times allreduce for each size in bytes; rank 0
  *                                 prints "bytes us_per_op" lines. --registered:
@@ -26,6 +35,7 @@
 #include "dist.h"
 #include "mg_err.h"
 #include "net.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -84,6 +94,47 @@ static int cmd_loop(int victim, long ms, int registered)
         if (rc)
             die("%s", mg_comm_errmsg(dist->comm));
     }
+}
+
+static void hang_now(const char *kind)
+{
+    fprintf(stderr, "comm_rank: rank %d hangs (%s)\n", dist->rank, kind);
+    if (!strcmp(kind, "stop"))
+        raise(SIGSTOP);
+    else if (!strcmp(kind, "spin"))
+        for (volatile unsigned long i = 0;; i++)
+            ;
+    else if (!strcmp(kind, "sleep"))
+        sleep(3600);
+    else if (!strcmp(kind, "vfork") && vfork() == 0) {
+        /* the parent waits, uninterruptibly, until the child execs or exits */
+        sleep(3600);
+        _exit(0);
+    }
+    die("did not hang (%s)", kind);
+}
+
+static int cmd_steps(long n, int victim, long at, const char *kind)
+{
+    float x[16384] = {0};
+    const char *rc_env = getenv("TORCHELASTIC_RESTART_COUNT");
+    int first = !rc_env || !strcmp(rc_env, "0");
+    for (long s = 0; s < n; s++) {
+        mg_progress_step_begin();
+        mg_progress_phase(MG_PH_COMPUTE);
+        if (first && dist->rank == victim && s == at)
+            hang_now(kind);
+        int64_t t0 = mg_now_us();
+        while (mg_now_us() - t0 < 1000)
+            ;
+        mg_progress_phase(MG_PH_SYNC);
+        mg_progress_next_bucket(0);
+        if (mg_comm_allreduce(dist->comm, x, 16384, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT))
+            die("%s", mg_comm_errmsg(dist->comm));
+        mg_progress_step_end(s + 1);
+    }
+    printf("rank %d: %ld steps\n", dist->rank, n);
+    return 0;
 }
 
 static int cmd_hang(int victim, int secs)
@@ -286,6 +337,8 @@ int main(int argc, char **argv)
         cmd_loop(atoi(argv[2]), atol(argv[3]), argc > 4 && !strcmp(argv[4], "--registered"));
     } else if (!strcmp(cmd, "hang") && argc > 3) {
         cmd_hang(atoi(argv[2]), atoi(argv[3]));
+    } else if (!strcmp(cmd, "steps") && argc > 5) {
+        cmd_steps(atol(argv[2]), atoi(argv[3]), atol(argv[4]), argv[5]);
     } else if (!strcmp(cmd, "bench")) {
         cmd_bench(argc - 2, argv + 2);
     } else {

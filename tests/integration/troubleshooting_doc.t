@@ -31,6 +31,8 @@ kill "$srv"
 "$MGLAUNCH" --nnodes 2 --node_rank 0 --master_port "$(free_port)" --rdzv_conf join_timeout=7 true \
     >"$O/join" 2>&1
 MG_COMM_TIMEOUT=2 "$MGLAUNCH" --nproc_per_node 2 "$HELPERS/comm_rank" hang 1 30 >"$O/comm-hang" 2>&1
+"$MGLAUNCH" --nproc_per_node 2 --hang-timeout 2 "$HELPERS/comm_rank" steps 400 1 100 sleep \
+    >"$O/watchdog" 2>&1
 
 bg "$MGLAUNCH" --nproc_per_node 2 "$FW" touch "$T/up.\${local_rank}" pause >"$O/sigterm" 2>&1
 pid=$!

@@ -1,0 +1,57 @@
+/* Reading a progress record (see progress_rec.h). */
+#include "progress_rec.h"
+
+static const char *const phases[MG_PH_COUNT] = {"nothing yet",
+                                                "setup",
+                                                "taking a batch",
+                                                "forward/backward",
+                                                "waiting for the gradients",
+                                                "the optimizer step",
+                                                "evaluation",
+                                                "a checkpoint",
+                                                "finishing"};
+
+static const char *const ops[MG_PROG_OP_COUNT] = {"allreduce", "broadcast", "allgather",
+                                                  "reduce-scatter", "barrier"};
+
+const char *mg_progress_phase_name(unsigned phase)
+{
+    return phase < MG_PH_COUNT ? phases[phase] : "an unknown phase";
+}
+
+const char *mg_progress_op_name(unsigned op)
+{
+    return op < MG_PROG_OP_COUNT ? ops[op] : "collective";
+}
+
+const struct mg_progress_coll *mg_progress_coll_find(const struct mg_progress *p, uint64_t seq)
+{
+    if (seq == 0)
+        return NULL;
+    const struct mg_progress_coll *c = &p->ring[seq % MG_PROGRESS_RING];
+    return c->seq == seq && c->state != MG_CS_EMPTY ? c : NULL;
+}
+
+const struct mg_progress_coll *mg_progress_coll_last(const struct mg_progress *p)
+{
+    return p->coll_next > 1 ? mg_progress_coll_find(p, p->coll_next - 1) : NULL;
+}
+
+uint64_t mg_progress_last_done(const struct mg_progress *p)
+{
+    uint64_t best = 0;
+    for (int i = 0; i < MG_PROGRESS_RING; i++)
+        if (p->ring[i].state == MG_CS_DONE && p->ring[i].seq > best)
+            best = p->ring[i].seq;
+    return best;
+}
+
+int64_t mg_progress_slowest_step(const struct mg_progress *p)
+{
+    int64_t m = 0;
+    uint64_t n = p->steps_done < MG_PROGRESS_STEPS ? p->steps_done : MG_PROGRESS_STEPS;
+    for (uint64_t i = 0; i < n; i++)
+        if (p->step_us[i] > m)
+            m = p->step_us[i];
+    return m;
+}

@@ -1,0 +1,97 @@
+#!/bin/sh
+# The progress watchdog (launcher/watchdog/, runtime/progress.h): a rank that
+# stops moving is named at once with its state from /proc and what the ranks
+# were doing (the flight recorder), killed, reported as the attempt's root
+# cause, and the group restarts. Each kind of hang: stopped (SIGSTOP), a spin
+# in its own code, blocked before a collective, in uninterruptible sleep in
+# the kernel; then train itself frozen with SIGSTOP from outside. Also: a
+# stopped worker gets SIGCONT with its stop signal (no grace period spent on
+# it), --hang-timeout 0 turns the watchdog off, bad values are refused.
+# timeout: 150
+. "$(dirname "$0")/../lib/lib.sh"
+CR=$HELPERS/comm_rank
+for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+unset MG_HANG_TIMEOUT
+L=$T/logs
+# 2 s floor: a rank of a healthy run on a busy machine is not taken for hung
+HT=2
+
+# ---- each kind of hang, in comm_rank's steps: rank 1 hangs at step 100
+for kind in stop spin sleep vfork; do
+    "$MGLAUNCH" --log_dir "$L" --rdzv_id "$kind" --nproc_per_node 2 --max_restarts 1 \
+        --hang-timeout $HT "$CR" steps 400 1 100 "$kind" >"$T/out" 2>"$T/err"
+    is $? 0 "$kind: the restarted group finishes"
+    e=$(cat "$T/err")
+    case $kind in
+    stop) st="stopped \\(T: SIGSTOP, SIGTSTP or a job control stop\\)" ;;
+    spin) st="running \\(R: on a CPU, in its own code\\)" ;;
+    sleep) st="sleeping in the kernel \\(S, in [a-z_]*sleep[a-z_]*\\)" ;;
+    vfork) st="in uninterruptible sleep in the kernel \\(D(, in [a-z_]+)?\\)" ;;
+    esac
+    like "$e" "mglaunch: watchdog: rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\) is hung: no progress for [0-9.]+ s \\(bound $HT.0 s: --hang-timeout $HT s; its slowest recent step [0-9.e-]+ s\\); it is $st; it was in forward/backward at step 100; rank 0 waits in allreduce #101 \\(bucket 0, 64 KB\\) since [0-9.]+ s; rank 1 last finished #100" \
+        "$kind: one line names the rank, its state, what it did and where the others wait"
+    like "$e" "killed local rank 1 \\(rank 1, pid [0-9]+\\); stopping the other workers" "$kind: killed"
+    like "$e" "restarting the workers \\(restart 1 of 1\\)" "$kind: restarted"
+    is "$(grep -c ' steps$' "$T/out")" 2 "$kind: both ranks did their steps in the second attempt"
+    grep -q '"event":"kill".*"reason":"hung"' "$L/$kind/events.jsonl"
+    is $? 0 "$kind: the event log has the kill"
+    grep '"event":"worker_exit"' "$L/$kind/events.jsonl" | grep '"rank":1' |
+        grep -q '"outcome":"failed".*hung: no progress'
+    is $? 0 "$kind: and rank 1's exit as the failure, with why"
+done
+
+# ---- no restart left: the summary's root cause is the hung rank, not its peer
+"$MGLAUNCH" --log_dir "$L" --rdzv_id last --nproc_per_node 2 --hang-timeout $HT "$CR" \
+    steps 400 0 50 sleep >"$T/out" 2>"$T/err"
+is $? 137 "no restart left: exit code 137 (the hung rank's SIGKILL)"
+e=$(cat "$T/err")
+like "$e" "attempt 0 \\(restart 0, [^)]*\\): rank 0 \\(local rank 0, pid [0-9]+\\) was hung: killed by mglaunch's watchdog \\(SIGKILL, exit code 137\\); 1 stopped" \
+    "the attempt's line: rank 0 hung, its peer stopped"
+like "$e" "  rank      : 0 \\(local rank 0\\)" "root cause: the hung rank"
+like "$e" "  message   : hung: no progress for [0-9.]+ s in forward/backward at step 50; sleeping in the kernel" \
+    "its message says why"
+
+# ---- train frozen from outside
+"$MGLAUNCH" --log_dir "$L" --rdzv_id train --nproc_per_node 2 --max_restarts 1 --hang-timeout $HT \
+    "$TRAIN" --data synthetic --train-samples 4096 --test-samples 256 --batch-size 32 --epochs 40 \
+    --log-every 50 >"$T/out" 2>"$T/err" &
+M=$!
+at_cleanup "kill -KILL $M 2>/dev/null"
+wait_for 60 grep -q '^step ' "$T/out" || bail "train did not start its steps"
+W=$(sed -n 's/.*"event":"worker_start".*"local_rank":1.*"pid":\([0-9]*\).*/\1/p' "$L/train/events.jsonl" | head -1)
+[ -n "$W" ] || bail "no pid for local rank 1 in the event log"
+kill -STOP "$W"
+wait $M
+is $? 0 "train: restarted after the hang, and finished"
+e=$(cat "$T/err")
+like "$e" "watchdog: rank 1 \\(local rank 1, host $(hostname), pid $W\\) is hung: no progress for [0-9.]+ s \\(bound [0-9.]+ s: [^)]*\\); it is stopped \\(T: SIGSTOP" \
+    "train: the frozen rank named, stopped"
+like "$e" "it was in [a-z/ ]+ at step [0-9]+(, inside allreduce #[0-9]+ \\([^)]*\\))?; rank 0 waits in allreduce #[0-9]+ \\(bucket [0-9]+, [0-9.]+ [KM]B\\) since [0-9.]+ s; rank 1 last finished #[0-9]+" \
+    "train: rank 0 waits in an allreduce of a bucket"
+like "$(cat "$T/out")" "train: done" "train: done"
+
+# ---- the watchdog off: a stopped worker still stops at once on SIGTERM (SIGCONT)
+"$MGLAUNCH" --log_dir "$L" --rdzv_id off --nproc_per_node 2 --hang-timeout 0 "$CR" \
+    steps 100000 1 50 stop >"$T/out" 2>"$T/err" &
+M=$!
+at_cleanup "kill -KILL $M 2>/dev/null"
+wait_for 30 grep -q 'hangs (stop)' "$T/err" || bail "rank 1 did not stop itself"
+W=$(sed -n 's/.*"event":"worker_start".*"local_rank":1.*"pid":\([0-9]*\).*/\1/p' "$L/off/events.jsonl" | head -1)
+wait_for 10 grep -q ') T ' "/proc/$W/stat"
+is $? 0 "rank 1 is stopped"
+sleep 1
+unlike "$(cat "$T/err")" "watchdog" "--hang-timeout 0: no watchdog"
+kill -TERM $M
+wait $M
+is $? 143 "SIGTERM ends the run"
+unlike "$(cat "$T/err")" "grace period over" "the stopped worker obeyed SIGTERM (SIGCONT sent with it)"
+
+# ---- bad values
+"$MGLAUNCH" --hang-timeout soon "$CR" info >"$T/out" 2>"$T/err"
+is $? 2 "a bad --hang-timeout: usage error"
+like "$(cat "$T/err")" "invalid value 'soon' for --hang-timeout: expected a number of seconds \\(0 turns the watchdog off\\)" \
+    "says what was wrong"
+MG_HANG_TIMEOUT=-1 "$MGLAUNCH" "$CR" info >"$T/out" 2>"$T/err"
+is $? 2 "a bad MG_HANG_TIMEOUT: usage error"
+like "$(cat "$T/err")" "MG_HANG_TIMEOUT" "names the variable"
+done_testing

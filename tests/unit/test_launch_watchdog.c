@@ -1,0 +1,161 @@
+/* The watchdog's verdict (launcher/watchdog/watchdog.h) on records made
+ * here: the bound (floor, steps, the last resort before the first step and
+ * in a checkpoint), the hung rank among waiters, a stopped rank inside a
+ * collective, every rank waiting (one node: the one behind; several: the
+ * missing rank is elsewhere, reported, not acted on), nothing wrong; and a
+ * process's state from a /proc tree written here (procstate.h).
+ * timeout: 30 */
+#include "procstate.h"
+#include "watchdog.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define S 1000000LL /* a second in microseconds */
+
+static void rec_init(struct mg_watch_rank *r, int rank, int64_t beat_us, int64_t step_us)
+{
+    memset(r, 0, sizeof(*r));
+    r->rank = r->local_rank = rank;
+    r->pid = 100 + rank;
+    r->live = 1;
+    r->rec.magic = MG_PROGRESS_MAGIC;
+    r->rec.version = MG_PROGRESS_VERSION;
+    r->rec.pid = r->pid;
+    r->rec.rank = rank;
+    r->rec.phase = MG_PH_COMPUTE;
+    r->rec.beat_us = beat_us;
+    r->rec.step = 40;
+    r->rec.coll_timeout_ms = 300000;
+    r->rec.steps_done = 40;
+    for (int i = 0; i < MG_PROGRESS_STEPS; i++)
+        r->rec.step_us[i] = step_us;
+    r->rec.coll_next = 1;
+    r->ps.state = 'R';
+}
+
+/* Records collectives 1..done finished, and done+1 started when waiting. */
+static void colls(struct mg_watch_rank *r, uint64_t done, int waiting, int64_t since)
+{
+    for (uint64_t s = 1; s <= done + (waiting ? 1 : 0); s++) {
+        struct mg_progress_coll *c = &r->rec.ring[s % MG_PROGRESS_RING];
+        c->seq = s;
+        c->op = MG_PROG_ALLREDUCE;
+        c->bucket = 2;
+        c->bytes = 814 * 1024;
+        c->state = s <= done ? MG_CS_DONE : MG_CS_STARTED;
+        c->start_us = s <= done ? 0 : since;
+    }
+    r->rec.coll_next = done + (waiting ? 2 : 1);
+}
+
+static void test_bounds(void)
+{
+    struct mg_watch_rank r;
+    char how[160];
+    rec_init(&r, 0, 0, S / 100);
+    is_int((int)(mg_watch_bound_us(&r.rec, 10, how, sizeof(how)) / 1000), 10000, "the floor");
+    ok(strstr(how, "--hang-timeout 10 s") != NULL, "says so: %s", how);
+    rec_init(&r, 0, 0, 3 * S);
+    is_int((int)(mg_watch_bound_us(&r.rec, 10, how, sizeof(how)) / 1000), 30000,
+           "10 x the slowest recent step when longer");
+    ok(strstr(how, "10 x its slowest recent step, 3 s") != NULL, "says so: %s", how);
+    r.rec.steps_done = 0;
+    is_int((int)(mg_watch_bound_us(&r.rec, 10, how, sizeof(how)) / 1000), 305000,
+           "before the first step: the collective timeout + 5 s");
+    rec_init(&r, 0, 0, S / 100);
+    r.rec.phase = MG_PH_CHECKPOINT;
+    is_int((int)(mg_watch_bound_us(&r.rec, 10, how, sizeof(how)) / 1000), 305000,
+           "in a checkpoint: the same");
+    ok(strstr(how, "a checkpoint") != NULL, "says so: %s", how);
+}
+
+static void test_judge(void)
+{
+    struct mg_watch_rank r[3];
+    struct mg_hang_verdict v;
+    int64_t now = 100 * S;
+
+    /* ranks 0 and 2 wait in #1234 since 12 s; rank 1 spins after #1233 */
+    for (int i = 0; i < 3; i++)
+        rec_init(&r[i], i, now - 12 * S, S / 10);
+    colls(&r[0], 1233, 1, now - 12 * S);
+    colls(&r[1], 1233, 0, 0);
+    colls(&r[2], 1233, 1, now - 12 * S);
+    is_int(mg_watch_judge(r, 3, 0, 10, now, "h", &v), 1, "a verdict");
+    is_int(v.culprit, 1, "the rank outside the collective is hung");
+    ok(strstr(v.line, "rank 1 (local rank 1, host h, pid 101) is hung: no progress for 12.0 s") &&
+           strstr(v.line, "ranks 0,2 wait in allreduce #1234 (bucket 2, 814 KB) since 12.0 s") &&
+           strstr(v.line, "rank 1 last finished #1233"),
+       "the line lines the ranks up: %s", v.line);
+    ok(!strncmp(v.why, "hung: no progress for 12.0 s in forward/backward at step 40", 56),
+       "why: %s", v.why);
+
+    /* within its bound: nothing */
+    is_int(mg_watch_judge(r, 3, 0, 20, now, "h", &v), 0, "under a 20 s floor: nothing");
+
+    /* rank 1 stopped inside the collective too: still the cause */
+    colls(&r[1], 1233, 1, now - 12 * S);
+    r[1].ps.state = 'T';
+    is_int(mg_watch_judge(r, 3, 0, 10, now, "h", &v), 1, "stopped inside: a verdict");
+    is_int(v.culprit, 1, "the stopped rank");
+    ok(strstr(v.line, ", inside allreduce #1234") != NULL, "it was inside: %s", v.line);
+
+    /* every rank waits, none stopped: several nodes -> elsewhere */
+    r[1].ps.state = 'S';
+    is_int(mg_watch_judge(r, 3, 1, 10, now, "h", &v), 1, "all waiting, several nodes: reported");
+    ok(v.remote && v.culprit < 0, "as a wait for another node, nobody here blamed");
+    ok(strstr(v.line, "ranks 0,1,2 wait in allreduce #1234") && strstr(v.line, "on another node"),
+       "says so: %s", v.line);
+
+    /* one node: the rank behind is the cause */
+    colls(&r[2], 1232, 1, now - 12 * S);
+    is_int(mg_watch_judge(r, 3, 0, 10, now, "h", &v), 1, "all waiting, one node: a verdict");
+    is_int(v.culprit, 2, "the rank in the older collective");
+
+    /* no records (a Python worker): nothing */
+    for (int i = 0; i < 3; i++)
+        r[i].live = 0;
+    is_int(mg_watch_judge(r, 3, 0, 10, now, "h", &v), 0, "no records: nothing");
+}
+
+static void test_procstate(void)
+{
+    char root[] = "/tmp/mgtest-procstate.XXXXXX", path[256], buf[160];
+    struct mg_procstate ps;
+    if (!mkdtemp(root))
+        BAIL_OUT("mkdtemp");
+    snprintf(path, sizeof(path), "%s/proc", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/proc/42", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/proc/42/stat", root);
+    FILE *f = fopen(path, "w");
+    fputs("42 (a) b) (c) S 1 42 42 0 -1\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/proc/42/wchan", root);
+    f = fopen(path, "w");
+    fputs("pipe_read", f);
+    fclose(f);
+    is_int(mg_procstate_read(root, 42, &ps), 0, "read");
+    ok(ps.state == 'S', "the state after a name with ') ' in it");
+    is_str(mg_procstate_text(&ps, buf, sizeof(buf)), "sleeping in the kernel (S, in pipe_read)",
+           "described");
+    is_int(mg_procstate_read(root, 43, &ps), -ESRCH, "a process that is gone");
+    is_str(mg_procstate_text(&ps, buf, sizeof(buf)), "gone", "described");
+    snprintf(path, sizeof(path), "rm -rf '%s'", root);
+    if (system(path) != 0)
+        diag("could not remove %s", root);
+}
+
+int main(void)
+{
+    test_bounds();
+    test_judge();
+    test_procstate();
+    return done_testing();
+}
