@@ -53,6 +53,9 @@ void train_usage(FILE *f)
             "  --seed N                seed for initialization, shuffling, dropout (default 0)\n"
             "  --device cpu|cuda|auto  compute device (default cpu); cuda is GPU LOCAL_RANK,\n"
             "                          auto: cuda when one is usable, else cpu\n"
+            "  --tf32 0|1              1: TF32 tensor cores on the GPU for matrix products\n"
+            "                          and convolutions (default $MG_TF32, else 0: FP32,\n"
+            "                          closer to the CPU's bits)\n"
             "  --threads N             BLAS threads (default $OMP_NUM_THREADS, else 1)\n"
             "  --eval-every N          evaluate every N steps (default 0: after each epoch)\n"
             "  --log-every N           a progress line every N steps (default 100)\n"
@@ -241,6 +244,7 @@ enum flag_id {
     F_BUCKET_CAP,
     F_NO_COMM_THREAD,
     F_ZERO,
+    F_TF32,
     F_HELP,
     F_VERSION,
 };
@@ -298,6 +302,7 @@ static const struct {
     {"bucket-cap-mb", F_BUCKET_CAP, 1},
     {"no-comm-thread", F_NO_COMM_THREAD, 0},
     {"zero", F_ZERO, 1},
+    {"tf32", F_TF32, 1},
     {"help", F_HELP, 0},
     {"version", F_VERSION, 0},
 };
@@ -484,6 +489,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
     case F_ZERO:
         o->zero_set = 1;
         return parse_int(p, flag, v, 0, 1, &o->zero);
+    case F_TF32:
+        o->tf32_set = 1;
+        return parse_int(p, flag, v, 0, 1, &o->tf32);
     case F_HELP:
         o->help = 1;
         return 0;
@@ -504,6 +512,12 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
         if (strcmp(z, "0") && strcmp(z, "1"))
             return bad(p, "MG_ZERO='%.32s': expected 0 or 1", z);
         o->zero = *z == '1';
+    }
+    const char *tf = getenv("MG_TF32");
+    if (!o->tf32_set && tf && *tf) {
+        if (strcmp(tf, "0") && strcmp(tf, "1"))
+            return bad(p, "MG_TF32='%.32s': expected 0 or 1", tf);
+        o->tf32 = *tf == '1';
     }
     if (!o->lr_set)
         o->lr = o->optimizer == MG_OPTIM_ADAMW ? 0.001 : !strcmp(o->model, "cnn") ? 0.02 : 0.05;

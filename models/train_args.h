@@ -66,6 +66,8 @@ struct train_options {
     int no_comm_thread;
     int zero; /* --zero 1 or MG_ZERO=1: ZeRO stage 1 (a sharded optimizer) */
     int zero_set;
+    int tf32; /* --tf32 1 or MG_TF32=1: TF32 math on CUDA (cuBLAS and cuDNN) */
+    int tf32_set;
     /* --help or --version: parsing stopped there, nothing else was checked */
     int help, version;
 };

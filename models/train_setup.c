@@ -109,7 +109,9 @@ static int setup_backend(struct run *r)
     r->device_index = env.cuda_device >= 0 ? env.cuda_device : env.local_rank;
     if (o->device_auto)
         o->device = mg_device_auto(r->device_index, r->auto_why, sizeof(r->auto_why));
-    struct mg_backend_opts bo = {.threads = o->threads, .device_index = r->device_index};
+    struct mg_backend_opts bo = {.threads = o->threads,
+                                 .device_index = r->device_index,
+                                 .precision = o->tf32 ? MG_PRECISION_TF32 : MG_PRECISION_FP32};
     rc = mg_backend_open(o->device, &bo, &r->be, err, sizeof(err));
     if (rc < 0) {
         fail("cannot start the %s backend: %s", o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", err);

@@ -31,7 +31,7 @@ enum mg_device {
 /* How float32 matrix products may round (CUDA; the CPU is always fp32). */
 enum mg_precision {
     MG_PRECISION_FP32 = 0, /* IEEE fp32 multiply-adds: no TF32 tensor cores (the default) */
-    MG_PRECISION_TF32 = 1, /* cuBLAS and cuDNN may use TF32 tensor cores (a later --precision) */
+    MG_PRECISION_TF32 = 1, /* cuBLAS and cuDNN may use TF32 tensor cores (train --tf32 1) */
 };
 
 struct mg_backend_opts {

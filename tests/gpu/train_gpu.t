@@ -51,6 +51,10 @@ like "$(head -n 1 "$T/a")" 'cuda:0 .* \([0-9.]+ GiB, sm_[0-9]+\); driver .*cuBLA
     "the banner names the GPU, its memory and the driver and library versions"
 "$TRAIN" --device cuda $DATA --model cnn --steps 30 --log-every 1000 >"$T/b" 2>&1
 is "$(hash_of "$T/b")" "$(hash_of "$T/a")" "the same run twice: the same parameter bits"
+"$TRAIN" --device cuda --tf32 1 $DATA --model cnn --steps 30 --log-every 1000 >"$T/tf32" 2>&1
+is $? 0 "--tf32 1 trains"
+like "$(head -n 1 "$T/tf32")" 'cuda:0 .*; TF32 allowed' "... and the banner says TF32 is allowed"
+diag "30 CNN steps: FP32 hash $(hash_of "$T/a"), TF32 hash $(hash_of "$T/tf32") (TF32's may differ)"
 "$TRAIN" --device auto $DATA --model mlp --steps 3 >"$T/auto" 2>&1
 like "$(head -n 1 "$T/auto")" ', cuda:0 ' "--device auto picks the GPU"
 

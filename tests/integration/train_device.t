@@ -101,4 +101,12 @@ like "$out" "no CUDA device 5: the driver shows 2" "MG_CUDA_DEVICE=5 is the devi
 MG_TEST_COMM_THREAD=1 "$MGLAUNCH" --nproc_per_node 1 --log_dir "$T/l1" "$TRAIN" --data synthetic --steps 5 \
     --log-every 1000 >"$T/w1t" 2>&1
 is "$?:$(hash_of "$T/w1t")" "0:$(hash_of "$T/w1")" "MG_TEST_COMM_THREAD=1 at world size 1: the same bits"
+
+# --tf32 / MG_TF32: checked like any flag; no effect on the CPU
+out=$("$TRAIN" --tf32 2 --data synthetic --steps 1 2>&1)
+like "$?:$out" "^2:train: --tf32" "--tf32 2: a usage error"
+out=$(MG_TF32=yes "$TRAIN" --data synthetic --steps 1 2>&1)
+is "$?:$out" "2:train: MG_TF32='yes': expected 0 or 1 (see train --help)" "MG_TF32=yes: a usage error naming it"
+MG_TF32=1 "$TRAIN" --tf32 1 --data synthetic --steps 5 --log-every 1000 >"$T/tf32" 2>&1
+is "$?:$(hash_of "$T/tf32")" "0:$(hash_of "$T/w1")" "--tf32 1 on the CPU: the FP32 bits"
 done_testing
