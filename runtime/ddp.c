@@ -570,8 +570,8 @@ int mg_ddp_check_replicas(struct mg_ddp *d, long step)
     else if (bad > 0)
         rc = fail(d, -MG_EDIVERGED,
                   "replicas diverged at step %ld: rank %d's parameters hash to %016" PRIx64
-                  ", rank 0's to %016" PRIx64,
-                  step, bad, all[bad], all[0]);
+                  ", rank 0's to %016" PRIx64 " (this rank computes on %s)",
+                  step, bad, all[bad], all[0], d->m->be->name ? d->m->be->name : "?");
     free(all);
     return rc;
 }

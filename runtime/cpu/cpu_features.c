@@ -94,6 +94,24 @@ const char *mg_isa_name(enum mg_isa isa)
     return "no known ISA";
 }
 
+int mg_isa_flops_per_cycle(enum mg_isa isa)
+{
+    switch (isa) {
+    case MG_ISA_AVX512:
+        return 64;
+    case MG_ISA_AVX2:
+        return 32;
+    case MG_ISA_AVX:
+        return 16;
+    case MG_ISA_SSE3:
+    case MG_ISA_SSE2:
+        return 8;
+    case MG_ISA_NONE:
+        break;
+    }
+    return 0;
+}
+
 unsigned mg_cpu_family(const struct mg_cpu_id *id)
 {
     unsigned f = (id->leaf1_eax >> 8) & 0xf;

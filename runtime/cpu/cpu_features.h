@@ -42,6 +42,12 @@ enum mg_isa mg_cpu_isa(const struct mg_cpu_id *id);
 /* "AVX-512", "AVX2+FMA", "AVX", "SSE3", "SSE2", "no known ISA". */
 const char *mg_isa_name(enum mg_isa isa);
 
+/* Single-precision FLOP per cycle and core at a level, for a machine's peak
+ * (cores x clock x this): AVX-512 64 and AVX2 32 (two FMA units of 16 or 8
+ * lanes; a part with one 512-bit unit reaches half), AVX 16 (a multiply and an
+ * add of 8 lanes), SSE 8. */
+int mg_isa_flops_per_cycle(enum mg_isa isa);
+
 /* Family 6, model 167 style numbers, for messages. */
 unsigned mg_cpu_family(const struct mg_cpu_id *id);
 unsigned mg_cpu_model(const struct mg_cpu_id *id);

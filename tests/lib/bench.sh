@@ -18,6 +18,15 @@
 #   machine_line         "machine: N CPUs, load L; DATE"
 #   versions_line        "mglaunch V vs torchrun (torch V)"
 #   diag MSG             a note on stderr, prefixed with the script's name
+#   model_flops MODEL    FLOP per training sample (forward + backward, dense count,
+#                        no input gradient for the first layer): mlp, cnn
+#   cpu_ghz              the core's clock as it runs (turbo included), measured
+#                        by tests/helpers/blas_info --clock; /proc/cpuinfo's
+#                        nominal "cpu MHz" where that cannot measure
+#   peak_gflops N [VAR=VALUE]  the hardware's FP32 peak for N cores: N x clock x
+#                        FLOP per cycle of the CPU's best ISA (tests/helpers/
+#                        blas_info, under the setting given); prints "GFLOP/s ISA
+#                        FLOP/cycle family-that-fits ISA-of-the-BLAS-kernels"
 #
 # and from setup.sh: at_cleanup, bg, free_port, wait_for, $TOP, $MG_BUILD,
 # $MGLAUNCH, $TRAIN, $HELPERS, and $T, a private temporary directory removed
@@ -90,4 +99,28 @@ versions_line() {
     _tv="not installed"
     have_torchrun && _tv=$($PY -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)
     echo "mglaunch $("$MGLAUNCH" --version | cut -d' ' -f2) vs torchrun (${_tv:-not installed})"
+}
+
+model_flops() {
+    case $1 in
+    mlp) echo 818176 ;;
+    cnn) echo 22298112 ;;
+    *) echo 0 ;;
+    esac
+}
+
+cpu_ghz() {
+    [ -n "${_CPU_GHZ:-}" ] || _CPU_GHZ=$("$HELPERS/blas_info" --clock 2>/dev/null)
+    case ${_CPU_GHZ:-0} in
+    0 | 0.00) awk -F: '/^cpu MHz/ { printf "%.2f", $2 / 1000; exit }' /proc/cpuinfo ;;
+    *) echo "$_CPU_GHZ" ;;
+    esac
+}
+
+peak_gflops() {
+    _pn=$1
+    shift
+    _ghz=$(cpu_ghz)
+    env "$@" "$HELPERS/blas_info" 2>/dev/null | sed -n 3p |
+        awk -v n="$_pn" -v ghz="$_ghz" '{ printf "%.1f %s %s %s %s\n", n * ghz * $4, $3, $4, $5, $1 }'
 }
