@@ -260,7 +260,15 @@ static void after_attempt(struct mg_agent *ag, int64_t ran)
         return;
     }
     int code = r->nfailures ? r->root.f.exit_code : 1;
-    if (ag->attempt_fatal) {
+    if (ag->attempt_fatal == 2 && code == MG_EXIT_NO_RETRY && ag->restarts_left > 0) {
+        mg_agent_note(ag,
+                      "not restarting: exit code %d is the do-not-retry class (a usage or "
+                      "configuration error, which a restart would meet again)",
+                      MG_EXIT_NO_RETRY);
+        finish(ag, MG_EXIT_NO_RETRY);
+        return;
+    }
+    if (ag->attempt_fatal == 1) {
         mg_agent_note(ag, "not restarting: the program could not be started");
         finish(ag, code ? code : 1);
         return;

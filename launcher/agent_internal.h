@@ -142,8 +142,8 @@ struct mg_agent {
     int open_pipes; /* pipe read ends still open */
     int stopping;
     int64_t kill_deadline, drain_deadline, backoff_deadline;
-    int64_t group_deadline; /* when the stop signal goes to the workers' groups */
-    int attempt_failed, attempt_fatal;
+    int64_t group_deadline;            /* when the stop signal goes to the workers' groups */
+    int attempt_failed, attempt_fatal; /* fatal: 1 a program not started, 2 MG_EXIT_NO_RETRY */
     int restart_req, hold_req;
     enum mg_restart_kind restart_kind;
     char restart_reason[256];

@@ -37,4 +37,11 @@ int mg_signum(const char *name);
 /* Shell-style code for a wait status: the exit code, or 128+signal. */
 int mg_status_code(int wstatus);
 
+/* The exit status of the "do not retry" class (docs/cli.md#exit-code): a
+ * usage or configuration error (argparse's, train's bad flags, a checkpoint
+ * that does not fit the run), which a restart would meet again. A worker
+ * that exits with it is not restarted, and the run ends with it, so that a
+ * Job's podFailurePolicy can fail the job rather than recreate the pod. */
+#define MG_EXIT_NO_RETRY 2
+
 #endif

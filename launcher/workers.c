@@ -412,6 +412,9 @@ static void worker_exited(struct mg_agent *ag, struct worker *w, int wstatus)
         ag->attempt_failed = 1;
         if (w->exec_errno)
             ag->attempt_fatal = 1;
+        else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == MG_EXIT_NO_RETRY &&
+                 !ag->attempt_fatal)
+            ag->attempt_fatal = 2;
     }
 
     struct mg_ev_worker_exit e = {

@@ -175,7 +175,12 @@ int main(int argc, char **argv)
     mg_backend_release(r.be);
     error_dist = NULL;
     mg_dist_release(r.dist.d);
+    /* A configuration that does not fit (a checkpoint of another model or
+     * settings, a directory of another run) is met again by every retry:
+     * the do-not-retry status, as a bad command line's. */
     if (rc < 0)
-        return r.exit_code ? r.exit_code : EXIT_FAILURE_RUN;
+        return r.exit_code                             ? r.exit_code
+               : rc == -MG_ECONFIG || rc == -MG_ESHAPE ? EXIT_USAGE
+                                                       : EXIT_FAILURE_RUN;
     return r.prog.stdout_lost || !complete ? EXIT_INCOMPLETE : 0;
 }

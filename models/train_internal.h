@@ -24,7 +24,7 @@
 
 /* Exit statuses (docs/train.md, "Output"). */
 #define EXIT_FAILURE_RUN 1 /* a failure while running */
-#define EXIT_USAGE       2 /* a bad command line */
+#define EXIT_USAGE       2 /* a bad command line or configuration: do not retry */
 #define EXIT_INCOMPLETE  3 /* trained to the end, but some output could not be written */
 #define EXIT_DIVERGED    4 /* the loss became NaN or infinite */
 

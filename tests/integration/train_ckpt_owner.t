@@ -49,7 +49,7 @@ at_cleanup "kill -KILL $kp 2>/dev/null"
 wait "$lp"
 rc=$?
 wait "$kp"
-is "$rc" 1 "run B is refused (exit 1), before and after its restart"
+is "$rc" 2 "run B is refused (exit 2: do not retry)"
 unlike "$(cat "$T/b.out")" "resumed from" "B resumes none of A's checkpoints"
 like "$(cat "$T/b.out")" "'$ck' holds the checkpoints of another run, 'runA' \(newest: step 1500\); this run is '[^']*'. Pass --resume auto to continue from them \(this run then takes the directory over\), or use another --checkpoint-dir" \
     "the message names the run that owns the directory and both ways out"
@@ -58,7 +58,7 @@ is "$(state "$ck")" "$(cat "$T/a.state")" "A's checkpoints are untouched: none p
 # --resume auto continues A's checkpoints only when they fit: another lr does not
 "$MGLAUNCH" --nproc_per_node 1 --log_dir "$T/logs" "$TRAIN" $ARGS --lr 0.1 --steps 1600 \
     --checkpoint-dir "$ck" --resume auto >"$T/c.out" 2>&1
-is $? 1 "--resume auto with another lr is refused"
+is $? 2 "--resume auto with another lr is refused"
 like "$(cat "$T/c.out")" "cannot resume: '$ck/ckpt-000000001500.mgc' does not fit this run: written with lr 0.05 \(this run: 0.1\)" \
     "saying what differs"
 is "$(state "$ck")" "$(cat "$T/a.state")" "and the directory stays A's"
@@ -76,7 +76,7 @@ ok test -f "$ck/ckpt-000000001600.done"
 # A, run again, is now the other run
 "$MGLAUNCH" --nproc_per_node 1 --rdzv_id runA --log_dir "$T/logs" "$TRAIN" $ARGS --lr 0.05 \
     --steps 1700 --checkpoint-dir "$ck" >"$T/a2.out" 2>&1
-is $? 1 "A cannot come back to the directory it lost"
+is $? 2 "A cannot come back to the directory it lost"
 like "$(cat "$T/a2.out")" "holds the checkpoints of another run, 'runC' \(newest: step 1600\)" "it is runC's"
 
 # a run whose directory is taken over while it runs stops before its next checkpoint
@@ -93,7 +93,7 @@ like "$(cat "$T/f.out")" "warning: '$ck2/ckpt-000000000010.mgc' was written with
 gone() { ! kill -0 "$1" 2>/dev/null; }
 wait_for 60 gone "$ep" || kill -KILL "$ep"
 wait "$ep"
-is $? 1 "the first run stops"
+is $? 2 "the first run stops"
 like "$(cat "$T/e.out")" "cannot write a checkpoint: run 'config-[0-9a-f]{16}' took '$ck2' over; stopping so as not to overwrite its checkpoints" \
     "before it overwrites the new owner's checkpoints"
 
@@ -105,7 +105,7 @@ ck3=$T/ck3
 is $? 0 "the same command again, longer"
 like "$(cat "$T/g2.out")" "resumed from $ck3/ckpt-000000000030.mgc \(step 30" "continues where it stopped"
 "$TRAIN" $ARGS --steps 50 --checkpoint-dir "$ck3" --warmup 5 >"$T/g3.out" 2>&1
-is $? 1 "another configuration is another run"
+is $? 2 "another configuration is another run"
 like "$(cat "$T/g3.out")" "holds the checkpoints of another run, 'config-[0-9a-f]{16}' \(newest: step 50\); this run is 'config-[0-9a-f]{16}'" \
     "refused, with both runs named"
 
@@ -130,7 +130,7 @@ for m in "$ck5"/*.done; do
     echo "mg checkpoint complete: step $s" >"$m"
 done
 "$TRAIN" $ARGS --steps 30 --checkpoint-dir "$ck5" >"$T/i.out" 2>&1
-is $? 1 "checkpoints without a recorded run are another run's"
+is $? 2 "checkpoints without a recorded run are another run's"
 like "$(cat "$T/i.out")" "another run, \(no run id: written before checkpoints recorded their run\) \(newest: step 20\)" \
     "and the message says so"
 "$TRAIN" $ARGS --steps 30 --checkpoint-dir "$ck5" --resume auto >"$T/j.out" 2>&1

@@ -69,7 +69,7 @@ cp -r "$CK" "$T/ck2"
 before=$(cd "$T/ck2" && ls | sort | tr '\n' ' ')
 "$MGLAUNCH" --nproc_per_node 2 --rdzv_id job2 --log_dir "$T/logs" "$TRAIN" $ARGS \
     --checkpoint-dir "$T/ck2" --batch-size 32 --steps 3 >"$T/d.out" 2>&1
-is $? 1 "another job in the same directory is refused"
+is $? 2 "another job in the same directory is refused"
 like "$(cat "$T/d.out")" "'$T/ck2' holds the checkpoints of another run, 'job1' \(newest: step 42\); this run is 'job2'. Pass --resume auto" \
     "naming the run that owns it and both ways out"
 is "$(cd "$T/ck2" && ls | sort | tr '\n' ' ')" "$before" "and leaves the directory as it was"

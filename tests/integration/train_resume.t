@@ -72,7 +72,7 @@ like "$(cat "$T/err")" "no complete checkpoint in" "and says why"
 # mismatches
 "$TRAIN" $(echo $args | sed 's/--hidden 64/--hidden 32/') --resume "$ck/ckpt-000000000040.mgc" \
     >/dev/null 2>"$T/err"
-is $? 1 "another hidden size is refused"
+is $? 2 "another hidden size is refused (exit 2: do not retry)"
 like "$(cat "$T/err")" "^train: cannot resume: .*model shape mismatch: tensor 0 is 0.weight \[64, 784\] in the checkpoint, 0.weight \[32, 784\] in the model" \
     "with a clear message"
 "$TRAIN" $args --batch-size 16 --resume "$ck/ckpt-000000000040.mgc" >/dev/null 2>"$T/err"

@@ -1,0 +1,37 @@
+#!/bin/sh
+# The do-not-retry exit code class (docs/cli.md#exit-code): a worker that
+# exits 2 (a usage or configuration error) is not restarted whatever
+# --max_restarts allows, and the run exits 2; exit 1 is restarted as before.
+# train exits 2 for a checkpoint that does not fit the run (another run's
+# directory, other settings), so the whole chain is: no restart, exit 2.
+# timeout: 90
+. "$(dirname "$0")/../lib/lib.sh"
+FW=$HELPERS/fakeworker
+for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+L=$T/logs
+
+"$MGLAUNCH" --max_restarts 3 --nproc_per_node 2 --log_dir "$L" --rdzv_id two "$FW" 'if' rank=1 exit 2 \
+    sleep 30 >"$T/out" 2>"$T/err"
+is $? 2 "a worker exiting 2: the run exits 2"
+like "$(cat "$T/err")" "not restarting: exit code 2 is the do-not-retry class" "  and says why"
+is "$(grep -c '"event":"attempt_start"' "$L/two/events.jsonl")" 1 "  one attempt, no restart"
+
+"$MGLAUNCH" --max_restarts 2 --nproc_per_node 1 --log_dir "$L" --rdzv_id one "$FW" exit 1 \
+    >"$T/out" 2>"$T/err"
+is $? 1 "a worker exiting 1: exit 1"
+is "$(grep -c '"event":"attempt_start"' "$L/one/events.jsonl")" 3 "  after its 2 restarts"
+
+[ -x "$TRAIN" ] || { done_testing; }
+common="--data synthetic --train-samples 512 --test-samples 128 --model mlp --checkpoint-dir $T/ck"
+"$TRAIN" $common --steps 10 >"$T/out" 2>&1
+is $? 0 "train writes a checkpoint"
+"$MGLAUNCH" --max_restarts 3 --nproc_per_node 1 --log_dir "$L" --rdzv_id other "$TRAIN" $common \
+    --steps 20 >"$T/out" 2>"$T/err"
+is $? 2 "another run's checkpoint directory: exit 2 through mglaunch"
+like "$(cat "$T/err")" "holds the checkpoints of another run" "  train says why"
+is "$(grep -c '"event":"attempt_start"' "$L/other/events.jsonl")" 1 "  not restarted"
+"$TRAIN" $common --steps 20 --lr 0.3 --resume auto >"$T/out" 2>"$T/err"
+is $? 2 "a checkpoint written with other settings: train exits 2"
+like "$(cat "$T/err")" "does not fit this run: written with lr 0.05" "  naming the difference"
+
+done_testing
