@@ -5,7 +5,8 @@
  * out of place, buffers from mem_alloc and from the backend; every rank must
  * hold identical bits (a hash of each result, allgathered). Then SIGKILL of
  * one rank in the middle of allreduces: the others fail within the timeout,
- * with a message that names it. Skips without a GPU; the multi-rank cases
+ * with a message that names it; and one rank alive but silent: the others
+ * time out, saying every rank is alive. Skips without a GPU; the multi-rank cases
  * skip, saying so, on a machine with one GPU (NCCL refuses two ranks on one
  * device).
  * timeout: 600 */
@@ -29,6 +30,7 @@
 #define MAX_WORLD 8
 
 static int port;
+static int hang; /* the failure case: the last rank stops calling (alive) instead of dying */
 
 struct report {
     int checks, wrong, rc;
@@ -251,8 +253,11 @@ static void rank_main(struct rank *r, int kill_at)
     if (kill_at >= 0) {
         /* the failure case: allreduces until one rank dies in the middle of them */
         for (int it = 0;; it++) {
-            if (r->rank == r->world - 1 && it == kill_at)
-                raise(SIGKILL);
+            if (r->rank == r->world - 1 && it == kill_at) {
+                if (!hang)
+                    raise(SIGKILL);
+                sleep(25); /* alive and silent past the others' timeout */
+            }
             int rc = mg_comm_allreduce(r->c, plain, maxc, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT);
             if (rc) {
                 r->rep->rc = rc;
@@ -415,6 +420,14 @@ int main(void)
                rep[q].first);
         }
         diag("the survivors gave up after %.1f s (collective timeout 20 s)", secs);
+        hang = 1;
+        run_world(world, 3, 10000, "nccl-hang", rep, &secs);
+        for (int q = 0; q < world - 1; q++)
+            ok(rep[q].rc == -ETIMEDOUT && strstr(rep[q].first, "timed out after 10 s") &&
+                   strstr(rep[q].first, "every rank is alive"),
+               "rank %d, when rank %d stops calling: times out, saying every rank is alive: %s", q,
+               world - 1, rep[q].first);
+        diag("with a silent rank: %.1f s in all (collective timeout 10 s)", secs);
     }
     return done_testing();
 }
