@@ -52,6 +52,12 @@ struct mg_rdzv {
     } jstate;
     int64_t jround, jdeadline, last_call;
     int64_t jcount; /* nodes seen in round jround, -1 before the first count */
+    /* This node's place in the join count of round jround (what its ADD
+     * returned), and when it first saw MIN nodes there (-1: not yet). The
+     * node whose place is the count closes the round; the others only when it
+     * has not within a grace that grows with their distance from it, so that
+     * thousands of nodes do not all read every join to close one round. */
+    int64_t jpos, min_seen, jat; /* jat: when it joined */
     /* exit barrier, close */
     int64_t bdeadline, cdeadline;
     /* after a step that waited: when the next one has something to do even

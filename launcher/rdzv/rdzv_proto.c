@@ -426,9 +426,19 @@ int rdzv_find_member(const struct mg_rdzv_desc *m, int n, const char *id)
 
 int rdzv_in_list(const struct mg_kv_entry *e, int n, size_t skip, const char *id)
 {
-    for (int i = 0; i < n; i++)
-        if (strlen(e[i].key) > skip && strcmp(e[i].key + skip, id) == 0)
+    /* Lists are sorted (kv.h) and share the prefix: a binary search, since
+     * the heartbeat and the close look up every member (thousands). */
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        int c = strlen(e[mid].key) >= skip ? strcmp(e[mid].key + skip, id) : -1;
+        if (c == 0)
             return 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
     return 0;
 }
 

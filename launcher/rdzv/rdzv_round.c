@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #define CLOSE_MAX_BYTES (MG_KV_MAX_VALUE - 1)
+/* When a node other than the last to join closes a round (see round_iter). */
+#define CLOSE_GRACE_MS   500
+#define CLOSE_STAGGER_MS 50
 
 /* What one pass of a join step tells mg_rdzv_join_step, besides 1 (formed)
  * and errors: it waited (return to the caller), start over from the top, or
@@ -340,9 +343,13 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     if (rc < 0)
         return rc;
     r->jcount = c;
-    if (c < r->min && round > 0 && r->nmembers > 0) {
+    if (c < r->min && round > 0 && r->nmembers > 0 &&
+        (r->jpos == c || mg_now_ms() >= r->jat + CLOSE_GRACE_MS +
+                                            (c > r->jpos ? c - r->jpos : 0) * CLOSE_STAGGER_MS)) {
         /* A re-formation that cannot reach MIN because a member died: fail
-         * now rather than at join_timeout (a replacement would be a new job). */
+         * now rather than at join_timeout (a replacement would be a new job).
+         * The last node to join looks (a listing of every live node), the
+         * others only when it has not moved on, as with closing. */
         struct mg_kv_entry *alive = NULL;
         int na = 0, dead = -1;
         size_t skip;
@@ -358,11 +365,24 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
             return -MG_EPEER;
         }
     }
-    int close_now = c >= r->max;
-    if (!close_now && c >= r->min) {
-        int64_t now = mg_now_ms();
+    int64_t now = mg_now_ms(), fallback = -1;
+    int may_close = 1;
+    if (c >= r->min) {
+        if (r->min_seen < 0)
+            r->min_seen = now;
         if (r->last_call < 0)
             r->last_call = now + r->conf.last_call_timeout_ms;
+        /* Only the last node to join closes at once; another one steps in
+         * when it has not (it died, or the round lacks live nodes), the
+         * nearest first: CLOSE_GRACE_MS, plus CLOSE_STAGGER_MS per place
+         * between them. */
+        int64_t base = c < r->max && round == 0 ? r->last_call : r->min_seen;
+        int64_t dist = c > r->jpos ? c - r->jpos : 0;
+        fallback = base + CLOSE_GRACE_MS + dist * CLOSE_STAGGER_MS;
+        may_close = r->jpos == c || now >= fallback;
+    }
+    int close_now = may_close && c >= r->max;
+    if (!close_now && may_close && c >= r->min) {
         if (now >= r->last_call)
             close_now = 1;
         if (!close_now && round > 0) {
@@ -392,8 +412,10 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         r->last_call = mg_now_ms() + r->conf.last_call_timeout_ms;
     }
     key(r, k, "r/%" PRId64 "/close", round);
-    rc = rdzv_wait_change(r, k, 0, r->jdeadline, rdzv_earlier(r->last_call, r->next_tick),
-                          max_block, "waiting for the round to form");
+    int64_t other = rdzv_earlier(r->last_call, r->next_tick);
+    if (!may_close)
+        other = rdzv_earlier(other, fallback);
+    rc = rdzv_wait_change(r, k, 0, r->jdeadline, other, max_block, "waiting for the round to form");
     return rc < 0 ? rc : STEP_WAITED;
 }
 
@@ -465,6 +487,9 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     if (rc < 0)
         return kvfail(r, "joining the round", rc);
     r->jround = st.round;
+    r->jpos = c;
+    r->jat = mg_now_ms();
+    r->min_seen = -1;
     r->last_call = -1;
     r->jstate = J_ROUND;
     return STEP_AGAIN_SAME;

@@ -12,6 +12,8 @@
 
 /* ---- liveness ------------------------------------------------------------------- */
 
+#define WATCH_NEXT 2 /* members each node watches besides itself */
+
 int mg_rdzv_timeout_ms(const struct mg_rdzv *r)
 {
     if (!r->formed)
@@ -69,6 +71,35 @@ static enum mg_rdzv_event run_error(struct mg_rdzv *r, int rc)
     return MG_RDZV_NONE;
 }
 
+/* Whether this node's key and those of the next WATCH_NEXT members in rank
+ * order (wrapping) are still there: 1 when one is gone, 0 when not. Every
+ * member is watched so by WATCH_NEXT others, and the one that sees it gone
+ * moves the round for all; a heartbeat costs a few requests whatever the
+ * size of the job, where a listing of every live node costs the store and
+ * each node O(nodes), O(nodes^2) a second in all. */
+static int watch_ring(struct mg_rdzv *r)
+{
+    char k[KEY_MAX], *v;
+    size_t len;
+    int me = r->prev_rank; /* this node's rank in the formed round */
+    if (me < 0 || me >= r->nmembers || strcmp(r->members[me].id, r->id) != 0)
+        me = rdzv_find_member(r->members, r->nmembers, r->id);
+    int n = r->nmembers - 1 < WATCH_NEXT ? r->nmembers - 1 : WATCH_NEXT;
+    if (me < 0)
+        return 1;
+    for (int i = 0; i <= n; i++) {
+        key(r, k, "a/%s", r->members[(me + i) % r->nmembers].id);
+        v = NULL;
+        int rc = r->kv->ops->get(r->kv, k, &v, &len, NULL);
+        free(v);
+        if (rc == -MG_ENOKEY)
+            return 1;
+        if (rc < 0)
+            return kvfail(r, "checking the live nodes", rc);
+    }
+    return 0;
+}
+
 enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
 {
     struct mg_kv_entry *alive = NULL;
@@ -92,6 +123,13 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     enum mg_rdzv_event ev = state_moved(r, &st);
     if (ev != MG_RDZV_NONE)
         return ev;
+    rc = watch_ring(r);
+    if (rc < 0)
+        return run_error(r, rc);
+    if (rc == 0) {
+        r->last_ok = mg_now_ms();
+        return MG_RDZV_NONE;
+    }
     rc = rdzv_list_alive(r, &alive, &na, &skip);
     if (rc < 0)
         return run_error(r, rc);

@@ -109,25 +109,27 @@ static void note_err(struct node_res *res, int rc, const char *what, const char 
     atomic_fetch_add(&sh->failed, 1);
 }
 
+static void host_stats(struct node *nd)
+{
+    struct mg_store_server_stats st;
+    if (nd->host && mg_kv_host_stats(nd->host, &st) == 0)
+        atomic_store(&sh->host_requests, st.requests);
+}
+
 /* Joins (in steps, serving the hosted store between them as mglaunch does). */
 static int join(struct node *nd, struct mg_rdzv_world *w)
 {
     int rc = mg_rdzv_join_begin(nd->rdzv);
     while (rc == 0) {
         rc = mg_rdzv_join_step(nd->rdzv, w, nd->host ? 0 : MG_RDZV_SLICE_MS);
-        if (rc == 0 && nd->host)
+        if (rc == 0 && nd->host) {
             mg_kv_host_serve(nd->host, mg_rdzv_wait_ms(nd->rdzv));
+            host_stats(nd);
+        }
     }
     if (rc == 1 && w->master_fd >= 0)
         close(w->master_fd);
     return rc < 0 ? rc : 0;
-}
-
-static void host_stats(struct node *nd)
-{
-    struct mg_store_server_stats st;
-    if (nd->host && mg_kv_host_stats(nd->host, &st) == 0)
-        atomic_store(&sh->host_requests, st.requests);
 }
 
 static void *node_main(void *arg)
