@@ -693,6 +693,7 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     ag->cfg = *cfg;
     ag->o = cfg->opts;
     ag->watch.kind = -1;
+    ag->watch.ft.fd = -1;
     ag->nproc = cfg->opts->nproc;
     ag->restarts_left = cfg->opts->max_restarts;
     ag->loop.sfd = -1;
@@ -760,6 +761,8 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     mg_watch_setup(ag, &ag->watch, warn, sizeof(warn));
     if (warn[0])
         mg_agent_note(ag, "%s", warn);
+    if ((rc = mg_watch_filetimer_setup(ag, &ag->watch, err, errcap)))
+        goto fail;
     long long started = mg_proc_start_time((int)getpid());
     ag->proc_start = started > 0 ? started : 0; /* 0: unknown, never matches a live check */
 
@@ -837,6 +840,7 @@ void mg_agent_release(struct mg_agent *ag)
     if (!ag)
         return;
     mg_workers_release(ag);
+    mg_watch_release(ag, &ag->watch);
     if (ag->group.master_fd >= 0)
         close(ag->group.master_fd);
     mg_sentinel_stop(&ag->sent); /* it exits on EOF, after killing what is left */

@@ -140,7 +140,7 @@ struct mg_failure {
     int64_t duration_ms; /* how long the worker ran */
     char message[256];   /* from error.json, shortened */
     char oom[200];       /* killed by the kernel's OOM killer: what says so; "" otherwise */
-    int hung;            /* killed by the progress watchdog (message says why) */
+    char verdict[64];    /* mglaunch's watchdogs killed it: "was hung", ... ("": no) */
 };
 
 /* The root cause (the first failure of the run), in full. */

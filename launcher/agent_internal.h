@@ -82,7 +82,8 @@ struct worker {
     char **argv; /* only when an argument uses ${local_rank} */
     int failure; /* index into the result's failures, or -1 */
     struct mg_oom_watch oom;
-    char hang[512];       /* the watchdog found it hung: why ("" otherwise) */
+    char hang[512];       /* a watchdog condemned it: why ("" otherwise) */
+    char verdict[64];     /* and in short: "was hung", "overstayed its file timer" */
     int64_t kill_ms;      /* when it was sent SIGKILL (0: not yet) */
     int has_pty;          /* runs on pseudo-terminals (pty.h) */
     struct mg_pty pty[2]; /* stdin+stdout (its controlling terminal), stderr */
@@ -170,7 +171,10 @@ struct mg_agent {
         struct mg_rankmem *m;
     } rankmem[MG_AGENT_RANKMEM_MAX];
     int nrankmem;
-    struct mg_watch watch; /* the progress watchdog (watchdog/watch.h) */
+    struct mg_watch watch; /* the watchdogs (watchdog/watch.h) */
+    /* More variables of the workers' environment ("NAME=value"). */
+    char extra_env[2][PATH_MAX + 32];
+    int nextra_env;
 
     struct mg_agent_result res;
     int attempts_cap;
@@ -218,10 +222,14 @@ void mg_workers_stop_groups(struct mg_agent *ag);
 /* Whether a process group a stopped worker left behind still has members
  * (they get SIGKILL at the grace period's end, as workers do). */
 int mg_workers_groups_left(struct mg_agent *ag);
-/* The watchdog found local rank i hung: it is killed at once (SIGKILL, which
- * a stopped process obeys too) and will be the attempt's failure with why as
- * its message; the others are stopped (SIGTERM, grace period, SIGKILL). */
-void mg_workers_hung(struct mg_agent *ag, int i, const char *why);
+/* A watchdog condemned local rank i: sig goes at once to pid (its process
+ * group when pid is the worker's own: the progress watchdog's SIGKILL,
+ * which a stopped process obeys too), and the worker will be the attempt's
+ * failure, whatever its exit, with why as its message and verdict ("was
+ * hung") in the summary; the others are stopped (SIGTERM, grace period,
+ * SIGKILL). kind names it in the event log ("hung", "file timer"). */
+void mg_workers_condemn(struct mg_agent *ag, int i, int sig, int pid, const char *kind,
+                        const char *verdict, const char *why);
 /* Workers still there UNKILLABLE_MS after SIGKILL: reported, and counted
  * as exited (killed) so the attempt can end. Returns the next such deadline
  * (mg_now_ms clock), or -1. */

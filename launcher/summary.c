@@ -53,9 +53,10 @@ void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap)
                fl->exit_code);
         return;
     }
-    if (fl->hung) {
-        mg_fmt(buf, cap, "was hung: killed by mglaunch's watchdog (SIGKILL, exit code %d)",
-               fl->exit_code);
+    if (fl->verdict[0]) {
+        char sig[32];
+        mg_fmt(buf, cap, "%s: killed by mglaunch's watchdog (%s, exit code %d)", fl->verdict,
+               fl->signo ? mg_signame(fl->signo, sig, sizeof(sig)) : "exited", fl->exit_code);
         return;
     }
     describe(fl->exit_code, fl->signo, fl->exec_errno ? strerror(fl->exec_errno) : NULL, buf, cap);

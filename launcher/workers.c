@@ -131,19 +131,27 @@ void mg_workers_kill(struct mg_agent *ag, const char *why)
     }
 }
 
-void mg_workers_hung(struct mg_agent *ag, int i, const char *why)
+void mg_workers_condemn(struct mg_agent *ag, int i, int sig, int pid, const char *kind,
+                        const char *verdict, const char *why)
 {
-    struct worker *w = &ag->w[i];
-    if (i < 0 || i >= ag->nproc || w->outcome != W_RUNNING || w->hang[0])
+    if (i < 0 || i >= ag->nproc)
         return;
-    mg_fmt(w->hang, sizeof(w->hang), "%s", why && *why ? why : "hung");
-    kill(-w->pid, SIGKILL);
-    w->kill_ms = mg_now_ms();
-    struct mg_ev_kill e = {.attempt = ag->attempt, .workers = 1, .reason = "hung"};
+    struct worker *w = &ag->w[i];
+    if (w->outcome != W_RUNNING || w->hang[0])
+        return;
+    mg_fmt(w->hang, sizeof(w->hang), "%s", why && *why ? why : verdict);
+    mg_fmt(w->verdict, sizeof(w->verdict), "%s", verdict);
+    char name[32];
+    if (sig > 0) {
+        kill(pid == w->pid ? -pid : pid, sig);
+        if (sig == SIGKILL)
+            w->kill_ms = mg_now_ms();
+    }
+    struct mg_ev_kill e = {.attempt = ag->attempt, .workers = 1, .reason = kind};
     mg_event_kill(&ag->rd, &e);
     if (!ag->stopping)
-        mg_agent_note(ag, "killed local rank %d (rank %d, pid %d); stopping the other workers",
-                      w->local_rank, w->rank, (int)w->pid);
+        mg_agent_note(ag, "sent %s to local rank %d (rank %d, pid %d); stopping the other workers",
+                      mg_signame(sig, name, sizeof(name)), w->local_rank, w->rank, pid);
     mg_workers_stop(ag, SIGTERM);
 }
 
@@ -242,7 +250,7 @@ static void record_failure(struct mg_agent *ag, struct worker *w, const struct m
     if (has_ef)
         mg_fmt(f->message, sizeof(f->message), "%s", ef->message);
     mg_fmt(f->oom, sizeof(f->oom), "%s", oom);
-    f->hung = w->hang[0] != 0;
+    mg_fmt(f->verdict, sizeof(f->verdict), "%s", w->hang[0] ? w->verdict : "");
     w->failure = r->nfailures++;
     /* A stop of the whole job may be on its way: a worker that died of a
      * terminating signal (or exited as its handler of one does), or, with
@@ -551,12 +559,15 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     char vdev[MG_GPU_ID_LEN];
     /* MG_*=<fd> of the memories this rank is lent (mg_agent_rankmem_add) */
     char extra_buf[MG_AGENT_RANKMEM_MAX][80];
-    char *extra[MG_AGENT_RANKMEM_MAX + 1] = {NULL};
+    char *extra[MG_AGENT_RANKMEM_MAX + 2 + 1] = {NULL};
+    int nx = 0;
     for (int k = 0; k < ag->nrankmem; k++) {
         mg_rankmem_env(&ag->rankmem[k].m[i], ag->rankmem[k].env, extra_buf[k],
                        sizeof(extra_buf[k]));
-        extra[k] = extra_buf[k];
+        extra[nx++] = extra_buf[k];
     }
+    for (int k = 0; k < ag->nextra_env; k++) /* (the agent's own: the file timer's FIFO) */
+        extra[nx++] = ag->extra_env[k];
     worker_dir(ag, i, dir, sizeof(dir));
     error_file_path(ag, i, ef, sizeof(ef));
     if (o->virtual_local_rank)

@@ -3,18 +3,23 @@
 #include "agent_internal.h"
 #include "mg_err.h"
 #include "net.h"
+#include "proc.h"
 #include "progress_rec.h"
 #include "watchdog.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* How often the records are read: a tenth of the floor, within 20-500 ms.
  * A read is a copy of a few KB per rank: nothing a run notices. */
 static int64_t interval_ms(const struct mg_watch *wd)
 {
-    double ms = wd->floor_s * 100.0;
+    double ms = wd->kind >= 0 ? wd->floor_s * 100.0 : 500;
+    if (wd->ft.fd >= 0 && ms > 100) /* torch's server checks every 0.1 s */
+        ms = 100;
     return ms < 20 ? 20 : ms > 500 ? 500 : (int64_t)ms;
 }
 
@@ -22,7 +27,7 @@ static void check(struct mg_agent *ag, void *ctx);
 
 static void arm(struct mg_agent *ag, struct mg_watch *wd)
 {
-    if (wd->armed || wd->kind < 0)
+    if (wd->armed || (wd->kind < 0 && wd->ft.fd < 0))
         return;
     if (mg_agent_add_timer(ag, mg_now_ms() + interval_ms(wd), check, wd) >= 0)
         wd->armed = 1;
@@ -47,9 +52,11 @@ void mg_watch_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t
 
 void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd)
 {
-    if (wd->kind < 0)
-        return;
-    for (int i = 0; i < ag->nproc; i++) {
+    /* The timers of the last attempt's workers went with them. */
+    if (wd->ft.fd >= 0)
+        mg_filetimer_clear(&wd->ft);
+    wd->ft_bad_said = 0;
+    for (int i = 0; wd->kind >= 0 && i < ag->nproc; i++) {
         struct mg_rankmem *m = mg_agent_rankmem(ag, wd->kind, i);
         if (m && m->map)
             __atomic_store_n(&((struct mg_progress *)m->map)->magic, 0, __ATOMIC_RELEASE);
@@ -57,6 +64,9 @@ void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd)
     wd->said_remote = 0;
     arm(ag, wd);
 }
+
+static void check_progress(struct mg_agent *ag, struct mg_watch *wd);
+static void ft_expire(struct mg_agent *ag, struct mg_watch *wd);
 
 static void check(struct mg_agent *ag, void *ctx)
 {
@@ -66,11 +76,18 @@ static void check(struct mg_agent *ag, void *ctx)
      * arms it again. */
     if (ag->state != ST_RUNNING || ag->stopping || ag->running == 0)
         return;
+    if (wd->ft.fd >= 0)
+        ft_expire(ag, wd);
+    if (wd->kind >= 0 && !ag->stopping)
+        check_progress(ag, wd);
+    arm(ag, wd);
+}
+
+static void check_progress(struct mg_agent *ag, struct mg_watch *wd)
+{
     struct mg_watch_rank *r = calloc((size_t)ag->nproc, sizeof(*r));
-    if (!r) {
-        arm(ag, wd);
+    if (!r)
         return;
-    }
     int64_t now = mg_now_us();
     int any = 0;
     for (int i = 0; i < ag->nproc; i++) {
@@ -100,9 +117,145 @@ static void check(struct mg_agent *ag, void *ctx)
             wd->said_remote = 1;
         } else {
             mg_agent_note(ag, "watchdog: %s", v.line);
-            mg_workers_hung(ag, v.culprit, v.why);
+            mg_workers_condemn(ag, v.culprit, SIGKILL, r[v.culprit].pid, "hung", "was hung", v.why);
         }
     }
     free(r);
-    arm(ag, wd);
+}
+
+/* ---- torch's file timer ------------------------------------------------------------ */
+
+#define FT_BAD_SAID_MAX 5
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct bad_ctx {
+    struct mg_agent *ag;
+    struct mg_watch *wd;
+};
+
+static void ft_bad(void *ctx, const char *why, const char *line)
+{
+    struct bad_ctx *b = ctx;
+    if (b->wd->ft_bad_said < FT_BAD_SAID_MAX)
+        mg_agent_note(b->ag, "file timer: ignored a request (%s): %.200s", why, line);
+    else if (b->wd->ft_bad_said == FT_BAD_SAID_MAX)
+        mg_agent_note(b->ag, "file timer: more bad requests ignored, not shown");
+    b->wd->ft_bad_said++;
+}
+
+static int ft_fill(void *ctx, struct pollfd *fds, int max)
+{
+    struct mg_watch *wd = ctx;
+    if (wd->ft.fd < 0)
+        return 0;
+    if (max < 1)
+        return -ENOSPC;
+    fds[0].fd = wd->ft.fd;
+    fds[0].events = POLLIN;
+    return 1;
+}
+
+static struct mg_agent *ft_agent; /* the poller's context is the watch; one agent per process */
+
+static int ft_process(void *ctx, const struct pollfd *fds, int n)
+{
+    struct mg_watch *wd = ctx;
+    if (n < 1 || !(fds[0].revents & (POLLIN | POLLHUP | POLLERR)))
+        return 0;
+    struct bad_ctx b = {ft_agent, wd};
+    int rc = mg_filetimer_read(&wd->ft, wall_s(), ft_bad, &b);
+    if (rc < 0)
+        mg_agent_note(ft_agent, "file timer: cannot read '%s': %s", wd->ft.path, mg_strerror(rc));
+    return 0;
+}
+
+/* The local rank whose worker is pid or has pid in its process group, or -1. */
+static int worker_of(const struct mg_agent *ag, int pid)
+{
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].outcome == W_RUNNING && ag->w[i].pid == pid)
+            return i;
+    pid_t g = getpgid(pid);
+    for (int i = 0; g > 0 && i < ag->nproc; i++)
+        if (ag->w[i].outcome == W_RUNNING && ag->w[i].pid == g)
+            return i;
+    return -1;
+}
+
+/* Acts on the timers that expired: the signal each asked for, to its pid
+ * (torch's FileTimerServer), and the worker is the attempt's failure. */
+static void ft_expire(struct mg_agent *ag, struct mg_watch *wd)
+{
+    struct mg_filetimer_entry e;
+    double now = wall_s();
+    char sig[32], why[512];
+    while (mg_filetimer_take_expired(&wd->ft, now, &e)) {
+        int i = worker_of(ag, e.pid);
+        double late = now - e.expires, had = e.expires - e.set_at;
+        if (i < 0) {
+            mg_agent_note(ag,
+                          "file timer: scope '%s' of pid %d expired, and pid %d is no worker of "
+                          "this run (or has exited): ignored",
+                          e.scope, e.pid, e.pid);
+            continue;
+        }
+        const struct worker *w = &ag->w[i];
+        if (e.sig <= 0) {
+            mg_agent_note(
+                ag,
+                "file timer: scope '%s' of rank %d (local rank %d, pid %d) expired %.1f s "
+                "ago; its request asked for no signal: left running",
+                e.scope, w->rank, w->local_rank, e.pid, late);
+            continue;
+        }
+        mg_signame(e.sig, sig, sizeof(sig));
+        mg_agent_note(ag,
+                      "file timer: scope '%s' of rank %d (local rank %d, host %s, pid %d) expired: "
+                      "it was given %.1f s (torch's FileTimerClient); sending %s",
+                      e.scope, w->rank, w->local_rank, ag->cfg.hostname, e.pid, had, sig);
+        mg_fmt(why, sizeof(why), "file timer expired: scope '%s', given %.1f s; sent %s", e.scope,
+               had, sig);
+        mg_workers_condemn(ag, i, e.sig, e.pid, "file timer", "overstayed its file timer", why);
+    }
+}
+
+int mg_watch_filetimer_setup(struct mg_agent *ag, struct mg_watch *wd, char *err, size_t cap)
+{
+    const char *on = mg_env_get(ag->cfg.environ, "TORCHELASTIC_ENABLE_FILE_TIMER");
+    const char *path = mg_env_get(ag->cfg.environ, "TORCHELASTIC_TIMER_FILE");
+    wd->ft.fd = -1;
+    wd->ft_poller = -1;
+    if (!on || strcmp(on, "1") != 0)
+        return 0;
+    int rc = mg_filetimer_open(&wd->ft, path && *path ? path : NULL,
+                               mg_env_get(ag->cfg.environ, "TMPDIR"), err, cap);
+    if (rc)
+        return rc;
+    if (!(path && *path)) { /* the workers learn where it is */
+        mg_fmt(ag->extra_env[ag->nextra_env], sizeof(ag->extra_env[0]),
+               "TORCHELASTIC_TIMER_FILE=%s", wd->ft.path);
+        ag->nextra_env++;
+    }
+    ft_agent = ag;
+    struct mg_agent_poller p = {.fill = ft_fill, .process = ft_process, .ctx = wd};
+    if ((wd->ft_poller = mg_agent_add_poller(ag, &p)) < 0) {
+        rc = wd->ft_poller;
+        mg_fmt(err, cap, "cannot watch the timer FIFO: %s", mg_strerror(rc));
+        mg_filetimer_release(&wd->ft);
+        return rc;
+    }
+    return 0;
+}
+
+void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd)
+{
+    (void)ag;
+    if (wd->ft.fd >= 0 || wd->ft.created || wd->ft.dir[0])
+        mg_filetimer_release(&wd->ft);
 }

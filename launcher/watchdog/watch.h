@@ -7,22 +7,35 @@
 #ifndef MG_WATCH_H
 #define MG_WATCH_H
 
+#include "filetimer.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 struct mg_agent;
 
 struct mg_watch {
-    int kind;        /* the records' rankmem kind; -1: the watchdog is off */
-    double floor_s;  /* --hang-timeout */
-    int armed;       /* a check is scheduled */
-    int said_remote; /* this attempt's wait for another node was reported */
+    int kind;               /* the records' rankmem kind; -1: the watchdog is off */
+    double floor_s;         /* --hang-timeout */
+    int armed;              /* a check is scheduled */
+    int said_remote;        /* this attempt's wait for another node was reported */
+    struct mg_filetimer ft; /* torch's file timer; ft.fd -1: off */
+    int ft_poller;          /* its FIFO's poller id, -1: none */
+    int ft_bad_said;        /* bad requests told this attempt */
 };
 
 /* With --hang-timeout > 0: the records, one per local rank. A failure to
  * create them turns the watchdog off with a warning into warn (""
  * otherwise); the run goes on. */
 void mg_watch_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t cap);
+/* With TORCHELASTIC_ENABLE_FILE_TIMER=1 in mglaunch's environment, as
+ * torchrun: the FIFO (TORCHELASTIC_TIMER_FILE, or a new one whose path the
+ * workers get in that variable) and its reader in the loop. 0, or a
+ * negative errno with a message in err (the run cannot start: the workers
+ * would fail to send their requests). */
+int mg_watch_filetimer_setup(struct mg_agent *ag, struct mg_watch *wd, char *err, size_t cap);
+/* Closes the FIFO (and removes one made here). */
+void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd);
 /* Before an attempt's workers start: the old records are void; checks
  * begin. */
 void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd);

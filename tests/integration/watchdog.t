@@ -30,7 +30,7 @@ for kind in stop spin sleep vfork; do
     esac
     like "$e" "mglaunch: watchdog: rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\) is hung: no progress for [0-9.]+ s \\(bound $HT.0 s: --hang-timeout $HT s; its slowest recent step [0-9.e-]+ s\\); it is $st; it was in forward/backward at step 100; rank 0 waits in allreduce #101 \\(bucket 0, 64 KB\\) since [0-9.]+ s; rank 1 last finished #100" \
         "$kind: one line names the rank, its state, what it did and where the others wait"
-    like "$e" "killed local rank 1 \\(rank 1, pid [0-9]+\\); stopping the other workers" "$kind: killed"
+    like "$e" "sent SIGKILL to local rank 1 \\(rank 1, pid [0-9]+\\); stopping the other workers" "$kind: killed"
     like "$e" "restarting the workers \\(restart 1 of 1\\)" "$kind: restarted"
     is "$(grep -c ' steps$' "$T/out")" 2 "$kind: both ranks did their steps in the second attempt"
     grep -q '"event":"kill".*"reason":"hung"' "$L/$kind/events.jsonl"

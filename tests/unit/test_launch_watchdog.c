@@ -3,8 +3,10 @@
  * in a checkpoint), the hung rank among waiters, a stopped rank inside a
  * collective, every rank waiting (one node: the one behind; several: the
  * missing rank is elsewhere, reported, not acted on), nothing wrong; and a
- * process's state from a /proc tree written here (procstate.h).
+ * process's state from a /proc tree written here (procstate.h); torch's
+ * file-timer requests: set, release, expiry order, refusals (filetimer.h).
  * timeout: 30 */
+#include "filetimer.h"
 #include "procstate.h"
 #include "watchdog.h"
 #include "tap.h"
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define S 1000000LL /* a second in microseconds */
 
@@ -152,10 +155,59 @@ static void test_procstate(void)
         diag("could not remove %s", root);
 }
 
+static void test_filetimer(void)
+{
+    struct mg_filetimer ft;
+    struct mg_filetimer_entry e;
+    char why[160], err[256];
+    is_int(mg_filetimer_open(&ft, NULL, "/tmp", err, sizeof(err)), 0, "a FIFO of its own");
+    struct stat st;
+    ok(stat(ft.path, &st) == 0 && S_ISFIFO(st.st_mode), "it is a FIFO: %s", ft.path);
+#define REQ(pid, scope, exp, sig)                                                                  \
+    "{\"version\": 1, \"pid\": " #pid ", \"scope_id\": \"" scope "\", \"expiration_time\": " #exp  \
+    ", \"signal\": " #sig "}"
+    static const char *const set[] = {REQ(7, "a", 105.5, 9), REQ(7, "b", 103, 15),
+                                      REQ(8, "a", 200, 9), REQ(8, "a", -1, 0)};
+    for (int i = 0; i < 4; i++)
+        is_int(mg_filetimer_apply(&ft, set[i], strlen(set[i]), 100, why, sizeof(why)), 0,
+               "request %d applied", i);
+    is_int(ft.n, 2, "two timers: the third was released");
+    is_int(mg_filetimer_take_expired(&ft, 104, &e), 1, "at 104 s: one expired");
+    ok(e.pid == 7 && !strcmp(e.scope, "b") && e.sig == 15 && e.expires == 103, "the earlier one");
+    is_int(mg_filetimer_take_expired(&ft, 104, &e), 0, "nothing else yet");
+    is_int(mg_filetimer_take_expired(&ft, 106, &e), 1, "at 106 s, the other");
+    static const struct {
+        const char *line, *why;
+    } bad[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"pid\": 0, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 9}", "no \"pid\""},
+        {"{\"pid\": 3, \"scope_id\": 5, \"expiration_time\": 1, \"signal\": 9}", "no \"scope_id\""},
+        {"{\"pid\": 3, \"scope_id\": \"a\", \"signal\": 9}", "no \"expiration_time\""},
+        {"{\"pid\": 3, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 99}",
+         "no \"signal\""},
+        {"{\"version\": 2, \"pid\": 3, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 9}",
+         "\"version\" is not 1"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        is_int(mg_filetimer_apply(&ft, bad[i].line, strlen(bad[i].line), 100, why, sizeof(why)),
+               -EINVAL, "refused: %s", bad[i].line);
+        ok(!strncmp(why, bad[i].why, strlen(bad[i].why)), "why: %s", why);
+    }
+    is_int(ft.n, 0, "nothing set by them");
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s", ft.path);
+    mg_filetimer_release(&ft);
+    ok(access(path, F_OK) != 0, "the FIFO it made is removed");
+    is_int(mg_filetimer_open(&ft, "/proc/version", NULL, err, sizeof(err)), -EEXIST,
+           "a path that is not a FIFO: refused");
+    is_str(err, "TORCHELASTIC_TIMER_FILE='/proc/version' exists and is not a FIFO", "says so");
+}
+
 int main(void)
 {
     test_bounds();
     test_judge();
     test_procstate();
+    test_filetimer();
     return done_testing();
 }
