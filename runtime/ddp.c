@@ -423,7 +423,7 @@ static int hook_broadcast_params(void *ctx, float *param_buf, size_t count)
      * can move to registered memory, `padded` floats (a collective, so only
      * now, or a different model would be reported as a registration of
      * another size). Device backends keep their own. */
-    if (!d->reg_grads && d->m->nparams && d->m->be->device == MG_DEVICE_CPU) {
+    if (!d->reg_grads && d->m->nparams && (d->m->be->device == MG_DEVICE_CPU || d->zero)) {
         void *p;
         rc = mg_comm_mem_alloc(c, d->padded * sizeof(float), &p, d->timeout_ms);
         if (rc) {
@@ -510,17 +510,35 @@ static int hook_begin_update(void *ctx, struct mg_optim *opt, double lr)
 static int hook_gather_state(void *ctx, const float *shard, float *full, int nvec)
 {
     struct mg_ddp *d = ctx;
+    struct mg_backend *be = d->m->be;
     size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
     size_t padded = len * world;
+    /* on a device the shard is device memory, and so must the result be (NCCL's): gathered
+     * there, then downloaded into full */
+    int staged = be->device != MG_DEVICE_CPU && nvec > 0;
+    float *to = staged ? be->ops->alloc(be, (size_t)nvec * padded * sizeof(float)) : full;
+    if (!to)
+        return fail(d, -ENOMEM, "out of device memory to gather the optimizer state");
     for (int v = 0; v < nvec; v++)
         for (int k = 0; k < d->nb; k++) {
             size_t chunk = d->b[k].count / world;
             int rc = mg_comm_allgather(d->comm, shard + (size_t)v * len + d->shard_at[k],
-                                       full + (size_t)v * padded + d->b[k].offset,
+                                       to + (size_t)v * padded + d->b[k].offset,
                                        chunk * sizeof(float), d->timeout_ms);
-            if (rc)
+            if (rc) {
+                if (staged)
+                    be->ops->free(be, to);
                 return comm_failed(d, rc);
+            }
         }
+    if (staged) {
+        be->ops->download(be, full, to, (size_t)nvec * padded * sizeof(float));
+        int rc = be->ops->sync(be);
+        be->ops->free(be, to);
+        if (rc)
+            return fail(d, rc, "downloading the gathered optimizer state: %s",
+                        mg_backend_errmsg(be));
+    }
     for (int v = 1; v < nvec; v++)
         memmove(full + (size_t)v * n, full + (size_t)v * padded, n * sizeof(float));
     return 0;
@@ -529,14 +547,26 @@ static int hook_gather_state(void *ctx, const float *shard, float *full, int nve
 static void hook_shard_state(void *ctx, const float *full, float *shard, int nvec)
 {
     struct mg_ddp *d = ctx;
+    struct mg_backend *be = d->m->be;
     size_t world = (size_t)d->comm->world, len = d->shard_len, n = d->m->nparams;
+    /* on a device the shard is device memory: made on the host, then uploaded */
+    int staged = be->device != MG_DEVICE_CPU && nvec > 0;
+    float *to = staged ? malloc((size_t)nvec * len * sizeof(float)) : shard;
+    if (!to) {
+        fail(d, -ENOMEM, "out of memory to shard the optimizer state");
+        return;
+    }
     for (int v = 0; v < nvec; v++)
         for (int k = 0; k < d->nb; k++) {
-            float *out = shard + (size_t)v * len + d->shard_at[k];
+            float *out = to + (size_t)v * len + d->shard_at[k];
             memset(out, 0, d->b[k].count / world * sizeof(float));
             memcpy(out, full + (size_t)v * n + d->shard[k].offset,
                    d->shard[k].count * sizeof(float));
         }
+    if (staged) {
+        be->ops->upload(be, shard, to, (size_t)nvec * len * sizeof(float));
+        free(to);
+    }
 }
 
 void mg_ddp_hooks(struct mg_ddp *d, struct mg_train_hooks *hooks)
@@ -700,13 +730,18 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
     d->m = m;
     d->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : MG_COMM_DEFAULT_TIMEOUT;
     d->zero = o.zero;
-    if (d->zero && m->be->device != MG_DEVICE_CPU) {
+    if (d->zero && m->be->device != MG_DEVICE_CPU && !comm->device_memory) {
         free(d);
         return mg_seterr(err, errlen, -MG_EUNSUPPORTED,
-                         "ZeRO-1 (--zero 1) runs on the cpu device only in this build");
+                         "ZeRO-1 (--zero 1) on a GPU needs a communicator on the GPU (NCCL: "
+                         "MG_COMM=auto or nccl); the %s communicator averages through host memory",
+                         comm->ops->name);
     }
-    /* Only a buffer DDP allocates has room for padding: on the CPU. */
-    d->align = comm->world > 1 && m->be->device == MG_DEVICE_CPU ? 16 * (size_t)comm->world : 1;
+    /* Only a buffer DDP allocates has room for padding: on the CPU, and under ZeRO-1 on a
+     * device too (the communicator's memory). */
+    d->align = comm->world > 1 && (m->be->device == MG_DEVICE_CPU || d->zero)
+                   ? 16 * (size_t)comm->world
+                   : 1;
     size_t cap = o.bucket_cap ? o.bucket_cap : MG_DDP_DEFAULT_BUCKET_CAP;
     size_t first = o.first_bucket                      ? o.first_bucket
                    : cap < MG_DDP_DEFAULT_FIRST_BUCKET ? cap

@@ -26,11 +26,12 @@
  *   buffer is freed meanwhile (it would only take room); mg_ddp_release gives
  *   the model a buffer of its backend's memory back, with the gradients (or,
  *   out of memory, none): release DDP before the model.
- * - ZeRO-1 (opts.zero, CPU only): each bucket is reduce-scattered (averaged)
- *   instead of allreduced, each rank updates its chunk of the bucket (its
- *   shard) with the optimizer, whose state it keeps for its shard only, and
- *   the chunks are allgathered back into every rank's parameters: all of it
- *   on the communication thread, bucket by bucket, while backward goes on
+ * - ZeRO-1 (opts.zero; on a device, with a device communicator only): each
+ *   bucket is reduce-scattered (averaged) instead of allreduced, each rank
+ *   updates its chunk of the bucket (its shard) with the optimizer, whose
+ *   state it keeps for its shard only, and the chunks are allgathered back
+ *   into every rank's parameters: all of it on the communication thread,
+ *   bucket by bucket, while backward goes on
  *   with the earlier layers (whose backward does not read these weights).
  *   The sums, the update and so the bits are those of plain DDP, so a run can
  *   switch between the two at a resume. The parameters move to registered
@@ -63,7 +64,7 @@ struct mg_ddp_opts {
     size_t first_bucket; /* bytes; 0 = min(MG_DDP_DEFAULT_FIRST_BUCKET, bucket_cap) */
     int no_thread;       /* average every bucket in reduce_grads, on the caller's thread */
     int timeout_ms;      /* per collective; 0 = the communicator's default */
-    int zero;            /* 1: ZeRO stage 1 (a sharded optimizer); CPU only */
+    int zero;            /* 1: ZeRO stage 1 (a sharded optimizer); on a device, NCCL only */
     int force_thread;    /* tests: the communication thread at world size 1 too */
 };
 

@@ -8,7 +8,8 @@
 # NCCL keeps the replicas identical (--check-replicas 1) with buckets sent as
 # backward goes (events) and gives the same weights with one bucket or many,
 # with or without the communication thread, and through the CPU communicator
-# (MG_COMM=cpu): with two ranks every sum is a + b, whatever the order; and a
+# (MG_COMM=cpu), and under ZeRO-1 on NCCL (--zero 1): with two ranks every sum
+# is a + b, whatever the order; and a
 # DDP run SIGKILLed at random points and restarted by mglaunch ends bit-identical.
 # On one GPU: two ranks sharing it (MG_CUDA_DEVICE=0, the CPU communicator) keep
 # their replicas identical and agree with the TCP ring; one rank with NCCL and the
@@ -145,7 +146,7 @@ launch --gpu_ids 0,1 "$TRAIN" $DDP --check-replicas 1
 is $? 0 "2 GPUs, NCCL, --check-replicas 1: the replicas stay identical"
 like "$(cat "$T/console")" "2 processes, nccl [0-9.]+ \(2 ranks on 1 host\)" "... on NCCL"
 ref=$(hash_of "$T/console")
-for opt in "--bucket-cap-mb 0.01" "--bucket-cap-mb 0.01 --no-comm-thread" "MG_COMM=cpu"; do
+for opt in "--bucket-cap-mb 0.01" "--bucket-cap-mb 0.01 --no-comm-thread" "MG_COMM=cpu" "--zero 1"; do
     case $opt in
     MG_COMM=cpu) MG_COMM=cpu launch "$TRAIN" $DDP --check-replicas 5 ;;
     *) launch "$TRAIN" $DDP $opt ;;

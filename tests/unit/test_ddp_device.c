@@ -285,9 +285,18 @@ static struct mg_backend *device_over(struct mg_backend *cpu)
 
 static struct mg_dataset train_ds, test_ds;
 
+static int make_model_sized(struct mg_model *m, struct mg_backend *be, uint64_t seed, char *err,
+                            int h1, int h2);
+
 static int make_model(struct mg_model *m, struct mg_backend *be, uint64_t seed, char *err)
 {
-    struct mg_model_options mo = {.hidden = {32, 24}, .nhidden = 2};
+    return make_model_sized(m, be, seed, err, 32, 24);
+}
+
+static int make_model_sized(struct mg_model *m, struct mg_backend *be, uint64_t seed, char *err,
+                            int h1, int h2)
+{
+    struct mg_model_options mo = {.hidden = {h1, h2}, .nhidden = 2};
     memset(m, 0, sizeof(*m));
     int rc = mg_model_create(m, be, "mlp", &mo, BATCH, err);
     if (rc == 0)
@@ -485,14 +494,43 @@ static int wc_barrier(struct mg_comm *c, int timeout_ms)
     return pass(WC(c), mg_comm_barrier(WC(c)->in, timeout_ms));
 }
 
+/* A device communicator's memory is the device's (NCCL's ncclMemAlloc), zero-filled. */
 static int wc_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeout_ms)
 {
+    if (c->device_memory) {
+        *out = W.be.ops->alloc(&W.be, bytes);
+        if (*out)
+            W.be.ops->zero(&W.be, *out, bytes);
+        return *out ? 0 : -ENOMEM;
+    }
     return pass(WC(c), mg_comm_mem_alloc(WC(c)->in, bytes, out, timeout_ms));
 }
 
 static void wc_mem_free(struct mg_comm *c, void *p)
 {
-    mg_comm_mem_free(WC(c)->in, p);
+    if (c->device_memory)
+        W.be.ops->free(&W.be, p);
+    else
+        mg_comm_mem_free(WC(c)->in, p);
+}
+
+static int wc_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
+                             enum mg_reduce_op op, int timeout_ms)
+{
+    struct wcomm *w = WC(c);
+    const struct mg_model *m = W.model;
+    check_buffer(w, send, recv_count * 4 * (size_t)c->world);
+    check_buffer(w, recv, recv_count * 4);
+    if (w->expect_events && m && send >= m->grad_buf && send < m->grad_buf + m->nparams) {
+        int i = w->pending ? (int)((int *)w->pending - W.tok) : -1;
+        if (i < 0 || i >= EVENTS || !W.used[i] || W.queued_from[i] > (size_t)(send - m->grad_buf))
+            w->bad_event++;
+        w->buckets++;
+    } else if (w->pending) {
+        w->stale++;
+    }
+    w->pending = NULL;
+    return pass(w, mg_comm_reduce_scatter(w->in, send, recv, recv_count, op, timeout_ms));
 }
 
 static int wc_wait_event(struct mg_comm *c, void *ev)
@@ -516,6 +554,7 @@ static const struct mg_comm_ops wc_ops = {
     .mem_alloc = wc_mem_alloc,
     .mem_free = wc_mem_free,
     .wait_event = wc_wait_event,
+    .reduce_scatter = wc_reduce_scatter,
 };
 
 /* Two ranks on shared memory, each training 6 steps three ways: plain CPU DDP
@@ -659,7 +698,146 @@ static void test_world1_thread(struct mg_backend *cpu)
     }
 }
 
+/* ZeRO-1 on a device with a device communicator (NCCL's way), 2 ranks: plain CPU DDP's
+ * bits; the gradients and parameters in the communicator's (device) memory; an event per
+ * bucket before its reduce-scatter; the optimizer state gathered for a checkpoint through
+ * device memory to the bits CPU ZeRO-1 gathers, and sharded back to the same shard. */
+static int zero_rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
+{
+    int bad = 0;
+    char err[MG_ERRMSG_LEN];
+    struct mg_comm *inner = shm_comm_join(rank, 2, shm_name, 1);
+    if (!inner)
+        return 1 << 30;
+    uint64_t want = 0;
+    float *ref = NULL;
+    size_t reflen = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0: CPU DDP; 1: CPU ZeRO-1; 2: ZeRO-1 on a device with a device communicator */
+        struct wcomm w = {.in = inner, .expect_events = mode == 2};
+        w.c = *inner;
+        w.c.ops = &wc_ops;
+        w.c.device_memory = mode == 2;
+        struct mg_comm *c = mode < 2 ? inner : &w.c;
+        struct mg_backend *be = mode < 2 ? cpu : device_over(cpu);
+        struct mg_model m;
+        struct mg_trainer t;
+        struct mg_ddp *d;
+        struct mg_train_hooks h;
+        struct mg_ddp_opts o = {.bucket_cap = 1 << 10, .first_bucket = 256, .zero = mode > 0};
+        /* odd layer sizes (24304 + 31, 713 + 23, 230 + 10): buckets that do not split in two
+         * unless padded */
+        if (make_model_sized(&m, be, 3 + (uint64_t)rank, err, 31, 23) < 0)
+            return 1 << 28;
+        if (mg_ddp_create(&d, c, &m, &o, err, sizeof(err)) < 0) {
+            fprintf(stderr, "mode %d: %s\n", mode, err);
+            return 1 << 27;
+        }
+        mg_ddp_hooks(d, &h);
+        if (make_trainer(&t, &m, &h, rank, 2, err) < 0)
+            return 1 << 26;
+        W.model = &m;
+        W.recorded = W.released = W.bad_release = 0;
+        if (mg_trainer_start(&t) < 0)
+            bad |= 1 << (mode * 8);
+        struct mg_step_stats st;
+        for (int s = 0; s < 6; s++)
+            if (mg_trainer_step(&t, &st) < 0)
+                bad |= 1 << (mode * 8);
+        const struct mg_ddp_bucket *b;
+        int nb = mg_ddp_buckets(d, &b);
+        if (mode == 2 && (W.recorded != 6 * nb || w.buckets != 6 * nb || w.bad_event ||
+                          W.recorded != W.released))
+            bad |= 2 << (mode * 8); /* an event per bucket, each reduce-scatter after its own */
+        uint64_t hash = mg_model_param_hash(&m);
+        if (mode == 0)
+            want = hash;
+        else if (hash != want)
+            bad |= 8 << (mode * 8); /* not plain DDP's bits */
+        if (mode > 0) {
+            /* a checkpoint's state: gathered whole, then sharded back */
+            size_t n = m.nparams, len = t.opt.state_count;
+            if (mg_trainer_gather_state(&t) < 0 || !t.gathered) {
+                bad |= 16 << (mode * 8);
+            } else if (mode == 1) {
+                reflen = n;
+                ref = malloc(n * sizeof(float));
+                if (ref)
+                    memcpy(ref, t.gathered, n * sizeof(float));
+            } else {
+                if (!ref || reflen != n || memcmp(ref, t.gathered, n * sizeof(float)))
+                    bad |= 16 << (mode * 8); /* not CPU ZeRO's gathered state */
+                float *shard = be->ops->alloc(be, len * sizeof(float));
+                float *a = malloc(len * sizeof(float)), *z = malloc(len * sizeof(float));
+                int uploads = W.sync_uploads;
+                if (shard && a && z) {
+                    h.shard_state(h.ctx, t.gathered, shard, 1);
+                    if (W.sync_uploads == uploads)
+                        bad |= 32 << (mode * 8); /* written into device memory from the host */
+                    be->ops->download(be, a, shard, len * sizeof(float));
+                    be->ops->download(be, z, t.opt.state, len * sizeof(float));
+                    if (memcmp(a, z, len * sizeof(float)))
+                        bad |= 32 << (mode * 8); /* sharding back gives another shard */
+                } else {
+                    bad |= 32 << (mode * 8);
+                }
+                if (shard)
+                    be->ops->free(be, shard);
+                free(a);
+                free(z);
+            }
+        }
+        if (w.bad_buffer || w.stale || W.bad_release || nb < 3)
+            bad |= 4 << (mode * 8); /* every buffer where the communicator takes it */
+        mg_trainer_release(&t);
+        mg_ddp_release(d);
+        mg_model_release(&m);
+        W.model = NULL;
+    }
+    free(ref);
+    mg_comm_release(inner);
+    return bad;
+}
+
+static int ranks_of(int (*fn)(int, const char *, struct mg_backend *), struct mg_backend *cpu);
+
+static void test_zero_device(struct mg_backend *cpu)
+{
+    int bad = ranks_of(zero_rank_main, cpu);
+    int b = bad < 0 ? 0xff : (bad >> 16) & 0xff;
+    ok(bad >= 0 && !(bad >> 24) && !(b & 1) && !((bad >> 8) & 0xff),
+       "ZeRO-1 on a device with a device communicator, 2 ranks: start and 6 steps (CPU ZeRO-1 "
+       "too)");
+    ok(!(b & 2), "... an event per bucket, each reduce-scatter after its own, every one returned");
+    ok(!(b & 4), "... gradients, parameters and state exchanges in device memory, several buckets");
+    ok(!(b & 8), "... the parameters of plain CPU DDP, bit for bit");
+    ok(!(b & 16), "... the optimizer state gathered for a checkpoint: CPU ZeRO-1's bits");
+    ok(!(b & 32), "... and sharded back: the shard each rank holds");
+
+    /* a device with a host communicator (MG_COMM=cpu on CUDA): refused, saying what to use */
+    struct mg_comm *single = NULL;
+    struct mg_model m;
+    struct mg_ddp *d = NULL;
+    char err[MG_ERRMSG_LEN] = "";
+    struct mg_ddp_opts o = {.zero = 1};
+    if (mg_comm_single_create(&single) < 0 || make_model(&m, device_over(cpu), 3, err) < 0)
+        BAIL_OUT("set-up: %s", err);
+    int rc = mg_ddp_create(&d, single, &m, &o, err, sizeof(err));
+    ok(rc == -MG_EUNSUPPORTED && strstr(err, "ZeRO-1 (--zero 1) on a GPU needs a communicator on "
+                                             "the GPU (NCCL: MG_COMM=auto or nccl)"),
+       "ZeRO-1 on a device with a host communicator: refused: %s", err);
+    if (d)
+        mg_ddp_release(d);
+    mg_model_release(&m);
+    mg_comm_release(single);
+}
+
 static int ranks(struct mg_backend *cpu)
+{
+    return ranks_of(rank_main, cpu);
+}
+
+static int ranks_of(int (*fn)(int, const char *, struct mg_backend *), struct mg_backend *cpu)
 {
     char name[64];
     pid_t pids[2];
@@ -672,7 +850,7 @@ static int ranks(struct mg_backend *cpu)
         pids[r] = fork();
         if (pids[r] == 0) {
             alarm(100);
-            int got = rank_main(r, name, cpu);
+            int got = fn(r, name, cpu);
             _exit(write(fds[r][1], &got, sizeof(got)) == sizeof(got) ? 0 : 1);
         }
         close(fds[r][1]);
@@ -721,6 +899,7 @@ int main(void)
     }
     ok(bad >= 0 && !(bad >> 24), "both ranks set up");
     test_world1_thread(cpu);
+    test_zero_device(cpu);
     mg_dataset_release(&train_ds);
     mg_dataset_release(&test_ds);
     mg_backend_release(cpu);
