@@ -95,8 +95,8 @@ out=$(mk -s -n CUDA_HOME="$T/nvcc" BUILD="$T/b2" NVCC="$T/nvcc/bin/nvcc" PYTHON=
 like "$out" "cuDNN 9\\.[0-9.]+ in $NV/cudnn, NCCL 2\\.[0-9.]+ in $NV/nccl" "CUDNN_HOME and NCCL_HOME are used"
 
 # ---- at run time, with the loader's cache hidden ------------------------------------------------
-if ! unshare -rm true 2>/dev/null; then
-    diag "no private mount namespace here (unshare -rm): the run-time search is not checked"
+if ! unshare -rm sh -c 'mount --bind /dev/null /etc/ld.so.cache' 2>/dev/null; then
+    diag "no private mount namespace here (unshare -rm, mount --bind over /etc/ld.so.cache): the run-time search is not checked"
     done_testing
 fi
 # nocache CMD...: CMD with an empty /etc/ld.so.cache, so only LD_LIBRARY_PATH, run paths and
