@@ -10,7 +10,7 @@
 # the python3 on PATH, and names every library it cannot find. The loader's
 # own cache is hidden (a private mount namespace) so that the toolkit's copies
 # in ldconfig's cache cannot answer for the wheels.
-# timeout: 300
+# timeout: 600
 . "$(dirname "$0")/../lib/lib.sh"
 cd "$TOP"
 P=$HELPERS/gpuprobe
