@@ -278,6 +278,14 @@ static int supervise(const struct launch *l)
         fprintf(stderr, "mglaunch: %s\n", err);
         return 1;
     }
+    /* memory that outlives a worker, for train's in-memory snapshots
+     * (docs/train.md): empty until a worker sizes it */
+    rc = mg_agent_rankmem_add(ag, "MG_SNAPSHOT_FD", "snapshot", 0);
+    if (rc < 0)
+        fprintf(stderr,
+                "mglaunch: warning: cannot create the memory workers keep snapshots in: %s; a "
+                "restarted worker resumes from its checkpoints only\n",
+                mg_strerror(rc));
     int code = mg_agent_run(ag);
     const struct mg_agent_result *res = mg_agent_result(ag);
     if (!res->ok)

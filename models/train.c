@@ -167,6 +167,7 @@ int main(int argc, char **argv)
     }
     int complete = close_outputs(&r, rc < 0);
     flush_stdout(&r.prog);
+    snapshot_close(&r);
     mg_trainer_release(&r.trainer);
     mg_ddp_release(r.dist.ddp);
     mg_model_release(&r.model);

@@ -74,6 +74,10 @@ void train_usage(FILE *f)
             "  --checkpoint-dir DIR    where checkpoints go\n"
             "  --checkpoint-every N    checkpoint every N steps (default 0: after each epoch)\n"
             "  --keep-checkpoints N    keep the run's N newest checkpoints (default 3, 0 = all)\n"
+            "  --snapshot-every N|auto under mglaunch, keep the state of every Nth step in memory\n"
+            "                          that outlives the worker, and resume a restart from it;\n"
+            "                          auto (default): every step, or as often as costs at\n"
+            "                          most 3%% of the time; 0 = off (docs/train.md)\n"
             "  --resume auto|PATH      auto: this run's newest intact checkpoint in\n"
             "                          --checkpoint-dir, if any, or another run's, taking the\n"
             "                          directory over; PATH: a checkpoint file or a directory\n"
@@ -237,6 +241,7 @@ enum flag_id {
     F_CKPT_DIR,
     F_CKPT_EVERY,
     F_KEEP,
+    F_SNAP_EVERY,
     F_RESUME,
     F_GLOBAL_BATCH,
     F_SCALE_LR,
@@ -295,6 +300,7 @@ static const struct {
     {"checkpoint-dir", F_CKPT_DIR, 1},
     {"checkpoint-every", F_CKPT_EVERY, 1},
     {"keep-checkpoints", F_KEEP, 1},
+    {"snapshot-every", F_SNAP_EVERY, 1},
     {"resume", F_RESUME, 1},
     {"global-batch-size", F_GLOBAL_BATCH, 1},
     {"scale-lr", F_SCALE_LR, 1},
@@ -336,6 +342,7 @@ static void set_defaults(struct train_options *o)
     o->schedule = MG_SCHED_CONSTANT;
     o->gamma = 0.1;
     o->keep_checkpoints = 3;
+    o->snapshot_every = -1; /* auto */
     o->log_every = 100;
     o->upload_wait = 300;
     o->device = MG_DEVICE_CPU;
@@ -467,6 +474,13 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
         return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->checkpoint_every);
     case F_KEEP:
         return parse_int(p, flag, v, 0, 1000000, &o->keep_checkpoints);
+    case F_SNAP_EVERY:
+        o->snapshot_set = 1;
+        if (strcmp(v, "auto") == 0) {
+            o->snapshot_every = -1;
+            return 0;
+        }
+        return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->snapshot_every);
     case F_RESUME:
         if (!*v)
             return bad(p, "--resume: empty path");

@@ -43,6 +43,8 @@ struct train_options {
     const char *checkpoint_dir;
     long checkpoint_every;
     int keep_checkpoints;
+    long snapshot_every; /* in-memory snapshots every N steps, 0 off, -1 auto (train_snapshot.c) */
+    int snapshot_set;
     const char *resume;
     long log_every;
     int profile_startup; /* --profile-startup: where the time to the first step goes */

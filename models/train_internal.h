@@ -21,6 +21,7 @@
 #include "train_ckpt.h"
 #include "train_out.h"
 #include "trainer.h"
+#include "snapshot/snapshot.h"
 
 /* Exit statuses (docs/train.md, "Output"). */
 #define EXIT_FAILURE_RUN 1 /* a failure while running */
@@ -86,6 +87,15 @@ struct run {
     char auto_why[MG_ERRMSG_LEN];            /* --device auto chose the CPU: why */
     struct train_out out;                    /* metrics and remote copies (train_out.h) */
     int out_failed;                          /* an output was lost (said once) */
+    /* in-memory snapshots (train_snapshot.c) */
+    struct mg_snap snap;
+    int snap_on;
+    uint64_t snap_bytes; /* one snapshot's payload */
+    double snap_time;    /* seconds spent copying them */
+    long snap_count;
+    long snap_every; /* the interval in force (--snapshot-every auto: decided early on) */
+    long snap_start; /* the step this attempt began at */
+    double snap_probe_time, step_probe_time; /* auto: what the first snapshots and steps took */
 };
 
 /* ---- train.c ---- */
@@ -116,6 +126,22 @@ int setup(struct run *r);
 
 int resume(struct run *r);
 int check_resume(struct run *r);
+
+/* ---- train_snapshot.c ---- */
+
+/* Maps the memory mglaunch lends this rank for snapshots, when --snapshot-every
+ * is on and there is some; refuses (an error said) when two copies would be
+ * more than allowed. */
+int snapshot_open(struct run *r);
+void snapshot_close(struct run *r);
+/* After an optimizer step that took step_seconds: this rank's state into
+ * memory, when one is due (with auto, the first steps also time it and the
+ * ranks then agree on the interval: a collective at the same step on all). */
+int snapshot_take(struct run *r, double step_seconds);
+/* At the start of an attempt: resumes from the newest snapshot every rank
+ * holds, when every rank's checks out and no checkpoint on disk is newer
+ * (*resumed 1); otherwise says why once and leaves the resume to the disk. */
+int snapshot_resume(struct run *r, int *resumed);
 
 /* ---- train_loop.c ---- */
 

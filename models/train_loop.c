@@ -291,6 +291,12 @@ static void summarize(struct run *r, const struct tally *k, const struct mg_eval
                    "in %.1f s (%.0f samples/s), wall time %.1f s; param hash %016" PRIx64,
         acc, ev->correct, ev->count, loss, t->step, k->total_samples, k->train_time, rate, wall,
         hash);
+    if (r->snap_count)
+        say(&r->prog,
+            TRAIN_PROG ": %ld snapshots in memory, %.1f KiB and %.3f ms each (%.1f%% of the time "
+                       "in steps)",
+            r->snap_count, (double)r->snap_bytes / 1024.0, 1e3 * r->snap_time / r->snap_count,
+            k->train_time > 0 ? 100.0 * r->snap_time / k->train_time : 0.0);
     char hex[17];
     snprintf(hex, sizeof(hex), "%016" PRIx64, hash);
     struct train_out_summary s = {
@@ -317,6 +323,7 @@ int run(struct run *r)
     int evaluated_now = 0, rc;
 
     k.log_t0 = k.t0;
+    r->snap_start = t->step;
     if (r->dist.rank == 0) {
         announce(r);
         check_output(r, train_out_hparams(&r->out, o, r->dist.world, r->total_steps));
@@ -346,6 +353,10 @@ int run(struct run *r)
             r->exit_code = EXIT_DIVERGED;
             return -ERANGE;
         }
+        int last = t->step == r->total_steps;
+        /* not the last: a restart from it would skip the final checkpoint */
+        if (!last && (rc = snapshot_take(r, mg_seconds() - s0)) < 0)
+            return rc;
         double s1 = mg_seconds();
         if (prof.on && !prof.printed) {
             profile_mark(PH_STEP);
@@ -360,7 +371,6 @@ int run(struct run *r)
         k.log_samples += (double)st.samples;
         evaluated_now = 0;
         int epoch_done = t->batch_in_epoch >= t->pass_batches;
-        int last = t->step == r->total_steps;
 
         if (t->step % o->log_every == 0 || last) {
             rc = report(r, &k, &st);

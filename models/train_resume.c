@@ -178,8 +178,15 @@ int resume(struct run *r)
     char err[MG_ERRMSG_LEN];
     const char *what = o->resume, *dir = o->checkpoint_dir;
     const struct mg_ckpt_owner *only = NULL;
-    int quiet = 0, rc;
-    if (dir && what && strcmp(what, "auto") == 0 && o->upload) {
+    int quiet = 0, from_memory = 0, rc;
+    rc = snapshot_open(r);
+    if (rc == 0)
+        rc = snapshot_resume(r, &from_memory);
+    if (rc < 0)
+        return rc;
+    if (from_memory)
+        what = NULL; /* the snapshot is newer than anything on disk */
+    else if (dir && what && strcmp(what, "auto") == 0 && o->upload) {
         rc = fetch_remote(r, dir);
         if (rc < 0)
             return rc;
@@ -192,7 +199,7 @@ int resume(struct run *r)
             return rc < 0 ? rc : -MG_ECONFIG;
         }
         only = &r->owner;
-        if (!what) {
+        if (!what && !from_memory) {
             what = "auto";
             quiet = 1;
         }

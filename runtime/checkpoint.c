@@ -500,6 +500,49 @@ close:
     return rc;
 }
 
+uint64_t mg_ckpt_sections_bytes(const struct mg_ckpt_section *sections, int nsections)
+{
+    uint64_t n = SECTION_HDR; /* the end section */
+    for (int i = 0; i < nsections; i++)
+        n += SECTION_HDR + sections[i].len;
+    return n;
+}
+
+int mg_ckpt_sections_pack(unsigned char *buf, uint64_t cap, const struct mg_ckpt_section *sections,
+                          int nsections, uint64_t *offsets, uint64_t *len)
+{
+    uint64_t need = mg_ckpt_sections_bytes(sections, nsections), off = 0;
+    if (need > cap)
+        return -MG_ETOOBIG;
+    for (int i = 0; i < nsections; i++) {
+        const struct mg_ckpt_section *s = &sections[i];
+        mg_put_u32(buf + off, s->tag);
+        mg_put_u32(buf + off + 4, s->index);
+        mg_put_u64(buf + off + 8, s->len);
+        off += SECTION_HDR;
+        if (offsets)
+            offsets[i] = off;
+        if (s->data && s->len)
+            memcpy(buf + off, s->data, s->len);
+        off += s->len;
+    }
+    memset(buf + off, 0, SECTION_HDR);
+    *len = off + SECTION_HDR;
+    return 0;
+}
+
+int mg_ckpt_parse_payload(unsigned char *raw, uint64_t len, const char *what,
+                          struct mg_ckpt_file *out, char *err)
+{
+    memset(out, 0, sizeof(*out));
+    out->raw = raw;
+    out->info.raw_bytes = len;
+    int rc = parse_sections(out, len, what, err);
+    if (rc < 0)
+        mg_ckpt_file_release(out);
+    return rc;
+}
+
 void mg_ckpt_file_release(struct mg_ckpt_file *f)
 {
     free(f->raw);

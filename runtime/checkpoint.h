@@ -117,6 +117,21 @@ void mg_ckpt_file_release(struct mg_ckpt_file *f);
 const struct mg_ckpt_section *mg_ckpt_find(const struct mg_ckpt_file *f, uint32_t tag,
                                            uint32_t index);
 
+/* A payload in memory (an in-memory snapshot holds one, docs/checkpoint-format.md):
+ * the inflated form of a checkpoint's, sections then the end section, with no
+ * header and no compression. mg_ckpt_sections_bytes is its size;
+ * mg_ckpt_sections_pack lays the sections out in buf (-MG_ETOOBIG when over
+ * cap), copying the data of those that have any and leaving the room of those
+ * whose data is NULL for the caller to fill at offsets[i] (NULL: not wanted).
+ * mg_ckpt_parse_payload splits one into out's sections, checking the framing
+ * as a file's read does; it takes raw (malloc'ed) over in every case: out owns
+ * it, to release with mg_ckpt_file_release. what names it in messages. */
+uint64_t mg_ckpt_sections_bytes(const struct mg_ckpt_section *sections, int nsections);
+int mg_ckpt_sections_pack(unsigned char *buf, uint64_t cap, const struct mg_ckpt_section *sections,
+                          int nsections, uint64_t *offsets, uint64_t *len);
+int mg_ckpt_parse_payload(unsigned char *raw, uint64_t len, const char *what,
+                          struct mg_ckpt_file *out, char *err);
+
 /* Who a checkpoint directory belongs to (docs/checkpoint-format.md, "Owner
  * record"): a run, and the earlier runs whose checkpoints it took over. Run
  * hash 0 stands for checkpoints whose marker records no run (written before

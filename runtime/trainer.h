@@ -258,6 +258,25 @@ int mg_trainer_load(struct mg_trainer *t, const char *path, char *err);
  * checkpoint of this model can hold with any optimizer and any world size. */
 void mg_trainer_ckpt_bound(const struct mg_trainer *t, struct mg_ckpt_bound *b);
 
+/* ---- snapshots in memory (trainer_ckpt.c; the region is snapshot/snapshot.h) ---- */
+
+/* A snapshot is this rank's state in a checkpoint's sections, uncompressed
+ * (docs/checkpoint-format.md, "Snapshots in memory"): META, TENSORS, PARAMS,
+ * OPTIM with this rank's own optimizer state (its shard with ZeRO: no
+ * collective), its RANK section and CONFIG. Its size is fixed for a run. */
+int mg_trainer_snapshot_bytes(const struct mg_trainer *t, uint64_t *bytes);
+/* Writes the snapshot of the current step into buf (cap bytes), the floats
+ * straight from the model and optimizer; *len is its size. */
+int mg_trainer_snapshot_pack(struct mg_trainer *t, unsigned char *buf, uint64_t cap, uint64_t *len);
+/* Checks a snapshot (f: mg_ckpt_parse_payload's) against this run as
+ * mg_trainer_load checks a file, and more: it must be this run's (its id
+ * hash), at this world size, with this configuration, holding this rank's
+ * own state; -MG_ECONFIG (or the load's codes) with a message naming what
+ * when not. apply 0 changes nothing (every rank checks before any applies);
+ * apply 1 restores it. */
+int mg_trainer_snapshot_load(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *what,
+                             int apply, char *err);
+
 #define MG_RESUME_MAX_SKIPPED 8
 struct mg_resume_report {
     int found;

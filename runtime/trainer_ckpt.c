@@ -137,37 +137,92 @@ int mg_trainer_gather_state(struct mg_trainer *t)
     return rc;
 }
 
+/* What a checkpoint's sections point to: a file's (every rank's RANK
+ * section, the whole optimizer state) or a snapshot's (this rank's own). */
+struct sections {
+    unsigned char meta[META_BYTES], ohdr[OPTIM_HDR_BYTES];
+    unsigned char *tensors, *rank_blobs;
+    char *config;
+    struct mg_ckpt_section *secs;
+    int n;
+};
+
+#define SEC_PARAMS 2 /* where sections_build puts PARAMS and the optimizer state */
+#define SEC_STATE  4
+
+static void sections_release(struct sections *s)
+{
+    free(s->tensors);
+    free(s->rank_blobs);
+    free(s->config);
+    free(s->secs);
+}
+
+/* Everything but the floats: params and state are the PARAMS and OPTIM 1
+ * data (NULL: room the caller fills), nstate floats of state; local says
+ * that the state is this rank's own (its shard, with ZeRO: a snapshot). */
+static int sections_build(const struct mg_trainer *t, const struct mg_rank_state *ranks, int nranks,
+                          const float *params, const float *state, size_t nstate, int local,
+                          struct sections *s)
+{
+    const struct mg_model *m = t->model;
+    size_t config_len = 0;
+    memset(s, 0, sizeof(*s));
+    s->tensors = calloc((size_t)m->ntensors, MG_TENSOR_REC_BYTES);
+    s->rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
+    s->secs = calloc((size_t)nranks + 6, sizeof(*s->secs));
+    s->config = config_text(t, &config_len);
+    if (!s->tensors || !s->rank_blobs || !s->secs || !s->config) {
+        sections_release(s);
+        return -ENOMEM;
+    }
+    pack_meta(t, s->meta);
+    for (int i = 0; i < m->ntensors; i++)
+        mg_model_tensor_record(&m->params[i], s->tensors + (size_t)i * MG_TENSOR_REC_BYTES);
+    mg_put_u32(s->ohdr, (uint32_t)t->opt.cfg.kind);
+    mg_put_u32(s->ohdr + 4, local ? 1 : 0);
+    mg_put_u64(s->ohdr + 8, t->opt.steps);
+    mg_put_u64(s->ohdr + 16, nstate);
+    struct mg_ckpt_section *secs = s->secs;
+    int n = 0;
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, s->meta};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
+                                         (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, s->tensors};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), params};
+    /* OPTIM is its header then the state: two sections with the same tag would be
+     * ambiguous, so the header goes in index 0 and the state in index 1 */
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, s->ohdr};
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), state};
+    for (int r = 0; r < nranks; r++) {
+        unsigned char *b = s->rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
+        mg_rank_state_pack(&ranks[r], b);
+        secs[n++] =
+            (struct mg_ckpt_section){MG_CKPT_TAG_RANK, ranks[r].rank, MG_RANK_STATE_BYTES, b};
+    }
+    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_CONFIG, 0, config_len, s->config};
+    s->n = n;
+    return 0;
+}
+
 int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_state *ranks,
                     int nranks, char *err)
 {
     struct mg_model *m = t->model;
-    unsigned char meta[META_BYTES], ohdr[OPTIM_HDR_BYTES];
-    unsigned char *tensors = NULL, *rank_blobs = NULL;
-    char *config = NULL;
-    size_t config_len = 0;
-    struct mg_ckpt_section *secs = NULL;
+    struct sections sec;
     struct mg_rank_state own;
-    int rc, n = 0;
+    int rc;
 
     if (!ranks) {
         mg_trainer_rank_state(t, &own);
         ranks = &own;
         nranks = 1;
     }
-    tensors = calloc((size_t)m->ntensors, MG_TENSOR_REC_BYTES);
-    rank_blobs = calloc((size_t)nranks, MG_RANK_STATE_BYTES);
-    secs = calloc((size_t)nranks + 6, sizeof(*secs));
-    config = config_text(t, &config_len);
-    if (!tensors || !rank_blobs || !secs || !config) {
-        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory writing a checkpoint");
-        goto out;
-    }
-    pack_meta(t, meta);
-    for (int i = 0; i < m->ntensors; i++)
-        mg_model_tensor_record(&m->params[i], tensors + (size_t)i * MG_TENSOR_REC_BYTES);
     int sharded = t->hooks.gather_state != NULL;
     float *hp = t->host_state, *hs = !sharded ? hp + m->nparams : t->gathered ? t->gathered : hp;
     size_t nstate = mg_trainer_state_count(t);
+    rc = sections_build(t, ranks, nranks, hp, hs, nstate, 0, &sec);
+    if (rc < 0)
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "out of memory writing a checkpoint");
     mg_model_get_params(m, hp);
     if (sharded && nstate && !t->gathered) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -EINVAL,
@@ -182,26 +237,6 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
                   mg_strerror(rc));
         goto out;
     }
-    mg_put_u32(ohdr, (uint32_t)t->opt.cfg.kind);
-    mg_put_u32(ohdr + 4, 0);
-    mg_put_u64(ohdr + 8, t->opt.steps);
-    mg_put_u64(ohdr + 16, nstate);
-
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_META, 0, META_BYTES, meta};
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_TENSORS, 0,
-                                         (uint64_t)m->ntensors * MG_TENSOR_REC_BYTES, tensors};
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_PARAMS, 0, m->nparams * sizeof(float), hp};
-    /* OPTIM is its header then the state: two sections with the same tag would be
-     * ambiguous, so the header goes in index 0 and the state in index 1 */
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 0, OPTIM_HDR_BYTES, ohdr};
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), hs};
-    for (int r = 0; r < nranks; r++) {
-        unsigned char *b = rank_blobs + (size_t)r * MG_RANK_STATE_BYTES;
-        mg_rank_state_pack(&ranks[r], b);
-        secs[n++] =
-            (struct mg_ckpt_section){MG_CKPT_TAG_RANK, ranks[r].rank, MG_RANK_STATE_BYTES, b};
-    }
-    secs[n++] = (struct mg_ckpt_section){MG_CKPT_TAG_CONFIG, 0, config_len, config};
     struct mg_ckpt_info info = {
         /* version 1 readers read everything but a pass that began mid-epoch */
         .version = t->epoch_start ? 2 : 1,
@@ -209,16 +244,51 @@ int mg_trainer_save(struct mg_trainer *t, const char *dir, const struct mg_rank_
         .nparams = m->nparams,
         .world_size = (uint32_t)t->cfg.world,
     };
-    rc = mg_ckpt_write(dir, &info, secs, n, err);
+    rc = mg_ckpt_write(dir, &info, sec.secs, sec.n, err);
     if (sharded) { /* the shard is all this rank keeps */
         free(t->gathered);
         t->gathered = NULL;
     }
 out:
-    free(tensors);
-    free(rank_blobs);
-    free(config);
-    free(secs);
+    sections_release(&sec);
+    return rc;
+}
+
+/* ---- snapshots in memory -------------------------------------------------------- */
+
+int mg_trainer_snapshot_bytes(const struct mg_trainer *t, uint64_t *bytes)
+{
+    struct sections sec;
+    struct mg_rank_state own;
+    mg_trainer_rank_state(t, &own);
+    int rc = sections_build(t, &own, 1, NULL, NULL, t->opt.state_count, 1, &sec);
+    if (rc < 0)
+        return rc;
+    *bytes = mg_ckpt_sections_bytes(sec.secs, sec.n);
+    sections_release(&sec);
+    return 0;
+}
+
+int mg_trainer_snapshot_pack(struct mg_trainer *t, unsigned char *buf, uint64_t cap, uint64_t *len)
+{
+    struct mg_model *m = t->model;
+    struct sections sec;
+    struct mg_rank_state own;
+    uint64_t off[8];
+    mg_trainer_rank_state(t, &own);
+    int rc = sections_build(t, &own, 1, NULL, NULL, t->opt.state_count, 1, &sec);
+    if (rc < 0)
+        return rc;
+    rc = mg_ckpt_sections_pack(buf, cap, sec.secs, sec.n, off, len);
+    if (rc == 0) {
+        /* the floats go straight from the model and the optimizer to the slot */
+        mg_model_get_params(m, (float *)(void *)(buf + off[SEC_PARAMS]));
+        if (t->opt.state_count)
+            m->be->ops->download(m->be, buf + off[SEC_STATE], t->opt.state,
+                                 t->opt.state_count * sizeof(float));
+        rc = m->be->ops->sync(m->be);
+    }
+    sections_release(&sec);
     return rc;
 }
 
@@ -483,8 +553,41 @@ static int check_partial(const struct mg_trainer *t, const struct mg_ckpt_file *
                      path, f->info.raw_bytes, b.fixed + b.per_rank * f->info.world_size);
 }
 
+/* How load_file takes what it reads: a checkpoint file's whole state, or a
+ * snapshot's (this rank's own optimizer state, nothing resharded), only
+ * checked or applied too. */
+enum load_mode {
+    LOAD_FILE,
+    LOAD_SNAP_CHECK,
+    LOAD_SNAP_APPLY
+};
+
+/* A snapshot continues this very run at its world size: anything else is
+ * the disk checkpoint's to resume (with its reshard and messages). */
+static int check_snapshot(const struct mg_trainer *t, const unsigned char *meta,
+                          const unsigned char *oh, const char *path, char *err)
+{
+    const struct mg_resume_info *ri = &t->resumed;
+    if (ri->world != t->cfg.world)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
+                         "%s: written by a run of world size %d, this one has %d", path, ri->world,
+                         t->cfg.world);
+    if (mg_get_u64(meta + 152) != t->cfg.run_id_hash)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
+                         "%s: written by another run (id hash %016" PRIx64
+                         ", this run's %016" PRIx64 ")",
+                         path, mg_get_u64(meta + 152), t->cfg.run_id_hash);
+    if (ri->config_diff[0])
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG, "%s: written with %s", path,
+                         ri->config_diff);
+    if (mg_get_u32(oh + 4) != 1)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT, "%s: holds no rank's own optimizer state",
+                         path);
+    return 0;
+}
+
 static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
-                     char *err)
+                     enum load_mode mode, char *err)
 {
     struct mg_model *m = t->model;
     const struct mg_ckpt_section *s;
@@ -535,7 +638,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     if (!s)
         return rc;
     const unsigned char *oh = s->data;
-    size_t nstate = mg_trainer_state_count(t);
+    size_t nstate = mode == LOAD_FILE ? mg_trainer_state_count(t) : t->opt.state_count;
     if (mg_get_u64(oh + 16) != nstate)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
@@ -557,23 +660,33 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     ri->run_id_hash = mg_get_u64(meta + 152);
     ri->resharded = ri->world != t->cfg.world;
     config_diff(t, f, meta, ri->config_diff, sizeof(ri->config_diff));
+    if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, err)) < 0) {
+        t->resumed.loaded = 0;
+        return rc;
+    }
     /* everything is checked before anything changes: a refused file leaves the trainer as it was */
     struct mg_trainer before = *t;
     rc = restore_position(t, f, meta, path, err);
     if (rc == 0)
         rc = restore_rank_state(t, f, path, err);
-    if (rc < 0) {
+    if (rc < 0 || mode == LOAD_SNAP_CHECK) {
         *t = before;
         t->resumed.loaded = 0;
         return rc;
     }
     mg_model_set_params(m, params->data);
-    if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
+    if (mode != LOAD_FILE) /* this rank's own state (its shard with ZeRO) as it was */
+        m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
+    else if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
         t->hooks.shard_state(t->hooks.ctx, ostate->data, t->opt.state,
                              mg_optim_state_vectors(&t->opt.cfg));
     else if (nstate)
         m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
-    ri->state_hash = mg_hash64(ostate->data, nstate * sizeof(float));
+    /* with ZeRO, ranks compare the whole state they read: a snapshot's shards
+     * differ by design (each was checked against its own hash) */
+    ri->state_hash = mode != LOAD_FILE && t->hooks.shard_state
+                         ? 0
+                         : mg_hash64(ostate->data, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);
@@ -590,7 +703,7 @@ int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
     int rc = mg_ckpt_read_bounded(path, &b, &f, err);
     if (rc < 0)
         return rc;
-    rc = load_file(t, &f, path, err);
+    rc = load_file(t, &f, path, LOAD_FILE, err);
     mg_ckpt_file_release(&f);
     return rc;
 }
@@ -640,4 +753,10 @@ int mg_trainer_resume_latest(struct mg_trainer *t, const char *dir, const struct
 out:
     free(list);
     return rc;
+}
+
+int mg_trainer_snapshot_load(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *what,
+                             int apply, char *err)
+{
+    return load_file(t, f, what, apply ? LOAD_SNAP_APPLY : LOAD_SNAP_CHECK, err);
 }

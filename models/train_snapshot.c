@@ -1,0 +1,390 @@
+/* In-memory snapshots for the train program (docs/train.md, "Snapshots in
+ * memory"): the region mglaunch lends each local rank (MG_SNAPSHOT_FD), a
+ * copy of this rank's state after every --snapshot-every steps, and a
+ * restart that resumes from the newest snapshot every rank holds, checked,
+ * before it looks at the checkpoint directory. */
+#include "snapshot/snapshot.h"
+#include "rtutil.h"
+#include "train_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SNAP_FD_ENV  "MG_SNAPSHOT_FD"
+#define SNAP_MAX_ENV "MG_SNAPSHOT_MAX_BYTES"
+#define NO_STEP      UINT64_MAX
+
+/* What each rank tells the others at a restart, in one allgather: the steps
+ * its two slots hold for this run (NO_STEP: none), the newest of this run's
+ * checkpoints it sees on disk, and, when a slot did not check out, why. */
+struct offer {
+    uint64_t step[MG_SNAP_SLOTS];
+    uint64_t disk;
+    int32_t ok; /* the second round: the chosen snapshot checked out */
+    int32_t pad;
+    char why[216];
+};
+
+static int env_u64(const char *name, uint64_t *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v)
+        return 0;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || v[0] == '-')
+        return -EINVAL;
+    *out = x;
+    return 1;
+}
+
+/* Half of the memory the kernel says is available, shared by this host's
+ * ranks: what two copies of a rank's state may take unless told. */
+static uint64_t default_limit(int local_world)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[256];
+    uint64_t kb = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024 / 2 / (uint64_t)(local_world > 0 ? local_world : 1);
+}
+
+int snapshot_open(struct run *r)
+{
+    struct train_options *o = r->o;
+    char err[MG_ERRMSG_LEN];
+    uint64_t fd, limit = 0, bytes;
+    r->snap_on = 0;
+    if (o->snapshot_every == 0)
+        return 0;
+    int have = env_u64(SNAP_FD_ENV, &fd);
+    if (have < 0 || (have && fd > INT_MAX)) {
+        fail("%s='%s' is not a file descriptor number; it is mglaunch's to set", SNAP_FD_ENV,
+             getenv(SNAP_FD_ENV));
+        return -EINVAL;
+    }
+    if (!have) {
+        if (o->snapshot_set && r->dist.rank == 0)
+            say(&r->prog,
+                TRAIN_PROG ": --snapshot-every: no memory to keep snapshots in (%s is set by "
+                           "mglaunch): restarts resume from --checkpoint-dir only",
+                SNAP_FD_ENV);
+        return 0;
+    }
+    int lim = env_u64(SNAP_MAX_ENV, &limit);
+    if (lim < 0) {
+        fail("%s='%s': expected a number of bytes", SNAP_MAX_ENV, getenv(SNAP_MAX_ENV));
+        return -EINVAL;
+    }
+    if (!lim)
+        limit = default_limit(r->dist.d ? r->dist.d->local_world : 1);
+    int rc = mg_trainer_snapshot_bytes(&r->trainer, &bytes);
+    if (rc < 0) {
+        fail("cannot size this rank's snapshot: %s", mg_strerror(rc));
+        return rc;
+    }
+    rc = mg_snap_open(&r->snap, (int)fd, bytes, limit, err);
+    if (rc == -MG_ETOOBIG) {
+        fail("cannot keep snapshots in memory: %s (%s); set %s higher, --snapshot-every 0 to "
+             "train without them",
+             err, lim ? SNAP_MAX_ENV : "half the available memory shared by this host's ranks",
+             SNAP_MAX_ENV);
+        return rc;
+    }
+    if (rc < 0) {
+        fail("cannot keep snapshots in memory: %s", err);
+        return rc;
+    }
+    r->snap_on = 1;
+    r->snap_bytes = bytes;
+    r->snap_every = o->snapshot_every > 0 ? o->snapshot_every : 1;
+    return 0;
+}
+
+void snapshot_close(struct run *r)
+{
+    if (r->snap_on)
+        mg_snap_close(&r->snap);
+    r->snap_on = 0;
+}
+
+/* --snapshot-every auto: a snapshot after each of the first steps, timed
+ * against the steps (the first two copies, which fault their pages in, not
+ * counted); then the ranks agree on the shortest interval that keeps the
+ * copies under AUTO_SHARE of the time, the slowest rank's figure. */
+#define AUTO_SKIP  2
+#define AUTO_PROBE 8
+#define AUTO_SHARE 0.03
+#define AUTO_MAX   10000
+
+static int auto_decide(struct run *r)
+{
+    double cost = r->snap_probe_time / AUTO_PROBE, step = r->step_probe_time / AUTO_PROBE;
+    double mine = step > 0 ? cost / (AUTO_SHARE * step) : 1.0, one = mine;
+    int world = r->dist.world;
+    double *all = world > 1 ? calloc((size_t)world, sizeof(double)) : &one;
+    if (!all) {
+        fail("out of memory");
+        return -ENOMEM;
+    }
+    if (world > 1) {
+        int rc = mg_ddp_allgather(r->dist.ddp, &mine, all, sizeof(mine));
+        if (rc < 0) {
+            fail("cannot agree on how often to keep snapshots: %s", mg_ddp_errmsg(r->dist.ddp));
+            free(all);
+            return rc;
+        }
+    }
+    double worst = 0;
+    for (int q = 0; q < world; q++)
+        worst = all[q] > worst ? all[q] : worst;
+    if (world > 1)
+        free(all);
+    long every = worst <= 1.0 ? 1 : worst >= AUTO_MAX ? AUTO_MAX : (long)ceil(worst);
+    r->snap_every = every;
+    if (r->dist.rank == 0)
+        say(&r->prog,
+            TRAIN_PROG ": snapshots in memory every %ld step%s (one takes %.3f ms, a step %.3f "
+                       "ms; --snapshot-every auto keeps them under %.0f%% of the time)",
+            every, every == 1 ? "" : "s", 1e3 * cost, 1e3 * step, 100 * AUTO_SHARE);
+    return 0;
+}
+
+int snapshot_take(struct run *r, double step_seconds)
+{
+    struct mg_trainer *t = &r->trainer;
+    if (!r->snap_on)
+        return 0;
+    long done = t->step - r->snap_start; /* steps since this attempt began */
+    int probing = r->o->snapshot_every < 0 && done <= AUTO_SKIP + AUTO_PROBE;
+    if (!probing && t->step % r->snap_every != 0)
+        return 0;
+    double t0 = mg_seconds();
+    uint64_t len;
+    unsigned char *buf = mg_snap_begin(&r->snap);
+    int rc = mg_trainer_snapshot_pack(t, buf, r->snap.payload_cap, &len);
+    if (rc == 0)
+        rc = mg_snap_commit(&r->snap, (uint64_t)t->step, t->cfg.run_id_hash,
+                            (uint32_t)r->dist.world, (uint32_t)r->dist.rank, len);
+    if (rc < 0) {
+        fail("cannot keep the snapshot of step %ld in memory: %s", t->step, mg_strerror(rc));
+        return rc;
+    }
+    double took = mg_seconds() - t0;
+    r->snap_time += took;
+    r->snap_count++;
+    if (probing && done > AUTO_SKIP) {
+        r->snap_probe_time += took;
+        r->step_probe_time += step_seconds;
+        if (done == AUTO_SKIP + AUTO_PROBE)
+            return auto_decide(r);
+    }
+    return 0;
+}
+
+/* This rank's offer: the steps of its slots that are this run's, at this
+ * world size and rank, and whole. */
+static void make_offer(struct run *r, struct offer *me)
+{
+    memset(me, 0, sizeof(*me));
+    for (int i = 0; i < MG_SNAP_SLOTS; i++) {
+        struct mg_snap_slot sl;
+        me->step[i] = NO_STEP;
+        mg_snap_inspect(&r->snap, i, &sl);
+        const char *bad = NULL;
+        char b[160];
+        if (!sl.valid && strcmp(sl.why, "empty") != 0)
+            bad = sl.why;
+        else if (sl.valid && sl.run != r->trainer.cfg.run_id_hash)
+            bad = "written by another run";
+        else if (sl.valid &&
+                 (sl.world != (uint32_t)r->dist.world || sl.rank != (uint32_t)r->dist.rank)) {
+            snprintf(b, sizeof(b), "written by rank %u of %u", sl.rank, sl.world);
+            bad = b;
+        } else if (sl.valid)
+            me->step[i] = sl.step;
+        if (bad && !me->why[0])
+            snprintf(me->why, sizeof(me->why), "slot %d: %s", i, bad);
+    }
+}
+
+static int has_step(const struct offer *o, uint64_t step)
+{
+    for (int i = 0; i < MG_SNAP_SLOTS; i++)
+        if (o->step[i] == step)
+            return 1;
+    return 0;
+}
+
+static int exchange(struct run *r, struct offer *me, struct offer *all)
+{
+    if (r->dist.world == 1) {
+        all[0] = *me;
+        return 0;
+    }
+    int rc = mg_ddp_allgather(r->dist.ddp, me, all, sizeof(*me));
+    if (rc < 0)
+        fail("cannot agree on a snapshot to resume from: %s", mg_ddp_errmsg(r->dist.ddp));
+    return rc;
+}
+
+/* Copies out, parses and checks this rank's slot holding step (apply 0), or
+ * restores it (apply 1). */
+static int load_slot(struct run *r, uint64_t step, int apply, char *err)
+{
+    struct mg_snap_slot sl;
+    char what[64];
+    for (int i = 0; i < MG_SNAP_SLOTS; i++) {
+        mg_snap_inspect(&r->snap, i, &sl);
+        if (!sl.valid || sl.step != step)
+            continue;
+        unsigned char *raw;
+        uint64_t len;
+        struct mg_ckpt_file f;
+        snprintf(what, sizeof(what), "the snapshot of step %" PRIu64, step);
+        int rc = mg_snap_copy_out(&r->snap, i, &raw, &len, err);
+        if (rc == 0)
+            rc = mg_ckpt_parse_payload(raw, len, what, &f, err);
+        if (rc < 0)
+            return rc;
+        rc = mg_trainer_snapshot_load(&r->trainer, &f, what, apply, err);
+        mg_ckpt_file_release(&f);
+        return rc;
+    }
+    return mg_seterr(err, MG_ERRMSG_LEN, -ENOENT, "the snapshot of step %" PRIu64 " is gone", step);
+}
+
+/* The newest of this run's complete checkpoints on this rank's disk. */
+static uint64_t disk_step(struct run *r)
+{
+    struct mg_ckpt_owner me = {.run = r->trainer.cfg.run_id_hash};
+    struct mg_ckpt_entry e;
+    if (!r->o->checkpoint_dir || mg_ckpt_list_runs(r->o->checkpoint_dir, &me, &e, 1) != 1)
+        return NO_STEP;
+    return e.step;
+}
+
+/* The state no longer on this run's path is dropped: every slot but the one
+ * resumed from, so a later restart cannot pick a step of an abandoned one. */
+static void keep_only(struct run *r, uint64_t step)
+{
+    for (int i = 0; i < MG_SNAP_SLOTS; i++) {
+        struct mg_snap_slot sl;
+        mg_snap_inspect(&r->snap, i, &sl);
+        if (!sl.valid || sl.step != step)
+            mg_snap_invalidate(&r->snap, i);
+    }
+}
+
+int snapshot_resume(struct run *r, int *resumed)
+{
+    int world = r->dist.world, rc;
+    char err[MG_ERRMSG_LEN];
+    struct offer me, *all = NULL;
+    *resumed = 0;
+    if (!r->snap_on)
+        return 0;
+    all = calloc((size_t)world, sizeof(*all));
+    if (!all) {
+        fail("out of memory");
+        return -ENOMEM;
+    }
+    make_offer(r, &me);
+    me.disk = disk_step(r);
+    rc = exchange(r, &me, all);
+    if (rc < 0)
+        goto out;
+    /* the newest step every rank holds; a newer checkpoint on any disk wins */
+    uint64_t best = NO_STEP, disk = NO_STEP;
+    int said = -1, any = 0;
+    for (int k = 0; k < MG_SNAP_SLOTS; k++) {
+        uint64_t s = all[0].step[k];
+        int everyone = s != NO_STEP;
+        for (int q = 1; q < world && everyone; q++)
+            everyone = has_step(&all[q], s);
+        if (everyone && (best == NO_STEP || s > best))
+            best = s;
+    }
+    for (int q = 0; q < world; q++) {
+        if (all[q].disk != NO_STEP && (disk == NO_STEP || all[q].disk > disk))
+            disk = all[q].disk;
+        any |= all[q].step[0] != NO_STEP || all[q].step[1] != NO_STEP;
+        if (said < 0 && all[q].why[0])
+            said = q;
+    }
+    if (best != NO_STEP && disk != NO_STEP && disk > best) {
+        if (r->dist.rank == 0)
+            say(&r->prog,
+                TRAIN_PROG ": the checkpoint of step %" PRIu64 " is newer than the snapshot in "
+                           "memory (step %" PRIu64 "): resuming from --checkpoint-dir",
+                disk, best);
+        best = NO_STEP;
+        goto drop;
+    }
+    if (best == NO_STEP) {
+        if (r->dist.rank == 0 && (any || said >= 0)) {
+            if (said >= 0)
+                fprintf(stderr,
+                        TRAIN_PROG ": warning: no snapshot in memory that every rank holds (rank "
+                                   "%d: %s): resuming from %s\n",
+                        said, all[said].why,
+                        r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)");
+            else
+                fprintf(stderr,
+                        TRAIN_PROG ": warning: no snapshot in memory that every rank holds: "
+                                   "resuming from %s\n",
+                        r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)");
+        }
+        goto drop;
+    }
+    /* every rank checks before any changes: a bad copy on one rank sends all to disk */
+    memset(&me, 0, sizeof(me));
+    rc = load_slot(r, best, 0, err);
+    me.ok = rc == 0;
+    if (rc < 0)
+        snprintf(me.why, sizeof(me.why), "%.200s", err);
+    rc = exchange(r, &me, all);
+    if (rc < 0)
+        goto out;
+    for (int q = 0; q < world; q++) {
+        if (all[q].ok)
+            continue;
+        if (r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: not resuming from memory: rank %d: %s; resuming from "
+                               "%s\n",
+                    q, all[q].why,
+                    r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)");
+        best = NO_STEP;
+        goto drop;
+    }
+    rc = load_slot(r, best, 1, err);
+    if (rc < 0) {
+        fail("cannot resume from memory: %s", err);
+        goto out;
+    }
+    *resumed = 1;
+    if (r->dist.rank == 0)
+        say(&r->prog,
+            TRAIN_PROG ": resumed from memory (the snapshot of step %ld, epoch %ld), param hash "
+                       "%016" PRIx64,
+            r->trainer.step, r->trainer.resumed.epoch + 1, mg_model_param_hash(&r->model));
+drop:
+    keep_only(r, best);
+    rc = 0;
+out:
+    free(all);
+    return rc;
+}
