@@ -1,5 +1,6 @@
 /* The event log's writers and its parser (see events.h, docs/logs.md). */
 #include "events.h"
+#include "redact.h"
 #include "json.h"
 #include "mg_err.h"
 
@@ -73,13 +74,17 @@ void mg_event_run_start(struct mg_rundir *rd, const struct mg_ev_run_start *x)
     mg_jsonw_key(&e.w, "argv");
     mg_jsonw_arr_begin(&e.w);
     for (int i = 0; i < x->argc; i++) {
-        size_t n = strlen(x->argv[i]);
+        /* The one place the command line is recorded: its secrets stay out
+         * (a password in --upload's URL, a token=, an AWS key). */
+        char arg[MG_EV_ARGV_BYTES + 2]; /* one over the bound: "..." */
+        mg_redact_arg(i ? x->argv[i - 1] : NULL, x->argv[i], arg, sizeof(arg));
+        size_t n = strlen(arg);
         if (i >= MG_EV_ARGV_MAX || total + n > MG_EV_ARGV_BYTES) {
             mg_jsonw_str(&e.w, "...");
             break;
         }
         total += n;
-        mg_jsonw_str(&e.w, x->argv[i]);
+        mg_jsonw_str(&e.w, arg);
     }
     mg_jsonw_arr_end(&e.w);
     ev_end(rd, &e);

@@ -60,11 +60,11 @@ int mg_rundir_open(struct mg_rundir *rd, const char *log_dir, const char *run_id
         return -ENAMETOOLONG;
     if ((rc = mg_mkdir_p(log_dir, 0755)))
         return rc;
-    if (mkdir(rd->dir, 0755) < 0 && errno != EEXIST)
+    if (mkdir(rd->dir, 0750) < 0 && errno != EEXIST)
         return -errno;
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", rd->dir, MG_EVENTS_FILE) >= sizeof(path))
         return -ENAMETOOLONG;
-    rd->events_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    rd->events_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (rd->events_fd < 0)
         return -errno;
     rd->ev = malloc(MG_EVENT_BUF);
@@ -108,7 +108,7 @@ int mg_rundir_new_attempt(struct mg_rundir *rd, int nproc, int *attempt, char *p
     for (int tries = 0;; tries++, n++) {
         if ((size_t)snprintf(path, cap, "%s/attempt_%d", rd->dir, n) >= cap)
             return -ENAMETOOLONG;
-        if (mkdir(path, 0755) == 0)
+        if (mkdir(path, 0750) == 0)
             break;
         if (errno != EEXIST || tries > 1000)
             return -errno;
@@ -117,7 +117,7 @@ int mg_rundir_new_attempt(struct mg_rundir *rd, int nproc, int *attempt, char *p
     for (int r = 0; r < nproc; r++) {
         if ((size_t)snprintf(path + base, cap - base, "/%d", r) >= cap - base)
             return -ENAMETOOLONG;
-        if (mkdir(path, 0755) < 0)
+        if (mkdir(path, 0750) < 0)
             return -errno;
     }
     path[base] = '\0';

@@ -19,6 +19,7 @@
 #include "rdzv.h"
 #include "pty.h"
 #include "summary.h"
+#include "redact.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -187,6 +188,14 @@ static int resolve_program(struct launch *l)
     return 0;
 }
 
+/* An error from the parts below, on stderr: a usage error echoes the
+ * argument, and no secret in it is shown (common/redact.h). */
+static void say_error(char *err)
+{
+    mg_redact_inplace(err, MG_ERRMSG_LEN);
+    fprintf(stderr, "mglaunch: %s\n", err);
+}
+
 /* --numa-binding: where each worker runs, decided before any starts.
  * Returns 0 or mglaunch's exit code. */
 static int plan_numa(struct launch *l)
@@ -209,7 +218,7 @@ static int plan_numa(struct launch *l)
         rc = mg_numa_plan(NULL, o->numa_binding, o->nproc, pci, l->numa, err, sizeof(err));
     free(pci);
     if (rc) {
-        fprintf(stderr, "mglaunch: %s\n", err);
+        say_error(err);
         return 2;
     }
     return 0;
@@ -275,7 +284,7 @@ static int supervise(const struct launch *l)
     char err[MG_ERRMSG_LEN];
     int rc = mg_agent_create(&ag, &cfg, err, sizeof(err));
     if (rc) {
-        fprintf(stderr, "mglaunch: %s\n", err);
+        say_error(err);
         return 1;
     }
     /* memory that outlives a worker, for train's in-memory snapshots
@@ -302,7 +311,7 @@ static int run(int argc, char **argv)
     int rc, code;
 
     if (mg_opts_parse(&l->o, argc, argv, environ, err, sizeof(err))) {
-        fprintf(stderr, "mglaunch: %s\n", err);
+        say_error(err);
         code = 2;
         goto out;
     }
@@ -317,7 +326,7 @@ static int run(int argc, char **argv)
     if (l->o.nproc_kind != MG_NPROC_NUM)
         host_info(&host, why, sizeof(why), xwhy, sizeof(xwhy));
     if (mg_opts_resolve(&l->o, &host, err, sizeof(err))) {
-        fprintf(stderr, "mglaunch: %s\n", err);
+        say_error(err);
         code = 2;
         goto out;
     }
@@ -346,7 +355,7 @@ static int run(int argc, char **argv)
         goto out;
 
     if ((rc = mg_rdzv_create(&l->o, stderr, &l->rops, &l->rimpl, err, sizeof(err)))) {
-        fprintf(stderr, "mglaunch: %s\n", err);
+        say_error(err);
         l->rops = NULL;
         code = rc == -MG_EUNSUPPORTED || rc == -EINVAL ? 2 : 1;
         goto out;

@@ -486,7 +486,7 @@ static int open_log(const char *dir, const char *name)
 {
     char path[PATH_MAX + 32];
     mg_fmt(path, sizeof(path), "%s/%s", dir, name);
-    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0640);
 }
 
 /* Per-worker argv with ${local_rank} substituted (torchrun's macro). */

@@ -12,6 +12,7 @@
 #include "mg_config.h"
 #include "progress.h"
 #include "train_internal.h"
+#include "redact.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ __attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    mg_redact_inplace(msg, sizeof(msg)); /* an upload's error may name its URL */
     if (error_dist && error_dist->world > 1)
         fprintf(stderr, TRAIN_PROG ": rank %d: %s\n", error_dist->rank, msg);
     else

@@ -2,6 +2,8 @@
  * usage text, parsing, and the checks between flags. */
 #include "train_args.h"
 #include "mg_err.h"
+#include "redact.h"
+#include "upload/upload.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -109,6 +111,8 @@ __attribute__((format(printf, 2, 3))) static int bad(struct parse *p, const char
     va_start(ap, fmt);
     mg_vseterr(p->err, p->errlen, -EINVAL, fmt, ap);
     va_end(ap);
+    /* a usage error echoes the argument: never its secrets */
+    mg_redact_inplace(p->err, p->errlen);
     return -EINVAL;
 }
 
@@ -454,12 +458,13 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
             return bad(p, "%s: empty directory name", flag);
         *(id == F_CSV ? &o->csv : &o->tensorboard) = v ? v : "";
         return 0;
-    case F_UPLOAD:
-        if (strncmp(v, "s3://", 5) && strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
-            return bad(p, "--upload: want s3://BUCKET/PREFIX, http://... or https://..., got '%s'",
-                       v);
+    case F_UPLOAD: {
+        char why[MG_ERRMSG_LEN];
+        if (mg_upload_check_dest(v, why, sizeof(why)) < 0)
+            return bad(p, "--upload %s", why);
         o->upload = v;
         return 0;
+    }
     case F_UPLOAD_CMD:
         if (!*v)
             return bad(p, "--upload-cmd: an empty command");

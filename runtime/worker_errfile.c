@@ -5,6 +5,7 @@
  * and hostname. See docs/distributed.md. */
 #include "dist.h"
 #include "json.h"
+#include "redact.h"
 #include "net.h"
 
 #include <errno.h>
@@ -30,14 +31,23 @@ int mg_error_file_write(const char *path, const char *prog, const char *message,
                         int local_rank, const char *hostname)
 {
     char tmp[PATH_MAX + 32], rs[16], ls[16], ts[32], ps[16], callstack[1024];
-    char *json = malloc(JSON_MAX);
+    /* The file outlives the run and others read it (the launcher's summary,
+     * `mglaunch logs`): no secret goes into it (common/redact.h). */
+    size_t cap = 2 * (message ? strlen(message) : 0) + 16;
+    char *json = malloc(JSON_MAX), *clean = malloc(cap);
     int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    if (!json)
+    if (!json || !clean) {
+        free(json);
+        free(clean);
         return -ENOMEM;
+    }
     if (n < 0 || (size_t)n >= sizeof(tmp)) {
         free(json);
+        free(clean);
         return -ENAMETOOLONG;
     }
+    mg_redact(message, clean, cap);
+    message = clean;
     int_or_unknown(rs, sizeof(rs), rank);
     int_or_unknown(ls, sizeof(ls), local_rank);
     snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
@@ -70,10 +80,11 @@ int mg_error_file_write(const char *path, const char *prog, const char *message,
     int len = mg_jsonw_finish(&w);
     if (len < 0) {
         free(json);
+        free(clean);
         return len;
     }
 
-    int err = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int err = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0) {
         err = -errno;
         goto out;
@@ -90,6 +101,7 @@ int mg_error_file_write(const char *path, const char *prog, const char *message,
         unlink(tmp);
 out:
     free(json);
+    free(clean);
     return err;
 }
 

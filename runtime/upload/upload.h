@@ -96,6 +96,11 @@ int mg_upload_close(struct mg_upload *u, int wait_ms, struct mg_upload_stats *st
 
 /* The destination without secrets, for messages (user:password@ removed). */
 void mg_upload_describe(const char *dest, char *buf, size_t cap);
+/* Whether dest is a destination mg_upload_open can take: s3://BUCKET[/PREFIX],
+ * or http(s)://[USER[:PASSWORD]@]HOST[:PORT][/PATH] with a host (an IPv6
+ * address in brackets, closed) and a port of 1 to 65535. 0, or -EINVAL with
+ * err saying what is wrong (never the password). */
+int mg_upload_check_dest(const char *dest, char *err, size_t errlen);
 
 /* Fetches name from the destination (s3 or http(s); a command cannot fetch)
  * into path: written to a temporary name, synced, renamed. 0, -ENOENT when

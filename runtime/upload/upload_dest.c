@@ -42,6 +42,65 @@ void mg_upload_describe(const char *dest, char *buf, size_t cap)
         mg_fmt(buf, cap, "%s", s);
 }
 
+int mg_upload_check_dest(const char *dest, char *err, size_t errlen)
+{
+    char shown[1024];
+    const char *s = dest ? dest : "";
+    mg_upload_describe(s, shown, sizeof(shown));
+    if (strncmp(s, "s3://", 5) == 0) {
+        if (s[5] == '\0' || s[5] == '/')
+            return mg_seterr(err, errlen, -EINVAL, "'%s': no bucket: want s3://BUCKET/PREFIX",
+                             shown);
+        return 0;
+    }
+    const char *host = strncmp(s, "http://", 7) == 0    ? s + 7
+                       : strncmp(s, "https://", 8) == 0 ? s + 8
+                                                        : NULL;
+    if (!host)
+        return mg_seterr(err, errlen, -EINVAL,
+                         "'%s': want s3://BUCKET/PREFIX, http://... or https://...", shown);
+    size_t alen = strcspn(host, "/?#");
+    const char *at = NULL;
+    for (size_t i = 0; i < alen; i++)
+        if (host[i] == '@')
+            at = host + i;
+    if (at) {
+        alen -= (size_t)(at + 1 - host);
+        host = at + 1;
+    }
+    const char *port = NULL;
+    if (host[0] == '[') { /* an IPv6 address */
+        const char *close = memchr(host, ']', alen);
+        if (!close)
+            return mg_seterr(err, errlen, -EINVAL,
+                             "'%s': an IPv6 address without its closing ']' (want "
+                             "http://[ADDRESS]:PORT/PATH)",
+                             shown);
+        if (close == host + 1)
+            return mg_seterr(err, errlen, -EINVAL, "'%s': an empty IPv6 address", shown);
+        if (close + 1 < host + alen && close[1] != ':')
+            return mg_seterr(err, errlen, -EINVAL, "'%s': after ']' want ':PORT' or '/'", shown);
+        if (close + 1 < host + alen)
+            port = close + 2;
+    } else {
+        const char *colon = memchr(host, ':', alen);
+        if ((colon ? (size_t)(colon - host) : alen) == 0)
+            return mg_seterr(err, errlen, -EINVAL, "'%s': no host name", shown);
+        if (colon)
+            port = colon + 1;
+    }
+    if (port) {
+        long v = 0;
+        const char *p = port;
+        for (; p < host + alen && *p >= '0' && *p <= '9' && v <= 65535; p++)
+            v = v * 10 + (*p - '0');
+        if (p == port || p != host + alen || v < 1 || v > 65535)
+            return mg_seterr(err, errlen, -EINVAL, "'%s': the port is not a number from 1 to 65535",
+                             shown);
+    }
+    return 0;
+}
+
 /* Appends s to out with every byte but unreserved ones and '/' as %XX (an
  * S3 key or a path as SigV4's canonical URI wants it). */
 static int put_encoded(char *out, size_t cap, const char *s)
