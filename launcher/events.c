@@ -5,6 +5,7 @@
 #include "mg_err.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -237,6 +238,21 @@ static long long num(struct parse *p, int obj, const char *key, long long dflt)
     return t >= 0 && mg_json_int(p->d, t, &v) == 0 ? v : dflt;
 }
 
+/* A number that must fit an int: a value beyond one (a damaged or hostile
+ * file) is taken as missing, never cut to another number. */
+static int inum(struct parse *p, int obj, const char *key, int dflt)
+{
+    long long v = num(p, obj, key, dflt);
+    return v < INT_MIN || v > INT_MAX ? dflt : (int)v;
+}
+
+/* An attempt number: as a directory name allows (mg_attempt_number), else -1. */
+static int attempt_of(struct parse *p, int obj)
+{
+    int v = inum(p, obj, "attempt", -1);
+    return v < 0 || v > MG_ATTEMPT_MAX ? -1 : v;
+}
+
 static int flag(struct parse *p, int obj, const char *key)
 {
     int v = 0;
@@ -248,21 +264,21 @@ static int flag(struct parse *p, int obj, const char *key)
 
 static void read_worker(struct parse *p, struct mg_ev_worker *w)
 {
-    w->attempt = (int)num(p, 0, "attempt", -1);
-    w->local_rank = (int)num(p, 0, "local_rank", -1);
-    w->rank = (int)num(p, 0, "rank", -1);
-    w->pid = (int)num(p, 0, "pid", 0);
+    w->attempt = attempt_of(p, 0);
+    w->local_rank = inum(p, 0, "local_rank", -1);
+    w->rank = inum(p, 0, "rank", -1);
+    w->pid = inum(p, 0, "pid", 0);
 }
 
 static void read_run_start(struct parse *p, struct mg_ev_run_start *x)
 {
     x->run_id = str(p, 0, "run_id");
     x->host = str(p, 0, "host");
-    x->pid = (int)num(p, 0, "pid", 0);
+    x->pid = inum(p, 0, "pid", 0);
     x->proc_start = num(p, 0, "proc_start", 0);
     x->version = str(p, 0, "version");
-    x->nproc = (int)num(p, 0, "nproc", 0);
-    x->max_restarts = (int)num(p, 0, "max_restarts", 0);
+    x->nproc = inum(p, 0, "nproc", 0);
+    x->max_restarts = inum(p, 0, "max_restarts", 0);
     x->role = str(p, 0, "role");
     x->rdzv_backend = str(p, 0, "rdzv_backend");
     x->logs_saved = flag(p, 0, "logs_saved");
@@ -280,15 +296,15 @@ static void read_run_start(struct parse *p, struct mg_ev_run_start *x)
 
 static void read_attempt_start(struct parse *p, struct mg_ev_attempt_start *x)
 {
-    x->attempt = (int)num(p, 0, "attempt", -1);
-    x->restart_count = (int)num(p, 0, "restart_count", 0);
-    x->round = (int)num(p, 0, "round", 0);
-    x->nproc = (int)num(p, 0, "nproc", 0);
-    x->world_size = (int)num(p, 0, "world_size", 0);
-    x->group_rank = (int)num(p, 0, "group_rank", 0);
-    x->group_world_size = (int)num(p, 0, "group_world_size", 0);
+    x->attempt = attempt_of(p, 0);
+    x->restart_count = inum(p, 0, "restart_count", 0);
+    x->round = inum(p, 0, "round", 0);
+    x->nproc = inum(p, 0, "nproc", 0);
+    x->world_size = inum(p, 0, "world_size", 0);
+    x->group_rank = inum(p, 0, "group_rank", 0);
+    x->group_world_size = inum(p, 0, "group_world_size", 0);
     x->master_addr = str(p, 0, "master_addr");
-    x->master_port = (int)num(p, 0, "master_port", 0);
+    x->master_port = inum(p, 0, "master_port", 0);
     x->dir = str(p, 0, "dir");
 }
 
@@ -296,7 +312,7 @@ static void read_worker_exit(struct parse *p, struct mg_ev_worker_exit *x)
 {
     read_worker(p, &x->w);
     x->outcome = str(p, 0, "outcome");
-    x->exit_code = (int)num(p, 0, "exit_code", 0);
+    x->exit_code = inum(p, 0, "exit_code", 0);
     x->signal = str(p, 0, "signal");
     x->exec_error = str(p, 0, "exec_error");
     x->duration_ms = num(p, 0, "duration_ms", 0);
@@ -307,9 +323,9 @@ static void read_worker_exit(struct parse *p, struct mg_ev_worker_exit *x)
 static void read_run_end(struct parse *p, struct mg_ev_run_end *x)
 {
     x->result = str(p, 0, "result");
-    x->exit_code = (int)num(p, 0, "exit_code", 0);
-    x->rounds = (int)num(p, 0, "rounds", 0);
-    x->restarts = (int)num(p, 0, "restarts", 0);
+    x->exit_code = inum(p, 0, "exit_code", 0);
+    x->rounds = inum(p, 0, "rounds", 0);
+    x->restarts = inum(p, 0, "restarts", 0);
     x->signal = str(p, 0, "signal");
     x->error = str(p, 0, "error");
     int rc = mg_json_get(p->d, 0, "root_cause");
@@ -317,11 +333,11 @@ static void read_run_end(struct parse *p, struct mg_ev_run_end *x)
     if (!x->has_root)
         return;
     struct mg_ev_root_cause *c = &x->root;
-    c->attempt = (int)num(p, rc, "attempt", -1);
-    c->rank = (int)num(p, rc, "rank", -1);
-    c->local_rank = (int)num(p, rc, "local_rank", -1);
-    c->pid = (int)num(p, rc, "pid", 0);
-    c->exit_code = (int)num(p, rc, "exit_code", 0);
+    c->attempt = attempt_of(p, rc);
+    c->rank = inum(p, rc, "rank", -1);
+    c->local_rank = inum(p, rc, "local_rank", -1);
+    c->pid = inum(p, rc, "pid", 0);
+    c->exit_code = inum(p, rc, "exit_code", 0);
     c->signal = str(p, rc, "signal");
     c->host = str(p, rc, "host");
     c->time_ms = num(p, rc, "time_ms", 0);
@@ -373,20 +389,20 @@ static int parse_line(struct mg_event_reader *r, const char *line, size_t len, s
         ev->u.signal.forwarded_only = flag(&p, 0, "forwarded_only");
         break;
     case MG_EV_KILL:
-        ev->u.kill.attempt = (int)num(&p, 0, "attempt", -1);
-        ev->u.kill.workers = (int)num(&p, 0, "workers", 0);
+        ev->u.kill.attempt = attempt_of(&p, 0);
+        ev->u.kill.workers = inum(&p, 0, "workers", 0);
         ev->u.kill.reason = str(&p, 0, "reason");
         break;
     case MG_EV_ATTEMPT_END:
-        ev->u.attempt_end.attempt = (int)num(&p, 0, "attempt", -1);
+        ev->u.attempt_end.attempt = attempt_of(&p, 0);
         ev->u.attempt_end.result = str(&p, 0, "result");
-        ev->u.attempt_end.failed = (int)num(&p, 0, "failed", 0);
-        ev->u.attempt_end.stopped = (int)num(&p, 0, "stopped", 0);
+        ev->u.attempt_end.failed = inum(&p, 0, "failed", 0);
+        ev->u.attempt_end.stopped = inum(&p, 0, "stopped", 0);
         ev->u.attempt_end.duration_ms = num(&p, 0, "duration_ms", 0);
         break;
     case MG_EV_RESTART:
-        ev->u.restart.restart_count = (int)num(&p, 0, "restart_count", 0);
-        ev->u.restart.max_restarts = (int)num(&p, 0, "max_restarts", 0);
+        ev->u.restart.restart_count = inum(&p, 0, "restart_count", 0);
+        ev->u.restart.max_restarts = inum(&p, 0, "max_restarts", 0);
         ev->u.restart.backoff_ms = num(&p, 0, "backoff_ms", 0);
         ev->u.restart.reason = str(&p, 0, "reason");
         break;

@@ -82,7 +82,7 @@ int mg_attempt_number(const char *name)
     if (strncmp(name, "attempt_", 8) || !name[8])
         return -1;
     long v = strtol(name + 8, &end, 10);
-    return *end || v < 0 || v > 100000000 ? -1 : (int)v;
+    return *end || v < 0 || v > MG_ATTEMPT_MAX ? -1 : (int)v;
 }
 
 int mg_rundir_last_attempt(const char *rundir)

@@ -45,6 +45,8 @@ void mg_rundir_close(struct mg_rundir *rd);
 
 /* N for a directory name "attempt_N", -1 for any other name. */
 int mg_attempt_number(const char *name);
+/* The largest attempt number a directory or the event log may name. */
+#define MG_ATTEMPT_MAX 100000000
 /* The highest attempt number under a run directory, or -1. */
 int mg_rundir_last_attempt(const char *rundir);
 

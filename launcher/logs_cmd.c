@@ -38,6 +38,8 @@ void mg_logs_run_free(struct lrun *r)
 
 static struct lattempt *find_attempt(struct lrun *r, int attempt, int create)
 {
+    if (attempt < 0) /* missing, or out of range in the event log */
+        return NULL;
     for (int i = 0; i < r->na; i++)
         if (r->a[i].attempt == attempt)
             return &r->a[i];
@@ -459,7 +461,7 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
                 lo->attempt = -2;
             else if (!strcmp(val, "last"))
                 lo->attempt = -1;
-            else if (parse_long(val, 0, 100000000, &v) == 0)
+            else if (parse_long(val, 0, MG_ATTEMPT_MAX, &v) == 0)
                 lo->attempt = (int)v;
             else
                 return mg_seterr(err, cap, -EINVAL,

@@ -112,6 +112,16 @@ tick 3" "--follow printed every line, and followed the restart"
 wait "$pid"
 is $? 0 "the followed run succeeded"
 
+# ---- numbers past an int in the event log: never shown cut to another number
+"$MGLAUNCH" --log_dir "$T/big" "$FW" >/dev/null 2>&1
+ev=$(ls "$T"/big/*/events.jsonl)
+sed -i 's/"attempt":0/"attempt":99999999999/g; s/"pid":\([0-9]*\)/"pid":4294967297/g' "$ev"
+out=$("$MGLAUNCH" logs "$T/big" 2>&1)
+is "$?" 0 "an event log with attempt 99999999999: still read"
+unlike "$out" "1215752191|pid 1 " "  no number is shown cut to an int (1215752191, a pid of 4294967297 as 1)"
+like "$out" "attempt 0 \\(restart 0\\), started \\?" \
+    "  the attempt is its directory's, the event's number ignored as out of range"
+
 # ---- the default directory
 "$MGLAUNCH" --rdzv_id indef "$FW" >/dev/null 2>&1
 out=$("$MGLAUNCH" logs)
