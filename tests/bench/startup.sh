@@ -10,7 +10,8 @@
 #   - recovery: a run that checkpoints every 10 steps (--max_restarts 1); once a
 #     checkpoint is complete, a worker is SIGKILLed at a random step: from the
 #     kill to the end of the restarted group's first step (which must have
-#     resumed from the checkpoint).
+#     resumed: mg from its snapshot in memory, PyTorch from the checkpoint;
+#     tests/bench/snapshot.sh counts the steps each redoes).
 #
 # mg runs with a warm dataset cache (a first run builds it, as torchvision's
 # processed files would be built once); PyTorch decodes the gzip'd files at
@@ -96,7 +97,9 @@ mg_recover() { # REP
     fi
     kill -TERM "$lp" 2>/dev/null
     reap
-    grep -q "resumed from .*(step [1-9]" "$T/mgr.out" || { diag "mg did not resume"; v=""; }
+    # from memory (the default: docs/train.md, "Snapshots in memory") or the checkpoint
+    grep -Eq "resumed from (memory \(the snapshot of step [1-9]|.*\(step [1-9])" "$T/mgr.out" ||
+        { diag "mg did not resume"; v=""; }
     [ -n "$v" ] || { diag "mg recovery run failed:"; tail -n 5 "$T/mgr.out" >&2; return 1; }
     grep "startup: rank 0" "$T/mgr.out" | sed -n 2p | sed 's/^.*rank 0: //; s/; total.*//' >"$T/mg.phases.restart"
     echo "$v"

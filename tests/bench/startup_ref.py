@@ -7,7 +7,9 @@ momentum, the newest checkpoint in D resumed (torch.load), then steps, rank 0
 saving a checkpoint every K steps (torch.save to a temporary name, renamed,
 after a barrier). Once its first step is done, rank 0 prints one JSON line:
 {"first_step_done": UNIX TIME, "restart": TORCHELASTIC_RESTART_COUNT,
-"resumed_step": STEP OR 0, "loss": ...}. Runs --steps steps, then exits."""
+"resumed_step": STEP OR 0, "loss": ...}; with --print-steps, also {"step": N} after
+every step (tests/bench/snapshot.sh counts the steps a failure costs). Runs
+--steps steps, then exits."""
 import argparse
 import glob
 import json
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--checkpoint-dir", default="")
     ap.add_argument("--checkpoint-every", type=int, default=0)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--print-steps", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -72,6 +75,8 @@ def main():
                 print(json.dumps({"first_step_done": time.time(),
                                   "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
                                   "resumed_step": resumed, "loss": loss.item()}), flush=True)
+            if args.print_steps and rank == 0:
+                print(json.dumps({"step": step}), flush=True)
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 if rank == 0:
                     tmp = os.path.join(args.checkpoint_dir, "tmp.pt")
