@@ -2,9 +2,11 @@
 #include "proc.h"
 #include "mg_err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -54,6 +56,34 @@ long long mg_proc_stat_field(int pid, int field)
         if (*p == ' ')
             at++;
     return p && *p ? strtoll(p, NULL, 10) : -1;
+}
+
+int mg_proc_group_alive(int pgid)
+{
+    /* kill(-pgid, 0) counts zombies, and an orphan's zombie waits for an
+     * init that may never reap it (a container's): look at the states. */
+    if (kill(-pgid, 0) < 0 && errno == ESRCH)
+        return 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 1;
+    int alive = 0;
+    for (struct dirent *e; !alive && (e = readdir(d));) {
+        char path[64], buf[1024];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        mg_fmt(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        if (mg_read_small(path, buf, sizeof(buf)) <= 0)
+            continue;
+        char *p = strrchr(buf, ')');
+        char state;
+        int ppid, pgrp;
+        if (p && sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid &&
+            state != 'Z' && state != 'X')
+            alive = 1;
+    }
+    closedir(d);
+    return alive;
 }
 
 long long mg_proc_start_time(int pid)

@@ -34,6 +34,9 @@ int mg_proc_exiting(int pid);
 const char *mg_signame(int sig, char *buf, size_t cap);
 /* Parses "SIGTERM", "TERM" or "15". Returns the number or -EINVAL. */
 int mg_signum(const char *name);
+/* Whether process group pgid has a member that is not a zombie. */
+int mg_proc_group_alive(int pgid);
+
 /* Shell-style code for a wait status: the exit code, or 128+signal. */
 int mg_status_code(int wstatus);
 

@@ -100,7 +100,7 @@ int mg_workers_groups_left(struct mg_agent *ag)
         struct worker *w = &ag->w[i];
         /* The group id stays the worker's pid while a member lives, so the
          * pid cannot name another group until this says it is gone. */
-        if (w->group_left && kill(-w->pid, 0) < 0 && errno == ESRCH)
+        if (w->group_left && !mg_proc_group_alive(w->pid))
             w->group_left = 0;
         n += w->group_left;
     }

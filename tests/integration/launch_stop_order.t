@@ -8,7 +8,7 @@
 # at once) it is not. A worker that ignores SIGTERM: the helper gets it after
 # the delay, the worker SIGKILL after the grace period. A shell wrapper that
 # the signal ends while its program runs: the group gets the signal when the
-# shell exits, and mglaunch waits for the program to save.
+# shell exits, and mglaunch waits for the program to save; not for zombies.
 # timeout: 90
 . "$(dirname "$0")/../lib/lib.sh"
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
@@ -83,6 +83,15 @@ is "$RC" 143 "a shell wrapper: exit code 143"
 is "$(cat "$T/sh.save" 2>&1)" "helper dead" \
     "  the program under it got SIGTERM (with its group) and saved before mglaunch ended"
 ok test ! -e "$T/sh.save.tmp"
+
+# A shell loop whose SIGTERM ends it between two sleeps: the sleep it leaves
+# gets the signal with the group and dies, an orphan's zombie that this
+# machine's init may never reap; mglaunch does not wait on it (it did, for
+# the whole grace period, when it counted zombies as the group's members).
+stop loop --shutdown_timeout 50 --no_python /bin/sh -c \
+    ": >$T/loop.save.ready; while :; do sleep 0.05; done"
+is "$RC" 143 "a shell loop: exit code 143"
+unlike "$(cat "$L/loop/events.jsonl")" '"event":"kill"' "  no SIGKILL: nothing waited for the grace period"
 
 "$MGLAUNCH" --stop_group_delay -1 true >"$T/bad" 2>&1
 is $? 2 "--stop_group_delay -1: a usage error"
