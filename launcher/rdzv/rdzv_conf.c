@@ -23,6 +23,8 @@ void mg_rdzv_conf_init(struct mg_rdzv_conf *c)
     c->heartbeat_timeout_ms = 5000;
     c->exit_barrier_timeout_ms = 300 * 1000;
     c->read_timeout_ms = 60 * 1000;
+    c->exclude_window_ms = 600 * 1000;
+    c->exclude_cooldown_ms = 600 * 1000;
     c->is_host = -1;
     snprintf(c->prefix, sizeof(c->prefix), "/mg/rdzv");
 }
@@ -99,6 +101,9 @@ static const struct {
     {"store_type", MG_RDZV_K_STORE_TYPE},
     {"use_libuv", MG_RDZV_K_USE_LIBUV},
     {"rank", MG_RDZV_K_RANK},
+    {"exclude_after", MG_RDZV_K_EXCLUDE_AFTER},
+    {"exclude_window", MG_RDZV_K_EXCLUDE_WINDOW},
+    {"exclude_cooldown", MG_RDZV_K_EXCLUDE_COOLDOWN},
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -155,6 +160,10 @@ static int *duration_of(struct mg_rdzv_conf *c, enum mg_rdzv_conf_key k)
         return &c->exit_barrier_timeout_ms;
     case MG_RDZV_K_READ_TIMEOUT:
         return &c->read_timeout_ms;
+    case MG_RDZV_K_EXCLUDE_WINDOW:
+        return &c->exclude_window_ms;
+    case MG_RDZV_K_EXCLUDE_COOLDOWN:
+        return &c->exclude_cooldown_ms;
     default:
         return NULL;
     }
@@ -218,6 +227,18 @@ static int set_one(struct mg_rdzv_conf *c, const char *name, const char *val, in
         return 0;
     }
     switch (k) {
+    case MG_RDZV_K_EXCLUDE_AFTER: {
+        char *end;
+        errno = 0;
+        long n = strtol(val, &end, 10);
+        if (errno || *end || end == val || n < 0 || n > MG_RDZV_EXCLUDE_AFTER_MAX)
+            return mg_seterr(
+                err, errlen, -EINVAL,
+                "--rdzv_conf %s=%s: expected a number of failures from 0 (never) to %d", name, val,
+                MG_RDZV_EXCLUDE_AFTER_MAX);
+        c->exclude_after = (int)n;
+        break;
+    }
     case MG_RDZV_K_KEEP_ALIVE_MAX_ATTEMPT: {
         char *end;
         errno = 0;

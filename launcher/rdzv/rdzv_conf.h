@@ -11,11 +11,12 @@
 
 #include <stddef.h>
 
-#define MG_RDZV_CONF_MAX   4096 /* longest --rdzv_conf text accepted */
-#define MG_RDZV_PATH_MAX   1024
-#define MG_RDZV_TOKEN_MAX  256
-#define MG_RDZV_PREFIX_MAX 256
-#define MG_RDZV_NOTES_MAX  1024
+#define MG_RDZV_CONF_MAX          4096 /* longest --rdzv_conf text accepted */
+#define MG_RDZV_PATH_MAX          1024
+#define MG_RDZV_TOKEN_MAX         256
+#define MG_RDZV_PREFIX_MAX        256
+#define MG_RDZV_NOTES_MAX         1024
+#define MG_RDZV_EXCLUDE_AFTER_MAX 100
 
 enum mg_rdzv_backend {
     MG_RDZV_STATIC,
@@ -31,7 +32,14 @@ struct mg_rdzv_conf {
     int heartbeat_timeout_ms;    /* a node silent this long is dead */
     int exit_barrier_timeout_ms; /* a finished node waits this long for the others */
     int read_timeout_ms;         /* bound of one request to the store or etcd */
-    int is_host;                 /* -1: decide from the endpoint; 0/1: forced */
+    /* Node exclusion (docs/rendezvous.md#node-exclusion): a node whose own
+     * workers failed exclude_after times within exclude_window sits out
+     * for exclude_cooldown, when the others stay at least --nnodes MIN.
+     * exclude_after 0: never. */
+    int exclude_after;
+    int exclude_window_ms;
+    int exclude_cooldown_ms;
+    int is_host; /* -1: decide from the endpoint; 0/1: forced */
     /* torchrun reads join_timeout (c10d) or timeout (static, etcd), and TorchX
      * gives both; mg_rdzv_conf_finish() picks the backend's own (rendezvous.md). */
     int timeout_ms;         /* the value given as "timeout", 0 when not */
@@ -67,6 +75,9 @@ enum mg_rdzv_conf_key {
     MG_RDZV_K_USE_LIBUV,
     MG_RDZV_K_RANK,
     MG_RDZV_K_KEEP_ALIVE_MAX_ATTEMPT,
+    MG_RDZV_K_EXCLUDE_AFTER,
+    MG_RDZV_K_EXCLUDE_WINDOW,
+    MG_RDZV_K_EXCLUDE_COOLDOWN,
     MG_RDZV_K_COUNT
 };
 

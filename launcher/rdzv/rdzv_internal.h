@@ -36,6 +36,7 @@ struct mg_rdzv {
     char host[MG_HOST_MAX];
     char addr[MG_HOST_MAX];
     int prev_rank;
+    int failed_here; /* the last mg_rdzv_worker_failed moved the job: its failure was the round's */
     /* the reserved port of this round */
     int listen_fd, port;
     /* the formed round */

@@ -38,7 +38,8 @@ enum phase {
     M_RUNNING,
     M_RESTARTING, /* the rendezvous left the round; the workers are being stopped */
     M_BARRIER,
-    M_CLOSING, /* the host keeps its store up for the others (mg_rdzv_close_begin) */
+    M_CLOSING,  /* the host keeps its store up for the others (mg_rdzv_close_begin) */
+    M_EXCLUDED, /* out of the rendezvous until the cooldown ends (node exclusion) */
 };
 
 struct multi {
@@ -71,6 +72,14 @@ struct multi {
     struct mg_tcpstore *ts;
     int ts_poller;
     int world; /* --nnodes' maximum times --nproc_per_node: the agent store's limits */
+    /* node exclusion: when this node's own failures happened (the newest
+     * exclude_after of them), and whether the next join sits out */
+    int64_t fail_ms[MG_RDZV_EXCLUDE_AFTER_MAX];
+    int nfail;
+    int exclude_next;
+    int last_nnodes; /* nodes in the last round formed */
+    int was_excluded;
+    int64_t cooldown_end;
 };
 
 /* ---- what mglaunch prints ------------------------------------------------------------- */
@@ -258,6 +267,14 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
         step_later(m, on_join_step);
         return;
     }
+    if (rc == -MG_ECLOSED && m->was_excluded) {
+        /* The others finished the job while this node sat out: its part is
+         * done too. */
+        note(m, "node exclusion: the job finished while this node sat out; nothing left to do");
+        m->phase = M_IDLE;
+        mg_agent_fail(ag, 0, "the job finished while this node sat out");
+        return;
+    }
     if (rc < 0) {
         fail_run(m, rc);
         return;
@@ -289,6 +306,7 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     workers_token(m, g.store_token);
     m->phase = M_RUNNING;
     m->formed_ms = mg_now_ms();
+    m->last_nnodes = w.nnodes;
     if (mg_agent_group_formed(ag, &g) < 0) {
         if (g.master_fd >= 0)
             close(g.master_fd);
@@ -362,6 +380,111 @@ static int ts_process(void *ctx, const struct pollfd *fds, int n)
     return mg_tcpstore_process(ctx, fds, n);
 }
 
+static void on_cooldown_end(struct mg_agent *ag, void *ctx);
+
+/* Node exclusion: one more failure of this node's own; the next join sits
+ * out when exclude_after of them fall within exclude_window. */
+static void count_failure(struct multi *m)
+{
+    int k = m->conf.exclude_after;
+    if (k <= 0)
+        return;
+    int64_t now = mg_now_ms();
+    if (m->nfail == k) { /* keep the newest k */
+        memmove(m->fail_ms, m->fail_ms + 1, (size_t)(k - 1) * sizeof(m->fail_ms[0]));
+        m->nfail--;
+    }
+    m->fail_ms[m->nfail++] = now;
+    if (m->nfail == k && now - m->fail_ms[0] <= m->conf.exclude_window_ms)
+        m->exclude_next = 1;
+}
+
+/* While this node sits out: its connection kept up, and the job watched,
+ * so that it ends with the job if the others finish or fail meanwhile. */
+static void on_excluded_tick(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    m->timer = -1;
+    int rc = mg_rdzv_refresh(m->r);
+    int st = rc < 0 ? rc : mg_rdzv_job_state(m->r);
+    if (st == 'd') {
+        note(m, "node exclusion: the job finished while this node sat out; nothing left to do");
+        mg_rdzv_sit_in(m->r);
+        m->phase = M_IDLE;
+        mg_agent_fail(ag, 0, "the job finished while this node sat out");
+        return;
+    }
+    if (st == 'f' || st < 0) {
+        if (st == 'f')
+            mg_rdzv_sit_in(m->r);
+        fail_run(m, st < 0 ? st : -MG_EPEER);
+        return;
+    }
+    if (mg_now_ms() >= m->cooldown_end) {
+        on_cooldown_end(ag, m);
+        return;
+    }
+    int64_t next = mg_now_ms() + m->conf.heartbeat_interval_ms;
+    set_timer(m, next < m->cooldown_end ? next : m->cooldown_end, on_excluded_tick);
+}
+
+static void on_cooldown_end(struct mg_agent *ag, void *ctx)
+{
+    struct multi *m = ctx;
+    (void)ag;
+    m->timer = -1;
+    note(m, "node exclusion: the cooldown is over; joining the job again");
+    m->phase = M_JOINING;
+    m->progress_ms = mg_now_ms() + PROGRESS_FIRST_MS;
+    int rc = mg_rdzv_refresh(m->r);
+    mg_rdzv_sit_in(m->r);
+    if (rc == 0)
+        rc = mg_rdzv_join_begin(m->r);
+    if (rc < 0 && rc != -EINTR) {
+        fail_run(m, rc);
+        return;
+    }
+    set_timer(m, mg_now_ms(), on_join_step);
+}
+
+/* Whether this node sits out the coming round(s): after exclude_after
+ * failures of its own within exclude_window, when the others are still at
+ * least --nnodes MIN without it (a spare may take its place). It leaves the
+ * rendezvous (no longer a live agent, so the others re-form without it) and
+ * comes back after exclude_cooldown as a new node would. */
+static int exclude_now(struct multi *m)
+{
+    if (!m->exclude_next)
+        return 0;
+    m->exclude_next = 0;
+    int k = m->nfail;
+    double window = (double)(m->fail_ms[k - 1] - m->fail_ms[0]) / 1000.0;
+    m->nfail = 0;
+    if (m->last_nnodes - 1 < mg_rdzv_min_nodes(m->r)) {
+        note(m,
+             "node exclusion: %d failures of this node's workers within %.0f s, but the job "
+             "would fall below --nnodes %d without it (%d nodes now): staying",
+             k, window, mg_rdzv_min_nodes(m->r), m->last_nnodes);
+        return 0;
+    }
+    int rc = mg_rdzv_sit_out(m->r);
+    if (rc < 0 && rc != -EINTR) {
+        fail_run(m, rc);
+        return 1;
+    }
+    m->phase = M_EXCLUDED;
+    m->was_excluded = 1;
+    note(m,
+         "node exclusion: %d failures of this node's workers within %.0f s (--rdzv_conf "
+         "exclude_after=%d); the other %d node%s go on without it, and it joins again in %g s "
+         "(exclude_cooldown)",
+         k, window, m->conf.exclude_after, m->last_nnodes - 1, m->last_nnodes == 2 ? "" : "s",
+         m->conf.exclude_cooldown_ms / 1000.0);
+    m->cooldown_end = mg_now_ms() + m->conf.exclude_cooldown_ms;
+    set_timer(m, mg_now_ms() + m->conf.heartbeat_interval_ms, on_excluded_tick);
+    return 1;
+}
+
 static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_round_info *info)
 {
     struct multi *m = impl;
@@ -381,6 +504,8 @@ static int multi_next_round(void *impl, struct mg_agent *ag, const struct mg_rou
         if (m->poller < 0)
             return m->poller;
     }
+    if (exclude_now(m)) /* sitting out, or failed (fail_run said why) */
+        return m->phase == M_EXCLUDED && m->timer < 0 ? -ENOSPC : 0;
     m->phase = M_JOINING;
     m->progress_ms = mg_now_ms() + PROGRESS_FIRST_MS;
     int rc = mg_rdzv_join_begin(m->r);
@@ -451,9 +576,11 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
         }
         snprintf(f.host, sizeof(f.host), "%s", m->hostname);
         /* Re-form on every node; the next round decides whether it counts. */
-        if (mg_rdzv_worker_failed(m->r, &f) == MG_RDZV_RESTART)
+        if (mg_rdzv_worker_failed(m->r, &f) == MG_RDZV_RESTART) {
+            if (mg_rdzv_failed_here(m->r))
+                count_failure(m);
             mg_agent_excuse_failure(ag, mg_rdzv_message(m->r));
-        else
+        } else
             fail_run(m, MG_RDZV_FAILED); /* the run ends here: say why */
     }
 }

@@ -147,6 +147,25 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r);
  * RESTART, or FAILED (the job failed elsewhere, or the backend did not let
  * the group re-form); mg_rdzv_message says which, and why. */
 enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv_failure *f);
+/* Whether the last mg_rdzv_worker_failed was the round's first failure (it
+ * moved the job on), rather than one that followed another node's. */
+int mg_rdzv_failed_here(const struct mg_rdzv *r);
+/* --nnodes MIN. */
+int mg_rdzv_min_nodes(const struct mg_rdzv *r);
+/* After a time out of the rendezvous (node exclusion's cooldown): the
+ * backend's connection and lease made good again (they ran out meanwhile),
+ * before mg_rdzv_join_begin. 0, or a backend error. */
+int mg_rdzv_refresh(struct mg_rdzv *r);
+/* The job's state as the backend has it: 'r' running, 'd' done, 'f'
+ * failed, or a negative backend error. */
+int mg_rdzv_job_state(struct mg_rdzv *r);
+/* Node exclusion: this node leaves the live agents (the others re-form
+ * without it) but stays known as sitting out (NS/o/ID, ephemeral), so that
+ * the agent hosting the store keeps it up at the end until this node has
+ * read the outcome. mg_rdzv_sit_in ends that, before joining again or
+ * leaving. 0, or a backend error. */
+int mg_rdzv_sit_out(struct mg_rdzv *r);
+void mg_rdzv_sit_in(struct mg_rdzv *r);
 
 /* Every worker of this node succeeded: the exit barrier, which waits, at
  * most exit_barrier_timeout, until every live member finished. Begin (0 or

@@ -221,6 +221,7 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
     int rc, n, recorded = 0, have = 0, moved = 0, errors = 0;
 
     r->formed = 0;
+    r->failed_here = 0;
     n = rdzv_fail_format(f, rec, sizeof(rec));
     if (n < 0 || (size_t)n >= sizeof(rec))
         n = (int)strlen(rec);
@@ -255,6 +256,7 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
             rc = rdzv_state_cas(r, &st, &to);
             if (rc == 1) {
                 r->reason = MG_RDZV_R_FAILURE;
+                r->failed_here = 1;
                 say(r, "a worker failed here (round %" PRId64 ")", r->round);
                 return MG_RDZV_RESTART;
             }
@@ -272,6 +274,48 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
         "from round %" PRId64 " did not take",
         CAS_TRIES, r->round);
     return MG_RDZV_FAILED;
+}
+
+int mg_rdzv_failed_here(const struct mg_rdzv *r)
+{
+    return r->failed_here;
+}
+
+int mg_rdzv_min_nodes(const struct mg_rdzv *r)
+{
+    return r->min;
+}
+
+int mg_rdzv_sit_out(struct mg_rdzv *r)
+{
+    char k[KEY_MAX];
+    mg_rdzv_leave(r);
+    key(r, k, "o/%s", r->id);
+    int rc = r->kv->ops->set(r->kv, k, "1", 1, MG_KV_EPHEMERAL);
+    return rc < 0 ? kvfail(r, "sitting out", rc) : 0;
+}
+
+void mg_rdzv_sit_in(struct mg_rdzv *r)
+{
+    char k[KEY_MAX];
+    key(r, k, "o/%s", r->id);
+    r->kv->ops->del(r->kv, k);
+}
+
+int mg_rdzv_job_state(struct mg_rdzv *r)
+{
+    struct rdzv_state st;
+    int rc = rdzv_state_read(r, &st);
+    return rc < 0 ? kvfail(r, "reading the job's state", rc) : st.status;
+}
+
+int mg_rdzv_refresh(struct mg_rdzv *r)
+{
+    int rc = r->kv->ops->keepalive(r->kv);
+    r->next_tick = mg_now_ms() + r->conf.heartbeat_interval_ms;
+    if (rc == -EKEYEXPIRED) /* reconnected, or the lease is made anew by the next set */
+        return 0;
+    return rc < 0 ? kvfail(r, "coming back", rc) : 0;
 }
 
 /* ---- the exit barrier, leaving, closing ------------------------------------------ */
@@ -396,10 +440,18 @@ int mg_rdzv_close_step(struct mg_rdzv *r)
     int na = 0;
     size_t skip;
 
-    /* The store goes away with this process: let the others read the outcome. */
+    /* The store goes away with this process: let the others read the outcome,
+     * those sitting out (node exclusion) included. */
     if (mg_now_ms() >= r->cdeadline || rdzv_list_alive(r, &alive, &na, &skip) < 0)
         return 1;
     mg_kv_free_list(alive, na);
+    if (na == 0) {
+        char k[KEY_MAX];
+        key(r, k, "o/");
+        if (r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES, 0, &alive, &na) < 0)
+            return 1;
+        mg_kv_free_list(alive, na);
+    }
     r->wake_at = r->cdeadline;
     return na == 0;
 }

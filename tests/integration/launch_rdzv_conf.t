@@ -87,7 +87,7 @@ like "$(cat "$T/err")" "cert: applies to the etcd backend only; ignored with c10
 # Unknown keys and bad values are still errors.
 "$MGLAUNCH" --rdzv_conf bogus=1 true >"$T/out" 2>"$T/err"
 is "$?" 2 "an unknown key: exit 2"
-like "$(cat "$T/err")" "unknown key 'bogus' \\(known: join_timeout, timeout, .*use_libuv, rank\\)" \
+like "$(cat "$T/err")" "unknown key 'bogus' \\(known: join_timeout, timeout, .*use_libuv, rank, exclude_after, exclude_window, exclude_cooldown\\)" \
     "the error lists the known keys"
 "$MGLAUNCH" --rdzv_conf store_type=file true >"$T/out" 2>"$T/err"
 is "$?" 2 "store_type=file: exit 2"

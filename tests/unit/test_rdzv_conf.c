@@ -153,7 +153,19 @@ int main(void)
     bad("use_libuv=perhaps", "use_libuv=perhaps");
     bad("rank=-1", "rank=-1");
     bad("bogus=1", "known: join_timeout, timeout, last_call_timeout");
-    bad("bogus=1", "use_libuv, rank)");
+    mg_rdzv_conf_init(&c);
+    is_int(c.exclude_after, 0, "node exclusion off by default");
+    is_int(parse(&c, "exclude_after=3,exclude_window=90,exclude_cooldown=5m", err, sizeof(err)),
+           -EINVAL, "exclude_cooldown=5m is not a duration");
+    is_int(parse(&c, "exclude_after=3,exclude_window=90,exclude_cooldown=300", err, sizeof(err)), 0,
+           "node exclusion's keys");
+    ok(c.exclude_after == 3 && c.exclude_window_ms == 90000 && c.exclude_cooldown_ms == 300000,
+       "  3 failures within 90 s: out for 300 s");
+    bad("exclude_after=-1",
+        "exclude_after=-1: expected a number of failures from 0 (never) to 100");
+    bad("exclude_after=101", "exclude_after=101");
+    bad("exclude_window=0", "exclude_window=0: must be positive");
+    bad("bogus=1", "use_libuv, rank, exclude_after, exclude_window, exclude_cooldown)");
     bad("bogus=1", "bogus");
     bad("join_timeout=abc", "join_timeout=abc");
     bad("join_timeout=0", "join_timeout");
