@@ -26,8 +26,8 @@
 struct offer {
     uint64_t step[MG_SNAP_SLOTS];
     uint64_t disk;
-    int32_t ok; /* the second round: the chosen snapshot checked out */
-    int32_t pad;
+    int32_t ok;  /* the second round: the chosen snapshot checked out */
+    int32_t mem; /* the first: this rank has memory for snapshots */
     char why[216];
 };
 
@@ -294,18 +294,41 @@ int snapshot_resume(struct run *r, int *resumed)
     char err[MG_ERRMSG_LEN];
     struct offer me, *all = NULL;
     *resumed = 0;
-    if (!r->snap_on)
+    /* every rank takes part while snapshots are asked for, memory or not: which
+     * ranks have some is the exchange's to find out, and snapshots (and auto's
+     * agreement on their interval) are for all ranks or none */
+    if (r->o->snapshot_every == 0 || (!r->snap_on && world == 1))
         return 0;
     all = calloc((size_t)world, sizeof(*all));
     if (!all) {
         fail("out of memory");
         return -ENOMEM;
     }
-    make_offer(r, &me);
+    memset(&me, 0, sizeof(me));
+    me.step[0] = me.step[1] = NO_STEP;
+    if (r->snap_on)
+        make_offer(r, &me);
+    me.mem = r->snap_on;
     me.disk = disk_step(r);
     rc = exchange(r, &me, all);
     if (rc < 0)
         goto out;
+    int without = -1, with = 0;
+    for (int q = 0; q < world; q++) {
+        with += all[q].mem != 0;
+        if (!all[q].mem && without < 0)
+            without = q;
+    }
+    if (without >= 0) {
+        if (with && r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: rank %d has no memory for snapshots (%s unset: not "
+                               "started by mglaunch?): this run keeps none\n",
+                    without, SNAP_FD_ENV);
+        snapshot_close(r);
+        rc = 0;
+        goto out;
+    }
     /* the newest step every rank holds; a newer checkpoint on any disk wins */
     uint64_t best = NO_STEP, disk = NO_STEP;
     int said = -1, any = 0;

@@ -7,8 +7,9 @@
 # a byte flipped in its memfd) sends every rank to the newest step all still
 # hold, or to the checkpoint directory, said once, never to wrong weights;
 # ZeRO-1 shards come back the same way; a snapshot larger than the memory
-# allowed is refused at start; --snapshot-every 0 and a run without mglaunch
-# keep none. (A writer killed in the middle of a copy: tests/unit/test_snapshot.c.)
+# allowed is refused at start; --snapshot-every 0, a run without mglaunch, and
+# ranks of which one has no memory keep none. (A writer killed in the middle of
+# a copy: tests/unit/test_snapshot.c.)
 # timeout: 300
 . "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] && [ -x "$HELPERS/snaptool" ] ||
@@ -152,6 +153,24 @@ is "$?" 0 "without mglaunch"
 like "$(cat "$T/alone")" "--snapshot-every: no memory to keep snapshots in" "an explicit --snapshot-every says it has none"
 launch 1 "$TRAIN" $DATA --model mlp --steps 30
 like "$(cat "$T/console")" "snapshots in memory every [0-9]+ steps? \(one takes" "auto says what it chose"
+# ranks started by hand, only rank 0 given memory: snapshots are for all ranks or none
+port=$(free_port)
+: >"$T/mem0"
+for r in 0 1; do
+    fd=""
+    [ $r = 0 ] && fd=MG_SNAPSHOT_FD=9
+    bg env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" $fd \
+        sh -c 'exec 9<>"$0"; exec "$@"' "$T/mem0" "$TRAIN" $DATA --model mlp --steps 30 \
+        >"$T/half.$r" 2>&1
+    eval "hp$r=\$!"
+done
+wait "$hp0"
+rc0=$?
+wait "$hp1"
+is "$rc0 $?" "0 0" "one rank of two with memory: the run goes on"
+like "$(cat "$T/half.0")" "warning: rank 1 has no memory for snapshots \(MG_SNAPSHOT_FD unset: not started by mglaunch\?\): this run keeps none" \
+    "said once, by rank 0"
+unlike "$(cat "$T/half.0")" "snapshots in memory" "and none is kept"
 launch 1 "$TRAIN" $DATA --model mlp --steps 5 --snapshot-every 0
 unlike "$(cat "$T/console")" "snapshots in memory" "--snapshot-every 0 keeps none"
 done_testing
