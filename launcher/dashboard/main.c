@@ -11,16 +11,32 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define PROG "mglaunch dashboard"
+
+/* Who may hold connections, and for how long (docs/cli.md, "mglaunch
+ * dashboard"): a connection idle this long is closed (the page's requests
+ * are short, and it reconnects); a request must arrive whole within the
+ * deadline, so one that trickles its headers a byte at a time to stay alive
+ * is closed too; one address holds at most PER_ADDRESS connections of
+ * MAX_CONNECTIONS, so it cannot lock the others out. On loopback every local
+ * user shares the address 127.0.0.1: there only the total applies, and what
+ * any connection holds ends within the deadline. */
+#define IDLE_TIMEOUT_S   5
+#define REQUEST_DEADLINE 10000 /* ms */
+#define PER_ADDRESS      16
+#define MAX_CONNECTIONS  1024
 
 static const char usage[] =
     "usage: mglaunch dashboard [LOG_DIR] [--host ADDR] [--port N] [--token TOKEN]\n"
@@ -123,6 +139,77 @@ static int new_token(char *out, size_t cap)
     return 0;
 }
 
+/* ---- connections: the request deadline ----------------------------------------------------- */
+
+/* Every open connection, with when its current request began (its opening,
+ * or the end of its last request). libmicrohttpd's thread adds, updates and
+ * removes them; the watchdog thread shuts down those past the deadline. A
+ * connection's socket is closed only after its CLOSED notice, which waits for
+ * the lock: the watchdog never touches a socket that is not the connection's. */
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    int64_t since_ms;
+};
+
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct conn conns = {&conns, &conns, -1, 0};
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    struct conn *c = *socket_context;
+    pthread_mutex_lock(&conns_lock);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && (c = calloc(1, sizeof(*c)))) {
+            c->fd = ci->connect_fd;
+            c->since_ms = mg_now_ms();
+            c->next = &conns;
+            c->prev = conns.prev;
+            conns.prev->next = c;
+            conns.prev = c;
+            *socket_context = c;
+        }
+    } else if (c) {
+        c->prev->next = c->next;
+        c->next->prev = c->prev;
+        free(c);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&conns_lock);
+}
+
+/* A request was answered: the next one has its own deadline. */
+static void request_done(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    pthread_mutex_lock(&conns_lock);
+    if (ci && ci->socket_context)
+        ((struct conn *)ci->socket_context)->since_ms = mg_now_ms();
+    pthread_mutex_unlock(&conns_lock);
+}
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        usleep(250 * 1000);
+        int64_t now = mg_now_ms();
+        pthread_mutex_lock(&conns_lock);
+        for (struct conn *c = conns.next; c != &conns; c = c->next)
+            if (now - c->since_ms > REQUEST_DEADLINE) {
+                shutdown(c->fd, SHUT_RDWR); /* libmicrohttpd sees it end and closes it */
+                c->since_ms = INT64_MAX / 2;
+            }
+        pthread_mutex_unlock(&conns_lock);
+    }
+    return NULL;
+}
+
 /* ---- libmicrohttpd ----------------------------------------------------------------------- */
 
 static const char *get_arg(void *ctx, const char *name)
@@ -162,6 +249,9 @@ static enum MHD_Result reply(struct MHD_Connection *conn, const struct dash_resp
                             "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
     for (int i = 0; i < rs->nhdr; i++)
         MHD_add_response_header(r, rs->hdr_name[i], rs->hdr_value[i]);
+    /* A request without the token (or for a foreign Host) keeps nothing open. */
+    if (rs->status == 401 || rs->status == 403 || rs->status == 405)
+        MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned int)rs->status, r);
     MHD_destroy_response(r);
     return ok;
@@ -191,6 +281,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)con_cls;
     struct dash_req rq = {.path = url, .arg = get_arg, .header = get_header, .ctx = conn};
     dash_handle(d, &rq, &rs);
+    request_done(conn);
     return reply(conn, &rs);
 }
 
@@ -269,11 +360,30 @@ int main(int argc, char **argv)
     sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
-    struct MHD_Daemon *mhd =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request,
-                         &d, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 128U,
-                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, 64U, MHD_OPTION_CONNECTION_TIMEOUT,
-                         60U, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
+    /* The total: what the descriptors allow, leaving room for the files read. */
+    struct rlimit nofile;
+    unsigned max_conns = MAX_CONNECTIONS;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < MAX_CONNECTIONS + 64) {
+        nofile.rlim_cur =
+            nofile.rlim_max < MAX_CONNECTIONS + 64 ? nofile.rlim_max : MAX_CONNECTIONS + 64;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+        if (nofile.rlim_cur < MAX_CONNECTIONS + 64)
+            max_conns = nofile.rlim_cur > 96 ? (unsigned)nofile.rlim_cur - 64 : 32;
+    }
+    pthread_t wd;
+    if (pthread_create(&wd, NULL, watchdog, NULL) != 0) {
+        fprintf(stderr, PROG ": cannot start a thread\n");
+        close(fd);
+        dash_cache_free(d.cache);
+        return 1;
+    }
+    pthread_detach(wd);
+    struct MHD_Daemon *mhd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request, &d,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, d.loopback ? 0U : (unsigned)PER_ADDRESS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)65536, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_END);
     if (!mhd) {
         fprintf(stderr, PROG ": cannot start the HTTP server (libmicrohttpd)\n");
         close(fd);

@@ -11,6 +11,7 @@
 #include "plot.h"
 #include "sha256.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -104,6 +105,67 @@ static int id_ok(const char *id)
            id[0] != '.';
 }
 
+/* Whether each component of rel (a path under base) is there and none is a
+ * symbolic link: the dashboard serves the log directory's own files, never
+ * what a link there points to (another user's file, /etc/...). */
+static int no_links(const char *base, const char *rel)
+{
+    char path[PATH_MAX + 400];
+    size_t n = (size_t)mg_fmt(path, sizeof(path), "%s/", base);
+    struct stat st;
+    for (const char *p = rel; *p;) {
+        size_t k = strcspn(p, "/");
+        if (n + k + 2 > sizeof(path))
+            return 0;
+        memcpy(path + n, p, k);
+        path[n += k] = '\0';
+        if (lstat(path, &st) < 0 || S_ISLNK(st.st_mode))
+            return 0;
+        p += k;
+        if (*p == '/') {
+            path[n++] = '/';
+            p++;
+        }
+    }
+    return 1;
+}
+
+/* Whether nothing in the tree at path (depth levels down) is a symbolic
+ * link. path has room for cap bytes and is given back as it came. */
+static int tree_real(char *path, size_t cap, int depth)
+{
+    DIR *dir = opendir(path);
+    struct dirent *e;
+    struct stat st;
+    size_t n = strlen(path);
+    int ok = dir != NULL, entries = 0;
+    while (ok && (e = readdir(dir))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (++entries > 100000 || mg_fmt(path + n, cap - n, "/%s", e->d_name) < 0) {
+            ok = 0; /* a bound on what one request reads */
+            break;
+        }
+        ok = lstat(path, &st) == 0 && !S_ISLNK(st.st_mode);
+        if (ok && S_ISDIR(st.st_mode) && depth > 1)
+            ok = tree_real(path, cap, depth - 1);
+        path[n] = '\0';
+    }
+    if (dir)
+        closedir(dir);
+    return ok;
+}
+
+/* A run's directory and what the run's page reads below it (the event log,
+ * attempts, ranks, error files, metrics) are its own, none a link. */
+static int run_dir_real(const char *base, const char *id)
+{
+    char path[PATH_MAX + 300];
+    struct stat st;
+    mg_fmt(path, sizeof(path), "%s/%s", base, id);
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && tree_real(path, sizeof(path), 3);
+}
+
 /* The run, from the cache or read now; NULL when there is no such run. */
 static struct crun *get_run(struct dash *d, const char *id)
 {
@@ -114,7 +176,7 @@ static struct crun *get_run(struct dash *d, const char *id)
     if (!id_ok(id))
         return NULL;
     mg_fmt(path, sizeof(path), "%s/%s", d->dir, id);
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode) || !run_dir_real(d->dir, id))
         return NULL;
     for (int i = 0; i < cc->n && !c; i++)
         if (strcmp(cc->runs[i]->id, id) == 0)
@@ -463,8 +525,10 @@ static void api_log(struct dash *d, const struct dash_req *rq, struct dash_resp 
         fail(rs, 400, "want run, attempt, rank, stream (stdout or stderr) and offset");
         return;
     }
-    mg_fmt(path, sizeof(path), "%s/%s/attempt_%ld/%ld/%s.log", d->dir, id, attempt, rank, stream);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    char rel[400];
+    mg_fmt(rel, sizeof(rel), "%s/attempt_%ld/%ld/%s.log", id, attempt, rank, stream);
+    mg_fmt(path, sizeof(path), "%s/%s", d->dir, rel);
+    int fd = no_links(d->dir, rel) ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
