@@ -7,11 +7,12 @@ set -u
 # clang and its runtimes (libclang-rt-dev): the sanitizer build CI runs
 # (make test CC=clang SANITIZE=address,undefined) and make fuzz (libFuzzer). qemu-user:
 # tests/integration/train_cpu_kernels.t runs OpenBLAS on emulated CPUs it does not know.
+# elfutils (eu-stack), gdb: the stacks mglaunch's watchdog takes of a hung job (watchdog.t).
 pkgs="gcc make libc6-dev libopenblas-dev zlib1g-dev libcurl4-openssl-dev libmicrohttpd-dev
       dataset-fashion-mnist perl etcd-server etcd-client iproute2 procps coreutils
       clang-format python3 openssl protobuf-compiler python3-crcmod python3-yaml libxml2-utils
       nodejs slurmctld slurmd slurm-client munge chromium nginx curl
-      tmux nftables groff-base bash-completion clang libclang-rt-dev qemu-user"
+      tmux nftables groff-base bash-completion clang libclang-rt-dev qemu-user elfutils gdb"
 [ "${1:-}" = "--bench" ] && pkgs="$pkgs python3-torch time"
 
 missing=""

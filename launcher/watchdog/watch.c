@@ -5,6 +5,9 @@
 #include "net.h"
 #include "proc.h"
 #include "progress_rec.h"
+#include "stacks.h"
+#include "events.h"
+#include "summary.h"
 #include "watchdog.h"
 
 #include <errno.h>
@@ -18,6 +21,8 @@
 static int64_t interval_ms(const struct mg_watch *wd)
 {
     double ms = wd->kind >= 0 ? wd->floor_s * 100.0 : 500;
+    if (wd->dump.active) /* waiting for the stack tools */
+        ms = 20;
     if (wd->ft.fd >= 0 && ms > 100) /* torch's server checks every 0.1 s */
         ms = 100;
     return ms < 20 ? 20 : ms > 500 ? 500 : (int64_t)ms;
@@ -68,14 +73,130 @@ void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd)
 static void check_progress(struct mg_agent *ag, struct mg_watch *wd);
 static void ft_expire(struct mg_agent *ag, struct mg_watch *wd);
 
+/* Stacks of every running local rank, the hung one first, before it is
+ * killed: the tools run as children; dumps_done() waits for them. */
+static void take_stacks(struct mg_agent *ag, struct mg_watch *wd, int culprit, int pid,
+                        const char *why)
+{
+    struct mg_stack_tool tool;
+    char path[PATH_MAX + 32], head[256], ts[64];
+    int started = 0;
+    if (!wd->dump.child)
+        wd->dump.child = calloc((size_t)ag->nproc, sizeof(*wd->dump.child));
+    if (!wd->dump.child || mg_stacks_find(mg_env_get(ag->cfg.environ, "PATH"), &tool) < 0) {
+        mg_agent_note(ag, "watchdog: no stacks taken: neither eu-stack (Debian's elfutils) nor "
+                          "gdb is installed");
+        mg_workers_condemn(ag, culprit, SIGKILL, pid, "hung", "was hung", why);
+        return;
+    }
+    mg_format_time_ms(mg_wall_ms(), ts, sizeof(ts));
+    for (int k = 0; k < ag->nproc; k++) {
+        int i = (culprit + k) % ag->nproc;
+        const struct worker *w = &ag->w[i];
+        wd->dump.child[i] = 0;
+        if (w->outcome != W_RUNNING)
+            continue;
+        struct mg_procstate ps;
+        char kpath[64];
+        mg_fmt(path, sizeof(path), "%s/%d/stacks.txt", ag->attempt_dir, i);
+        mg_procstate_read(NULL, (int)w->pid, &ps);
+        /* ptrace cannot stop a process in uninterruptible sleep: the
+         * kernel's own record of where it waits instead */
+        mg_fmt(kpath, sizeof(kpath), "from /proc/%d/stack", (int)w->pid);
+        mg_fmt(head, sizeof(head), "# rank %d (local rank %d, host %s, pid %d)%s at %s, %s\n",
+               w->rank, i, ag->cfg.hostname, (int)w->pid, i == culprit ? ", hung," : "", ts,
+               ps.state == 'D' ? kpath
+               : tool.gdb      ? "by gdb -batch"
+                               : "by eu-stack");
+        int rc;
+        if (ps.state == 'D') {
+            rc = mg_stacks_kernel((int)w->pid, path, head);
+            if (rc == 0)
+                mg_agent_note(ag,
+                              "watchdog: local rank %d is in uninterruptible sleep: its "
+                              "kernel stack is in %s",
+                              i, path);
+            else
+                mg_agent_note(ag,
+                              "watchdog: local rank %d is in uninterruptible sleep and its "
+                              "kernel stack cannot be read (%s)",
+                              i, mg_strerror(rc));
+            continue;
+        }
+        rc = mg_stacks_start(&tool, (int)w->pid, path, head, ag->cfg.environ, &wd->dump.child[i]);
+        if (rc < 0)
+            mg_agent_note(ag, "watchdog: cannot take the stack of local rank %d into %s: %s", i,
+                          path, mg_strerror(rc));
+        else
+            started++;
+    }
+    if (!started) {
+        mg_workers_condemn(ag, culprit, SIGKILL, pid, "hung", "was hung", why);
+        return;
+    }
+    wd->dump.active = 1;
+    wd->dump.culprit = culprit;
+    wd->dump.pid = pid;
+    mg_fmt(wd->dump.why, sizeof(wd->dump.why), "%s", why);
+    wd->dump.deadline = mg_now_ms() + MG_STACKS_TIMEOUT_MS;
+}
+
+/* Whether the stack tools are done (or given up on); then the hung rank is
+ * killed. */
+static int dumps_done(struct mg_agent *ag, struct mg_watch *wd, int give_up)
+{
+    char path[PATH_MAX + 32], why[200], ranks[256] = "";
+    size_t len = 0;
+    int late = !give_up && mg_now_ms() >= wd->dump.deadline;
+    for (int i = 0; i < ag->nproc; i++)
+        if (wd->dump.child[i] && !mg_stacks_done(wd->dump.child[i])) {
+            if (!give_up && !late)
+                return 0;
+            kill(-wd->dump.child[i], SIGKILL);
+            mg_agent_note(ag, "watchdog: the stack of local rank %d took over %d s: given up", i,
+                          MG_STACKS_TIMEOUT_MS / 1000);
+            wd->dump.child[i] = 0;
+        }
+    for (int i = 0; i < ag->nproc; i++) {
+        if (!wd->dump.child[i])
+            continue;
+        wd->dump.child[i] = 0;
+        mg_fmt(path, sizeof(path), "%s/%d/stacks.txt", ag->attempt_dir, i);
+        if (mg_stacks_check(path, why, sizeof(why)) < 0)
+            mg_agent_note(ag, "watchdog: no stack of local rank %d: %s (see %s)", i, why, path);
+        else if (len < sizeof(ranks))
+            len += (size_t)snprintf(ranks + len, sizeof(ranks) - len, "%s%d", len ? "," : "", i);
+    }
+    wd->dump.active = 0;
+    if (ranks[0])
+        mg_agent_note(ag, "watchdog: stacks of local rank%s %s in %s/<local rank>/stacks.txt",
+                      strchr(ranks, ',') ? "s" : "", ranks, ag->attempt_dir);
+    if (!give_up)
+        mg_workers_condemn(ag, wd->dump.culprit, SIGKILL, wd->dump.pid, "hung", "was hung",
+                           wd->dump.why);
+    return 1;
+}
+
 static void check(struct mg_agent *ag, void *ctx)
 {
     struct mg_watch *wd = ctx;
     wd->armed = 0;
     /* Only while an attempt runs and nobody stops it; the next attempt
      * arms it again. */
-    if (ag->state != ST_RUNNING || ag->stopping || ag->running == 0)
+    if (ag->state != ST_RUNNING || ag->stopping || ag->running == 0) {
+        if (wd->dump.active) /* the attempt ended another way meanwhile */
+            dumps_done(ag, wd, 1);
         return;
+    }
+    if (wd->dump.active) {
+        if (!dumps_done(ag, wd, 0)) {
+            if (mg_agent_add_timer(ag, mg_now_ms() + 20, check, wd) >= 0)
+                wd->armed = 1;
+            return;
+        }
+        arm(ag, wd);
+        return;
+    }
     if (wd->ft.fd >= 0)
         ft_expire(ag, wd);
     if (wd->kind >= 0 && !ag->stopping)
@@ -117,7 +238,7 @@ static void check_progress(struct mg_agent *ag, struct mg_watch *wd)
             wd->said_remote = 1;
         } else {
             mg_agent_note(ag, "watchdog: %s", v.line);
-            mg_workers_condemn(ag, v.culprit, SIGKILL, r[v.culprit].pid, "hung", "was hung", v.why);
+            take_stacks(ag, wd, v.culprit, r[v.culprit].pid, v.why);
         }
     }
     free(r);
@@ -255,7 +376,10 @@ int mg_watch_filetimer_setup(struct mg_agent *ag, struct mg_watch *wd, char *err
 
 void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd)
 {
-    (void)ag;
+    if (wd->dump.active && wd->dump.child)
+        dumps_done(ag, wd, 1);
+    free(wd->dump.child);
+    wd->dump.child = NULL;
     if (wd->ft.fd >= 0 || wd->ft.created || wd->ft.dir[0])
         mg_filetimer_release(&wd->ft);
 }

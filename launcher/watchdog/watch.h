@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct mg_agent;
 
@@ -22,6 +23,14 @@ struct mg_watch {
     struct mg_filetimer ft; /* torch's file timer; ft.fd -1: off */
     int ft_poller;          /* its FIFO's poller id, -1: none */
     int ft_bad_said;        /* bad requests told this attempt */
+    /* Stacks being taken before a hung rank is killed (stacks.h). */
+    struct {
+        int active;
+        int culprit, pid; /* the hung rank's local rank and pid */
+        char why[512];
+        pid_t *child; /* per local rank, 0: none */
+        int64_t deadline;
+    } dump;
 };
 
 /* With --hang-timeout > 0: the records, one per local rank. A failure to

@@ -20,7 +20,9 @@
  *                                 to itself), spin (a loop in its own code),
  *                                 sleep (blocked before the step's collective),
  *                                 vfork (in uninterruptible sleep in the kernel:
- *                                 the parent of a vfork child that sleeps)
+ *                                 the parent of a vfork child that sleeps),
+ *                                 or none; rank 0 prints when its first step is done
+ *   comm_rank progress-cost       the progress calls of one step, timed (ns per step)
  *   comm_rank bench [--registered] SIZES...
  *                                 times allreduce for each size in bytes; rank 0
  *                                 prints "bytes us_per_op" lines. --registered:
@@ -44,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,9 +99,16 @@ static int cmd_loop(int victim, long ms, int registered)
     }
 }
 
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static void hang_now(const char *kind)
 {
-    fprintf(stderr, "comm_rank: rank %d hangs (%s)\n", dist->rank, kind);
+    fprintf(stderr, "comm_rank: rank %d hangs (%s) at %.6f\n", dist->rank, kind, wall_now());
     if (!strcmp(kind, "stop"))
         raise(SIGSTOP);
     else if (!strcmp(kind, "spin"))
@@ -132,8 +142,38 @@ static int cmd_steps(long n, int victim, long at, const char *kind)
         if (mg_comm_allreduce(dist->comm, x, 16384, MG_REDUCE_SUM, MG_COMM_DEFAULT_TIMEOUT))
             die("%s", mg_comm_errmsg(dist->comm));
         mg_progress_step_end(s + 1);
+        if (s == 0 && dist->rank == 0) /* for tests/bench/hang.sh */
+            fprintf(stderr, "comm_rank: first step done at %.6f (restart %s)\n", wall_now(),
+                    rc_env ? rc_env : "0");
     }
     printf("rank %d: %ld steps\n", dist->rank, n);
+    return 0;
+}
+
+/* What the watchdog costs a step: the progress calls of one training step
+ * with one bucket's collective (runtime/progress.h), timed. */
+static int cmd_progress_cost(void)
+{
+    long n = 2000000;
+    int64_t best = INT64_MAX;
+    for (int r = 0; r < 5; r++) {
+        int64_t t0 = mg_now_us();
+        for (long i = 0; i < n; i++) {
+            mg_progress_step_begin();
+            mg_progress_phase(MG_PH_DATA);
+            mg_progress_phase(MG_PH_COMPUTE);
+            mg_progress_next_bucket(0);
+            uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLREDUCE, 65536);
+            mg_progress_coll_end(seq, 0);
+            mg_progress_phase(MG_PH_SYNC);
+            mg_progress_phase(MG_PH_OPTIMIZER);
+            mg_progress_step_end(i + 1);
+        }
+        int64_t t = mg_now_us() - t0;
+        best = t < best ? t : best;
+    }
+    printf("%.1f ns per step (%s)\n", (double)best * 1000.0 / (double)n,
+           getenv("MG_PROGRESS_FD") ? "recording" : "no record");
     return 0;
 }
 
@@ -337,6 +377,8 @@ int main(int argc, char **argv)
         cmd_loop(atoi(argv[2]), atol(argv[3]), argc > 4 && !strcmp(argv[4], "--registered"));
     } else if (!strcmp(cmd, "hang") && argc > 3) {
         cmd_hang(atoi(argv[2]), atoi(argv[3]));
+    } else if (!strcmp(cmd, "progress-cost")) {
+        cmd_progress_cost();
     } else if (!strcmp(cmd, "steps") && argc > 5) {
         cmd_steps(atol(argv[2]), atoi(argv[3]), atol(argv[4]), argv[5]);
     } else if (!strcmp(cmd, "bench")) {

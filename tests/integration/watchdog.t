@@ -4,7 +4,9 @@
 # were doing (the flight recorder), killed, reported as the attempt's root
 # cause, and the group restarts. Each kind of hang: stopped (SIGSTOP), a spin
 # in its own code, blocked before a collective, in uninterruptible sleep in
-# the kernel; then train itself frozen with SIGSTOP from outside. Also: a
+# the kernel; the stacks of every rank taken first (eu-stack, gdb, the
+# kernel's for one in uninterruptible sleep, or a line saying there is no
+# tool); then train itself frozen with SIGSTOP from outside. Also: a
 # stopped worker gets SIGCONT with its stop signal (no grace period spent on
 # it), --hang-timeout 0 turns the watchdog off, bad values are refused.
 # timeout: 150
@@ -30,6 +32,26 @@ for kind in stop spin sleep vfork; do
     esac
     like "$e" "mglaunch: watchdog: rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\) is hung: no progress for [0-9.]+ s \\(bound $HT.0 s: --hang-timeout $HT s; its slowest recent step [0-9.e-]+ s\\); it is $st; it was in forward/backward at step 100; rank 0 waits in allreduce #101 \\(bucket 0, 64 KB\\) since [0-9.]+ s; rank 1 last finished #100" \
         "$kind: one line names the rank, its state, what it did and where the others wait"
+    if [ $kind = vfork ]; then
+        like "$e" "watchdog: local rank 1 is in uninterruptible sleep: its kernel stack is in $L/$kind/attempt_0/1/stacks.txt
+mglaunch: watchdog: stacks of local rank 0 in $L/$kind/attempt_0/<local rank>/stacks.txt" \
+            "$kind: the stacks of both ranks taken"
+    else
+        like "$e" "watchdog: stacks of local ranks 0,1 in $L/$kind/attempt_0/<local rank>/stacks.txt" \
+            "$kind: the stacks of both ranks taken"
+    fi
+    s1=$(cat "$L/$kind/attempt_0/1/stacks.txt")
+    if [ $kind = vfork ]; then
+        # ptrace cannot stop a process in uninterruptible sleep: the kernel's stack
+        like "$s1" "^# rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\), hung, at [0-9-]+ [0-9:.]+, from /proc/[0-9]+/stack" \
+            "$kind: rank 1's stack is the kernel's"
+        like "$s1" "(kernel_clone|vfork)" "$kind: where it waits"
+    else
+        like "$s1" "^# rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\), hung, at [0-9-]+ [0-9:.]+, by eu-stack" \
+            "$kind: rank 1's stacks say it is the hung one"
+        like "$s1" "#[0-9]+ +0x[0-9a-f]+ (hang_now|cmd_steps)" "$kind: with its frames, where it hangs"
+    fi
+    like "$(cat "$L/$kind/attempt_0/0/stacks.txt")" "#[0-9]+ +0x[0-9a-f]+ " "$kind: and rank 0's"
     like "$e" "sent SIGKILL to local rank 1 \\(rank 1, pid [0-9]+\\); stopping the other workers" "$kind: killed"
     like "$e" "restarting the workers \\(restart 1 of 1\\)" "$kind: restarted"
     is "$(grep -c ' steps$' "$T/out")" 2 "$kind: both ranks did their steps in the second attempt"
@@ -50,6 +72,24 @@ like "$e" "attempt 0 \\(restart 0, [^)]*\\): rank 0 \\(local rank 0, pid [0-9]+\
 like "$e" "  rank      : 0 \\(local rank 0\\)" "root cause: the hung rank"
 like "$e" "  message   : hung: no progress for [0-9.]+ s in forward/backward at step 50; sleeping in the kernel" \
     "its message says why"
+
+# ---- the stack tools: gdb when eu-stack is missing, a clear line when both are
+mkdir "$T/gdbonly" "$T/none"
+if command -v gdb >/dev/null; then
+    ln -s "$(command -v gdb)" "$T/gdbonly/gdb"
+    PATH=$T/gdbonly "$MGLAUNCH" --log_dir "$L" --rdzv_id gdb --nproc_per_node 2 --hang-timeout $HT \
+        "$CR" steps 400 1 50 sleep >"$T/out" 2>"$T/err"
+    s1=$(cat "$L/gdb/attempt_0/1/stacks.txt")
+    like "$s1" "^# rank 1 .*, hung, at .*, by gdb -batch" "gdb took the stacks"
+    like "$s1" "#[0-9]+ +.*(sleep|hang_now|cmd_steps)" "with frames"
+else
+    ok true "# SKIP gdb not installed"
+fi
+PATH=$T/none "$MGLAUNCH" --log_dir "$L" --rdzv_id none --nproc_per_node 2 --hang-timeout $HT \
+    "$CR" steps 400 1 50 sleep >"$T/out" 2>"$T/err"
+is $? 137 "no stack tool: the hung rank is killed all the same"
+like "$(cat "$T/err")" "watchdog: no stacks taken: neither eu-stack \\(Debian's elfutils\\) nor gdb is installed" \
+    "and says why there are no stacks"
 
 # ---- train frozen from outside
 "$MGLAUNCH" --log_dir "$L" --rdzv_id train --nproc_per_node 2 --max_restarts 1 --hang-timeout $HT \
