@@ -1,15 +1,11 @@
 /* Reading a progress record (see progress_rec.h). */
 #include "progress_rec.h"
 
-static const char *const phases[MG_PH_COUNT] = {"nothing yet",
-                                                "setup",
-                                                "taking a batch",
-                                                "forward/backward",
-                                                "waiting for the gradients",
-                                                "the optimizer step",
-                                                "evaluation",
-                                                "a checkpoint",
-                                                "finishing"};
+static const char *const phases[MG_PH_COUNT] = {"startup",           "setup",
+                                                "data loading",      "forward/backward",
+                                                "the gradient sync", "the optimizer step",
+                                                "evaluation",        "a checkpoint",
+                                                "the finish"};
 
 static const char *const ops[MG_PROG_OP_COUNT] = {"allreduce", "broadcast", "allgather",
                                                   "reduce-scatter", "barrier"};

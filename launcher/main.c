@@ -3,6 +3,7 @@
  *   mglaunch [options] PROGRAM [ARGS...]     run nproc_per_node workers
  *   mglaunch logs [LOG_DIR] [selectors]      inspect per-rank logs
  *   mglaunch dashboard [LOG_DIR] [options]   a web page of the runs (mglaunch-dashboard)
+ *   mglaunch dump [LOG_DIR] [--run ID]       stacks and flight records of a running job
  *
  * The only file that prints errors and decides exit codes: 0 success, the
  * root cause's code after a worker failure, 2 for bad usage, 128+N after
@@ -10,6 +11,7 @@
 #include "agent.h"
 #include "logdir.h"
 #include "logs_cmd.h"
+#include "dump_cmd.h"
 #include "mg_config.h"
 #include "mg_err.h"
 #include "opts.h"
@@ -39,6 +41,7 @@ static const char usage[] =
     "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
     "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
     "       mglaunch dashboard [LOG_DIR] [--host ADDR] [--port N] [--token TOKEN]\n"
+    "       mglaunch dump [LOG_DIR] [--run ID]\n"
     "\n"
     "Starts nproc_per_node workers running PROGRAM with torchrun's environment (RANK,\n"
     "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), supervises them, restarts the\n"
@@ -418,6 +421,15 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "dashboard") == 0)
         return dashboard(argv + 1);
+    if (argc > 1 && strcmp(argv[1], "dump") == 0) {
+        char err[MG_ERRMSG_LEN];
+        int rc = mg_dump_main(argc - 1, argv + 1, stdout, err, sizeof(err));
+        if (rc < 0) {
+            fprintf(stderr, "mglaunch dump: %s\n", err);
+            return rc == -EINVAL ? 2 : 1;
+        }
+        return rc;
+    }
     if (argc > 1 && strcmp(argv[1], "logs") == 0) {
         char err[MG_ERRMSG_LEN];
         int rc = mg_logs_main(argc - 1, argv + 1, stdout, err, sizeof(err));

@@ -114,7 +114,7 @@ _mglaunch() {
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     elif [ "$COMP_CWORD" -eq 1 ]; then
-        COMPREPLY=($(compgen -W "logs" -- "$cur") $(compgen -c -- "$cur") $(compgen -f -- "$cur"))
+        COMPREPLY=($(compgen -W "logs dump" -- "$cur") $(compgen -c -- "$cur") $(compgen -f -- "$cur"))
     else
         COMPREPLY=($(compgen -c -- "$cur") $(compgen -f -- "$cur"))
     fi

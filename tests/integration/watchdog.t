@@ -8,7 +8,8 @@
 # kernel's for one in uninterruptible sleep, or a line saying there is no
 # tool); then train itself frozen with SIGSTOP from outside. Also: a
 # stopped worker gets SIGCONT with its stop signal (no grace period spent on
-# it), --hang-timeout 0 turns the watchdog off, bad values are refused.
+# it), --hang-timeout 0 turns the watchdog off, `mglaunch dump` on a live
+# job, bad values are refused.
 # timeout: 150
 . "$(dirname "$0")/../lib/lib.sh"
 CR=$HELPERS/comm_rank
@@ -125,6 +126,36 @@ kill -TERM $M
 wait $M
 is $? 143 "SIGTERM ends the run"
 unlike "$(cat "$T/err")" "grace period over" "the stopped worker obeyed SIGTERM (SIGCONT sent with it)"
+
+# ---- mglaunch dump on a live job: records and stacks, the job goes on
+"$MGLAUNCH" --log_dir "$L" --rdzv_id live --nproc_per_node 2 "$CR" steps 1000000000 1 -1 none \
+    >"$T/live.out" 2>"$T/live.err" &
+M=$!
+at_cleanup "kill -KILL $M 2>/dev/null"
+wait_for 30 grep -q 'first step done' "$T/live.err" || bail "the live job did not start its steps"
+"$MGLAUNCH" dump "$L" --run live >"$T/dump" 2>&1
+is $? 0 "mglaunch dump: exit 0"
+d=$(cat "$T/dump")
+like "$d" "^run live, attempt 0, host $(hostname), at " "names the run"
+for r in 0 1; do
+    like "$d" "rank $r \\(local rank $r, pid [0-9]+\\): [a-z]+" "rank $r and its state"
+done
+like "$d" "  step [0-9]+, in [a-z/ ]+ for [0-9.]+ s; last progress [0-9.]+ s ago" "its step and phase"
+like "$d" "  last finished collective: allreduce #[0-9]+ \\(bucket 0, 64 KB\\), [0-9.]+ ms" "its last collective"
+like "$d" "  #[0-9]+ +0x[0-9a-f]+ (cmd_steps|mg_comm_allreduce|main)" "and its stack"
+f=$(sed -n 's/^  saved in \(.*dump-[0-9]*\.txt\)$/\1/p' "$T/dump" | head -1)
+like "$(head -1 "$f" 2>/dev/null)" "^# mglaunch dump at " "saved in the attempt's directory: $f"
+grep -q "^# stacks, by eu-stack" "$f"
+is $? 0 "with the stacks"
+ok kill -0 $M
+kill -TERM $M
+wait $M
+"$MGLAUNCH" dump "$L" --run live >"$T/dump" 2>&1
+is $? 1 "a run that ended: exit 1"
+like "$(cat "$T/dump")" "mglaunch dump: run live in $L is not running \\(its mglaunch has ended\\)" "says so"
+"$MGLAUNCH" dump "$L" --bogus >"$T/dump" 2>&1
+is $? 2 "a bad argument: exit 2"
+like "$(cat "$T/dump")" "mglaunch dump: unknown argument '--bogus'" "says which"
 
 # ---- bad values
 "$MGLAUNCH" --hang-timeout soon "$CR" info >"$T/out" 2>"$T/err"

@@ -1,0 +1,211 @@
+/* `mglaunch dump` (see dump_cmd.h). */
+#include "dump_cmd.h"
+#include "events.h"
+#include "logdir.h"
+#include "logs_internal.h"
+#include "mg_err.h"
+#include "net.h"
+#include "proc.h"
+#include "procstate.h"
+#include "progress_rec.h"
+#include "stacks.h"
+#include "summary.h"
+#include "watchdog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char usage[] =
+    "usage: mglaunch dump [LOG_DIR] [--run ID]\n"
+    "Prints, and saves in the attempt's directory (<local_rank>/dump-<time>.txt), what every\n"
+    "local rank of a running job is doing: its step and phase, its last collectives, and the\n"
+    "stack of every thread (eu-stack or gdb), without stopping the job. The newest run of\n"
+    "LOG_DIR by default; LOG_DIR defaults to mglaunch's private directory\n"
+    "${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
+
+/* The progress record of a running worker, read through /proc: the
+ * descriptor MG_PROGRESS_FD names in its environment. 0, or a negative code. */
+static int read_record(int pid, struct mg_progress *rec)
+{
+    char path[64], env[65536];
+    mg_fmt(path, sizeof(path), "/proc/%d/environ", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, env, sizeof(env) - 1);
+    close(fd);
+    if (n <= 0)
+        return -ENODATA;
+    env[n] = '\0';
+    long num = -1;
+    for (char *p = env; p < env + n; p += strlen(p) + 1)
+        if (strncmp(p, "MG_PROGRESS_FD=", 15) == 0)
+            num = strtol(p + 15, NULL, 10);
+    if (num < 3)
+        return -ENOENT;
+    mg_fmt(path, sizeof(path), "/proc/%d/fd/%ld", pid, num);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    n = pread(fd, rec, sizeof(*rec), 0);
+    close(fd);
+    if (n != (ssize_t)sizeof(*rec) || rec->magic != MG_PROGRESS_MAGIC || rec->pid != pid)
+        return -ENODATA;
+    return 0;
+}
+
+static void describe(FILE *f, const struct lworker *w)
+{
+    struct mg_progress rec;
+    struct mg_procstate ps;
+    char st[160], ct[128];
+    mg_procstate_read(NULL, w->pid, &ps);
+    fprintf(f, "rank %d (local rank %d, pid %d): %s\n", w->rank, w->local_rank, w->pid,
+            mg_procstate_text(&ps, st, sizeof(st)));
+    int rc = read_record(w->pid, &rec);
+    int64_t now_us = mg_now_us();
+    if (rc < 0) {
+        fprintf(f, "  no progress record (%s: not a libmg program, or --hang-timeout 0)\n",
+                mg_strerror(rc));
+        return;
+    }
+    fprintf(f, "  step %lld, in %s for %.1f s; last progress %.1f s ago\n", (long long)rec.step,
+            mg_progress_phase_name(rec.phase), (double)(now_us - rec.phase_us) / 1e6,
+            (double)(now_us - rec.beat_us) / 1e6);
+    const struct mg_progress_coll *in = mg_watch_waiting(&rec);
+    uint64_t done = mg_progress_last_done(&rec);
+    if (in)
+        fprintf(f, "  inside %s since %.1f s\n", mg_watch_coll_text(in, ct, sizeof(ct)),
+                (double)(now_us - in->start_us) / 1e6);
+    fprintf(f, "  last finished collective: ");
+    const struct mg_progress_coll *d = mg_progress_coll_find(&rec, done);
+    if (d)
+        fprintf(f, "%s, %.1f ms, %.1f s ago\n", mg_watch_coll_text(d, ct, sizeof(ct)),
+                (double)(d->end_us - d->start_us) / 1e3, (double)(now_us - d->end_us) / 1e6);
+    else
+        fprintf(f, "none\n");
+}
+
+int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
+{
+    const char *dir = NULL, *run = NULL;
+    char defdir[PATH_MAX], buf[PATH_MAX], ts[64], stamp[32];
+    struct lrun r;
+    int rc;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, out);
+            return 0;
+        } else if (!strcmp(argv[i], "--run") && i + 1 < argc) {
+            run = argv[++i];
+        } else if (!strncmp(argv[i], "--run=", 6)) {
+            run = argv[i] + 6;
+        } else if (argv[i][0] != '-' && !dir) {
+            dir = argv[i];
+        } else {
+            return mg_seterr(err, errcap, -EINVAL, "unknown argument '%s' (see mglaunch dump --help)",
+                             argv[i]);
+        }
+    }
+    if (!dir) {
+        if ((rc = mg_logdir_default(defdir, sizeof(defdir))))
+            return mg_seterr(err, errcap, rc, "cannot use the default log directory '%s': %s",
+                             defdir, mg_strerror(rc));
+        dir = defdir;
+    }
+    if (!run) {
+        struct run_ent *runs = NULL;
+        int n = 0;
+        if ((rc = mg_logs_runs(dir, &runs, &n, err, errcap)))
+            return rc;
+        mg_fmt(buf, sizeof(buf), "%s", runs[n - 1].id);
+        free(runs);
+        run = buf;
+    } else {
+        char rb[PATH_MAX];
+        run = mg_logs_resolve_run(dir, run, rb, sizeof(rb));
+        mg_fmt(buf, sizeof(buf), "%s", run);
+        run = buf;
+    }
+    if ((rc = mg_logs_load_run(&r, dir, run)))
+        return mg_seterr(err, errcap, rc, "cannot read the run '%s' in '%s': %s", run, dir,
+                         mg_strerror(rc));
+    if (!r.has_events || r.ended || !mg_logs_launcher_alive(&r) || r.na == 0) {
+        fprintf(out, "mglaunch dump: run %s in %s is not running (its mglaunch %s)\n", r.id, dir,
+                r.ended ? "has ended" : "is gone");
+        mg_logs_run_free(&r);
+        return 1;
+    }
+    const struct lattempt *a = &r.a[r.na - 1];
+    struct mg_stack_tool tool;
+    int have_tool = mg_stacks_find(getenv("PATH"), &tool) == 0;
+    int64_t wall = mg_wall_ms();
+    mg_format_time_ms(wall, ts, sizeof(ts));
+    mg_fmt(stamp, sizeof(stamp), "%lld", (long long)(wall / 1000));
+    fprintf(out, "run %s, attempt %d, host %s, at %s\n", r.id, a->attempt, r.host, ts);
+    if (!have_tool)
+        fprintf(out, "(no stacks: neither eu-stack (Debian's elfutils) nor gdb is installed)\n");
+    for (int i = 0; i < a->nw; i++) {
+        const struct lworker *w = &a->w[i];
+        if (w->exited || w->pid <= 0)
+            continue;
+        char path[PATH_MAX + 64], head[512];
+        char *text = NULL;
+        size_t tlen = 0;
+        FILE *mem = open_memstream(&text, &tlen);
+        if (!mem)
+            continue;
+        describe(mem, w);
+        fclose(mem);
+        fputs(text, out);
+        mg_fmt(path, sizeof(path), "%s/attempt_%d/%d/dump-%s.txt", r.dir, a->attempt,
+               w->local_rank, stamp);
+        mg_fmt(head, sizeof(head), "# mglaunch dump at %s\n%s# stacks, %s\n", ts, text,
+               have_tool ? (tool.gdb ? "by gdb -batch" : "by eu-stack") : "none: no tool");
+        free(text);
+        pid_t child;
+        if (!have_tool) {
+            int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            if (fd >= 0) {
+                mg_write_full(fd, head, strlen(head), -1);
+                close(fd);
+            }
+        } else if ((rc = mg_stacks_start(&tool, w->pid, path, head, environ, &child)) < 0) {
+            fprintf(out, "  cannot take its stack into %s: %s\n", path, mg_strerror(rc));
+            continue;
+        } else {
+            int64_t dl = mg_now_ms() + MG_STACKS_TIMEOUT_MS;
+            while (!mg_stacks_done(child) && mg_now_ms() < dl)
+                usleep(10000);
+            if (!mg_stacks_done(child)) {
+                kill(-child, SIGKILL);
+                fprintf(out, "  its stack took over %d s: given up\n", MG_STACKS_TIMEOUT_MS / 1000);
+            }
+            char why[200];
+            if (mg_stacks_check(path, why, sizeof(why)) < 0)
+                fprintf(out, "  no stack: %s\n", why);
+        }
+        /* the stacks, as saved */
+        FILE *f = fopen(path, "r");
+        char line[1024];
+        int in_stacks = 0;
+        while (f && fgets(line, sizeof(line), f)) {
+            if (!strncmp(line, "# stacks", 8))
+                in_stacks = 1;
+            else if (in_stacks)
+                fprintf(out, "  %s", line);
+        }
+        if (f)
+            fclose(f);
+        fprintf(out, "  saved in %s\n", path);
+    }
+    mg_logs_run_free(&r);
+    fflush(out);
+    return 0;
+}
