@@ -109,8 +109,8 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         } else if (argv[i][0] != '-' && !dir) {
             dir = argv[i];
         } else {
-            return mg_seterr(err, errcap, -EINVAL, "unknown argument '%s' (see mglaunch dump --help)",
-                             argv[i]);
+            return mg_seterr(err, errcap, -EINVAL,
+                             "unknown argument '%s' (see mglaunch dump --help)", argv[i]);
         }
     }
     if (!dir) {
@@ -164,8 +164,8 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         describe(mem, w);
         fclose(mem);
         fputs(text, out);
-        mg_fmt(path, sizeof(path), "%s/attempt_%d/%d/dump-%s.txt", r.dir, a->attempt,
-               w->local_rank, stamp);
+        mg_fmt(path, sizeof(path), "%s/attempt_%d/%d/dump-%s.txt", r.dir, a->attempt, w->local_rank,
+               stamp);
         mg_fmt(head, sizeof(head), "# mglaunch dump at %s\n%s# stacks, %s\n", ts, text,
                have_tool ? (tool.gdb ? "by gdb -batch" : "by eu-stack") : "none: no tool");
         free(text);
