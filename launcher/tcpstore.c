@@ -84,6 +84,7 @@ struct client {
     char peer[80]; /* host:port, for the agent's log */
     char why[200]; /* why it was refused, when it was */
     size_t wbytes; /* its parked wait's copied keys */
+    int paused;    /* whole requests wait for replies to drain (serve) */
     uint8_t *in;
     size_t ilen, icap;
     uint8_t *out;
@@ -282,22 +283,27 @@ void mg_tcpstore_clear(struct mg_tcpstore *t)
 
 static void put(struct mg_tcpstore *t, struct client *c, const void *p, size_t n)
 {
+    /* Requests wait while replies are pending (serve), so a client that reads
+     * holds at most a pause's worth and one request's replies (a value, or a
+     * multi_get within max_pending); past that it is not reading at all. */
+    size_t most = PAUSE_OUTPUT + t->lim.max_pending + t->lim.max_value + 4096;
     if (c->dead || n == 0) /* an empty value's p may be NULL */
         return;
+    if (c->olen + n > most) {
+        refuse(c, "replies of %zu bytes it does not read", c->olen + n);
+        return;
+    }
     if (c->olen + n > c->ocap) {
         size_t cap = c->ocap ? c->ocap : 4096;
         while (cap < c->olen + n)
             cap *= 2;
-        /* Requests wait while replies are pending (serve), so one client
-         * holds at most a pause's worth and one request's replies. */
-        uint8_t *o =
-            cap <= 2 * (t->lim.max_pending + t->lim.max_value) ? realloc(c->out, cap) : NULL;
+        uint8_t *o = realloc(c->out, cap < most ? cap : most);
         if (!o) {
-            refuse(c, "replies of %zu bytes it does not read", c->olen + n);
+            refuse(c, "out of memory");
             return;
         }
         c->out = o;
-        c->ocap = cap;
+        c->ocap = cap < most ? cap : most;
     }
     memcpy(c->out + c->olen, p, n);
     c->olen += n;
@@ -707,6 +713,10 @@ static void serve(struct mg_tcpstore *t, struct client *c)
             break;
         off += (size_t)k;
     }
+    /* Stopped for the replies, not for want of bytes: the loop must come
+     * back when they drain, though the socket may say nothing new. */
+    c->paused =
+        !c->dead && c->ilen > off && (c->olen > PAUSE_OUTPUT || t->out_total > t->lim.max_pending);
     if (off == 0)
         return;
     memmove(c->in, c->in + off, c->ilen - off);
@@ -720,6 +730,7 @@ static void peer_of(int fd, char *buf, size_t cap)
     socklen_t sl = sizeof(sa);
     char host[NI_MAXHOST], port[NI_MAXSERV];
     if (getpeername(fd, (struct sockaddr *)&sa, &sl) < 0 ||
+        (sa.ss_family != AF_INET && sa.ss_family != AF_INET6) ||
         getnameinfo((struct sockaddr *)&sa, sl, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0 ||
         mg_format_hostport(buf, cap, host, atoi(port)) < 0)
@@ -781,8 +792,9 @@ int mg_tcpstore_pollfds(void *vt, struct pollfd *fds, int max)
     }
     for (int i = 0; i < t->nc; i++) {
         fds[i] = (struct pollfd){.fd = t->c[i]->fd, .events = POLLIN};
-        if (t->c[i]->olen)
-            fds[i].events |= POLLOUT;
+        if (t->c[i]->olen || (t->c[i]->paused && t->c[i]->olen <= PAUSE_OUTPUT &&
+                              t->out_total <= t->lim.max_pending))
+            fds[i].events |= POLLOUT; /* POLLOUT alone: to serve a paused one */
         t->owner[i] = i;
     }
     return t->nc;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,6 +315,129 @@ static void real_torch(void)
        "  set, get, add, compare_set, wait, delete, a wait timeout");
 }
 
+/* ---- the limits, on a store of small ones driven directly (socketpairs) ---- */
+
+static char reported[8][400];
+static int nreported;
+
+static void on_report(void *ctx, const char *line)
+{
+    (void)ctx;
+    if (nreported < 8)
+        snprintf(reported[nreported++], sizeof(reported[0]), "%s", line);
+}
+
+static void pump(struct mg_tcpstore *t)
+{
+    struct pollfd fds[8];
+    for (int turn = 0; turn < 20; turn++) {
+        int n = mg_tcpstore_pollfds(t, fds, 8);
+        if (n <= 0 || poll(fds, (nfds_t)n, 10) <= 0)
+            continue;
+        mg_tcpstore_process(t, fds, n);
+    }
+}
+
+static int adopt_pair(struct mg_tcpstore *t, int *client)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
+        return -errno;
+    *client = sv[0];
+    return mg_tcpstore_adopt(t, sv[1], NULL, 0);
+}
+
+static int eof_soon(int fd)
+{
+    char b[4096];
+    for (;;) {
+        if (!readable(fd, 2000))
+            return 0;
+        ssize_t r = read(fd, b, sizeof(b));
+        if (r <= 0)
+            return 1;
+    }
+}
+
+static void small_limits(void)
+{
+    struct mg_tcpstore_limits lim = {.max_value = 100,
+                                     .max_keys = 3,
+                                     .max_bytes = 100000,
+                                     .max_clients = 2,
+                                     .max_buffered = 65536,
+                                     .max_pending = 300};
+    struct mg_tcpstore *t;
+    struct msg m;
+    int a, b, c;
+    char val[101];
+    memset(val, 'v', sizeof(val));
+    if (mg_tcpstore_new(&t, &lim, on_report, NULL)) {
+        ok(0, "a store with small limits");
+        return;
+    }
+    is_int(adopt_pair(t, &a), 0, "small limits: a client");
+    m.n = 0;
+    for (int i = 0; i < 3; i++) { /* legacy SET=0: three keys, the limit */
+        char key[8];
+        snprintf(key, sizeof(key), "k%d", i);
+        m_u8(&m, 0);
+        m_str(&m, key);
+        m_u64(&m, 100);
+        m_raw(&m, val, 100);
+    }
+    sendm(a, &m);
+    pump(t);
+    is_int((int)mg_tcpstore_nkeys(t), 3, "  three keys of 100 bytes held");
+    m.n = 0;
+    m_u8(&m, 0);
+    m_str(&m, "k3");
+    m_u64(&m, 1);
+    m_raw(&m, "x", 1);
+    sendm(a, &m);
+    pump(t);
+    ok(eof_soon(a), "  a fourth key: disconnected");
+    ok(nreported == 1 &&
+           strstr(reported[0], "refused a client: a new key with 3 keys held, the limit"),
+       "  the agent's log says which limit: %s", nreported ? reported[0] : "(nothing)");
+    close(a);
+
+    /* replies a client does not read: its requests wait, they are not refused */
+    is_int(adopt_pair(t, &b), 0, "a client that does not read its replies");
+    m.n = 0;
+    for (int i = 0; i < 10; i++) { /* GET=2 of a 100-byte value: 108 bytes a reply */
+        m_u8(&m, 2);
+        m_str(&m, "k0");
+    }
+    sendm(b, &m);
+    pump(t);
+    size_t got = 0;
+    char buf[4096];
+    while (got < 10 * 108 && readable(b, 2000)) {
+        ssize_t r = read(b, buf, sizeof(buf));
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        pump(t);
+    }
+    is_int((int)got, 10 * 108, "  ten replies of 108 bytes past a pending limit of 300: all come");
+    is_int(mg_tcpstore_nclients(t), 1, "  and it is still connected");
+
+    /* connections: the third of a limit of two (a second later: the log
+     * takes a line a second) */
+    usleep(1100 * 1000);
+    is_int(adopt_pair(t, &a), 0, "a second connection");
+    int rc = adopt_pair(t, &c);
+    ok(rc == -EMFILE, "  a third: refused (%d)", rc);
+    ok(eof_soon(c), "  its socket closed");
+    ok(nreported == 2 && strstr(reported[1], "2 connections open, the limit"),
+       "  the agent's log says so: %s", nreported > 1 ? reported[1] : "(nothing)");
+    close(a);
+    close(b);
+    close(c);
+    mg_tcpstore_release(t);
+}
+
 int main(void)
 {
     struct mg_store_server_opts o = {
@@ -330,6 +454,7 @@ int main(void)
     validated();
     mg_clients();
     real_torch();
+    small_limits();
     ssize_t w = write(stop_fd[1], "x", 1);
     (void)w;
     pthread_join(th, NULL);
