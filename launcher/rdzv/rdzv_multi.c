@@ -4,6 +4,7 @@
 #include "net.h"
 #include "kv_open.h"
 #include "node_order.h"
+#include "proc.h"
 #include "rdzv_conf.h"
 #include "rdzv_proto.h"
 #include "sha256.h"
@@ -575,6 +576,13 @@ static void multi_round_ended(void *impl, struct mg_agent *ag, enum mg_round_res
             snprintf(f.message, sizeof(f.message), "%s", x->message);
         }
         snprintf(f.host, sizeof(f.host), "%s", m->hostname);
+        if (idx >= 0 && f.signal == 0 && f.exit_code == MG_EXIT_NO_RETRY) {
+            /* The do-not-retry class: the job ends on every node with this
+             * root cause, rather than re-forming into the same error. */
+            mg_rdzv_fail_job(m->r, &f);
+            fail_run(m, MG_RDZV_FAILED);
+            return;
+        }
         /* Re-form on every node; the next round decides whether it counts. */
         if (mg_rdzv_worker_failed(m->r, &f) == MG_RDZV_RESTART) {
             if (mg_rdzv_failed_here(m->r))

@@ -150,6 +150,10 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
 /* Whether the last mg_rdzv_worker_failed was the round's first failure (it
  * moved the job on), rather than one that followed another node's. */
 int mg_rdzv_failed_here(const struct mg_rdzv *r);
+/* A worker of this node failed in a way no restart can mend (the
+ * do-not-retry exit code): the job ends, with f as its root cause, on every
+ * node. 0, or a backend error. */
+int mg_rdzv_fail_job(struct mg_rdzv *r, const struct mg_rdzv_failure *f);
 /* --nnodes MIN. */
 int mg_rdzv_min_nodes(const struct mg_rdzv *r);
 /* After a time out of the rendezvous (node exclusion's cooldown): the

@@ -276,6 +276,18 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
     return MG_RDZV_FAILED;
 }
 
+int mg_rdzv_fail_job(struct mg_rdzv *r, const struct mg_rdzv_failure *f)
+{
+    struct rdzv_state st;
+    r->formed = 0;
+    int rc = rdzv_state_read(r, &st);
+    if (rc < 0)
+        return kvfail(r, "ending the job", rc);
+    if (st.status != 'r')
+        return 0; /* already over */
+    return rdzv_mark_failed(r, &st, f);
+}
+
 int mg_rdzv_failed_here(const struct mg_rdzv *r)
 {
     return r->failed_here;
