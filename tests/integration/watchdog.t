@@ -8,7 +8,7 @@
 # kernel's for one in uninterruptible sleep, or a line saying there is no
 # tool); then train itself frozen with SIGSTOP from outside. Also: a
 # stopped worker gets SIGCONT with its stop signal (no grace period spent on
-# it), --hang-timeout 0 turns the watchdog off, `mglaunch dump` on a live
+# it), two nodes, --hang-timeout 0 turns the watchdog off, `mglaunch dump` on a live
 # job, bad values are refused.
 # timeout: 150
 . "$(dirname "$0")/../lib/lib.sh"
@@ -126,6 +126,30 @@ kill -TERM $M
 wait $M
 is $? 143 "SIGTERM ends the run"
 unlike "$(cat "$T/err")" "grace period over" "the stopped worker obeyed SIGTERM (SIGCONT sent with it)"
+
+# ---- two nodes (two agents on loopback, c10d): the hung rank's node names it;
+# the other says its ranks wait for a rank elsewhere, and learns the verdict
+# (node 1's bound is the longer, so node 0 surely sees the wait before the verdict)
+P=$(free_port)
+for n in 0 1; do
+    "$MGLAUNCH" --log_dir "$L/n$n" --rdzv_id mn --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
+        --rdzv_endpoint "127.0.0.1:$P" --hang-timeout $((HT + n * 2)) "$CR" steps 400 1 100 sleep \
+        >"$T/mn$n" 2>&1 &
+    eval "mn$n=\$!"
+done
+at_cleanup "kill -KILL $mn0 $mn1 2>/dev/null"
+wait $mn0
+c0=$?
+wait $mn1
+c1=$?
+is "$c0 $c1" "137 137" "two nodes: both end with the hung rank's exit code"
+like "$(cat "$T/mn1")" "watchdog: rank 1 \\(local rank 0, host $(hostname), pid [0-9]+\\) is hung" \
+    "the hung rank's node names it"
+e=$(cat "$T/mn0")
+like "$e" "watchdog: no progress on $(hostname) for the ranks here; rank 0 waits in allreduce #101 \\(bucket 0, 64 KB\\) since [0-9.]+ s: the rank they wait for is on another node" \
+    "the other node says whom its rank waits for"
+like "$e" "the job failed: rank 1 \\(local rank 0\\) on $(hostname) exited with code 137: hung: no progress" \
+    "and learns the verdict through the rendezvous"
 
 # ---- mglaunch dump on a live job: records and stacks, the job goes on
 "$MGLAUNCH" --log_dir "$L" --rdzv_id live --nproc_per_node 2 "$CR" steps 1000000000 1 -1 none \
