@@ -729,6 +729,25 @@ int mg_logs_print_root(FILE *out, const struct lrun *r)
     return 1;
 }
 
+/* The stacks the watchdog took of a hung job (stacks.txt) and those of
+ * `mglaunch dump` (dump-<time>.txt) in a worker's directory. */
+static void print_stacks(FILE *out, const struct lrun *r, const struct lattempt *a,
+                         const struct lworker *w)
+{
+    char d[PATH_MAX + 64];
+    mg_fmt(d, sizeof(d), "%s/attempt_%d/%d", r->dir, a->attempt, w->local_rank);
+    DIR *dp = opendir(d);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        if (strcmp(e->d_name, "stacks.txt") == 0)
+            fprintf(out, "      stacks (the watchdog's): %s/%s\n", d, e->d_name);
+        else if (strncmp(e->d_name, "dump-", 5) == 0)
+            fprintf(out, "      mglaunch dump: %s/%s\n", d, e->d_name);
+    }
+    if (dp)
+        closedir(dp);
+}
+
 static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
 {
     char st[128], t[64], dur[32];
@@ -775,6 +794,7 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
             fprintf(out, "    local rank %-3d rank %-4d pid %-7s %s%s%s%s\n", w->local_rank,
                     w->rank, pid, ws, w->message[0] ? " \"" : "", w->message,
                     w->message[0] ? "\"" : "");
+            print_stacks(out, r, a, w);
         }
     }
 }

@@ -73,6 +73,8 @@ like "$e" "attempt 0 \\(restart 0, [^)]*\\): rank 0 \\(local rank 0, pid [0-9]+\
 like "$e" "  rank      : 0 \\(local rank 0\\)" "root cause: the hung rank"
 like "$e" "  message   : hung: no progress for [0-9.]+ s in forward/backward at step 50; sleeping in the kernel" \
     "its message says why"
+like "$("$MGLAUNCH" logs "$L" --run last)" "      stacks \\(the watchdog's\\): $L/last/attempt_0/0/stacks.txt" \
+    "mglaunch logs names the stacks"
 
 # ---- the stack tools: gdb when eu-stack is missing, a clear line when both are
 mkdir "$T/gdbonly" "$T/none"
@@ -172,6 +174,8 @@ like "$(head -1 "$f" 2>/dev/null)" "^# mglaunch dump at " "saved in the attempt'
 grep -q "^# stacks, by eu-stack" "$f"
 is $? 0 "with the stacks"
 ok kill -0 $M
+like "$("$MGLAUNCH" logs "$L" --run live)" "      mglaunch dump: $L/live/attempt_0/1/dump-[0-9]+.txt" \
+    "mglaunch logs names the dumps"
 kill -TERM $M
 wait $M
 "$MGLAUNCH" dump "$L" --run live >"$T/dump" 2>&1
