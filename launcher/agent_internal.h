@@ -33,8 +33,9 @@
  * waits this long for the signal (docs/cli.md, Signals). */
 #define STOP_WINDOW_MS 1000
 /* A worker still there this long after SIGKILL (uninterruptible sleep in
- * a driver or a file system) is reported and no longer waited for. */
-#define UNKILLABLE_MS 5000
+ * a driver or a file system) is reported and no longer waited for; long
+ * enough for a GPU process to give its memory back. */
+#define UNKILLABLE_MS 15000
 
 enum stream_console {
     CON_NONE = -1,
