@@ -75,9 +75,10 @@ static void ft_expire(struct mg_agent *ag, struct mg_watch *wd);
 
 /* Stacks of every running local rank, the hung one first, before it is
  * killed: the tools run as children; dumps_done() waits for them. */
-static void take_stacks(struct mg_agent *ag, struct mg_watch *wd, int culprit, int pid,
-                        const char *why)
+static void take_stacks(struct mg_agent *ag, struct mg_watch *wd, int culprit,
+                        const struct mg_watch_rank *r, const char *why)
 {
+    int pid = (int)ag->w[culprit].pid; /* killed with its process group */
     struct mg_stack_tool tool;
     char path[PATH_MAX + 32], head[256], ts[64];
     int started = 0;
@@ -99,18 +100,18 @@ static void take_stacks(struct mg_agent *ag, struct mg_watch *wd, int culprit, i
         struct mg_procstate ps;
         char kpath[64];
         mg_fmt(path, sizeof(path), "%s/%d/stacks.txt", ag->attempt_dir, i);
-        mg_procstate_read(NULL, (int)w->pid, &ps);
+        mg_procstate_read(NULL, r[i].pid, &ps);
         /* ptrace cannot stop a process in uninterruptible sleep: the
          * kernel's own record of where it waits instead */
-        mg_fmt(kpath, sizeof(kpath), "from /proc/%d/stack", (int)w->pid);
+        mg_fmt(kpath, sizeof(kpath), "from /proc/%d/stack", r[i].pid);
         mg_fmt(head, sizeof(head), "# rank %d (local rank %d, host %s, pid %d)%s at %s, %s\n",
-               w->rank, i, ag->cfg.hostname, (int)w->pid, i == culprit ? ", hung," : "", ts,
+               w->rank, i, ag->cfg.hostname, r[i].pid, i == culprit ? ", hung," : "", ts,
                ps.state == 'D' ? kpath
                : tool.gdb      ? "by gdb -batch"
                                : "by eu-stack");
         int rc;
         if (ps.state == 'D') {
-            rc = mg_stacks_kernel((int)w->pid, path, head);
+            rc = mg_stacks_kernel(r[i].pid, path, head);
             if (rc == 0)
                 mg_agent_note(ag,
                               "watchdog: local rank %d is in uninterruptible sleep: its "
@@ -123,7 +124,7 @@ static void take_stacks(struct mg_agent *ag, struct mg_watch *wd, int culprit, i
                               i, mg_strerror(rc));
             continue;
         }
-        rc = mg_stacks_start(&tool, (int)w->pid, path, head, ag->cfg.environ, &wd->dump.child[i]);
+        rc = mg_stacks_start(&tool, r[i].pid, path, head, ag->cfg.environ, &wd->dump.child[i]);
         if (rc < 0)
             mg_agent_note(ag, "watchdog: cannot take the stack of local rank %d into %s: %s", i,
                           path, mg_strerror(rc));
@@ -223,9 +224,14 @@ static void check_progress(struct mg_agent *ag, struct mg_watch *wd)
         if (__atomic_load_n(&p->magic, __ATOMIC_ACQUIRE) != MG_PROGRESS_MAGIC)
             continue;
         memcpy(&r[i].rec, p, sizeof(r[i].rec));
-        r[i].live = r[i].rec.pid == (int32_t)w->pid && r[i].rec.version == MG_PROGRESS_VERSION;
+        /* The worker itself, or a program it started (a wrapper script that
+         * runs train without exec): its process group is the worker's. */
+        r[i].live = r[i].rec.version == MG_PROGRESS_VERSION && r[i].rec.pid > 0 &&
+                    (r[i].rec.pid == (int32_t)w->pid || getpgid(r[i].rec.pid) == w->pid);
+        if (r[i].live)
+            r[i].pid = r[i].rec.pid;
         if (r[i].live && mg_watch_stale(&r[i], wd->floor_s, now)) {
-            mg_procstate_read(NULL, (int)w->pid, &r[i].ps);
+            mg_procstate_read(NULL, r[i].pid, &r[i].ps);
             any = 1;
         }
     }
@@ -238,7 +244,7 @@ static void check_progress(struct mg_agent *ag, struct mg_watch *wd)
             wd->said_remote = 1;
         } else {
             mg_agent_note(ag, "watchdog: %s", v.line);
-            take_stacks(ag, wd, v.culprit, r[v.culprit].pid, v.why);
+            take_stacks(ag, wd, v.culprit, r, v.why);
         }
     }
     free(r);

@@ -76,6 +76,15 @@ like "$e" "  message   : hung: no progress for [0-9.]+ s in forward/backward at 
 like "$("$MGLAUNCH" logs "$L" --run last)" "      stacks \\(the watchdog's\\): $L/last/attempt_0/0/stacks.txt" \
     "mglaunch logs names the stacks"
 
+# ---- a wrapper script that runs the program without exec: its process is watched
+"$MGLAUNCH" --log_dir "$L" --rdzv_id wrap --nproc_per_node 2 --hang-timeout $HT /bin/sh -c \
+    "\"$CR\" steps 400 1 50 spin; echo after" >"$T/out" 2>"$T/err"
+is $? 137 "a wrapper: the hung rank's group is killed, its exit code is SIGKILL's"
+e=$(cat "$T/err")
+like "$e" "watchdog: rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\) is hung: .* it is running \\(R" \
+    "the program under the wrapper is found hung"
+like "$(cat "$L/wrap/attempt_0/1/stacks.txt")" "(hang_now|cmd_steps)" "and its stack is the program's, not the shell's"
+
 # ---- the stack tools: gdb when eu-stack is missing, a clear line when both are
 mkdir "$T/gdbonly" "$T/none"
 if command -v gdb >/dev/null; then
