@@ -29,6 +29,8 @@
 #define EXIT_INCOMPLETE  3 /* trained to the end, but some output could not be written */
 #define EXIT_DIVERGED    4 /* the loss became NaN or infinite */
 
+#define SNAP_PROBES 16 /* --snapshot-every auto's timed steps, at most */
+
 /* What a distributed run changes; a single process is rank 0 of 1 with no hooks. */
 struct dist {
     int rank, world;
@@ -90,12 +92,14 @@ struct run {
     /* in-memory snapshots (train_snapshot.c) */
     struct mg_snap snap;
     int snap_on;
+    char snap_off[400];  /* when not on: why (told to the other ranks) */
     uint64_t snap_bytes; /* one snapshot's payload */
     double snap_time;    /* seconds spent copying them */
     long snap_count;
     long snap_every; /* the interval in force (--snapshot-every auto: decided early on) */
     long snap_start; /* the step this attempt began at */
-    double snap_probe_time, step_probe_time; /* auto: what the first snapshots and steps took */
+    double snap_probe[SNAP_PROBES],
+        step_probe[SNAP_PROBES]; /* auto: what early copies and steps took */
 };
 
 /* ---- train.c ---- */

@@ -76,6 +76,8 @@ int snapshot_open(struct run *r)
         return -EINVAL;
     }
     if (!have) {
+        snprintf(r->snap_off, sizeof(r->snap_off), "%s unset: not started by mglaunch?",
+                 SNAP_FD_ENV);
         if (o->snapshot_set && r->dist.rank == 0)
             say(&r->prog,
                 TRAIN_PROG ": --snapshot-every: no memory to keep snapshots in (%s is set by "
@@ -96,6 +98,17 @@ int snapshot_open(struct run *r)
         return rc;
     }
     rc = mg_snap_open(&r->snap, (int)fd, bytes, limit, err);
+    if (rc == -MG_ETOOBIG && !o->snapshot_set && !lim) {
+        /* not asked for: a large model trains as it did before snapshots, told why */
+        snprintf(r->snap_off, sizeof(r->snap_off), "%.300s, half the available memory", err);
+        if (r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: not keeping snapshots in memory: %s (half the "
+                               "available memory shared by this host's ranks); set %s to allow "
+                               "more\n",
+                    err, SNAP_MAX_ENV);
+        return 0;
+    }
     if (rc == -MG_ETOOBIG) {
         fail("cannot keep snapshots in memory: %s (%s); set %s higher, --snapshot-every 0 to "
              "train without them",
@@ -120,18 +133,34 @@ void snapshot_close(struct run *r)
     r->snap_on = 0;
 }
 
-/* --snapshot-every auto: a snapshot after each of the first steps, timed
- * against the steps (the first two copies, which fault their pages in, not
- * counted); then the ranks agree on the shortest interval that keeps the
- * copies under AUTO_SHARE of the time, the slowest rank's figure. */
-#define AUTO_SKIP  2
-#define AUTO_PROBE 8
+/* --snapshot-every auto: a snapshot after each of the first AUTO_SKIP steps
+ * (warm-up), then AUTO_PROBE steps without one and AUTO_PROBE copies, timed in
+ * turn; then the ranks agree on the shortest interval that keeps the copies
+ * under AUTO_SHARE of the time: the slowest rank's figure, of the medians. */
+#if AUTO_PROBE > SNAP_PROBES
+#error "struct run's probe arrays are too short"
+#endif
+#define AUTO_SKIP  10 /* warm-up: the copies fault their pages in, the steps their caches */
+#define AUTO_PROBE 11
 #define AUTO_SHARE 0.03
 #define AUTO_MAX   10000
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return v[n / 2];
+}
+
 static int auto_decide(struct run *r)
 {
-    double cost = r->snap_probe_time / AUTO_PROBE, step = r->step_probe_time / AUTO_PROBE;
+    /* medians: a step another process on the machine delayed says nothing of the run */
+    double cost = median_of(r->snap_probe, AUTO_PROBE), step = median_of(r->step_probe, AUTO_PROBE);
     double mine = step > 0 ? cost / (AUTO_SHARE * step) : 1.0, one = mine;
     int world = r->dist.world;
     double *all = world > 1 ? calloc((size_t)world, sizeof(double)) : &one;
@@ -168,7 +197,14 @@ int snapshot_take(struct run *r, double step_seconds)
     if (!r->snap_on)
         return 0;
     long done = t->step - r->snap_start; /* steps since this attempt began */
-    int probing = r->o->snapshot_every < 0 && done <= AUTO_SKIP + AUTO_PROBE;
+    int probing = r->o->snapshot_every < 0 && done <= AUTO_SKIP + 2 * AUTO_PROBE;
+    /* timed: a step without a copy, then a copy after a step (its memory as cold as
+     * a step leaves it, as at any interval), in turn */
+    long k = done - AUTO_SKIP - 1;
+    if (probing && k >= 0 && k % 2 == 0) {
+        r->step_probe[k / 2] = step_seconds;
+        return 0;
+    }
     if (!probing && t->step % r->snap_every != 0)
         return 0;
     double t0 = mg_seconds();
@@ -185,10 +221,9 @@ int snapshot_take(struct run *r, double step_seconds)
     double took = mg_seconds() - t0;
     r->snap_time += took;
     r->snap_count++;
-    if (probing && done > AUTO_SKIP) {
-        r->snap_probe_time += took;
-        r->step_probe_time += step_seconds;
-        if (done == AUTO_SKIP + AUTO_PROBE)
+    if (probing && k >= 0) {
+        r->snap_probe[k / 2] = took;
+        if (done == AUTO_SKIP + 2 * AUTO_PROBE)
             return auto_decide(r);
     }
     return 0;
@@ -308,6 +343,8 @@ int snapshot_resume(struct run *r, int *resumed)
     me.step[0] = me.step[1] = NO_STEP;
     if (r->snap_on)
         make_offer(r, &me);
+    else
+        snprintf(me.why, sizeof(me.why), "%.200s", r->snap_off);
     me.mem = r->snap_on;
     me.disk = disk_step(r);
     rc = exchange(r, &me, all);
@@ -320,11 +357,12 @@ int snapshot_resume(struct run *r, int *resumed)
             without = q;
     }
     if (without >= 0) {
+        /* rank 0 told its own size refusal already; nobody's memory: nothing to tell */
         if (with && r->dist.rank == 0)
             fprintf(stderr,
-                    TRAIN_PROG ": warning: rank %d has no memory for snapshots (%s unset: not "
-                               "started by mglaunch?): this run keeps none\n",
-                    without, SNAP_FD_ENV);
+                    TRAIN_PROG ": warning: rank %d keeps no snapshots in memory (%s): this run "
+                               "keeps none\n",
+                    without, all[without].why);
         snapshot_close(r);
         rc = 0;
         goto out;

@@ -113,7 +113,8 @@ if [ "$older" != "$newest1" ] && grep -q "step $older valid 1" "$T/slots0"; then
     like "$(cat "$T/console")" "resumed from memory \(the snapshot of step $older," \
         "it resumes from the older step every rank holds ($older)"
 else
-    like "$(cat "$T/console")" "warning: no snapshot in memory that every rank holds \(rank 1: slot [01]: payload checksum mismatch" \
+    # (rank 1's other slot may be the one it was writing when killed)
+    like "$(cat "$T/console")" "warning: no snapshot in memory that every rank holds \(rank 1: slot [01]: (payload checksum mismatch|a copy was interrupted)" \
         "no step every rank holds: said, with the reason"
     like "$(cat "$T/console")" "resuming from step 0 \(no --checkpoint-dir\)" "and from where"
 fi
@@ -151,7 +152,7 @@ like "$(cat "$T/console")" "MG_SNAPSHOT_MAX_BYTES='lots': expected a number of b
 "$TRAIN" $DATA --model mlp --steps 3 --snapshot-every 2 >"$T/alone" 2>&1
 is "$?" 0 "without mglaunch"
 like "$(cat "$T/alone")" "--snapshot-every: no memory to keep snapshots in" "an explicit --snapshot-every says it has none"
-launch 1 "$TRAIN" $DATA --model mlp --steps 30
+launch 1 "$TRAIN" $DATA --model mlp --steps 40
 like "$(cat "$T/console")" "snapshots in memory every [0-9]+ steps? \(one takes" "auto says what it chose"
 # ranks started by hand, only rank 0 given memory: snapshots are for all ranks or none
 port=$(free_port)
@@ -168,9 +169,9 @@ wait "$hp0"
 rc0=$?
 wait "$hp1"
 is "$rc0 $?" "0 0" "one rank of two with memory: the run goes on"
-like "$(cat "$T/half.0")" "warning: rank 1 has no memory for snapshots \(MG_SNAPSHOT_FD unset: not started by mglaunch\?\): this run keeps none" \
+like "$(cat "$T/half.0")" "warning: rank 1 keeps no snapshots in memory \(MG_SNAPSHOT_FD unset: not started by mglaunch\?\): this run keeps none" \
     "said once, by rank 0"
-unlike "$(cat "$T/half.0")" "snapshots in memory" "and none is kept"
+unlike "$(cat "$T/half.0")" "(snapshots in memory every|[0-9]+ snapshots in memory)" "and none is kept"
 launch 1 "$TRAIN" $DATA --model mlp --steps 5 --snapshot-every 0
 unlike "$(cat "$T/console")" "snapshots in memory" "--snapshot-every 0 keeps none"
 done_testing
