@@ -35,7 +35,7 @@ like "$(MG_BLAS_CORETYPE=library first)" \
     "cpu \\(OpenBLAS $(head -1 "$T/info" | cut -d' ' -f2), the library's choice \\(MG_BLAS_CORETYPE=library\\)" \
     "MG_BLAS_CORETYPE=library keeps the library's own choice"
 MG_BLAS_CORETYPE=bogus "$TRAIN" $args >"$T/out" 2>&1
-is "$?" 1 "a bad MG_BLAS_CORETYPE stops train"
+is "$?" 2 "a bad MG_BLAS_CORETYPE stops train with a usage error (exit 2)"
 is "$(cat "$T/out")" "train: cannot start the cpu backend: MG_BLAS_CORETYPE='bogus' is not auto, library or an OpenBLAS x86-64 kernel family (SkylakeX, Haswell, Zen, Sandybridge, Prescott, ...)" \
     "... with one line naming the value and what it may be"
 
