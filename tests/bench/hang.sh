@@ -52,8 +52,8 @@ secs_between() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.
 wait_lines() {
     _w=$(($1 * 50))
     while [ $_w -gt 0 ]; do
-        _c=$(grep -c "$3" "$2" 2>/dev/null)
-        [ "${_c:-0}" -ge "$4" ] && return 0
+        _wc=$(grep -c "$3" "$2" 2>/dev/null)
+        [ "${_wc:-0}" -ge "$4" ] && return 0
         sleep 0.02
         _w=$((_w - 1))
     done
@@ -195,8 +195,7 @@ for kind in stop spin; do
             printf "%-34s %8.2f s %16s s %8s   < %d s and >= 20x: %s\n",
                 l (b == 10 ? ", default" : ", 1 s bound"), m, (t != "" ? t : "-"),
                 (r > 0 ? sprintf("%s%.1fx", (t ~ /^>/ ? ">" : ""), r) : "-"), tgt,
-                !(m > 0 && m < tgt) ? "MISSED" : cut ? "time met; ratio unknown (torch cut off)" :
-                (r >= 20 || r == 0) ? "met" : "MISSED" }'
+                (!(m > 0 && m < tgt) ? "MISSED" : cut ? "time met; ratio unknown (torch cut off)" : (r >= 20 || r == 0) ? "met" : "MISSED") }'
     done
 done
 off=$(median <"$T/off")
