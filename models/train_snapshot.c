@@ -142,8 +142,9 @@ void snapshot_close(struct run *r)
 #endif
 #define AUTO_SKIP  10 /* warm-up: the copies fault their pages in, the steps their caches */
 #define AUTO_PROBE 11
-#define AUTO_SHARE 0.03
-#define AUTO_MAX   10000
+#define AUTO_SHARE                                                                                 \
+    0.02 /* aimed below the 3% the docs promise: a copy after a longer interval finds colder caches than the timed ones */
+#define AUTO_MAX 10000
 
 static int cmp_double(const void *a, const void *b)
 {
