@@ -76,7 +76,7 @@ done
 wait "$pid0"
 rc0=$?
 wait "$pid1"
-is "$rc0" 1 "a rank with a different model: exit 1"
+is "$rc0" 2 "a rank with a different model: exit 2 (a configuration error: do not retry)"
 like "$(cat "$T/mis.0")" "rank 1 built a different model than rank 0: mlp with 101770 parameters" \
     "the error names the rank and the difference"
 like "$(cat "$T/err0.json")" '"message":"cannot synchronize the initial parameters: rank 1 built a different model' \

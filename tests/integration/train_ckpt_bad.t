@@ -43,7 +43,7 @@ ok test "$rss" -lt 262144
 # a checkpoint of a bigger model is still told apart from a crafted one
 "$TRAIN" $ARGS --hidden 256 --steps 10 --checkpoint-dir "$T/wide" >/dev/null 2>&1
 "$TRAIN" $ARGS --steps 10 --resume "$T/wide/ckpt-000000000010.mgc" >/dev/null 2>"$T/c.err"
-is $? 1 "a checkpoint of another model shape (more than this model's bound) is refused"
+is $? 2 "a checkpoint of another model shape (more than this model's bound) is refused (exit 2: do not retry)"
 like "$(cat "$T/c.err")" "model shape mismatch: tensor 0 is 0.weight \[256, 784\] in the checkpoint, 0.weight \[32, 784\] in the model" \
     "as a shape mismatch, with the shapes"
 done_testing

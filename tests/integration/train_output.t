@@ -64,7 +64,7 @@ idx("t10k-images-idx3-ubyte", [16, 32, 32], bytes(16 * 32 * 32))
 idx("t10k-labels-idx1-ubyte", [16], bytes(i % 10 for i in range(16)))
 EOF
 "$TRAIN" --data mnist --data-dir "$d" --steps 1 >/dev/null 2>"$T/err"
-is $? 1 "a test set of 32x32 images is refused"
+is $? 2 "a test set of 32x32 images is refused (exit 2: do not retry)"
 is "$(cat "$T/err")" "train: mnist: '$d/t10k-images-idx3-ubyte' holds 32x32 images; the models take 28x28" \
     "naming the file and its size"
 
