@@ -29,6 +29,10 @@ static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spaw
     }
     /* Die with the launcher; if it already died, do not start at all. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Under Yama's ptrace_scope 1 (Ubuntu's default) only an ancestor may
+     * attach: let mglaunch and its children (the watchdog's gdb or eu-stack,
+     * siblings of this worker) take its stack. EINVAL without Yama. */
+    prctl(PR_SET_PTRACER, parent);
     if (getppid() != parent) {
         *err = ESRCH;
         _exit(137);

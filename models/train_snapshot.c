@@ -45,20 +45,70 @@ static int env_u64(const char *name, uint64_t *out)
     return 1;
 }
 
-/* Half of the memory the kernel says is available, shared by this host's
- * ranks: what two copies of a rank's state may take unless told. */
+/* What the cgroup (v2) this process runs in, and each cgroup above it, still
+ * lets it take: memory.max - memory.current, the smallest along the path.
+ * UINT64_MAX when no cgroup sets a limit. A pod's memfd pages count against
+ * its cgroup, whatever the host has free. */
+static uint64_t cgroup_room(void)
+{
+    char path[4096], file[4200], line[4096];
+    uint64_t room = UINT64_MAX;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return room;
+    path[0] = '\0';
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "0::", 3) == 0) {
+            snprintf(path, sizeof(path), "%s", line + 3);
+            path[strcspn(path, "\n")] = '\0';
+        }
+    fclose(f);
+    if (path[0] != '/')
+        return room;
+    for (;;) {
+        uint64_t max = 0, cur = 0;
+        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.max", path);
+        FILE *m = fopen(file, "re");
+        if (m && fscanf(m, "%" SCNu64, &max) == 1) {
+            snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.current", path);
+            FILE *c = fopen(file, "re");
+            if (c && fscanf(c, "%" SCNu64, &cur) == 1 && max - (cur < max ? cur : max) < room)
+                room = max - (cur < max ? cur : max);
+            if (c)
+                fclose(c);
+        }
+        if (m)
+            fclose(m);
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path)
+            break;
+        *slash = '\0';
+    }
+    return room;
+}
+
+/* Half of the memory available (the kernel's MemAvailable, or what the
+ * cgroup leaves when that is less), shared by this host's ranks: what two
+ * copies of a rank's state may take unless told. 1 (nothing fits) when
+ * neither figure can be read: no figure is no licence. */
 static uint64_t default_limit(int local_world)
 {
     FILE *f = fopen("/proc/meminfo", "re");
     char line[256];
     uint64_t kb = 0;
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb * 1024 / 2 / (uint64_t)(local_world > 0 ? local_world : 1);
+    if (f) {
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1)
+                break;
+        fclose(f);
+    }
+    uint64_t avail = kb ? kb * 1024 : UINT64_MAX, room = cgroup_room();
+    if (room < avail)
+        avail = room;
+    if (avail == UINT64_MAX || avail == 0)
+        return 1;
+    uint64_t per = avail / 2 / (uint64_t)(local_world > 0 ? local_world : 1);
+    return per ? per : 1;
 }
 
 int snapshot_open(struct run *r)

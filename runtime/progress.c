@@ -3,6 +3,7 @@
 #include "net.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,6 +38,9 @@ int mg_progress_open(void)
     void *p = mmap(NULL, MG_PROGRESS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
     if (p == MAP_FAILED)
         return -EINVAL;
+    /* mglaunch lent this descriptor to this worker alone: its children
+     * (DataLoader workers, daemons) must not keep it. */
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC);
     struct mg_progress *r = p;
     /* A new worker's record: what an earlier attempt left goes. */
     memset(r, 0, sizeof(*r));

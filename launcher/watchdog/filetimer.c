@@ -224,4 +224,7 @@ int mg_filetimer_take_expired(struct mg_filetimer *ft, double now, struct mg_fil
 void mg_filetimer_clear(struct mg_filetimer *ft)
 {
     ft->n = 0;
+    /* a dead worker's half-written line must not prefix the next attempt's first */
+    ft->len = 0;
+    ft->skipping = 0;
 }

@@ -108,8 +108,9 @@ int mg_stacks_check(const char *out, char *why, size_t cap)
     buf[n] = '\0';
     if (strstr(buf, "Operation not permitted") || strstr(buf, "ptrace: ")) {
         mg_fmt(why, cap,
-               "ptrace was refused (a container without CAP_SYS_PTRACE, or "
-               "kernel.yama.ptrace_scope 3)");
+               "ptrace was refused (a container without CAP_SYS_PTRACE, "
+               "kernel.yama.ptrace_scope 2 or 3 for a non-root user, or a worker that "
+               "changed its own PR_SET_PTRACER)");
         return -EPERM;
     }
     /* eu-stack numbers frames "#0  0x...", gdb "#0  0x... in"; the kernel's

@@ -5,6 +5,7 @@
 #include "rtutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,8 @@ int mg_snap_open(struct mg_snap *s, int fd, uint64_t payload_cap, uint64_t limit
     }
     s->base = p;
     s->map_bytes = need;
+    /* lent to this worker alone: its children must not keep the memory alive */
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
     if (fresh || memcmp(s->base, want, 64) != 0) {
         /* another layout's slots say nothing about this one's: start afresh */
         for (int i = 0; i < MG_SNAP_SLOTS; i++)

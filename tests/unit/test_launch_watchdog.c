@@ -12,6 +12,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,19 @@ static void test_filetimer(void)
         ok(!strncmp(why, bad[i].why, strlen(bad[i].why)), "why: %s", why);
     }
     is_int(ft.n, 0, "nothing set by them");
+    /* a worker that died in the middle of a line: the next attempt's first
+     * request is not glued to its remains */
+    int w = open(ft.path, O_WRONLY | O_NONBLOCK);
+    ok(w >= 0, "the FIFO opens for writing");
+    static const char part[] = "{\"version\": 1, \"pid\": 7, \"sco";
+    ok(write(w, part, strlen(part)) == (ssize_t)strlen(part), "half a request written");
+    is_int(mg_filetimer_read(&ft, 100, NULL, NULL), 0, "half a line applies nothing");
+    mg_filetimer_clear(&ft);
+    static const char whole[] = REQ(9, "c", 150, 9) "\n";
+    ok(write(w, whole, strlen(whole)) == (ssize_t)strlen(whole), "a new attempt's request");
+    is_int(mg_filetimer_read(&ft, 100, NULL, NULL), 1, "after a clear, it is applied whole");
+    is_int(ft.n, 1, "one timer set");
+    close(w);
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s", ft.path);
     mg_filetimer_release(&ft);
