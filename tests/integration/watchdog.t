@@ -118,8 +118,8 @@ is $? 0 "train: restarted after the hang, and finished"
 e=$(cat "$T/err")
 like "$e" "watchdog: rank 1 \\(local rank 1, host $(hostname), pid $W\\) is hung: no progress for [0-9.]+ s \\(bound [0-9.]+ s: [^)]*\\); it is stopped \\(T: SIGSTOP" \
     "train: the frozen rank named, stopped"
-like "$e" "it was in [a-z/ ]+ at step [0-9]+(, inside allreduce #[0-9]+ \\([^)]*\\))?; rank 0 waits in allreduce #[0-9]+ \\(bucket [0-9]+, [0-9.]+ [KM]B\\) since [0-9.]+ s; rank 1 last finished #[0-9]+" \
-    "train: rank 0 waits in an allreduce of a bucket"
+like "$e" "it was in [a-z/ ]+ at step [0-9]+(, inside allreduce #[0-9]+ \\([^)]*\\))?; rank 0 waits in [a-z_]+ #[0-9]+( \\([^)]*\\))? since [0-9.]+ s; rank 1 last finished #[0-9]+" \
+    "train: rank 0 waits in a collective (a bucket's allreduce, or another collective at an epoch's end)"
 like "$(cat "$T/out")" "train: done" "train: done"
 
 # ---- the watchdog off: a stopped worker still stops at once on SIGTERM (SIGCONT)
