@@ -108,18 +108,41 @@ int mg_redact(const char *text, char *out, size_t cap)
             i = e;
             continue;
         }
-        if (s[i] == '=' && i > 0) {
-            size_t b = i;
-            while (b > 0 && name_char(s[b - 1]))
-                b--;
-            size_t e = i + 1;
-            while (e < len && !value_end(s[e]))
-                e++;
-            if (secret_name(s + b, i - b) && e > i + 1 && !all_digits(s + i + 1, e - i - 1)) {
-                emit(&o, "=", 1);
+        if ((s[i] == '=' || s[i] == ':') && i > 0) {
+            /* NAME=VALUE, NAME='VALUE', NAME="VALUE", and JSON's "NAME": "VALUE" */
+            size_t nb = i, ne = i, v = i + 1;
+            if (s[i] == ':') {
+                if (s[i - 1] != '"') { /* only a quoted name: URLs and times have colons */
+                    emit(&o, s + i, 1);
+                    i++;
+                    continue;
+                }
+                ne = nb = i - 1;
+                while (v < len && (s[v] == ' ' || s[v] == '\t'))
+                    v++;
+            }
+            while (nb > 0 && name_char(s[nb - 1]))
+                nb--;
+            size_t vb = v, e = v;
+            char q = v < len && (s[v] == '\'' || s[v] == '"') ? s[v] : 0;
+            if (q) {
+                vb = e = v + 1;
+                while (e < len && s[e] != q)
+                    e++;
+            } else if (s[i] == ':') {
+                e = vb; /* a JSON number, true or null: not a secret string */
+            } else {
+                while (e < len && !value_end(s[e]))
+                    e++;
+            }
+            /* digits alone are a count (max_tokens=2048), except a password's */
+            int count = all_digits(s + vb, e - vb) && !has_ci(s + nb, ne - nb, "passw") &&
+                        !has_ci(s + nb, ne - nb, "secret");
+            if (secret_name(s + nb, ne - nb) && e > vb && !count) {
+                emit(&o, s + i, vb - i); /* '=' or ':' and what stands before the value */
                 emit(&o, MG_REDACTED, strlen(MG_REDACTED));
                 hidden = 1;
-                i = e;
+                i = e; /* a closing quote goes out as it is */
                 continue;
             }
         }
@@ -135,7 +158,9 @@ int mg_redact_arg(const char *prev, const char *arg, char *out, size_t cap)
     size_t n = strlen(a);
     /* --token X: the flag names a secret and carries no value of its own */
     if (prev && prev[0] == '-' && !strchr(prev, '=') && secret_name(prev, strlen(prev)) &&
-        a[0] != '-' && n && !all_digits(a, n)) {
+        a[0] != '-' && n &&
+        (!all_digits(a, n) || has_ci(prev, strlen(prev), "passw") ||
+         has_ci(prev, strlen(prev), "secret"))) {
         if (cap) {
             strncpy(out, MG_REDACTED, cap - 1);
             out[cap - 1] = '\0';

@@ -28,6 +28,16 @@ int main(void)
     hides(NULL, "--password=hunter2", "--password=***");
     hides(NULL, "https://h/x?api_key=zz&n=1", "https://h/x?api_key=***&n=1");
     hides(NULL, "Authorization: Bearer eyJabc.def", "Authorization: Bearer ***");
+    /* quoted values, JSON, and digits that are a password */
+    hides(NULL, "password='hunter2' next", "password='***' next");
+    hides(NULL, "bash -c 'HF_TOKEN=\"hf_abc\" python x.py'",
+          "bash -c 'HF_TOKEN=\"***\" python x.py'");
+    hides(NULL, "{\"token\": \"abc\", \"n\": 1}", "{\"token\": \"***\", \"n\": 1}");
+    hides(NULL, "{\"max_tokens\": 2048}", "{\"max_tokens\": 2048}");
+    hides(NULL, "--password=12345678", "--password=***");
+    hides("--password", "12345678", "***");
+    hides(NULL, "max_tokens=2048", "max_tokens=2048");
+    hides(NULL, "at 12:30:01", "at 12:30:01");
     /* flags naming a secret, their value the next argument */
     hides("--token", "abc123", "***");
     hides("--hf-token", "hf_xyz", "***");
