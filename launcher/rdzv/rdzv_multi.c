@@ -268,9 +268,10 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
         step_later(m, on_join_step);
         return;
     }
-    if (rc == -MG_ECLOSED && m->was_excluded) {
+    if (rc == -MG_ECLOSED && m->was_excluded && mg_rdzv_job_state(m->r) == 'd') {
         /* The others finished the job while this node sat out: its part is
-         * done too. */
+         * done too. A closed connection (the store's host gone) is no
+         * finish: the job's state says which. */
         note(m, "node exclusion: the job finished while this node sat out; nothing left to do");
         m->phase = M_IDLE;
         mg_agent_fail(ag, 0, "the job finished while this node sat out");
@@ -280,6 +281,7 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
         fail_run(m, rc);
         return;
     }
+    m->was_excluded = 0; /* back in a round: a later close is not "done while out" */
     memset(&g, 0, sizeof(g));
     g.group_rank = w.node_rank;
     g.group_world_size = w.nnodes;
