@@ -33,29 +33,57 @@ static const char usage[] =
  * descriptor MG_PROGRESS_FD names in its environment. 0, or a negative code. */
 static int read_record(int pid, struct mg_progress *rec)
 {
-    char path[64], env[65536];
+    /* An environment is bounded by the kernel's argument space (a few MiB);
+     * Kubernetes' and Slurm's can pass 64 KiB, and mglaunch appends
+     * MG_PROGRESS_FD near the end: read it whole. */
+    enum {
+        ENV_MAX = 8 << 20
+    };
+    char path[64];
     mg_fmt(path, sizeof(path), "/proc/%d/environ", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    ssize_t n = read(fd, env, sizeof(env) - 1);
+    size_t cap = 1 << 16, n = 0;
+    char *env = malloc(cap + 1);
+    ssize_t got = 0;
+    while (env && (got = read(fd, env + n, cap - n)) > 0) {
+        n += (size_t)got;
+        if (n == cap && cap < ENV_MAX) {
+            char *more = realloc(env, cap * 2 + 1);
+            if (!more)
+                break;
+            env = more;
+            cap *= 2;
+        } else if (n == cap) {
+            break;
+        }
+    }
     close(fd);
-    if (n <= 0)
+    if (!env)
+        return -ENOMEM;
+    if (n == 0) {
+        free(env);
         return -ENODATA;
+    }
     env[n] = '\0';
     long num = -1;
     for (char *p = env; p < env + n; p += strlen(p) + 1)
         if (strncmp(p, "MG_PROGRESS_FD=", 15) == 0)
             num = strtol(p + 15, NULL, 10);
+    free(env);
     if (num < 3)
         return -ENOENT;
     mg_fmt(path, sizeof(path), "/proc/%d/fd/%ld", pid, num);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    n = pread(fd, rec, sizeof(*rec), 0);
+    ssize_t r = pread(fd, rec, sizeof(*rec), 0);
     close(fd);
-    if (n != (ssize_t)sizeof(*rec) || rec->magic != MG_PROGRESS_MAGIC || rec->pid != pid)
+    /* a libmg program started by a wrapper that did not exec: the record is
+     * its own, in the worker's process group (as the agent's watchdog takes it) */
+    if (r != (ssize_t)sizeof(*rec) || rec->magic != MG_PROGRESS_MAGIC ||
+        (rec->pid != pid && getpgid(rec->pid) != pid))
         return -ENODATA;
     return 0;
 }

@@ -163,7 +163,8 @@ like "$e" "the job failed: rank 1 \\(local rank 0\\) on $(hostname) exited with 
     "and learns the verdict through the rendezvous"
 
 # ---- mglaunch dump on a live job: records and stacks, the job goes on
-"$MGLAUNCH" --log_dir "$L" --rdzv_id live --nproc_per_node 2 "$CR" steps 1000000000 1 -1 none \
+# (with 100 KB of environment in front of MG_PROGRESS_FD, as a pod's can be)
+BIG_ENV=$(head -c 100000 /dev/zero | tr '\0' x) "$MGLAUNCH" --log_dir "$L" --rdzv_id live --nproc_per_node 2 "$CR" steps 1000000000 1 -1 none \
     >"$T/live.out" 2>"$T/live.err" &
 M=$!
 at_cleanup "kill -KILL $M 2>/dev/null"
