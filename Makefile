@@ -3,6 +3,7 @@
 #   make            build mglaunch, libmg, train, the test programs
 #   make test       install/check dependencies, build, run the whole suite under prove
 #   make demo       the README's main job: 2 workers train the CNN on Fashion-MNIST
+#                   (builds only mglaunch and train)
 #   make bench      benchmarks against torchrun / PyTorch DDP / memcpy (tests/bench/)
 #   make fuzz       libFuzzer over every parser of outside input (clang; FUZZ_SECONDS=60 each)
 #   make soak       workers killed at random during training (SOAK_FAULTS=100); checks the outcome
@@ -398,8 +399,10 @@ test-gpu: deps
 unit: all
 	$(Q)MG_BUILD=$(BUILD) prove -j2 --exec tests/lib/run-test $(UNIT_BIN)
 
+# Only what the demo runs: mglaunch and train (libmg is linked into train; the
+# demo trains on the CPU, so no CUDA plugin, and no test or fuzz programs).
 demo: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory $(MGLAUNCH) $(TRAIN)
 	$(Q)MG_BUILD=$(BUILD) scripts/demo.sh
 
 # libFuzzer over every harness, FUZZ_SECONDS each, one after the other
