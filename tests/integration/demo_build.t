@@ -16,10 +16,15 @@ mkdir -p "$src"
     bail "copy the tracked files"
 [ -f "$src/Makefile" ] && [ ! -e "$src/build" ] || bail "a clean copy of the tree"
 
-# A CUDA toolkit that looks complete: the Makefile would build the plugin with it.
+# A CUDA toolkit that looks complete: the Makefile would build the plugin with
+# it (the real headers and libraries where the machine has them, a stand-in nvcc).
 cuda=$T/cuda
-mkdir -p "$cuda/bin" "$cuda/include"
-for h in cudnn_version.h nccl.h cublas_v2.h cuda_runtime_api.h; do : >"$cuda/include/$h"; done
+real=${CUDA_HOME:-/usr/local/cuda}
+[ -f "$real/include/cublas_api.h" ] && [ -f "$real/include/cudnn_version.h" ] &&
+    [ -f "$real/include/nccl.h" ] || skip_all "no CUDA toolkit with cuDNN and NCCL at $real to stand in for"
+mkdir -p "$cuda/bin"
+ln -s "$real/include" "$cuda/include"
+for d in lib64 lib; do [ -d "$real/$d" ] && ln -s "$real/$d" "$cuda/$d"; done
 cat >"$cuda/bin/nvcc" <<EOF
 #!/bin/sh
 [ "\$1" = --version ] && { echo 'Cuda compilation tools, release 12.0'; exit 0; }
