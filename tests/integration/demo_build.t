@@ -19,7 +19,8 @@ mkdir -p "$src"
 # A CUDA toolkit that looks complete: the Makefile would build the plugin with
 # it (the real headers and libraries where the machine has them, a stand-in nvcc).
 # The make below is a fresh one, as a user's: under make test it would inherit
-# MAKELEVEL and print no build banner.
+# MAKELEVEL and print no build banner, and CC=clang SANITIZE=... (which make exports
+# from its command line) would send its build elsewhere.
 cuda=$T/cuda
 real=${CUDA_HOME:-/usr/local/cuda}
 [ -f "$real/include/cublas_api.h" ] && [ -f "$real/include/cudnn_version.h" ] &&
@@ -36,7 +37,7 @@ EOF
 chmod +x "$cuda/bin/nvcc"
 
 out=$(cd "$src" && MG_DEMO_LOG_DIR=$T/logs MG_DEMO_ARGS='--model mlp --train-samples 512 --test-samples 256' \
-    env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS nice -n 10 make -j2 NVCC="$cuda/bin/nvcc" CUDA_HOME="$cuda" demo 2>&1)
+    env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS -u CC -u SANITIZE -u DEBUG -u BUILD nice -n 10 make -j2 NVCC="$cuda/bin/nvcc" CUDA_HOME="$cuda" demo 2>&1)
 rc=$?
 is "$rc" 0 "make demo succeeds from a clean copy"
 [ $rc -eq 0 ] || printf '%s\n' "$out" | tail -n 30 | sed 's/^/#   /'
