@@ -20,6 +20,15 @@ static int map_fd(int fd, size_t size, void **out)
     return 0;
 }
 
+/* The new mapping p of size bytes replaces the old one (resize, refresh). */
+static void take_map(struct mg_rankmem *m, void *p, size_t size)
+{
+    if (m->map)
+        munmap(m->map, m->size);
+    m->map = p;
+    m->size = size;
+}
+
 int mg_rankmem_create(struct mg_rankmem *m, const char *name, size_t size)
 {
     int rc;
@@ -61,10 +70,7 @@ int mg_rankmem_resize(struct mg_rankmem *m, size_t size)
             errno = 0;
         return rc;
     }
-    if (m->map)
-        munmap(m->map, m->size);
-    m->map = p;
-    m->size = size;
+    take_map(m, p, size);
     return 0;
 }
 
@@ -84,10 +90,7 @@ int mg_rankmem_refresh(struct mg_rankmem *m, size_t max)
         return 0;
     if ((rc = map_fd(m->fd, size, &p)))
         return rc;
-    if (m->map)
-        munmap(m->map, m->size);
-    m->map = p;
-    m->size = size;
+    take_map(m, p, size);
     return 0;
 }
 
