@@ -105,29 +105,34 @@ static int id_ok(const char *id)
            id[0] != '.';
 }
 
-/* Whether each component of rel (a path under base) is there and none is a
- * symbolic link: the dashboard serves the log directory's own files, never
- * what a link there points to (another user's file, /etc/...). */
-static int no_links(const char *base, const char *rel)
+/* rel (a path under base) opened for reading, one component at a time with
+ * O_NOFOLLOW, so that no component is a symbolic link when it is opened: the
+ * dashboard serves the log directory's own files, never what a link there
+ * points to (another user's file, /etc/...), even one swapped in between a
+ * check and the open (a FIFO there does not block: O_NONBLOCK, and the
+ * caller serves regular files only). -1 when a component is missing, a link, "." or "..". */
+static int open_beneath(const char *base, const char *rel)
 {
-    char path[PATH_MAX + 400];
-    size_t n = (size_t)mg_fmt(path, sizeof(path), "%s/", base);
-    struct stat st;
-    for (const char *p = rel; *p;) {
+    int dir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char name[256];
+    for (const char *p = rel; dir >= 0;) {
         size_t k = strcspn(p, "/");
-        if (n + k + 2 > sizeof(path))
-            return 0;
-        memcpy(path + n, p, k);
-        path[n += k] = '\0';
-        if (lstat(path, &st) < 0 || S_ISLNK(st.st_mode))
-            return 0;
-        p += k;
-        if (*p == '/') {
-            path[n++] = '/';
-            p++;
+        int last = p[k] == '\0', fd = -1;
+        if (k > 0 && k < sizeof(name)) {
+            memcpy(name, p, k);
+            name[k] = '\0';
+            if (strcmp(name, ".") && strcmp(name, ".."))
+                fd = openat(dir, name,
+                            O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
+                                (last ? O_NONBLOCK | O_NOCTTY : O_DIRECTORY));
         }
+        close(dir);
+        if (last || fd < 0)
+            return fd;
+        dir = fd;
+        p += k + 1;
     }
-    return 1;
+    return -1;
 }
 
 /* Whether nothing in the tree at path (depth levels down) is a symbolic
@@ -517,7 +522,6 @@ static void api_log(struct dash *d, const struct dash_req *rq, struct dash_resp 
 {
     const char *id = rq->arg(rq->ctx, "run"), *stream = rq->arg(rq->ctx, "stream");
     long attempt, rank, offset = -1;
-    char path[PATH_MAX + 400];
     if (!id_ok(id) || num_arg(rq, "attempt", 0, MAX_ATTEMPT, &attempt) ||
         num_arg(rq, "rank", 0, 65535, &rank) || !stream ||
         (strcmp(stream, "stdout") && strcmp(stream, "stderr")) ||
@@ -527,8 +531,7 @@ static void api_log(struct dash *d, const struct dash_req *rq, struct dash_resp 
     }
     char rel[400];
     mg_fmt(rel, sizeof(rel), "%s/attempt_%ld/%ld/%s.log", id, attempt, rank, stream);
-    mg_fmt(path, sizeof(path), "%s/%s", d->dir, rel);
-    int fd = no_links(d->dir, rel) ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    int fd = open_beneath(d->dir, rel);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)

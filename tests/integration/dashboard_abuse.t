@@ -6,7 +6,8 @@
 # on loopback (every local user is 127.0.0.1) 100 held connections do not lock
 # out the next user; a request without the token is answered 401 and its
 # connection closed; and a symbolic link in the log directory (a run, an
-# attempt, a log) is never followed out of it.
+# attempt, a log) is never followed out of it, each component opened without
+# following links (no check-then-open), and a log that is a FIFO is not waited on.
 # timeout: 120
 . "$(dirname "$0")/../lib/lib.sh"
 DASH=$MG_BUILD/bin/mglaunch-dashboard
@@ -24,6 +25,8 @@ ln -s "$T/outside/attempt_0" "$L/real/attempt_7"     # an attempt that is a link
 mkdir -p "$T/real2" && cp -r "$L/real" "$T/real2/" && mv "$T/real2/real" "$L/real2"
 rm -f "$L/real2/attempt_7" "$L/real2/attempt_0/0/stdout.log"
 ln -s "$T/outside/attempt_0/0/stdout.log" "$L/real2/attempt_0/0/stdout.log" # a log that is a link
+cp -r "$L/real" "$T/fifo" && mv "$T/fifo" "$L/fifo" && rm -rf "$L/fifo/attempt_7"
+rm -f "$L/fifo/attempt_0/0/stdout.log" && mkfifo "$L/fifo/attempt_0/0/stdout.log" # a log that is a FIFO
 
 cat >"$T/c.py" <<'PY'
 import socket, sys, time
@@ -120,6 +123,8 @@ is "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/run?run
     "  nor its run's page"
 is "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/log?run=real2&attempt=0&rank=0&stream=stdout&token=tok123")" 404 \
     "a log file that is a link: 404"
+is "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/log?run=fifo&attempt=0&rank=0&stream=stdout&token=tok123")" 404 \
+    "a log file that is a FIFO: 404 at once (opening it does not wait for a writer)"
 unlike "$(get '/api/log?run=evil&attempt=0&rank=0&stream=stdout')$(get '/api/log?run=real&attempt=7&rank=0&stream=stdout')" \
     OUTSIDE-SECRET "the file outside is never sent"
 
