@@ -1,5 +1,6 @@
 /* Reading worker error files in torchrun's JSON format (see errfile.h). */
 #include "errfile.h"
+#include "redact.h"
 #include "json.h"
 #include "mg_err.h"
 
@@ -78,6 +79,11 @@ int mg_errfile_parse(const char *text, size_t len, struct mg_errfile *ef)
         h = mg_json_get(&doc, extra, "hostname");
     if (h >= 0)
         mg_json_str(&doc, h, ef->hostname, sizeof(ef->hostname));
+    /* A Python worker writes its own file (torch's @record), unredacted: what
+     * mglaunch shows and records from it (summary, event log, `mglaunch
+     * logs`) keeps secrets out by the same rule as libmg's (docs/logs.md). */
+    mg_redact_inplace(ef->message, sizeof(ef->message));
+    mg_redact_inplace(ef->traceback, sizeof(ef->traceback));
     rc = 0;
 out:
     free(toks);

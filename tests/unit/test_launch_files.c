@@ -98,6 +98,15 @@ static void test_errfile(void)
     is_str(ef.message, "plain text", "message");
     is_int(ef.timestamp, 42, "numeric timestamp");
 
+    const char *secret =
+        "{\"message\": {\"message\": \"HTTPError: https://bob:hunter2@h/x "
+        "token=abc123\", \"extraInfo\": {\"py_callstack\": \"  File \\\"t.py\\\"\\n    "
+        "get(AWS_SECRET_ACCESS_KEY=s3cr3t)\\n\"}}}";
+    is_int(mg_errfile_parse(secret, strlen(secret), &ef), 0, "a Python worker's own file");
+    is_str(ef.message, "HTTPError: https://bob:***@h/x token=***", "its message is redacted");
+    ok(strstr(ef.traceback, "s3cr3t") == NULL && strstr(ef.traceback, "AWS_SECRET_ACCESS_KEY=***"),
+       "and its traceback");
+
     is_int(mg_errfile_parse("{}", 2, &ef), -MG_EFORMAT, "no message: not torch's format");
     is_int(mg_errfile_parse("[1]", 3, &ef), -MG_EFORMAT, "not an object");
     is_int(mg_errfile_parse("{\"message\"", 10, &ef), -MG_EFORMAT, "truncated");
