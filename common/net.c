@@ -88,6 +88,19 @@ int mg_parse_hostport(const char *text, int default_port, struct mg_hostport *ou
         return -EINVAL;
     memcpy(out->host, host, hlen);
     out->host[hlen] = '\0';
+    /* A URL ("http://user:pw@h:x") is no host, though its colons would pass
+     * for an IPv6 address's: a host name or address never holds these, and
+     * an address with colons must be one (its %zone aside). */
+    if (strpbrk(out->host, "/@?#[] \t\n"))
+        return -EINVAL;
+    if (strchr(out->host, ':')) {
+        char addr[sizeof(out->host)];
+        struct in6_addr a6;
+        memcpy(addr, out->host, hlen + 1);
+        addr[strcspn(addr, "%")] = '\0';
+        if (inet_pton(AF_INET6, addr, &a6) != 1)
+            return -EINVAL;
+    }
     out->port = default_port;
     if (port)
         return parse_port(port, &out->port);

@@ -684,8 +684,15 @@ static int check_values(struct parse *p)
     }
     if (s[O_RDZV_ENDPOINT].set && *s[O_RDZV_ENDPOINT].val) {
         struct mg_hostport hp;
-        if (mg_parse_hostport(s[O_RDZV_ENDPOINT].val, 29400, &hp))
-            return bad_value(p, O_RDZV_ENDPOINT, s[O_RDZV_ENDPOINT].val, "expected HOST[:PORT]");
+        const char *v = s[O_RDZV_ENDPOINT].val;
+        /* etcd takes a list of URLs, checked where it is opened (kv_etcd.c) */
+        int etcd = o->rdzv_backend && strncmp(o->rdzv_backend, "etcd", 4) == 0;
+        if (!etcd && strstr(v, "://"))
+            return bad_value(p, O_RDZV_ENDPOINT, v,
+                             "expected HOST[:PORT] without a scheme (URLs are for "
+                             "--rdzv_backend etcd)");
+        if (!etcd && mg_parse_hostport(v, 29400, &hp))
+            return bad_value(p, O_RDZV_ENDPOINT, v, "expected HOST[:PORT]");
         o->rdzv_endpoint = s[O_RDZV_ENDPOINT].val;
     }
     if (s[O_RDZV_ID].set) {

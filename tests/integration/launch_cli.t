@@ -56,6 +56,11 @@ bad "--standalone is a single-node run: it cannot be combined with --nnodes 2" \
 
 # Multi-node settings are checked before anything starts (docs/rendezvous.md): exit 2
 bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_backend c10d "$FW"
+bad "invalid value 'http://u:\\*\\*\\*@h:x' for --rdzv_endpoint: expected HOST\\[:PORT\\] without a scheme" \
+    --nnodes 2 --rdzv_backend c10d --rdzv_endpoint 'http://u:pw@h:x' "$FW"
+unlike "$(cat "$T/err")" "pw@" "  its password is not shown"
+bad "invalid value 'a:b:c' for --rdzv_endpoint: expected HOST" --nnodes 2 --rdzv_backend c10d \
+    --rdzv_endpoint a:b:c "$FW"
 bad "--nnodes 1:4: the static backend needs a fixed node count" --nnodes=1:4 "$FW"
 bad "--rdzv_id is required with --rdzv_backend etcd" --rdzv_backend etcd \
     --rdzv_endpoint 127.0.0.1:1 "$FW"

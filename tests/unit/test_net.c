@@ -26,6 +26,11 @@ static void parse_cases(void)
     is_int(mg_parse_hostport(":80", 1, &hp), -EINVAL, "empty host");
     is_int(mg_parse_hostport("h:", 1, &hp), -EINVAL, "empty port");
     is_int(mg_parse_hostport("[::1", 1, &hp), -EINVAL, "unclosed bracket");
+    is_int(mg_parse_hostport("http://u:p@h:x", 1, &hp), -EINVAL, "a URL is no host");
+    is_int(mg_parse_hostport("http://h:2379", 1, &hp), -EINVAL, "  nor one without a password");
+    is_int(mg_parse_hostport("a:b:c", 1, &hp), -EINVAL, "colons that are no IPv6 address");
+    is_int(mg_parse_hostport("fe80::1%eth0", 7, &hp), 0, "v6 with a zone parses");
+    is_int(mg_parse_hostport("[fe80::1%eth0]:80", 7, &hp), 0, "  and bracketed");
 }
 
 static void socket_cases(void)
