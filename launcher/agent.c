@@ -761,6 +761,9 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     mg_watch_setup(ag, &ag->watch, warn, sizeof(warn));
     if (warn[0])
         mg_agent_note(ag, "%s", warn);
+    mg_watch_python_setup(ag, &ag->watch, warn, sizeof(warn));
+    if (warn[0])
+        mg_agent_note(ag, "%s", warn);
     if ((rc = mg_watch_filetimer_setup(ag, &ag->watch, err, errcap)))
         goto fail;
     long long started = mg_proc_start_time((int)getpid());
@@ -791,6 +794,16 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
 fail:
     mg_agent_release(ag);
     return rc;
+}
+
+int mg_agent_env_add(struct mg_agent *ag, char *entry)
+{
+    if (ag->nextra_env >= MG_AGENT_EXTRA_ENV_MAX) {
+        free(entry);
+        return -ENOSPC;
+    }
+    ag->extra_env[ag->nextra_env++] = entry;
+    return 0;
 }
 
 int mg_agent_rankmem_add(struct mg_agent *ag, const char *env, const char *name, size_t size)
@@ -851,6 +864,8 @@ void mg_agent_release(struct mg_agent *ag)
             mg_rankmem_release(&ag->rankmem[k].m[i]);
         free(ag->rankmem[k].m);
     }
+    for (int k = 0; k < ag->nextra_env; k++)
+        free(ag->extra_env[k]);
     free(ag->w);
     free(ag->rbuf);
     free(ag->pipe_owner);

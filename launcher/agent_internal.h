@@ -31,7 +31,8 @@
  * node) may exit before mglaunch reads its own signal. Such a failure is
  * "stopped", not the root cause; and a run about to exit on such a failure
  * waits this long for the signal (docs/cli.md, Signals). */
-#define STOP_WINDOW_MS 1000
+#define STOP_WINDOW_MS         1000
+#define MG_AGENT_EXTRA_ENV_MAX 4 /* mg_agent_env_add */
 /* A worker still there this long after SIGKILL (uninterruptible sleep in
  * a driver or a file system) is reported and no longer waited for; long
  * enough for a GPU process to give its memory back. */
@@ -173,8 +174,9 @@ struct mg_agent {
     } rankmem[MG_AGENT_RANKMEM_MAX];
     int nrankmem;
     struct mg_watch watch; /* the watchdogs (watchdog/watch.h) */
-    /* More variables of the workers' environment ("NAME=value"). */
-    char extra_env[2][PATH_MAX + 32];
+    /* More variables of the workers' environment ("NAME=value", malloc'd:
+     * mg_agent_env_add): the file timer's FIFO, the Python hook's. */
+    char *extra_env[MG_AGENT_EXTRA_ENV_MAX];
     int nextra_env;
 
     struct mg_agent_result res;
@@ -189,6 +191,10 @@ struct mg_attempt_tally {
 };
 
 /* ---- agent.c ---- */
+
+/* Adds "NAME=value" (taken: freed with the agent) to every worker's
+ * environment. 0, or -ENOSPC past MG_AGENT_EXTRA_ENV_MAX (entry freed). */
+int mg_agent_env_add(struct mg_agent *ag, char *entry);
 
 /* Records the launcher's own failure (the first one wins) for the result. */
 __attribute__((format(printf, 3, 4))) void mg_agent_error(struct mg_agent *ag, int err,

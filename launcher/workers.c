@@ -559,14 +559,15 @@ static void prepare_worker(struct mg_agent *ag, struct worker *w)
     char vdev[MG_GPU_ID_LEN];
     /* MG_*=<fd> of the memories this rank is lent (mg_agent_rankmem_add) */
     char extra_buf[MG_AGENT_RANKMEM_MAX][80];
-    char *extra[MG_AGENT_RANKMEM_MAX + 2 + 1] = {NULL};
+    char *extra[MG_AGENT_RANKMEM_MAX + MG_AGENT_EXTRA_ENV_MAX + 1] = {NULL};
     int nx = 0;
     for (int k = 0; k < ag->nrankmem; k++) {
         mg_rankmem_env(&ag->rankmem[k].m[i], ag->rankmem[k].env, extra_buf[k],
                        sizeof(extra_buf[k]));
         extra[nx++] = extra_buf[k];
     }
-    for (int k = 0; k < ag->nextra_env; k++) /* (the agent's own: the file timer's FIFO) */
+    for (int k = 0; k < ag->nextra_env;
+         k++) /* (the agent's own: the file timer's, the Python hook's) */
         extra[nx++] = ag->extra_env[k];
     worker_dir(ag, i, dir, sizeof(dir));
     error_file_path(ag, i, ef, sizeof(ef));

@@ -7,6 +7,7 @@
 #include "net.h"
 #include "proc.h"
 #include "procstate.h"
+#include "pytb.h"
 #include "progress_rec.h"
 #include "stacks.h"
 #include "summary.h"
@@ -33,49 +34,17 @@ static const char usage[] =
  * descriptor MG_PROGRESS_FD names in its environment. 0, or a negative code. */
 static int read_record(int pid, struct mg_progress *rec)
 {
-    /* An environment is bounded by the kernel's argument space (a few MiB);
-     * Kubernetes' and Slurm's can pass 64 KiB, and mglaunch appends
-     * MG_PROGRESS_FD near the end: read it whole. */
-    enum {
-        ENV_MAX = 8 << 20
-    };
-    char path[64];
-    mg_fmt(path, sizeof(path), "/proc/%d/environ", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    size_t cap = 1 << 16, n = 0;
-    char *env = malloc(cap + 1);
-    ssize_t got = 0;
-    while (env && (got = read(fd, env + n, cap - n)) > 0) {
-        n += (size_t)got;
-        if (n == cap && cap < ENV_MAX) {
-            char *more = realloc(env, cap * 2 + 1);
-            if (!more)
-                break;
-            env = more;
-            cap *= 2;
-        } else if (n == cap) {
-            break;
-        }
-    }
-    close(fd);
-    if (!env)
-        return -ENOMEM;
-    if (n == 0) {
-        free(env);
-        return -ENODATA;
-    }
-    env[n] = '\0';
-    long num = -1;
-    for (char *p = env; p < env + n; p += strlen(p) + 1)
-        if (strncmp(p, "MG_PROGRESS_FD=", 15) == 0)
-            num = strtol(p + 15, NULL, 10);
-    free(env);
+    char path[64], val[32];
+    int rc = mg_procenv_get(pid, "MG_PROGRESS_FD", val, sizeof(val));
+    if (rc == -ENAMETOOLONG)
+        rc = -ENOENT;
+    if (rc < 0)
+        return rc;
+    long num = strtol(val, NULL, 10);
     if (num < 3)
         return -ENOENT;
     mg_fmt(path, sizeof(path), "/proc/%d/fd/%ld", pid, num);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     ssize_t r = pread(fd, rec, sizeof(*rec), 0);
@@ -86,6 +55,35 @@ static int read_record(int pid, struct mg_progress *rec)
         (rec->pid != pid && getpgid(rec->pid) != pid))
         return -ENODATA;
     return 0;
+}
+
+/* A Python worker's traceback of every thread (pytb.h): the section of its
+ * dump file, malloc'd; NULL for a worker that is not Python. */
+static char *python_traceback(int pid)
+{
+    struct mg_pytb_take t;
+    int sig, fd, rc = mg_pytb_open(pid, &sig, &fd);
+    char *text = NULL, *out = NULL;
+    if (rc == -ENOENT)
+        return NULL;
+    if (rc < 0) {
+        if (asprintf(&out, "# no Python traceback: cannot open its traceback memory: %s\n",
+                     mg_strerror(rc)) < 0)
+            return NULL;
+        return out;
+    }
+    if (mg_pytb_start(&t, pid, fd, sig, mg_now_ms()) == 0) {
+        while (!mg_pytb_poll(&t, mg_now_ms()))
+            usleep(10000);
+        text = mg_pytb_text(&t);
+    }
+    close(fd);
+    if (text)
+        rc = asprintf(&out, "# Python threads, by faulthandler:\n%s", text);
+    else
+        rc = asprintf(&out, "# no Python traceback: %s\n", t.why);
+    free(text);
+    return rc < 0 ? NULL : out;
 }
 
 static void describe(FILE *f, const struct lworker *w)
@@ -175,7 +173,23 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
     int have_tool = mg_stacks_find(getenv("PATH"), &tool) == 0;
     int64_t wall = mg_wall_ms();
     mg_format_time_ms(wall, ts, sizeof(ts));
-    mg_fmt(stamp, sizeof(stamp), "%lld", (long long)(wall / 1000));
+    /* a second dump within the same second gets "-2", "-3": files are
+     * never overwritten */
+    for (int k = 1; k < 1000; k++) {
+        char probe[PATH_MAX + 64];
+        int taken = 0;
+        if (k == 1)
+            mg_fmt(stamp, sizeof(stamp), "%lld", (long long)(wall / 1000));
+        else
+            mg_fmt(stamp, sizeof(stamp), "%lld-%d", (long long)(wall / 1000), k);
+        for (int i = 0; i < a->nw && !taken; i++) {
+            mg_fmt(probe, sizeof(probe), "%s/attempt_%d/%d/dump-%s.txt", r.dir, a->attempt,
+                   a->w[i].local_rank, stamp);
+            taken = access(probe, F_OK) == 0;
+        }
+        if (!taken)
+            break;
+    }
     fprintf(out, "run %s, attempt %d, host %s, at %s\n", r.id, a->attempt, r.host, ts);
     if (!have_tool)
         fprintf(out, "(no stacks: neither eu-stack (Debian's elfutils) nor gdb is installed)\n");
@@ -183,7 +197,7 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         const struct lworker *w = &a->w[i];
         if (w->exited || w->pid <= 0)
             continue;
-        char path[PATH_MAX + 64], head[512];
+        char path[PATH_MAX + 64];
         char *text = NULL;
         size_t tlen = 0;
         FILE *mem = open_memstream(&text, &tlen);
@@ -194,9 +208,15 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         fputs(text, out);
         mg_fmt(path, sizeof(path), "%s/attempt_%d/%d/dump-%s.txt", r.dir, a->attempt, w->local_rank,
                stamp);
-        mg_fmt(head, sizeof(head), "# mglaunch dump at %s\n%s# stacks, %s\n", ts, text,
-               have_tool ? (tool.gdb ? "by gdb -batch" : "by eu-stack") : "none: no tool");
+        char *py = python_traceback(w->pid), *head = NULL;
+        if (asprintf(&head, "# mglaunch dump at %s\n%s%s# stacks, %s\n", ts, text, py ? py : "",
+                     have_tool ? (tool.gdb ? "by gdb -batch" : "by eu-stack") : "none: no tool") <
+            0)
+            head = NULL;
         free(text);
+        free(py);
+        if (!head)
+            continue;
         pid_t child;
         if (!have_tool) {
             int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -206,6 +226,7 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
             }
         } else if ((rc = mg_stacks_start(&tool, w->pid, path, head, environ, &child)) < 0) {
             fprintf(out, "  cannot take its stack into %s: %s\n", path, mg_strerror(rc));
+            free(head);
             continue;
         } else {
             int64_t dl = mg_now_ms() + MG_STACKS_TIMEOUT_MS;
@@ -219,14 +240,17 @@ int mg_dump_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
             if (mg_stacks_check(path, why, sizeof(why)) < 0)
                 fprintf(out, "  no stack: %s\n", why);
         }
+        free(head);
         /* the stacks, as saved */
         FILE *f = fopen(path, "r");
         char line[1024];
-        int in_stacks = 0;
+        int in_stacks = 0, seen_py = 0;
         while (f && fgets(line, sizeof(line), f)) {
-            if (!strncmp(line, "# stacks", 8))
-                in_stacks = 1;
-            else if (in_stacks)
+            int pyl = !strncmp(line, "# Python", 8) || !strncmp(line, "# no Python", 11);
+            int nat = !strncmp(line, "# stacks", 8);
+            seen_py |= pyl;
+            in_stacks |= pyl || nat;
+            if (in_stacks && (!nat || seen_py)) /* the native part named after a Python one */
                 fprintf(out, "  %s", line);
         }
         if (f)

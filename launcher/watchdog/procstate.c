@@ -4,7 +4,10 @@
 #include "proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int mg_procstate_read(const char *root, int pid, struct mg_procstate *ps)
 {
@@ -66,4 +69,46 @@ const char *mg_procstate_text(const struct mg_procstate *ps, char *buf, size_t c
         break;
     }
     return buf;
+}
+
+int mg_procenv_get(int pid, const char *name, char *out, size_t cap)
+{
+    /* bounded by the kernel's argument space (a few MiB) */
+    enum {
+        ENV_MAX = 8 << 20
+    };
+    char path[64];
+    mg_fmt(path, sizeof(path), "/proc/%d/environ", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    size_t room = 1 << 16, n = 0, nlen = strlen(name);
+    char *env = malloc(room + 1);
+    ssize_t got = 0;
+    while (env && (got = read(fd, env + n, room - n)) > 0) {
+        n += (size_t)got;
+        if (n == room && room < ENV_MAX) {
+            char *more = realloc(env, room * 2 + 1);
+            if (!more)
+                break;
+            env = more;
+            room *= 2;
+        } else if (n == room) {
+            break;
+        }
+    }
+    close(fd);
+    if (!env)
+        return -ENOMEM;
+    env[n] = '\0';
+    int rc = -ENOENT;
+    for (char *p = env; p < env + n; p += strlen(p) + 1)
+        if (strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            size_t len = strlen(p + nlen + 1);
+            rc = len < cap ? 0 : -ENAMETOOLONG;
+            if (rc == 0)
+                memcpy(out, p + nlen + 1, len + 1);
+        }
+    free(env);
+    return rc;
 }

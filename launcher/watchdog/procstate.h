@@ -1,6 +1,7 @@
 /* What the kernel says a process is doing, for the watchdog's line: its
  * state letter (/proc/PID/stat: running, sleeping, in uninterruptible
- * sleep, stopped) and where it sleeps in the kernel (/proc/PID/wchan). */
+ * sleep, stopped) and where it sleeps in the kernel (/proc/PID/wchan); a
+ * variable of its environment. */
 #ifndef MG_PROCSTATE_H
 #define MG_PROCSTATE_H
 
@@ -20,5 +21,11 @@ const char *mg_procstate_text(const struct mg_procstate *ps, char *buf, size_t c
 
 /* Whether the state is stopped (T, t): it gets SIGCONT with a stop signal. */
 int mg_procstate_stopped(const struct mg_procstate *ps);
+
+/* The value of name in pid's environment as it started (/proc/PID/environ,
+ * read whole: a pod's or a Slurm step's passes 64 KiB, and mglaunch's own
+ * entries come last) into out. 0, -ENOENT when absent, -ENAMETOOLONG when
+ * longer than cap, or a negative errno (-EACCES: another user's). */
+int mg_procenv_get(int pid, const char *name, char *out, size_t cap);
 
 #endif

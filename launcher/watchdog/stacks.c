@@ -97,25 +97,29 @@ int mg_stacks_done(pid_t child)
 
 int mg_stacks_check(const char *out, char *why, size_t cap)
 {
-    char buf[8192];
+    char line[1024];
+    int refused = 0, frames = 0;
     FILE *f = fopen(out, "r");
     if (!f) {
         mg_fmt(why, cap, "no file");
         return -ENOENT;
     }
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    /* line by line: a Python traceback may come first, of any length */
+    while (fgets(line, sizeof(line), f)) {
+        refused |= strstr(line, "Operation not permitted") || !strncmp(line, "ptrace: ", 8);
+        /* eu-stack numbers frames "#0  0x...", gdb "#0  0x... in"; the
+         * kernel's stack "[<0>] function+0x..." */
+        frames |= !strncmp(line, "#0 ", 3) || !strncmp(line, "[<", 2);
+    }
     fclose(f);
-    buf[n] = '\0';
-    if (strstr(buf, "Operation not permitted") || strstr(buf, "ptrace: ")) {
+    if (refused) {
         mg_fmt(why, cap,
                "ptrace was refused (a container without CAP_SYS_PTRACE, "
                "kernel.yama.ptrace_scope 2 or 3 for a non-root user, or a worker that "
                "changed its own PR_SET_PTRACER)");
         return -EPERM;
     }
-    /* eu-stack numbers frames "#0  0x...", gdb "#0  0x... in"; the kernel's
-     * stack "[<0>] function+0x..." */
-    if (!strstr(buf, "\n#0 ") && !strstr(buf, "\n[<")) {
+    if (!frames) {
         mg_fmt(why, cap, "no frames in what the tool printed");
         return -ENODATA;
     }

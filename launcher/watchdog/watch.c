@@ -21,7 +21,7 @@
 static int64_t interval_ms(const struct mg_watch *wd)
 {
     double ms = wd->kind >= 0 ? wd->floor_s * 100.0 : 500;
-    if (wd->dump.active) /* waiting for the stack tools */
+    if (wd->dump.active) /* waiting for the tracebacks and the stack tools */
         ms = 20;
     if (wd->ft.fd >= 0 && ms > 100) /* torch's server checks every 0.1 s */
         ms = 100;
@@ -41,6 +41,8 @@ static void arm(struct mg_agent *ag, struct mg_watch *wd)
 void mg_watch_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t cap)
 {
     wd->kind = -1;
+    wd->py_kind = -1;
+    wd->py_dir[0] = '\0';
     wd->floor_s = ag->o->hang_timeout;
     wd->armed = 0;
     warn[0] = '\0';
@@ -70,113 +72,41 @@ void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd)
     arm(ag, wd);
 }
 
+void mg_watch_python_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t cap)
+{
+    const char *off = mg_env_get(ag->cfg.environ, "MG_PYTHON_TRACEBACKS");
+    char *pp = NULL, *spec = NULL;
+    int rc;
+    warn[0] = '\0';
+    if ((off && !strcmp(off, "0")) ||
+        !(ag->cfg.python || (ag->cfg.exec_path && mg_pytb_is_python(ag->cfg.exec_path))))
+        return;
+    if ((rc = mg_pytb_hook_create(mg_env_get(ag->cfg.environ, "TMPDIR"), wd->py_dir,
+                                  sizeof(wd->py_dir))) < 0) {
+        mg_fmt(warn, cap, "warning: no Python tracebacks (cannot write the hook's directory: %s)",
+               mg_strerror(rc));
+        return;
+    }
+    /* the memory first: without the variables, a descriptor nobody uses */
+    int k = mg_agent_rankmem_add(ag, MG_PYTB_FD_ENV, "pytraceback", 0);
+    rc = k < 0 ? k : mg_pytb_env(wd->py_dir, mg_env_get(ag->cfg.environ, "PYTHONPATH"), &pp, &spec);
+    if (rc == 0 && ag->nextra_env + 2 > MG_AGENT_EXTRA_ENV_MAX)
+        rc = -ENOSPC;
+    if (rc < 0) {
+        free(pp);
+        free(spec);
+        mg_pytb_hook_remove(wd->py_dir);
+        wd->py_dir[0] = '\0';
+        mg_fmt(warn, cap, "warning: no Python tracebacks (%s)", mg_strerror(rc));
+        return;
+    }
+    mg_agent_env_add(ag, pp);
+    mg_agent_env_add(ag, spec);
+    wd->py_kind = k;
+}
+
 static void check_progress(struct mg_agent *ag, struct mg_watch *wd);
 static void ft_expire(struct mg_agent *ag, struct mg_watch *wd);
-
-/* Stacks of every running local rank, the hung one first, before it is
- * killed: the tools run as children; dumps_done() waits for them. */
-static void take_stacks(struct mg_agent *ag, struct mg_watch *wd, int culprit,
-                        const struct mg_watch_rank *r, const char *why)
-{
-    int pid = (int)ag->w[culprit].pid; /* killed with its process group */
-    struct mg_stack_tool tool;
-    char path[PATH_MAX + 32], head[256], ts[64];
-    int started = 0;
-    if (!wd->dump.child)
-        wd->dump.child = calloc((size_t)ag->nproc, sizeof(*wd->dump.child));
-    if (!wd->dump.child || mg_stacks_find(mg_env_get(ag->cfg.environ, "PATH"), &tool) < 0) {
-        mg_agent_note(ag, "watchdog: no stacks taken: neither eu-stack (Debian's elfutils) nor "
-                          "gdb is installed");
-        mg_workers_condemn(ag, culprit, SIGKILL, pid, "hung", "was hung", why);
-        return;
-    }
-    mg_format_time_ms(mg_wall_ms(), ts, sizeof(ts));
-    for (int k = 0; k < ag->nproc; k++) {
-        int i = (culprit + k) % ag->nproc;
-        const struct worker *w = &ag->w[i];
-        wd->dump.child[i] = 0;
-        if (w->outcome != W_RUNNING)
-            continue;
-        struct mg_procstate ps;
-        char kpath[64];
-        mg_fmt(path, sizeof(path), "%s/%d/stacks.txt", ag->attempt_dir, i);
-        mg_procstate_read(NULL, r[i].pid, &ps);
-        /* ptrace cannot stop a process in uninterruptible sleep: the
-         * kernel's own record of where it waits instead */
-        mg_fmt(kpath, sizeof(kpath), "from /proc/%d/stack", r[i].pid);
-        mg_fmt(head, sizeof(head), "# rank %d (local rank %d, host %s, pid %d)%s at %s, %s\n",
-               w->rank, i, ag->cfg.hostname, r[i].pid, i == culprit ? ", hung," : "", ts,
-               ps.state == 'D' ? kpath
-               : tool.gdb      ? "by gdb -batch"
-                               : "by eu-stack");
-        int rc;
-        if (ps.state == 'D') {
-            rc = mg_stacks_kernel(r[i].pid, path, head);
-            if (rc == 0)
-                mg_agent_note(ag,
-                              "watchdog: local rank %d is in uninterruptible sleep: its "
-                              "kernel stack is in %s",
-                              i, path);
-            else
-                mg_agent_note(ag,
-                              "watchdog: local rank %d is in uninterruptible sleep and its "
-                              "kernel stack cannot be read (%s)",
-                              i, mg_strerror(rc));
-            continue;
-        }
-        rc = mg_stacks_start(&tool, r[i].pid, path, head, ag->cfg.environ, &wd->dump.child[i]);
-        if (rc < 0)
-            mg_agent_note(ag, "watchdog: cannot take the stack of local rank %d into %s: %s", i,
-                          path, mg_strerror(rc));
-        else
-            started++;
-    }
-    if (!started) {
-        mg_workers_condemn(ag, culprit, SIGKILL, pid, "hung", "was hung", why);
-        return;
-    }
-    wd->dump.active = 1;
-    wd->dump.culprit = culprit;
-    wd->dump.pid = pid;
-    mg_fmt(wd->dump.why, sizeof(wd->dump.why), "%s", why);
-    wd->dump.deadline = mg_now_ms() + MG_STACKS_TIMEOUT_MS;
-}
-
-/* Whether the stack tools are done (or given up on); then the hung rank is
- * killed. */
-static int dumps_done(struct mg_agent *ag, struct mg_watch *wd, int give_up)
-{
-    char path[PATH_MAX + 32], why[200], ranks[256] = "";
-    size_t len = 0;
-    int late = !give_up && mg_now_ms() >= wd->dump.deadline;
-    for (int i = 0; i < ag->nproc; i++)
-        if (wd->dump.child[i] && !mg_stacks_done(wd->dump.child[i])) {
-            if (!give_up && !late)
-                return 0;
-            kill(-wd->dump.child[i], SIGKILL);
-            mg_agent_note(ag, "watchdog: the stack of local rank %d took over %d s: given up", i,
-                          MG_STACKS_TIMEOUT_MS / 1000);
-            wd->dump.child[i] = 0;
-        }
-    for (int i = 0; i < ag->nproc; i++) {
-        if (!wd->dump.child[i])
-            continue;
-        wd->dump.child[i] = 0;
-        mg_fmt(path, sizeof(path), "%s/%d/stacks.txt", ag->attempt_dir, i);
-        if (mg_stacks_check(path, why, sizeof(why)) < 0)
-            mg_agent_note(ag, "watchdog: no stack of local rank %d: %s (see %s)", i, why, path);
-        else if (len < sizeof(ranks))
-            len += (size_t)snprintf(ranks + len, sizeof(ranks) - len, "%s%d", len ? "," : "", i);
-    }
-    wd->dump.active = 0;
-    if (ranks[0])
-        mg_agent_note(ag, "watchdog: stacks of local rank%s %s in %s/<local rank>/stacks.txt",
-                      strchr(ranks, ',') ? "s" : "", ranks, ag->attempt_dir);
-    if (!give_up)
-        mg_workers_condemn(ag, wd->dump.culprit, SIGKILL, wd->dump.pid, "hung", "was hung",
-                           wd->dump.why);
-    return 1;
-}
 
 static void check(struct mg_agent *ag, void *ctx)
 {
@@ -186,11 +116,11 @@ static void check(struct mg_agent *ag, void *ctx)
      * arms it again. */
     if (ag->state != ST_RUNNING || ag->stopping || ag->running == 0) {
         if (wd->dump.active) /* the attempt ended another way meanwhile */
-            dumps_done(ag, wd, 1);
+            mg_watch_stacks_step(ag, wd, 1);
         return;
     }
     if (wd->dump.active) {
-        if (!dumps_done(ag, wd, 0)) {
+        if (!mg_watch_stacks_step(ag, wd, 0)) {
             if (mg_agent_add_timer(ag, mg_now_ms() + 20, check, wd) >= 0)
                 wd->armed = 1;
             return;
@@ -200,7 +130,7 @@ static void check(struct mg_agent *ag, void *ctx)
     }
     if (wd->ft.fd >= 0)
         ft_expire(ag, wd);
-    if (wd->kind >= 0 && !ag->stopping)
+    if (wd->kind >= 0 && !ag->stopping && !wd->dump.active)
         check_progress(ag, wd);
     arm(ag, wd);
 }
@@ -244,7 +174,13 @@ static void check_progress(struct mg_agent *ag, struct mg_watch *wd)
             wd->said_remote = 1;
         } else {
             mg_agent_note(ag, "watchdog: %s", v.line);
-            take_stacks(ag, wd, v.culprit, r, v.why);
+            int *pids = calloc((size_t)ag->nproc, sizeof(*pids));
+            for (int i = 0; pids && i < ag->nproc; i++)
+                pids[i] = r[i].pid;
+            /* killed with its process group */
+            mg_watch_stacks_begin(ag, wd, v.culprit, pids, SIGKILL, (int)ag->w[v.culprit].pid,
+                                  "hung", "was hung", v.why);
+            free(pids);
         }
     }
     free(r);
@@ -348,7 +284,14 @@ static void ft_expire(struct mg_agent *ag, struct mg_watch *wd)
                       e.scope, w->rank, w->local_rank, ag->cfg.hostname, e.pid, had, sig);
         mg_fmt(why, sizeof(why), "file timer expired: scope '%s', given %.1f s; sent %s", e.scope,
                had, sig);
-        mg_workers_condemn(ag, i, e.sig, e.pid, "file timer", "overstayed its file timer", why);
+        /* its stacks first, as of a hung rank; the signal after them */
+        int *pids = calloc((size_t)ag->nproc, sizeof(*pids));
+        if (pids)
+            pids[i] = e.pid;
+        mg_watch_stacks_begin(ag, wd, i, pids, e.sig, e.pid, "file timer",
+                              "overstayed its file timer", why);
+        free(pids);
+        return; /* one at a time: the others are stopped with this attempt */
     }
 }
 
@@ -365,9 +308,14 @@ int mg_watch_filetimer_setup(struct mg_agent *ag, struct mg_watch *wd, char *err
     if (rc)
         return rc;
     if (!(path && *path)) { /* the workers learn where it is */
-        mg_fmt(ag->extra_env[ag->nextra_env], sizeof(ag->extra_env[0]),
-               "TORCHELASTIC_TIMER_FILE=%s", wd->ft.path);
-        ag->nextra_env++;
+        char *e = NULL;
+        rc = asprintf(&e, "TORCHELASTIC_TIMER_FILE=%s", wd->ft.path) < 0 ? -ENOMEM
+                                                                         : mg_agent_env_add(ag, e);
+        if (rc < 0) {
+            mg_fmt(err, cap, "cannot give the workers the timer FIFO's path: %s", mg_strerror(rc));
+            mg_filetimer_release(&wd->ft);
+            return rc;
+        }
     }
     ft_agent = ag;
     struct mg_agent_poller p = {.fill = ft_fill, .process = ft_process, .ctx = wd};
@@ -383,9 +331,16 @@ int mg_watch_filetimer_setup(struct mg_agent *ag, struct mg_watch *wd, char *err
 void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd)
 {
     if (wd->dump.active && wd->dump.child)
-        dumps_done(ag, wd, 1);
+        mg_watch_stacks_step(ag, wd, 1);
     free(wd->dump.child);
+    free(wd->dump.pids);
+    free(wd->dump.py);
     wd->dump.child = NULL;
+    wd->dump.pids = NULL;
+    wd->dump.py = NULL;
+    if (wd->py_dir[0])
+        mg_pytb_hook_remove(wd->py_dir);
+    wd->py_dir[0] = '\0';
     if (wd->ft.fd >= 0 || wd->ft.created || wd->ft.dir[0])
         mg_filetimer_release(&wd->ft);
 }

@@ -8,7 +8,9 @@
 #define MG_WATCH_H
 
 #include "filetimer.h"
+#include "pytb.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -23,12 +25,19 @@ struct mg_watch {
     struct mg_filetimer ft; /* torch's file timer; ft.fd -1: off */
     int ft_poller;          /* its FIFO's poller id, -1: none */
     int ft_bad_said;        /* bad requests told this attempt */
-    /* Stacks being taken before a hung rank is killed (stacks.h). */
+    int py_kind;            /* Python tracebacks' rank memory (pytb.h); -1: off */
+    char py_dir[PATH_MAX];  /* the hook's directory, "" when none */
+    /* Stacks being taken before a hung rank is signalled (watch_stacks.c):
+     * Python tracebacks first, then the native stacks (stacks.h). */
     struct {
         int active;
-        int culprit, pid; /* the hung rank's local rank and pid */
+        int phase;                  /* 1: Python tracebacks, 2: native stacks */
+        int culprit, pid, sig;      /* the hung rank's local rank, the process, its signal */
+        const char *kind, *verdict; /* for mg_workers_condemn (static strings) */
         char why[512];
-        pid_t *child; /* per local rank, 0: none */
+        int *pids;               /* per local rank: the process whose stacks are taken */
+        pid_t *child;            /* per local rank: the tool, 0: none */
+        struct mg_pytb_take *py; /* per local rank */
         int64_t deadline;
     } dump;
 };
@@ -48,5 +57,24 @@ void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd);
 /* Before an attempt's workers start: the old records are void; checks
  * begin. */
 void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd);
+/* For Python workers (the program runs under Python), unless
+ * MG_PYTHON_TRACEBACKS=0: the hook's directory, a rank memory per local
+ * rank and the workers' variables (pytb.h). A failure leaves Python
+ * tracebacks off with a warning into warn ("" otherwise). */
+void mg_watch_python_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t cap);
+
+/* ---- watch_stacks.c: stacks before a hung rank is signalled ---- */
+
+/* Starts taking the stacks of every running local rank, culprit first
+ * (pids: per local rank, the process to take, 0: the worker); then sig goes
+ * to pid and the worker is condemned (kind, verdict, why:
+ * mg_workers_condemn). Goes on from the check timer. */
+void mg_watch_stacks_begin(struct mg_agent *ag, struct mg_watch *wd, int culprit, const int *pids,
+                           int sig, int pid, const char *kind, const char *verdict,
+                           const char *why);
+/* 1 once done (the signal sent), 0 while tracebacks or tools are awaited.
+ * give_up: the attempt ended another way: the tools are stopped, nothing is
+ * sent. */
+int mg_watch_stacks_step(struct mg_agent *ag, struct mg_watch *wd, int give_up);
 
 #endif
