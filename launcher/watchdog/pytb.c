@@ -74,9 +74,8 @@ void mg_pytb_hook_remove(const char *dir)
 int mg_pytb_env(const char *dir, const char *user_pythonpath, char **pythonpath, char **spec)
 {
     int had = user_pythonpath != NULL;
-    int n = had && *user_pythonpath
-                ? asprintf(pythonpath, "PYTHONPATH=%s:%s", dir, user_pythonpath)
-                : asprintf(pythonpath, "PYTHONPATH=%s", dir);
+    int n = had && *user_pythonpath ? asprintf(pythonpath, "PYTHONPATH=%s:%s", dir, user_pythonpath)
+                                    : asprintf(pythonpath, "PYTHONPATH=%s", dir);
     if (n < 0) {
         *pythonpath = NULL;
         return -ENOMEM;

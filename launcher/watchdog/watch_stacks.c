@@ -50,15 +50,15 @@ static char *header(struct mg_agent *ag, struct mg_watch *wd, int i, const char 
     if (ps->state == 'D')
         mg_fmt(by, sizeof(by), "from /proc/%d/stack", wd->dump.pids[i]);
     else
-        mg_fmt(by, sizeof(by), "%s", !tool->path[0] ? "no native stacks: no tool"
-                                     : tool->gdb    ? "by gdb -batch"
-                                                    : "by eu-stack");
+        mg_fmt(by, sizeof(by), "%s",
+               !tool->path[0] ? "no native stacks: no tool"
+               : tool->gdb    ? "by gdb -batch"
+                              : "by eu-stack");
     if (!py && t->rc < 0 && t->why[0])
         mg_fmt(pyline, sizeof(pyline), "# no Python traceback: %s\n", t->why);
-    if (asprintf(&out, "# rank %d (local rank %d, host %s, pid %d)%s at %s, %s\n%s%s%s%s",
-                 w->rank, i, ag->cfg.hostname, wd->dump.pids[i],
-                 i == wd->dump.culprit ? ", hung," : "", ts, by, pyline,
-                 py ? "# Python threads, by faulthandler:\n" : "", py ? py : "",
+    if (asprintf(&out, "# rank %d (local rank %d, host %s, pid %d)%s at %s, %s\n%s%s%s%s", w->rank,
+                 i, ag->cfg.hostname, wd->dump.pids[i], i == wd->dump.culprit ? ", hung," : "", ts,
+                 by, pyline, py ? "# Python threads, by faulthandler:\n" : "", py ? py : "",
                  py ? "# native threads:\n" : "") < 0)
         out = NULL;
     free(py);
@@ -127,8 +127,8 @@ static void start_native(struct mg_agent *ag, struct mg_watch *wd)
                               i, mg_strerror(rc));
         } else if (!have_tool) {
             if (has_py && (rc = write_head(path, head)) == 0)
-                mg_agent_note(ag, "watchdog: the Python traceback of local rank %d is in %s",
-                              i, path);
+                mg_agent_note(ag, "watchdog: the Python traceback of local rank %d is in %s", i,
+                              path);
         } else if ((rc = mg_stacks_start(&tool, pid, path, head, ag->cfg.environ,
                                          &wd->dump.child[i])) < 0) {
             mg_agent_note(ag, "watchdog: cannot take the stack of local rank %d into %s: %s", i,
@@ -147,8 +147,7 @@ static void start_native(struct mg_agent *ag, struct mg_watch *wd)
 }
 
 void mg_watch_stacks_begin(struct mg_agent *ag, struct mg_watch *wd, int culprit, const int *pids,
-                           int sig, int pid, const char *kind, const char *verdict,
-                           const char *why)
+                           int sig, int pid, const char *kind, const char *verdict, const char *why)
 {
     size_t n = (size_t)ag->nproc;
     if (!wd->dump.child) {

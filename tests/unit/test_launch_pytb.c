@@ -142,7 +142,8 @@ static void test_signal(void)
         usleep(5000);
     is_int(t.rc, 0, "its traceback came");
     char *text = mg_pytb_text(&t);
-    is_str(text, "Thread 0x1 (most recent call first):\n  File x\n", "whole, and only the new part");
+    is_str(text, "Thread 0x1 (most recent call first):\n  File x\n",
+           "whole, and only the new part");
     free(text);
     kill(p, SIGSTOP);
     waitpid(p, NULL, WUNTRACED);
