@@ -124,6 +124,18 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
         fprintf(f, "hint: %s\n", r->hint);
 }
 
+/* A program without a stack (mg's train, a C worker) puts "prog (rank r on
+ * host, pid p): " and its message (cut at 900 bytes) in py_callstack, for
+ * torchrun's summary to show; under the message itself it only repeats it. */
+static int traceback_is_message(const char *tb, const char *msg)
+{
+    const char *rest = strstr(tb, "): ");
+    if (!rest || !msg[0] || strchr(tb, '\n') || !strstr(tb, " (rank "))
+        return 0;
+    rest += 3;
+    return rest[0] && !strncmp(msg, rest, strlen(rest));
+}
+
 int mg_root_cause_errfile(struct mg_root_cause *rc)
 {
     struct mg_errfile ef;
@@ -133,6 +145,8 @@ int mg_root_cause_errfile(struct mg_root_cause *rc)
     }
     mg_fmt(rc->message, sizeof(rc->message), "%s", ef.message);
     mg_fmt(rc->traceback, sizeof(rc->traceback), "%s", ef.traceback);
+    if (traceback_is_message(ef.traceback, ef.message))
+        rc->traceback[0] = '\0';
     if (ef.hostname[0])
         mg_fmt(rc->host, sizeof(rc->host), "%s", ef.hostname);
     return 0;

@@ -14,6 +14,7 @@
 #include "train_internal.h"
 #include "redact.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,21 +37,55 @@ static void record_error(const struct mg_dist *d, const char *msg)
     }
 }
 
-/* Errors are printed once and, under a launcher, recorded in the error file
- * (TORCHELASTIC_ERROR_FILE) so that its summary shows the real cause. */
-__attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...)
+static void vfail(const char *fmt, va_list ap)
 {
     char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     mg_redact_inplace(msg, sizeof(msg)); /* an upload's error may name its URL */
     if (error_dist && error_dist->world > 1)
         fprintf(stderr, TRAIN_PROG ": rank %d: %s\n", error_dist->rank, msg);
     else
         fprintf(stderr, TRAIN_PROG ": %s\n", msg);
     record_error(error_dist, msg);
+}
+
+/* Errors are printed once and, under a launcher, recorded in the error file
+ * (TORCHELASTIC_ERROR_FILE) so that its summary shows the real cause. */
+__attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(fmt, ap);
+    va_end(ap);
+}
+
+/* A failure every rank meets alike, from the same files and flags: said once,
+ * by rank 0 (without the rank: it is the job's). The others say nothing and
+ * wait in the closing barrier, which rank 0 never enters, until rank 0 has
+ * gone (its exit breaks the barrier), so that the launcher's root cause is
+ * rank 0's line; stopped by the launcher meanwhile, as usual. A rank whose
+ * wait ends otherwise (rank 0 went on: the ranks disagreed) says it after
+ * all. */
+__attribute__((format(printf, 2, 3))) void fail_alike(struct run *r, const char *fmt, ...)
+{
+    va_list ap;
+    struct mg_dist *d = r->dist.d;
+    if (d && d->world > 1 && d->rank != 0) {
+        int rc = mg_dist_finalize(d, MG_COMM_DEFAULT_TIMEOUT);
+        if (rc != 0 && rc != -ETIMEDOUT)
+            return;
+    }
+    va_start(ap, fmt);
+    if (d && d->world > 1 && d->rank == 0) {
+        char msg[2048];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        mg_redact_inplace(msg, sizeof(msg));
+        fprintf(stderr, TRAIN_PROG ": %s\n", msg);
+        record_error(error_dist, msg);
+    } else {
+        vfail(fmt, ap);
+    }
+    va_end(ap);
 }
 
 /* Rank 0's metrics and remote copies, once the rank and the run are known. */

@@ -87,8 +87,10 @@ static int inside(const char *path, const char *dir)
 }
 
 /* This run's when its record names it, or when it holds no complete
- * checkpoint of another run; otherwise another run's, which this one takes
- * over only when told to: --resume auto, or --resume PATH inside it. */
+ * checkpoint of another run. Otherwise another run's: with --resume auto (or
+ * --resume PATH inside it) this run takes it over; without, it is this job's
+ * when the owner's newest checkpoint fits this run, which the resume decides
+ * (TRAIN_DIR_OTHER_RUN). */
 int train_claim_dir(const char *dir, const char *resume, uint64_t run, const char *run_id,
                     struct mg_ckpt_owner *own, char *took_from, size_t tlen, char *err,
                     size_t errlen)
@@ -121,33 +123,50 @@ int train_claim_dir(const char *dir, const char *resume, uint64_t run, const cha
         others += list[i].run != run;
     if (has >= 0 && others == 0)
         goto out; /* nothing of another run's to lose */
+    if (has < 0) {
+        mg_seterr(err, errlen, -MG_ECONFIG,
+                  "'%s' holds checkpoints, and %s; cannot tell whose they are: pass --resume auto "
+                  "to continue from them (this run then takes the directory over), or use another "
+                  "--checkpoint-dir",
+                  dir, why);
+        res = TRAIN_DIR_REFUSED;
+        goto out;
+    }
+    int explicit = resume && (!strcmp(resume, "auto") || inside(resume, dir));
+    /* Taken over, its checkpoints (and what it had taken over) become this
+     * run's. Without --resume, only the owner's: another run's file copied
+     * in is no part of the job. A directory without a record (written
+     * before there were any) is its checkpoints' runs'. */
     if (has == 1) {
         run_name(&cur, who, sizeof(who));
+        mg_ckpt_owner_adopt(own, cur.run);
+        for (int i = 0; i < cur.nadopted; i++)
+            mg_ckpt_owner_adopt(own, cur.adopted[i]);
     } else {
         struct mg_ckpt_owner last = {.run = n ? list[0].run : 0};
         run_name(&last, who, sizeof(who));
     }
-    if (n)
-        snprintf(newest, sizeof(newest), " (newest: step %" PRIu64 ")", list[0].step);
-    if (resume && (!strcmp(resume, "auto") || inside(resume, dir))) {
-        /* its checkpoints (and what it had taken over) become this run's */
-        if (has == 1) {
-            mg_ckpt_owner_adopt(own, cur.run);
-            for (int i = 0; i < cur.nadopted; i++)
-                mg_ckpt_owner_adopt(own, cur.adopted[i]);
-        }
-        for (int i = 0; i < n; i++)
+    int first = -1;
+    for (int i = 0; i < n; i++) {
+        if (explicit || has == 0)
             mg_ckpt_owner_adopt(own, list[i].run);
-        snprintf(took_from, tlen, "%s%s", who, newest);
-        res = TRAIN_DIR_TAKE_OVER;
-        goto out;
+        if (first < 0 && mg_ckpt_owner_has(own, list[i].run))
+            first = i;
     }
-    mg_seterr(err, errlen, -MG_ECONFIG,
-              "'%s' holds the checkpoints of another run, %s%s%s%s; this run is '%s'. Pass "
-              "--resume auto to continue from them (this run then takes the directory over), or "
-              "use another --checkpoint-dir",
-              dir, who, newest, has < 0 ? "; " : "", has < 0 ? why : "", run_id);
-    res = TRAIN_DIR_REFUSED;
+    if (first >= 0)
+        snprintf(newest, sizeof(newest), " (newest: step %" PRIu64 ")", list[first].step);
+    snprintf(took_from, tlen, "%s%s", who, newest);
+    res = explicit ? TRAIN_DIR_TAKE_OVER : TRAIN_DIR_OTHER_RUN;
+    if (resume && !explicit) {
+        /* --resume PATH from elsewhere starts a job from those weights: not
+         * in a directory that another run's checkpoints fill */
+        mg_seterr(err, errlen, -MG_ECONFIG,
+                  "'%s' holds the checkpoints of another run, %s; this run is '%s' and starts from "
+                  "'%s'. Use another --checkpoint-dir, or pass --resume auto to continue from "
+                  "them (this run then takes the directory over)",
+                  dir, took_from, run_id, resume);
+        res = TRAIN_DIR_REFUSED;
+    }
 out:
     free(list);
     return res;

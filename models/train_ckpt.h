@@ -29,15 +29,19 @@ void train_describe_run(const struct train_options *o, int train_n, double lr_sc
 enum train_dir_claim {
     TRAIN_DIR_OURS,      /* this run's, or nothing of another run's in it */
     TRAIN_DIR_TAKE_OVER, /* another run's, and --resume said to continue it */
-    TRAIN_DIR_REFUSED,   /* another run's: the message in err says whose and what to do */
+    TRAIN_DIR_OTHER_RUN, /* another run's, no --resume: this job's only when its
+                            owner's newest checkpoint fits this run (the resume checks) */
+    TRAIN_DIR_REFUSED,   /* whose cannot be told: the message in err says what to do */
 };
 
 /* Whose dir is, for the run (run hash, run id) started with --resume resume
  * (NULL: none). Fills own with the owner record to write once the run has
- * resumed: this run, with what it takes over. On TRAIN_DIR_TAKE_OVER,
- * took_from names the earlier owner. Returns a train_dir_claim, or a
- * negative code with a message. Every rank decides the same from the same
- * files, and what rank 0 then writes leads to the same decision. */
+ * resumed: this run, with what it takes over (on TRAIN_DIR_OTHER_RUN, the
+ * owner's runs: their checkpoints are the ones to check and continue). On
+ * TRAIN_DIR_TAKE_OVER and TRAIN_DIR_OTHER_RUN, took_from names the earlier
+ * owner and its newest step. Returns a train_dir_claim, or a negative code
+ * with a message. Every rank decides the same from the same files, and what
+ * rank 0 then writes leads to the same decision. */
 int train_claim_dir(const char *dir, const char *resume, uint64_t run, const char *run_id,
                     struct mg_ckpt_owner *own, char *took_from, size_t tlen, char *err,
                     size_t errlen);

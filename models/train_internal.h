@@ -107,6 +107,11 @@ struct run {
 extern struct mg_dist *error_dist; /* for the error file of fail() (rank, host) */
 /* Says a failure once, on stderr, and records it in the launcher's error file. */
 __attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...);
+struct run;
+/* A failure every rank meets alike (a checkpoint directory of another job, a
+ * checkpoint that does not fit): said once, by rank 0; the other ranks wait
+ * for rank 0 to go, so that the launcher's root cause quotes its line. */
+__attribute__((format(printf, 2, 3))) void fail_alike(struct run *r, const char *fmt, ...);
 
 /* ---- train_console.c ---- */
 

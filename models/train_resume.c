@@ -1,5 +1,5 @@
 /* Where a run goes on from (see train_internal.h, docs/train.md "Resume"):
- * the checkpoint --resume names, or the newest of this run's in
+ * the checkpoint --resume names, or the newest of this job's in
  * --checkpoint-dir (fetched from --upload's destination when the machine has
  * none), the claim on that directory, and what changed when the world size
  * did. */
@@ -56,13 +56,50 @@ static void warn_reshard(struct run *r)
                 o->scale_lr ? "" : "; --scale-lr linear scales the lr with the world size");
 }
 
+/* The load's message about path without the path in front of it. */
+static const char *without_path(const char *msg, const char *path)
+{
+    size_t n = strlen(path);
+    if (msg[0] == '\'' && !strncmp(msg + 1, path, n) && !strncmp(msg + 1 + n, "': ", 3))
+        return msg + n + 4;
+    return msg;
+}
+
+/* A directory of another run whose newest checkpoint is not this job's
+ * (docs/train.md, "Checkpoints belong to a job"): what differs, and the
+ * ways out. weights: the checkpoint would load as this model's. */
+static void refuse_other_job(struct run *r, const char *why, const char *path, int weights)
+{
+    char out[MG_CKPT_PATH_MAX + 100] = "";
+    if (weights)
+        snprintf(out, sizeof(out),
+                 " (or start from its weights: --resume %s with another --checkpoint-dir)", path);
+    fail_alike(r,
+               "'%s' holds the checkpoints of another job, run %s: %s. To continue that job, run "
+               "it with its settings; to start this one, use another --checkpoint-dir%s",
+               r->o->checkpoint_dir, r->took_from, why, out);
+}
+
 /* A resumed checkpoint must continue this run: what differs in its
  * configuration (lr, schedule, optimizer settings...) stops an automatic or
  * --resume auto resume; --resume PATH takes the weights on purpose and is
- * only warned. (Shapes, batch, seed and data were checked by the load.) */
-static int check_fit(struct run *r, const char *path, int explicit_path)
+ * only warned. (Shapes, batch, seed and data were checked by the load.)
+ * other_run: the checkpoint is another run's that this one continues only
+ * when it is the same job, which a file without CONFIG cannot show. */
+static int check_fit(struct run *r, const char *path, int explicit_path, int other_run)
 {
     const char *diff = r->trainer.resumed.config_diff;
+    char why[MG_ERRMSG_LEN + 64];
+    if (other_run && (diff[0] || !r->trainer.resumed.has_config)) {
+        if (diff[0])
+            snprintf(why, sizeof(why), "written with %s", diff);
+        else
+            snprintf(why, sizeof(why),
+                     "written before checkpoints recorded their configuration, so whether it is "
+                     "this job cannot be told (--resume auto continues it)");
+        refuse_other_job(r, why, path, 1);
+        return -MG_ECONFIG;
+    }
     if (!diff[0])
         return 0;
     if (explicit_path) {
@@ -73,17 +110,20 @@ static int check_fit(struct run *r, const char *path, int explicit_path)
                     path, diff);
         return 0;
     }
-    fail("cannot resume: '%s' does not fit this run: written with %s. Run with its settings, "
-         "or start from its weights with --resume %s and another --checkpoint-dir",
-         path, diff, path);
+    fail_alike(r,
+               "cannot resume: '%s' does not fit this run: written with %s. Run with its "
+               "settings, or start from its weights with --resume %s and another "
+               "--checkpoint-dir",
+               path, diff, path);
     return -MG_ECONFIG;
 }
 
 /* Loads what --resume says (or, with quiet, this run's newest checkpoint in
  * --checkpoint-dir, saying nothing when there is none) and says where the run
- * goes on from. own: the runs whose checkpoints in --checkpoint-dir count. */
+ * goes on from. own: the runs whose checkpoints in --checkpoint-dir count;
+ * other_run: they are another run's, continued when they are this job's. */
 static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt_owner *own,
-                           int quiet)
+                           int quiet, int other_run)
 {
     struct train_options *o = r->o;
     char err[MG_ERRMSG_LEN];
@@ -95,8 +135,21 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
         for (int i = 0; i < rep.nskipped && r->dist.rank == 0; i++)
             fprintf(stderr, TRAIN_PROG ": warning: skipping a corrupt checkpoint: %s\n",
                     rep.skipped[i]);
+        if (rc < 0 && other_run && (rc == -MG_ECONFIG || rc == -MG_ESHAPE)) {
+            /* the path the load names is the owner's newest intact checkpoint */
+            char path[MG_CKPT_PATH_MAX] = "";
+            if (err[0] == '\'' && strchr(err + 1, '\''))
+                snprintf(path, sizeof(path), "%.*s", (int)(strchr(err + 1, '\'') - err - 1),
+                         err + 1);
+            refuse_other_job(r, path[0] ? without_path(err, path) : err, path,
+                             rc == -MG_ECONFIG && path[0]);
+            return rc;
+        }
         if (rc < 0) {
-            fail("cannot resume: %s", err);
+            if (rc == -MG_ECONFIG || rc == -MG_ESHAPE)
+                fail_alike(r, "cannot resume: %s", err);
+            else
+                fail("cannot resume: %s", err);
             return rc;
         }
         if (!rep.found) {
@@ -112,11 +165,14 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
     } else {
         rc = mg_trainer_load(&r->trainer, what, err);
         if (rc < 0) {
-            fail("cannot resume: %s", err);
+            if (rc == -MG_ECONFIG || rc == -MG_ESHAPE)
+                fail_alike(r, "cannot resume: %s", err);
+            else
+                fail("cannot resume: %s", err);
             return rc;
         }
     }
-    rc = check_fit(r, what, explicit_path);
+    rc = check_fit(r, what, explicit_path, other_run);
     if (rc < 0)
         return rc;
     struct mg_trainer *t = &r->trainer;
@@ -129,6 +185,9 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
         t->cfg.sched.total = total;
     }
     if (r->dist.rank == 0) {
+        if (other_run)
+            say(&r->prog, TRAIN_PROG ": continuing this job's checkpoints in '%s', from run %s",
+                o->checkpoint_dir, r->took_from);
         if (t->resumed.resharded)
             warn_reshard(r);
         say(&r->prog, TRAIN_PROG ": resumed from %s (step %ld, epoch %ld), param hash %016" PRIx64,
@@ -169,16 +228,16 @@ static int fetch_remote(struct run *r, const char *dir)
 }
 
 /* When to resume (docs/train.md, "Resume"): --resume; or, with a
- * --checkpoint-dir of this run's, from its newest checkpoint (a restart, an
- * elastic re-formation, or the same command again). Another run's directory
- * is refused unless told (train_claim_dir). */
+ * --checkpoint-dir of this job's, from its newest checkpoint (a restart, an
+ * elastic re-formation, or the same command again, under a new run id or
+ * not). Another job's directory is refused unless told (train_claim_dir). */
 int resume(struct run *r)
 {
     struct train_options *o = r->o;
     char err[MG_ERRMSG_LEN];
     const char *what = o->resume, *dir = o->checkpoint_dir;
     const struct mg_ckpt_owner *only = NULL;
-    int quiet = 0, from_memory = 0, rc;
+    int quiet = 0, from_memory = 0, other_run = 0, rc;
     rc = snapshot_open(r);
     if (rc == 0)
         rc = snapshot_resume(r, &from_memory);
@@ -194,10 +253,15 @@ int resume(struct run *r)
     if (dir) {
         rc = train_claim_dir(dir, o->resume, r->trainer.cfg.run_id_hash, r->run_id, &r->owner,
                              r->took_from, sizeof(r->took_from), err, sizeof(err));
-        if (rc < 0 || rc == TRAIN_DIR_REFUSED) {
+        if (rc < 0) {
             fail("%s", err);
-            return rc < 0 ? rc : -MG_ECONFIG;
+            return rc;
         }
+        if (rc == TRAIN_DIR_REFUSED) {
+            fail_alike(r, "%s", err);
+            return -MG_ECONFIG;
+        }
+        other_run = rc == TRAIN_DIR_OTHER_RUN;
         only = &r->owner;
         if (!what && !from_memory) {
             what = "auto";
@@ -205,7 +269,7 @@ int resume(struct run *r)
         }
     }
     if (what) {
-        rc = load_checkpoint(r, what, only, quiet);
+        rc = load_checkpoint(r, what, only, quiet, other_run);
         if (rc < 0)
             return rc;
     }
@@ -215,7 +279,7 @@ int resume(struct run *r)
             fail("cannot claim checkpoint directory: %s", err);
             return rc;
         }
-        if (r->took_from[0])
+        if (r->took_from[0] && !other_run)
             fprintf(stderr,
                     TRAIN_PROG ": warning: this run ('%s') took '%s' over from run %s: its "
                                "checkpoints count as this run's from now on\n",

@@ -132,6 +132,7 @@ struct mg_resume_info {
      * informational fields) says differently from cfg.run_config, as
      * "key A (this run: B), ..."; "" when nothing. */
     char config_diff[MG_ERRMSG_LEN];
+    int has_config;      /* the file has CONFIG: config_diff compared the whole job */
     long epoch;          /* 0-based epoch the run goes on with */
     long position;       /* positions of that epoch's order already taken */
     long left;           /* samples of that epoch not taken yet (n - position, or 0) */

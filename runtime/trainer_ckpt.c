@@ -660,6 +660,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     ri->run_id_hash = mg_get_u64(meta + 152);
     ri->resharded = ri->world != t->cfg.world;
     config_diff(t, f, meta, ri->config_diff, sizeof(ri->config_diff));
+    ri->has_config = mg_ckpt_find(f, MG_CKPT_TAG_CONFIG, 0) != NULL;
     if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, err)) < 0) {
         t->resumed.loaded = 0;
         return rc;

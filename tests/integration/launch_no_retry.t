@@ -45,9 +45,9 @@ common="--data synthetic --train-samples 512 --test-samples 128 --model mlp --ch
 "$TRAIN" $common --steps 10 >"$T/out" 2>&1
 is $? 0 "train writes a checkpoint"
 "$MGLAUNCH" --max_restarts 3 --nproc_per_node 1 --log_dir "$L" --rdzv_id other "$TRAIN" $common \
-    --steps 20 >"$T/out" 2>"$T/err"
-is $? 2 "another run's checkpoint directory: exit 2 through mglaunch"
-like "$(cat "$T/err")" "holds the checkpoints of another run" "  train says why"
+    --steps 20 --lr 0.3 >"$T/out" 2>"$T/err"
+is $? 2 "another job's checkpoint directory: exit 2 through mglaunch"
+like "$(cat "$T/err")" "holds the checkpoints of another job" "  train says why"
 is "$(grep -c '"event":"attempt_start"' "$L/other/events.jsonl")" 1 "  not restarted"
 "$TRAIN" $common --steps 20 --lr 0.3 --resume auto >"$T/out" 2>"$T/err"
 is $? 2 "a checkpoint written with other settings: train exits 2"

@@ -1,16 +1,18 @@
 #!/bin/sh
-# Checkpoints belong to a run (docs/train.md, "Checkpoints belong to a run").
+# Checkpoints belong to a job (docs/train.md, "Checkpoints belong to a job").
 # The reproduction of issue 11: run A to step 1500 with a checkpoint every 10
 # steps; run B, with another lr and --max_restarts 1, in the same directory;
 # SIGKILL B's worker at step 260. B must neither prune nor resume A's
 # checkpoints (before this, the restart resumed A's step 1500 and finished with
-# A's weights, exit 0): it is refused at the start, naming A and both ways
-# out. Then the ways out: --resume auto with another lr is refused for not
-# fitting; with the same configuration it takes the directory over; a run
-# whose directory was taken over stops before its next checkpoint; resuming
-# and pruning keep to the run's own checkpoints; a standalone train is
-# identified by its configuration; and markers written before runs were
-# recorded are another run's.
+# A's weights, exit 0): it is refused at the start, naming A, what differs and
+# the ways out. Then: --resume auto with another lr is refused for not
+# fitting; with the same configuration it takes the directory over; A's
+# command run again (another run id, the same job) continues; a run whose
+# directory was taken over stops before its next checkpoint; resuming and
+# pruning keep to the job's own checkpoints; a standalone train is identified
+# by its configuration; markers written before runs were recorded are
+# continued by the same job; a checkpoint written before CONFIG existed cannot
+# show its job and is continued only with --resume auto.
 # timeout: 180
 . "$(dirname "$0")/../lib/lib.sh"
 [ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || skip_all "train or mglaunch not built"
@@ -51,8 +53,8 @@ rc=$?
 wait "$kp"
 is "$rc" 2 "run B is refused (exit 2: do not retry)"
 unlike "$(cat "$T/b.out")" "resumed from" "B resumes none of A's checkpoints"
-like "$(cat "$T/b.out")" "'$ck' holds the checkpoints of another run, 'runA' \(newest: step 1500\); this run is '[^']*'. Pass --resume auto to continue from them \(this run then takes the directory over\), or use another --checkpoint-dir" \
-    "the message names the run that owns the directory and both ways out"
+like "$(cat "$T/b.out")" "'$ck' holds the checkpoints of another job, run 'runA' \(newest: step 1500\): written with lr 0.05 \(this run: 0.1\). To continue that job, run it with its settings; to start this one, use another --checkpoint-dir \(or start from its weights: --resume $ck/ckpt-000000001500.mgc with another --checkpoint-dir\)" \
+    "the message names the run that owns the directory, what differs and the ways out"
 is "$(state "$ck")" "$(cat "$T/a.state")" "A's checkpoints are untouched: none pruned, none written"
 
 # --resume auto continues A's checkpoints only when they fit: another lr does not
@@ -73,11 +75,15 @@ like "$(cat "$T/d.out")" "warning: this run \('runC'\) took '$ck' over from run 
 like "$(sed -n 2p "$ck/ckpt-owner")" "^run [0-9a-f]{16} runC$" "the owner record names the new run"
 is "$(ls "$ck" | grep -c '\.done$')" 3 "--keep-checkpoints 3 counts A's checkpoints as its own now"
 ok test -f "$ck/ckpt-000000001600.done"
-# A, run again, is now the other run
-"$MGLAUNCH" --nproc_per_node 1 --rdzv_id runA --log_dir "$T/logs" "$TRAIN" $ARGS --lr 0.05 \
+# A's command again, under a new run id: the same job, so it goes on from C's checkpoints
+"$MGLAUNCH" --nproc_per_node 1 --log_dir "$T/logs" "$TRAIN" $ARGS --lr 0.05 \
     --steps 1700 --checkpoint-dir "$ck" >"$T/a2.out" 2>&1
-is $? 2 "A cannot come back to the directory it lost"
-like "$(cat "$T/a2.out")" "holds the checkpoints of another run, 'runC' \(newest: step 1600\)" "it is runC's"
+is $? 0 "A's command run again continues the job"
+like "$(cat "$T/a2.out")" "continuing this job's checkpoints in '$ck', from run 'runC' \(newest: step 1600\)" \
+    "saying whose checkpoints it continues"
+like "$(cat "$T/a2.out")" "resumed from $ck/ckpt-000000001600.mgc \(step 1600" "from the newest"
+unlike "$(cat "$T/a2.out")" "took '$ck' over" "no take-over warning: it is the same job"
+ok test -f "$ck/ckpt-000000001700.done"
 
 # a run whose directory is taken over while it runs stops before its next checkpoint
 ck2=$T/ck2
@@ -105,9 +111,10 @@ ck3=$T/ck3
 is $? 0 "the same command again, longer"
 like "$(cat "$T/g2.out")" "resumed from $ck3/ckpt-000000000030.mgc \(step 30" "continues where it stopped"
 "$TRAIN" $ARGS --steps 50 --checkpoint-dir "$ck3" --warmup 5 >"$T/g3.out" 2>&1
-is $? 2 "another configuration is another run"
-like "$(cat "$T/g3.out")" "holds the checkpoints of another run, 'config-[0-9a-f]{16}' \(newest: step 50\); this run is 'config-[0-9a-f]{16}'" \
-    "refused, with both runs named"
+is $? 2 "another configuration is another job"
+like "$(cat "$T/g3.out")" "holds the checkpoints of another job, run 'config-[0-9a-f]{16}' \(newest: step 50\): written with warmup 0 \(this run: 5\)" \
+    "refused, with the run and the difference named"
+is "$(grep -c "another job" "$T/g3.out")" 1 "once"
 
 # resuming and pruning keep to the run's own checkpoints: a newer checkpoint of
 # another run that appeared in the directory is neither resumed nor removed
@@ -121,7 +128,8 @@ like "$(cat "$T/h.out")" "resumed from $ck4/ckpt-000000000020.mgc" "resumes its 
 is "$(ls "$ck4" | grep '\.done$' | tr '\n' ' ')" "ckpt-000000000050.done ckpt-000000000060.done " \
     "--keep-checkpoints 1 kept its newest and left the other run's alone"
 
-# markers from before runs were recorded: another run's, until taken over
+# markers from before runs were recorded (and no owner record): the same job's
+# command continues them
 ck5=$T/ck5
 "$TRAIN" $ARGS --steps 20 --checkpoint-dir "$ck5" >/dev/null 2>&1
 rm "$ck5/ckpt-owner"
@@ -130,10 +138,43 @@ for m in "$ck5"/*.done; do
     echo "mg checkpoint complete: step $s" >"$m"
 done
 "$TRAIN" $ARGS --steps 30 --checkpoint-dir "$ck5" >"$T/i.out" 2>&1
-is $? 2 "checkpoints without a recorded run are another run's"
-like "$(cat "$T/i.out")" "another run, \(no run id: written before checkpoints recorded their run\) \(newest: step 20\)" \
-    "and the message says so"
-"$TRAIN" $ARGS --steps 30 --checkpoint-dir "$ck5" --resume auto >"$T/j.out" 2>&1
-is $? 0 "--resume auto takes them over"
-like "$(cat "$T/j.out")" "resumed from $ck5/ckpt-000000000020.mgc" "and continues from them"
+is $? 0 "checkpoints without a recorded run, of this job"
+like "$(cat "$T/i.out")" "continuing this job's checkpoints in '$ck5', from run \(no run id: written before checkpoints recorded their run\) \(newest: step 20\)" \
+    "are continued, saying whose"
+like "$(cat "$T/i.out")" "resumed from $ck5/ckpt-000000000020.mgc" "from their newest"
+
+# a checkpoint written before CONFIG existed cannot show its job: refused,
+# and --resume auto continues it
+ck6=$T/ck6
+"$MGLAUNCH" --nproc_per_node 1 --rdzv_id old --log_dir "$T/logs" "$TRAIN" $ARGS --steps 20 \
+    --checkpoint-dir "$ck6" >/dev/null 2>&1
+/usr/bin/python3 - "$ck6/ckpt-000000000020.mgc" <<'PY'
+# drops the CONFIG section (tag 6) and writes the header's sizes and CRCs again
+import struct, sys, zlib
+p = sys.argv[1]
+b = open(p, "rb").read()
+hdr, raw = bytearray(b[:64]), zlib.decompress(b[64:])
+out, i = b"", 0
+while True:
+    tag, idx, n = struct.unpack_from("<IIQ", raw, i)
+    if tag != 6:
+        out += raw[i:i + 16 + n]
+    i += 16 + n
+    if tag == 0:
+        break
+z = zlib.compress(out)
+struct.pack_into("<QQ", hdr, 16, len(z), len(out))
+struct.pack_into("<I", hdr, 52, zlib.crc32(z))
+struct.pack_into("<I", hdr, 60, zlib.crc32(bytes(hdr[:60])))
+open(p, "wb").write(bytes(hdr) + z)
+PY
+"$MGLAUNCH" --nproc_per_node 1 --log_dir "$T/logs" "$TRAIN" $ARGS --steps 30 \
+    --checkpoint-dir "$ck6" >"$T/k.out" 2>&1
+is $? 2 "a checkpoint without CONFIG of another run: refused"
+like "$(cat "$T/k.out")" "holds the checkpoints of another job, run 'old' \(newest: step 20\): written before checkpoints recorded their configuration, so whether it is this job cannot be told \(--resume auto continues it\)" \
+    "saying why and what to do"
+"$MGLAUNCH" --nproc_per_node 1 --log_dir "$T/logs" "$TRAIN" $ARGS --steps 30 \
+    --checkpoint-dir "$ck6" --resume auto >"$T/l.out" 2>&1
+is $? 0 "--resume auto continues it"
+like "$(cat "$T/l.out")" "resumed from $ck6/ckpt-000000000020.mgc" "from that checkpoint"
 done_testing

@@ -63,15 +63,25 @@ is "$(resume_hash c)" "$(done_hash b)" "from the parameters the 2 processes ende
 like "$(cat "$T/c.out")" "world size 2 -> 3, effective batch 64 -> 96 .*; epoch 3 begins" "2 -> 3 after the epoch ended"
 like "$(cat "$T/c.out")" "train: 3 epochs now end at step 42" "29 + 13 steps"
 
-# another job (another run id) neither picks up these checkpoints by itself
-# nor writes among them: it is refused, saying whose they are and what to do
+# the same job under another run id at another world size continues these
+# checkpoints, resharded; another job (another lr) neither picks them up nor
+# writes among them: it is refused, saying whose they are and what differs
+cp -r "$CK" "$T/ck2"
+"$MGLAUNCH" --nproc_per_node 2 --rdzv_id job2 --log_dir "$T/logs" "$TRAIN" $ARGS \
+    --checkpoint-dir "$T/ck2" --batch-size 32 --epochs 4 >"$T/d2.out" 2>&1
+is $? 0 "the same job under another run id and world size continues"
+like "$(cat "$T/d2.out")" "continuing this job's checkpoints in '$T/ck2', from run 'job1' \(newest: step 42\)" \
+    "saying whose checkpoints"
+like "$(cat "$T/d2.out")" "world size 3 -> 2" "resharded"
+rm -rf "$T/ck2"
 cp -r "$CK" "$T/ck2"
 before=$(cd "$T/ck2" && ls | sort | tr '\n' ' ')
 "$MGLAUNCH" --nproc_per_node 2 --rdzv_id job2 --log_dir "$T/logs" "$TRAIN" $ARGS \
-    --checkpoint-dir "$T/ck2" --batch-size 32 --steps 3 >"$T/d.out" 2>&1
+    --checkpoint-dir "$T/ck2" --batch-size 32 --steps 3 --lr 0.01 >"$T/d.out" 2>&1
 is $? 2 "another job in the same directory is refused"
-like "$(cat "$T/d.out")" "'$T/ck2' holds the checkpoints of another run, 'job1' \(newest: step 42\); this run is 'job2'. Pass --resume auto" \
-    "naming the run that owns it and both ways out"
+like "$(cat "$T/d.out")" "'$T/ck2' holds the checkpoints of another job, run 'job1' \(newest: step 42\): written with lr 0.05 \(this run: 0.01\)" \
+    "naming the run that owns it and what differs"
+is "$(grep -c "holds the checkpoints" "$T/d.out")" 2 "said once by rank 0, quoted once by the root cause"
 is "$(cd "$T/ck2" && ls | sort | tr '\n' ' ')" "$before" "and leaves the directory as it was"
 
 # a changed batch per process is refused; --global-batch-size keeps the effective batch

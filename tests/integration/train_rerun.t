@@ -1,0 +1,82 @@
+#!/bin/sh
+# A job, not an invocation, owns its checkpoints (docs/train.md, "Checkpoints
+# belong to a job"), end to end with the real data: the README's mglaunch
+# command with a --checkpoint-dir, interrupted (SIGTERM) after a checkpoint and
+# run again identically (a new run id), goes on where it stopped and ends with
+# the bits of a run that never stopped; another job into that directory is
+# refused once, by rank 0, and the root cause quotes that line once; under
+# torchrun --standalone (a new run id each time too) the same command run
+# again continues.
+# timeout: 240
+. "$(dirname "$0")/../lib/lib.sh"
+[ -x "$TRAIN" ] && [ -x "$MGLAUNCH" ] || skip_all "train or mglaunch not built"
+[ -r /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] ||
+    skip_all "dataset-fashion-mnist not installed"
+
+ARGS="--model cnn --data fashion-mnist --train-samples 1024 --test-samples 200 --batch-size 32
+      --epochs 12 --log-every 4 --checkpoint-every 8"
+hash_of() { sed -n 's/.*done:.*param hash \([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+
+"$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" "$TRAIN" $ARGS \
+    --checkpoint-dir "$T/straight" >"$T/straight.out" 2>&1
+is $? 0 "the job, never stopped"
+want=$(hash_of "$T/straight.out")
+
+ck=$T/ck
+cmd() {
+    "$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" "$TRAIN" $ARGS --checkpoint-dir "$ck" "$@"
+}
+# mglaunch itself in the background (not cmd's subshell), for the signal
+"$MGLAUNCH" --nproc_per_node 2 --log_dir "$T/logs" "$TRAIN" $ARGS --checkpoint-dir "$ck" \
+    >"$T/a.out" 2>&1 &
+lp=$!
+at_cleanup "kill -KILL $lp 2>/dev/null"
+wait_for 60 test -f "$ck/ckpt-000000000016.done"
+kill -TERM "$lp"
+wait "$lp"
+rc=$?
+is "$rc" 143 "interrupted (SIGTERM, as a preemption) after the checkpoint of step 16"
+DESC="before the end" ok test ! -f "$ck/ckpt-000000000192.done"
+newest=$(ls "$ck" | sed -n 's/^ckpt-0*\([0-9]*\)\.done$/\1/p' | sort -n | tail -n 1)
+diag "newest complete checkpoint: step $newest"
+
+cmd >"$T/b.out" 2>&1
+is $? 0 "the identical command again"
+like "$(cat "$T/b.out")" "continuing this job's checkpoints in '$ck', from run '[0-9]{8}-[0-9]{6}-[0-9a-f]{6}' \(newest: step $newest\)" \
+    "continues the first invocation's checkpoints, saying whose"
+like "$(cat "$T/b.out")" "resumed from $ck/ckpt-0*$newest.mgc \(step $newest," "from the newest"
+unlike "$(cat "$T/b.out")" "Pass --resume auto|took '$ck' over" "without being told to"
+is "$(hash_of "$T/b.out")" "$want" "and ends with the bits of the job that never stopped"
+like "$(sed -n 2p "$ck/ckpt-owner")" "^run [0-9a-f]{16} " "the owner record names the latest run"
+is "$(grep -c '^adopted ' "$ck/ckpt-owner")" 1 "with the first one's checkpoints adopted"
+
+# another job (another lr): refused once, by rank 0
+before=$(cd "$ck" && ls | sort | md5sum)
+cmd --lr 0.05 >"$T/c.out" 2>&1
+is $? 2 "another job into the same directory: exit 2 (do not retry)"
+like "$(cat "$T/c.out")" "^train: '$ck' holds the checkpoints of another job, run '[^']*' \(newest: step 192\): written with lr 0.02 \(this run: 0.05\). To continue that job, run it with its settings; to start this one, use another --checkpoint-dir" \
+    "saying whose they are, what differs and what to do"
+is "$(grep -c 'holds the checkpoints of another job' "$T/c.out")" 2 \
+    "twice in all: rank 0's line and the root cause's message"
+like "$(grep -A3 '^Root cause' "$T/c.out")" "rank      : 0 \(local rank 0\)" "the root cause is rank 0"
+unlike "$(cat "$T/c.out")" "rank 1: |traceback :" "no other rank's copy, no traceback repeating it"
+is "$(cd "$ck" && ls | sort | md5sum)" "$before" "the directory is left as it was"
+
+# torchrun --standalone gives each invocation a new run id as well
+if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
+    torchrun() { /usr/bin/python3 -m torch.distributed.run --monitor_interval 0.1 -r 1 -t 1 "$@"; }
+    tck=$T/tck
+    targs="--data synthetic --train-samples 512 --test-samples 128 --model mlp --hidden 32
+           --batch-size 32 --checkpoint-every 10 --checkpoint-dir $tck"
+    torchrun --standalone --nnodes 1 --nproc_per_node 2 --no_python "$TRAIN" $targs --steps 20 \
+        >"$T/t1.out" 2>&1
+    is $? 0 "torchrun: the job to step 20"
+    torchrun --standalone --nnodes 1 --nproc_per_node 2 --no_python "$TRAIN" $targs --steps 30 \
+        >"$T/t2.out" 2>&1
+    is $? 0 "torchrun: the same command again (a new run id), longer"
+    like "$(cat "$T/t2.out")" "resumed from $tck/ckpt-000000000020.mgc \(step 20" \
+        "continues where it stopped"
+else
+    diag "python3-torch not installed: the torchrun part is skipped"
+fi
+done_testing
