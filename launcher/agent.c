@@ -614,6 +614,14 @@ void mg_agent_fail(struct mg_agent *ag, int exit_code, const char *msg)
         finish(ag, exit_code);
 }
 
+void mg_agent_remote_cause(struct mg_agent *ag, const struct mg_remote_cause *rc)
+{
+    if (ag->res.remote.set)
+        return;
+    ag->res.remote = *rc;
+    ag->res.remote.set = 1;
+}
+
 void mg_agent_linger(struct mg_agent *ag, int64_t deadline_ms)
 {
     ag->lingering = 1;
@@ -764,7 +772,8 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
     mg_watch_python_setup(ag, &ag->watch, warn, sizeof(warn));
     if (warn[0])
         mg_agent_note(ag, "%s", warn);
-    if ((rc = mg_watch_filetimer_setup(ag, &ag->watch, err, errcap)))
+    if ((rc = mg_watch_filetimer_setup(ag, &ag->watch, err, errcap)) ||
+        (rc = mg_watch_ticker_setup(ag, &ag->watch, err, errcap)))
         goto fail;
     long long started = mg_proc_start_time((int)getpid());
     ag->proc_start = started > 0 ? started : 0; /* 0: unknown, never matches a live check */

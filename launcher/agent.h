@@ -157,6 +157,20 @@ struct mg_root_cause {
     int exit_unknown;       /* known from its error file alone (a torchrun log directory) */
 };
 
+/* The root cause when it was on another node, as the rendezvous recorded
+ * it: a worker there, or the node itself, lost (rank -1). */
+struct mg_remote_cause {
+    int set;
+    int rank, local_rank; /* -1: the node was lost */
+    int exit_code, signo;
+    long pid;
+    int64_t wall_ms;
+    int first_rank, nranks; /* a lost node's ranks (nranks 0: unknown) */
+    char host[MG_HOST_MAX];
+    char node[128]; /* its agent's id */
+    char message[512];
+};
+
 struct mg_attempt_summary {
     int attempt, restart_count;
     int nfailed, nstopped;
@@ -177,6 +191,9 @@ struct mg_agent_result {
     struct mg_attempt_summary *attempts; /* rounds entries */
     struct mg_root_cause root;
     int root_failure; /* which of failures[] root is (-1: none yet) */
+    /* set: the run's root cause was on another node; root (when there is
+     * one) is this node's first failure, which followed it */
+    struct mg_remote_cause remote;
     char run_dir[4096];
     char run_id[160];
     char hint[768]; /* what to try, when the failure says it (every rank missing a module) */
@@ -210,6 +227,9 @@ void mg_agent_request_restart(struct mg_agent *ag, enum mg_restart_kind kind, co
 /* Ends the run: stops the workers and exits with exit_code (a rendezvous
  * timeout, a closed store...). msg is printed by mglaunch. */
 void mg_agent_fail(struct mg_agent *ag, int exit_code, const char *msg);
+/* Before mg_agent_fail: the job's root cause was on another node (rc); the
+ * summary names it, and this node's own failures as what followed. */
+void mg_agent_remote_cause(struct mg_agent *ag, const struct mg_remote_cause *rc);
 /* From round_ended(SUCCEEDED): do not exit yet (a multi-node exit barrier).
  * The backend later calls mg_agent_finish(), or mg_agent_request_restart()
  * when the job restarts elsewhere, or mg_agent_fail(). */

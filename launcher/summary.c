@@ -74,6 +74,35 @@ static void indented(FILE *f, const char *text, const char *indent)
     }
 }
 
+/* The root cause on another node: a worker there, or the node itself. */
+static void remote_print(FILE *f, const struct mg_remote_cause *rc)
+{
+    char d[256], t[64];
+    mg_format_time_ms(rc->wall_ms, t, sizeof(t));
+    if (rc->rank < 0) {
+        fprintf(f, "Root cause (first failure): node %s was lost\n", rc->host);
+        fprintf(f, "  node      : %s (agent %s)\n", rc->host, rc->node);
+        if (rc->nranks == 1)
+            fprintf(f, "  ranks     : %d\n", rc->first_rank);
+        else if (rc->nranks > 1)
+            fprintf(f, "  ranks     : %d-%d\n", rc->first_rank, rc->first_rank + rc->nranks - 1);
+    } else {
+        struct mg_failure fl = {.exit_code = rc->exit_code, .signo = rc->signo};
+        mg_failure_describe(&fl, d, sizeof(d));
+        fprintf(f, "Root cause (first failure, on node %s):\n", rc->host);
+        fprintf(f, "  rank      : %d (local rank %d)\n", rc->rank, rc->local_rank);
+        fprintf(f, "  host      : %s\n", rc->host);
+        if (rc->pid > 0)
+            fprintf(f, "  pid       : %ld\n", rc->pid);
+        fprintf(f, "  exit      : %s\n", d);
+    }
+    if (rc->wall_ms > 0) /* a lost node: when its loss was noticed */
+        fprintf(f, "  %s: %s\n", rc->rank < 0 ? "noticed   " : "time      ", t);
+    if (rc->message[0])
+        fprintf(f, "  message   : %s\n", rc->message);
+    fprintf(f, "  logs      : on %s, in its own log directory (mglaunch logs there)\n", rc->host);
+}
+
 void mg_summary_print(FILE *f, const struct mg_agent_result *r)
 {
     char d[256], t[64], sig[32];
@@ -85,11 +114,11 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
         if (!r->nfailures)
             return;
     }
-    if (r->error && !r->nfailures) {
+    if (r->error && !r->nfailures && !r->remote.set) {
         fprintf(f, "mglaunch: %s\n", r->error_msg);
         return;
     }
-    if (!r->nfailures)
+    if (!r->nfailures && !r->remote.set)
         return;
     if (r->error) /* what ended the run, when it was not the workers' failure alone */
         fprintf(f, "mglaunch: %s\n", r->error_msg);
@@ -119,7 +148,14 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
     if (r->failures_dropped)
         fprintf(f, "  (%d more failures not listed)\n", r->failures_dropped);
 
-    mg_root_cause_print(f, "Root cause (first failure):", &r->root);
+    if (r->remote.set) {
+        remote_print(f, &r->remote);
+        if (r->nfailures)
+            mg_root_cause_print(
+                f, "This node's first failure (it followed the root cause):", &r->root);
+    } else {
+        mg_root_cause_print(f, "Root cause (first failure):", &r->root);
+    }
     if (r->hint[0])
         fprintf(f, "hint: %s\n", r->hint);
 }

@@ -119,6 +119,9 @@ int rdzv_mark_failed(struct mg_rdzv *r, struct rdzv_state *st, const struct mg_r
 /* Member "dead" of the last formed round died and fewer than MIN agents are
  * left: the job cannot go on. Records that as the root cause. */
 void rdzv_below_min(struct mg_rdzv *r, struct rdzv_state *st, int dead, int na);
+/* The global ranks of member i of the last formed round: returns the first,
+ * their count into *n, and "rank 4" or "ranks 4-7" into buf. */
+int rdzv_member_ranks(const struct mg_rdzv *r, int i, int *n, char *buf, size_t cap);
 
 /* ---- membership and waiting (rdzv_proto.c) ------------------------------------- */
 

@@ -78,7 +78,9 @@ struct multi {
     int64_t fail_ms[MG_RDZV_EXCLUDE_AFTER_MAX];
     int nfail;
     int exclude_next;
-    int last_nnodes; /* nodes in the last round formed */
+    int last_nnodes;                  /* nodes in the last round formed */
+    int node_rank, rank_base, nranks; /* this node's place in it */
+    int nproc;                        /* --nproc_per_node */
     int was_excluded;
     int64_t cooldown_end;
 };
@@ -180,10 +182,34 @@ static int remote_code(struct multi *m)
     return 1;
 }
 
+/* The job's root cause, when the rendezvous says it was another node's. */
+static void remote_cause(struct multi *m)
+{
+    struct mg_rdzv_failure f;
+    if (!mg_rdzv_failure_elsewhere(m->r) || mg_rdzv_failure_info(m->r, &f) < 0)
+        return;
+    struct mg_remote_cause rc = {
+        .rank = f.rank,
+        .local_rank = f.local_rank,
+        .exit_code = f.exit_code,
+        .signo = f.signal,
+        .pid = f.pid,
+        .wall_ms = (int64_t)(f.time * 1000.0),
+        .first_rank = f.first_rank,
+        .nranks = f.nranks,
+    };
+    snprintf(rc.host, sizeof(rc.host), "%s", f.host);
+    snprintf(rc.node, sizeof(rc.node), "%s", f.node);
+    snprintf(rc.message, sizeof(rc.message), "%s", f.message);
+    mg_agent_remote_cause(m->ag, &rc);
+}
+
 static void fail_run(struct multi *m, int rc)
 {
     char msg[MG_RDZV_MSG_MAX + 64];
     int code = rc == -MG_EPEER || rc == MG_RDZV_FAILED ? remote_code(m) : 1;
+    if (rc == -MG_EPEER || rc == MG_RDZV_FAILED)
+        remote_cause(m);
     cancel_timer(m);
     m->phase = M_IDLE;
     snprintf(msg, sizeof(msg), "rendezvous (%s): %s", mg_rdzv_backend_name(m->backend),
@@ -285,6 +311,9 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
     memset(&g, 0, sizeof(g));
     g.group_rank = w.node_rank;
     g.group_world_size = w.nnodes;
+    m->node_rank = w.node_rank;
+    m->rank_base = w.rank_base;
+    m->nranks = m->nproc;
     g.world_size = w.world_size;
     g.rank_offset = w.rank_base;
     g.role_rank_offset = w.rank_base; /* one role */
@@ -351,6 +380,12 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
         return;
     case MG_RDZV_DONE:
         m->phase = M_IDLE;
+        if (m->node_rank > 0 && m->nranks > 1) /* node rank 0's console has the job's own */
+            note(m, "every node finished; ranks %d-%d here exited 0 (node rank %d)", m->rank_base,
+                 m->rank_base + m->nranks - 1, m->node_rank);
+        else if (m->node_rank > 0)
+            note(m, "every node finished; rank %d here exited 0 (node rank %d)", m->rank_base,
+                 m->node_rank);
         mg_agent_finish(ag, 0);
         return;
     case MG_RDZV_RESTART:
@@ -999,6 +1034,7 @@ int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE 
         goto fail;
     }
     add_notice(m, m->conf.notes);
+    m->nproc = o->nproc;
     m->world = p.max > 0 && o->nproc > 0 && p.max <= INT_MAX / o->nproc ? p.max * o->nproc : 1;
     if ((rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
         (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||

@@ -5,6 +5,7 @@
  * rdzv_round.c, watching it in rdzv_watch.c. */
 #include "rdzv_internal.h"
 #include "node_order.h"
+#include "mg_err.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- descriptors ------------------------------------------------------------ */
@@ -218,10 +220,14 @@ int rdzv_state_cas(struct mg_rdzv *r, struct rdzv_state *from, struct rdzv_state
 
 int rdzv_fail_format(const struct mg_rdzv_failure *f, char *buf, size_t len)
 {
+    /* node= and ranks= come after host: an older parser reads the seven
+     * fields it knows and skips the rest of the line */
     return snprintf(buf, len,
-                    "rank=%d local_rank=%d exit=%d signal=%d pid=%ld time=%.3f host=%s\n%s",
+                    "rank=%d local_rank=%d exit=%d signal=%d pid=%ld time=%.3f host=%s node=%s "
+                    "ranks=%d+%d\n%s",
                     f->rank, f->local_rank, f->exit_code, f->signal, f->pid, f->time,
-                    f->host[0] ? f->host : "?", f->message);
+                    f->host[0] ? f->host : "?", f->node[0] ? f->node : "?", f->first_rank,
+                    f->nranks, f->message);
 }
 
 int rdzv_fail_parse(const char *v, struct mg_rdzv_failure *f)
@@ -232,7 +238,14 @@ int rdzv_fail_parse(const char *v, struct mg_rdzv_failure *f)
                &f->local_rank, &f->exit_code, &f->signal, &f->pid, &f->time, host) != 7)
         return -MG_EFORMAT;
     snprintf(f->host, sizeof(f->host), "%s", host);
-    const char *nl = strchr(v, '\n');
+    const char *nl = strchr(v, '\n'), *p = strstr(v, " node=");
+    char node[MG_RDZV_ID_MAX];
+    if (p && (!nl || p < nl) &&
+        sscanf(p, " node=%127s ranks=%d+%d", node, &f->first_rank, &f->nranks) == 3 &&
+        strcmp(node, "?") != 0)
+        snprintf(f->node, sizeof(f->node), "%s", node);
+    if (f->nranks < 0 || f->first_rank < 0)
+        f->first_rank = f->nranks = 0;
     if (nl)
         snprintf(f->message, sizeof(f->message), "%s", nl + 1);
     return 0;
@@ -269,7 +282,10 @@ void rdzv_say_failed(struct mg_rdzv *r)
 int rdzv_mark_failed(struct mg_rdzv *r, struct rdzv_state *st, const struct mg_rdzv_failure *f)
 {
     char k[KEY_MAX], rec[1024];
-    int n = rdzv_fail_format(f, rec, sizeof(rec));
+    struct mg_rdzv_failure mine = *f;
+    if (!mine.node[0]) /* a failure of this node's */
+        snprintf(mine.node, sizeof(mine.node), "%s", r->id);
+    int n = rdzv_fail_format(&mine, rec, sizeof(rec));
     if (n < 0 || (size_t)n >= sizeof(rec))
         n = (int)strlen(rec);
     key(r, k, "fail");
@@ -289,17 +305,41 @@ int rdzv_mark_failed(struct mg_rdzv *r, struct rdzv_state *st, const struct mg_r
     return 0;
 }
 
+int rdzv_member_ranks(const struct mg_rdzv *r, int i, int *n, char *buf, size_t cap)
+{
+    int first = 0;
+    for (int k = 0; k < i && k < r->nmembers; k++)
+        first += r->members[k].nproc;
+    *n = i >= 0 && i < r->nmembers ? r->members[i].nproc : 0;
+    if (*n <= 1)
+        snprintf(buf, cap, "rank %d", first);
+    else
+        snprintf(buf, cap, "ranks %d-%d", first, first + *n - 1);
+    return first;
+}
+
+int mg_rdzv_failure_elsewhere(const struct mg_rdzv *r)
+{
+    return r->have_fail && r->fail.node[0] && strcmp(r->fail.node, r->id) != 0;
+}
+
 /* Member "dead" of the last formed round died and fewer than MIN agents are
  * left: the job cannot go on. Records that as the root cause. */
 void rdzv_below_min(struct mg_rdzv *r, struct rdzv_state *st, int dead, int na)
 {
     const struct mg_rdzv_desc *m = &r->members[dead];
     struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
+    char ranks[64];
     snprintf(f.host, sizeof(f.host), "%s", m->host);
-    snprintf(f.message, sizeof(f.message),
-             "node %s (rank %d, %s) stopped sending heartbeats; %d node(s) left, fewer than "
-             "the minimum %d of --nnodes",
-             m->host, dead, m->id, na, r->min);
+    snprintf(f.node, sizeof(f.node), "%s", m->id);
+    f.first_rank = rdzv_member_ranks(r, dead, &f.nranks, ranks, sizeof(ranks));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    f.time = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    mg_fmt(f.message, sizeof(f.message),
+           "node %s (node rank %d: %s; %s) stopped sending heartbeats; %d node(s) left, fewer "
+           "than the minimum %d of --nnodes",
+           m->host, dead, ranks, m->id, na, r->min);
     rdzv_mark_failed(r, st, &f);
 }
 

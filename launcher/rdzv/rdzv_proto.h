@@ -82,13 +82,18 @@ struct mg_rdzv_world {
 
 /* What a failed worker was, to tell the other nodes. */
 struct mg_rdzv_failure {
-    int rank, local_rank;
-    int exit_code; /* shell-style: 128+signal for a signal */
-    int signal;    /* 0 when it exited */
+    int rank, local_rank; /* -1: a node's failure, not a worker's (a lost node) */
+    int exit_code;        /* shell-style: 128+signal for a signal */
+    int signal;           /* 0 when it exited */
     long pid;
     double time; /* seconds since the epoch */
     char host[MG_HOST_MAX];
     char message[512];
+    /* The agent whose node failed ("": a record of an older mglaunch), and
+     * for a lost node its ranks (first_rank .. first_rank + nranks - 1;
+     * nranks 0: not known). */
+    char node[MG_RDZV_ID_MAX];
+    int first_rank, nranks;
 };
 
 enum mg_rdzv_event {
@@ -199,6 +204,9 @@ const char *mg_rdzv_message(const struct mg_rdzv *r);
 /* The root cause recorded by the node whose failure ended the job; 0 when
  * there is one, -MG_ENOKEY otherwise. */
 int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f);
+/* Whether that root cause is another node's (its worker, or the node
+ * itself, lost): then this node's own failures only followed it. */
+int mg_rdzv_failure_elsewhere(const struct mg_rdzv *r);
 
 /* A node's descriptor (NS/a/ID, NS/r/ROUND/j/ID, a line of the close record)
  * and the rank order, a pure function exposed for the unit tests: sorts n

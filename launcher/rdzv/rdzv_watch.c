@@ -159,7 +159,10 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     rc = rdzv_state_cas(r, &st, &to);
     if (rc < 0)
         return run_error(r, rc);
-    say(r, "node %s (rank %d) stopped sending heartbeats", m->host, dead);
+    char ranks[64];
+    int nr;
+    rdzv_member_ranks(r, dead, &nr, ranks, sizeof(ranks));
+    say(r, "node %s (node rank %d: %s) stopped sending heartbeats", m->host, dead, ranks);
     r->formed = 0;
     if (rc == 0) {
         /* Someone else moved the state first: follow it. */
@@ -222,7 +225,12 @@ enum mg_rdzv_event mg_rdzv_worker_failed(struct mg_rdzv *r, const struct mg_rdzv
 
     r->formed = 0;
     r->failed_here = 0;
-    n = rdzv_fail_format(f, rec, sizeof(rec));
+    /* the record names this node: whichever node ends the job on it later
+     * passes it on as another node's failure */
+    struct mg_rdzv_failure mine = *f;
+    if (!mine.node[0])
+        snprintf(mine.node, sizeof(mine.node), "%s", r->id);
+    n = rdzv_fail_format(&mine, rec, sizeof(rec));
     if (n < 0 || (size_t)n >= sizeof(rec))
         n = (int)strlen(rec);
     key(r, k, "r/%" PRId64 "/failure", r->round);

@@ -69,7 +69,47 @@ void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd)
             __atomic_store_n(&((struct mg_progress *)m->map)->magic, 0, __ATOMIC_RELEASE);
     }
     wd->said_remote = 0;
+    mg_ticker_reset(&wd->ticker);
     arm(ag, wd);
+}
+
+int mg_watch_ticker_setup(struct mg_agent *ag, struct mg_watch *wd, char *err, size_t cap)
+{
+    int rc = mg_ticker_init(&wd->ticker, ag->cfg.environ);
+    if (rc < 0)
+        mg_fmt(err, cap,
+               "MG_NODE_PROGRESS_EVERY='%s' is not a number of seconds from 0 (off) to 86400",
+               mg_env_get(ag->cfg.environ, "MG_NODE_PROGRESS_EVERY"));
+    return rc;
+}
+
+/* A line now and then on the nodes other than node rank 0: where this
+ * node's ranks are (their lowest step). */
+static void tick(struct mg_agent *ag, struct mg_watch *wd)
+{
+    const struct mg_group *g = &ag->group;
+    char who[96], line[256];
+    int64_t step = -1;
+    if (g->group_world_size <= 1 || g->group_rank <= 0 || wd->ticker.every_ms <= 0)
+        return;
+    for (int i = 0; i < ag->nproc; i++) {
+        struct mg_rankmem *m = mg_agent_rankmem(ag, wd->kind, i);
+        if (ag->w[i].outcome != W_RUNNING || !m || !m->map)
+            continue;
+        const struct mg_progress *p = m->map;
+        if (__atomic_load_n(&p->magic, __ATOMIC_ACQUIRE) != MG_PROGRESS_MAGIC)
+            return; /* a rank not started yet: the lowest is not known */
+        int64_t s = __atomic_load_n(&p->step, __ATOMIC_RELAXED);
+        step = step < 0 || s < step ? s : step;
+    }
+    if (ag->nproc > 1)
+        mg_fmt(who, sizeof(who), "ranks %d-%d here (node rank %d of %d)", g->rank_offset,
+               g->rank_offset + ag->nproc - 1, g->group_rank, g->group_world_size);
+    else
+        mg_fmt(who, sizeof(who), "rank %d here (node rank %d of %d)", g->rank_offset, g->group_rank,
+               g->group_world_size);
+    if (mg_ticker_due(&wd->ticker, step, mg_now_ms(), who, line, sizeof(line)))
+        mg_agent_note(ag, "%s", line);
 }
 
 void mg_watch_python_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t cap)
@@ -132,6 +172,8 @@ static void check(struct mg_agent *ag, void *ctx)
         ft_expire(ag, wd);
     if (wd->kind >= 0 && !ag->stopping && !wd->dump.active)
         check_progress(ag, wd);
+    if (wd->kind >= 0 && !ag->stopping && !wd->dump.active)
+        tick(ag, wd);
     arm(ag, wd);
 }
 

@@ -9,6 +9,7 @@
 
 #include "filetimer.h"
 #include "pytb.h"
+#include "ticker.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -18,15 +19,16 @@
 struct mg_agent;
 
 struct mg_watch {
-    int kind;               /* the records' rankmem kind; -1: the watchdog is off */
-    double floor_s;         /* --hang-timeout */
-    int armed;              /* a check is scheduled */
-    int said_remote;        /* this attempt's wait for another node was reported */
-    struct mg_filetimer ft; /* torch's file timer; ft.fd -1: off */
-    int ft_poller;          /* its FIFO's poller id, -1: none */
-    int ft_bad_said;        /* bad requests told this attempt */
-    int py_kind;            /* Python tracebacks' rank memory (pytb.h); -1: off */
-    char py_dir[PATH_MAX];  /* the hook's directory, "" when none */
+    int kind;                /* the records' rankmem kind; -1: the watchdog is off */
+    double floor_s;          /* --hang-timeout */
+    int armed;               /* a check is scheduled */
+    int said_remote;         /* this attempt's wait for another node was reported */
+    struct mg_filetimer ft;  /* torch's file timer; ft.fd -1: off */
+    int ft_poller;           /* its FIFO's poller id, -1: none */
+    int ft_bad_said;         /* bad requests told this attempt */
+    struct mg_ticker ticker; /* progress lines on the nodes other than node rank 0 */
+    int py_kind;             /* Python tracebacks' rank memory (pytb.h); -1: off */
+    char py_dir[PATH_MAX];   /* the hook's directory, "" when none */
     /* Stacks being taken before a hung rank is signalled (watch_stacks.c):
      * Python tracebacks first, then the native stacks (stacks.h). */
     struct {
@@ -52,6 +54,8 @@ void mg_watch_setup(struct mg_agent *ag, struct mg_watch *wd, char *warn, size_t
  * negative errno with a message in err (the run cannot start: the workers
  * would fail to send their requests). */
 int mg_watch_filetimer_setup(struct mg_agent *ag, struct mg_watch *wd, char *err, size_t cap);
+/* MG_NODE_PROGRESS_EVERY (ticker.h). 0, or -EINVAL with a message in err. */
+int mg_watch_ticker_setup(struct mg_agent *ag, struct mg_watch *wd, char *err, size_t cap);
 /* Closes the FIFO (and removes one made here). */
 void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd);
 /* Before an attempt's workers start: the old records are void; checks

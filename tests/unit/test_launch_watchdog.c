@@ -8,6 +8,7 @@
  * timeout: 30 */
 #include "filetimer.h"
 #include "procstate.h"
+#include "ticker.h"
 #include "watchdog.h"
 #include "tap.h"
 
@@ -217,11 +218,39 @@ static void test_filetimer(void)
     is_str(err, "TORCHELASTIC_TIMER_FILE='/proc/version' exists and is not a FIFO", "says so");
 }
 
+/* The node's progress lines: off, the first step, the interval, the rate. */
+static void test_ticker(void)
+{
+    struct mg_ticker t;
+    char line[256];
+    char *none[] = {NULL}, *two[] = {"MG_NODE_PROGRESS_EVERY=2", NULL};
+    char *off[] = {"MG_NODE_PROGRESS_EVERY=0", NULL}, *bad[] = {"MG_NODE_PROGRESS_EVERY=2s", NULL};
+    is_int(mg_ticker_init(&t, none), 0, "ticker: unset");
+    is_int((int)t.every_ms, MG_TICKER_EVERY_S * 1000, "every 30 s by default");
+    is_int(mg_ticker_init(&t, bad), -EINVAL, "'2s' refused");
+    is_int(mg_ticker_init(&t, off), 0, "0 accepted");
+    is_int(mg_ticker_due(&t, 5, 1000, "ranks 2-3 here", line, sizeof(line)), 0, "0: no line ever");
+    mg_ticker_init(&t, two);
+    is_int(mg_ticker_due(&t, 0, 1000, "ranks 2-3 here", line, sizeof(line)), 0,
+           "no line before the first step");
+    is_int(mg_ticker_due(&t, 1, 1100, "ranks 2-3 here", line, sizeof(line)), 1, "the first step");
+    ok(strstr(line, "ranks 2-3 here took their first step; a line here every 2 s") == line,
+       "says so: %s", line);
+    is_int(mg_ticker_due(&t, 50, 3000, "ranks 2-3 here", line, sizeof(line)), 0,
+           "nothing before the interval");
+    is_int(mg_ticker_due(&t, 201, 3100, "ranks 2-3 here", line, sizeof(line)), 1, "then a line");
+    is_str(line, "ranks 2-3 here: step 201, 100.0 steps/s", "the step and the rate");
+    mg_ticker_reset(&t);
+    is_int(mg_ticker_due(&t, 3, 3200, "ranks 2-3 here", line, sizeof(line)), 1,
+           "a new attempt: its first step says so again");
+}
+
 int main(void)
 {
     test_bounds();
     test_judge();
     test_procstate();
     test_filetimer();
+    test_ticker();
     return done_testing();
 }
