@@ -66,11 +66,13 @@ fi
 # ---- a rank hung on node 1: node 1's watchdog judges; node 0 names that rank
 # (node 0's bound is the longer, so its rank surely waits when the verdict comes)
 C="--nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint $EP --nnodes 2 --rdzv_id hang"
-node 0 a $C --rdzv_conf "$MN_HB$HOST0" --hang-timeout 4 "$HELPERS/comm_rank" steps 400 1 100 sleep
-node 1 b $C --rdzv_conf "$MN_HB$OTHER" --hang-timeout 2 "$HELPERS/comm_rank" steps 400 1 100 sleep
+node 0 a $C --rdzv_conf "$MN_HB$HOST0" --log_dir "$T/la" --hang-timeout 4 "$HELPERS/comm_rank" steps 400 1 100 sleep
+node 1 b $C --rdzv_conf "$MN_HB$OTHER" --log_dir "$T/lb" --hang-timeout 2 "$HELPERS/comm_rank" steps 400 1 100 sleep
 check_exits "a hang on node 1: both nodes end with the hung rank's exit code" "137 137" a b
 like "$(cat "$T/b.err")" "watchdog: rank 1 \\(local rank 0, host $HB, pid [0-9]+\\) is hung" \
     "node 1 names its hung rank"
+like "$(cat "$T/lb/hang/attempt_0/0/stacks.txt")" "^# rank 1 \\(local rank 0, host $HB, pid [0-9]+\\), hung, at " \
+    "and keeps its stacks in its own log directory"
 e=$(cat "$T/a.err")
 like "$e" "the job failed: rank 1 \\(local rank 0\\) on $HB exited with code 137: hung: no progress" \
     "node 0 learns the verdict"
