@@ -2,14 +2,18 @@
  * progress reports with the step time spread over the ranks, evaluation,
  * checkpoints, and the opening and closing lines of rank 0. */
 #include "progress.h"
+#include "redact.h"
 #include "rtutil.h"
 #include "train_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* The message for a failed step or evaluation: a collective's, when one failed. */
 static const char *why(struct run *r, int rc)
@@ -119,6 +123,76 @@ struct tally {
     double last_loss; /* of the last report, for the progress bar */
 };
 
+/* path as an absolute one (for a line to copy into another shell): the
+ * working directory in front of a relative path. */
+static void absolute(const char *path, char *out, size_t cap)
+{
+    char cwd[PATH_MAX];
+    while (path[0] == '.' && path[1] == '/')
+        path += 2;
+    if (path[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+        mg_fmt(out, cap, "%s", path);
+    else
+        mg_fmt(out, cap, "%s/%s", cwd, strcmp(path, ".") ? path : "");
+}
+
+/* The file of m's under dir (TensorBoard's events file, CSV's metrics.csv
+ * when name is given), or dir itself when m has none yet. */
+static const char *file_under(struct mg_metrics *m, const char *dir, const char *name)
+{
+    const char *files[8];
+    size_t n = strlen(dir);
+    int k = mg_metrics_files(m, files, 8);
+    for (int i = 0; i < k; i++) {
+        const char *base = strrchr(files[i], '/');
+        if (!strncmp(files[i], dir, n) && files[i][n] == '/' &&
+            (!name || (base && !strcmp(base + 1, name))))
+            return files[i];
+    }
+    return dir;
+}
+
+/* Rank 0's opening lines about where everything goes, each once, as
+ * absolute paths or URLs without secrets (docs/train.md, "Output"). */
+static void announce_outputs(struct run *r)
+{
+    const struct train_options *o = r->o;
+    const struct train_out *to = &r->out;
+    char a[PATH_MAX + 64], b[PATH_MAX + 64], line[3 * PATH_MAX];
+    if (to->jsonl[0]) {
+        absolute(to->jsonl, a, sizeof(a));
+        say(&r->prog, TRAIN_PROG ": metrics: %s", a);
+    }
+    if (to->tb[0]) {
+        absolute(file_under(to->metrics, to->tb, NULL), a, sizeof(a));
+        absolute(to->tb, b, sizeof(b));
+        say(&r->prog, TRAIN_PROG ": TensorBoard: %s (tensorboard --logdir %s)", a, b);
+    }
+    if (to->csv[0]) {
+        absolute(file_under(to->metrics, to->csv, "metrics.csv"), a, sizeof(a));
+        say(&r->prog, TRAIN_PROG ": CSV: %s", a);
+    }
+    if (o->checkpoint_dir) {
+        char every[64], keep[64];
+        absolute(o->checkpoint_dir, a, sizeof(a));
+        if (o->checkpoint_every > 0)
+            mg_fmt(every, sizeof(every), "every %ld step%s", o->checkpoint_every,
+                   o->checkpoint_every == 1 ? "" : "s");
+        else
+            mg_fmt(every, sizeof(every), "after every epoch");
+        if (o->keep_checkpoints > 0)
+            mg_fmt(keep, sizeof(keep), "the newest %d kept", o->keep_checkpoints);
+        else
+            mg_fmt(keep, sizeof(keep), "all kept");
+        say(&r->prog, TRAIN_PROG ": checkpoints: %s (%s and at the end; %s)", a, every, keep);
+    }
+    if (to->upload) {
+        mg_fmt(line, sizeof(line), "%s", to->upload_shown);
+        mg_redact_inplace(line, sizeof(line)); /* a command's token */
+        say(&r->prog, TRAIN_PROG ": copies of the checkpoints and metrics: %s", line);
+    }
+}
+
 /* Rank 0's opening lines: what is trained on what, and how. */
 static void announce(struct run *r)
 {
@@ -152,6 +226,7 @@ static void announce(struct run *r)
             t->opt.n, r->model.nparams, (double)t->opt.state_count * sizeof(float) / 1024.0,
             (double)whole * sizeof(float) / 1024.0);
     }
+    announce_outputs(r);
 }
 
 /* One optimizer step, and the replica check when one is due. */
