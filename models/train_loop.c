@@ -361,11 +361,21 @@ static void summarize(struct run *r, const struct tally *k, const struct mg_eval
     uint64_t hash = mg_model_param_hash(&r->model);
     if (r->dist.rank != 0)
         return;
+    /* after a resume, this start's figures and the job's total apart: the
+     * samples and times are only this start's */
+    char steps[96], total[64] = "";
+    if (k->start_step > 0) {
+        mg_fmt(steps, sizeof(steps), "%ld step%s since the resume at step %ld",
+               t->step - k->start_step, t->step - k->start_step == 1 ? "" : "s", k->start_step);
+        mg_fmt(total, sizeof(total), "; %ld steps in all", t->step);
+    } else {
+        mg_fmt(steps, sizeof(steps), "%ld steps", t->step);
+    }
     say(&r->prog,
-        TRAIN_PROG ": done: test accuracy %.4f (%ld/%ld), test loss %.4f; %ld steps, %.0f samples "
-                   "in %.1f s (%.0f samples/s), wall time %.1f s; param hash %016" PRIx64,
-        acc, ev->correct, ev->count, loss, t->step, k->total_samples, k->train_time, rate, wall,
-        hash);
+        TRAIN_PROG ": done: test accuracy %.4f (%ld/%ld), test loss %.4f; %s, %.0f samples in %.1f "
+                   "s (%.0f samples/s), wall time %.1f s%s; param hash %016" PRIx64,
+        acc, ev->correct, ev->count, loss, steps, k->total_samples, k->train_time, rate, wall,
+        total, hash);
     if (r->snap_count)
         say(&r->prog,
             TRAIN_PROG ": %ld snapshots in memory, %.1f KiB and %.3f ms each (%.1f%% of the time "

@@ -47,6 +47,10 @@ like "$(cat "$T/b.out")" "continuing this job's checkpoints in '$ck', from run '
 like "$(cat "$T/b.out")" "resumed from $ck/ckpt-0*$newest.mgc \(step $newest," "from the newest"
 unlike "$(cat "$T/b.out")" "Pass --resume auto|took '$ck' over" "without being told to"
 is "$(hash_of "$T/b.out")" "$want" "and ends with the bits of the job that never stopped"
+left=$((192 - newest))
+like "$(cat "$T/b.out")" "done: .*; $left steps since the resume at step $newest, $((left * 64)) samples in [0-9.]+ s \([0-9]+ samples/s\), wall time [0-9.]+ s; 192 steps in all; param hash" \
+    "the done line tells this start's steps and samples from the job's total"
+like "$(cat "$T/straight.out")" "done: .*; 192 steps, 12288 samples in " "and without a resume, the plain totals"
 like "$(sed -n 2p "$ck/ckpt-owner")" "^run [0-9a-f]{16} " "the owner record names the latest run"
 is "$(grep -c '^adopted ' "$ck/ckpt-owner")" 1 "with the first one's checkpoints adopted"
 
