@@ -368,6 +368,57 @@ static int file_exists(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A rank's stacks, as `mglaunch logs` lists them: the watchdog's of a hang
+ * (stacks.txt) and those of mglaunch dump (dump-<time>.txt), by their
+ * stream names ("stacks", "dump-1795857000"), oldest first. */
+#define STACK_FILES_MAX 32
+
+static int stack_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether name is a stacks stream: "stacks", or "dump-" and digits or
+ * dashes (the time, "-2" for a second dump within a second). */
+static int stack_stream_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (!strcmp(name, "stacks"))
+        return 1;
+    return n > 5 && n < 40 && !strncmp(name, "dump-", 5) &&
+           strspn(name + 5, "0123456789-") == n - 5 && name[5] != '-';
+}
+
+static void stack_files(struct mg_jsonw *w, const char *dir)
+{
+    char *names[STACK_FILES_MAX];
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && n < STACK_FILES_MAX && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".txt"))
+            continue;
+        char stem[64];
+        if (len - 4 >= sizeof(stem))
+            continue;
+        memcpy(stem, e->d_name, len - 4);
+        stem[len - 4] = '\0';
+        if (stack_stream_ok(stem) && (names[n] = strdup(stem)))
+            n++;
+    }
+    if (d)
+        closedir(d);
+    qsort(names, (size_t)n, sizeof(*names), stack_name_cmp);
+    mg_jsonw_key(w, "stacks");
+    mg_jsonw_arr_begin(w);
+    for (int i = 0; i < n; i++) {
+        mg_jsonw_str(w, names[i]);
+        free(names[i]);
+    }
+    mg_jsonw_arr_end(w);
+}
+
 static void run_fn(struct mg_jsonw *w, void *arg)
 {
     struct run_arg *a = arg;
@@ -418,6 +469,8 @@ static void run_fn(struct mg_jsonw *w, void *arg)
             mg_fmt(path, sizeof(path), "%s/attempt_%d/%d/stderr.log", r->dir, at->attempt,
                    wk->local_rank);
             mg_jsonw_kbool(w, "stderr", file_exists(path));
+            mg_fmt(path, sizeof(path), "%s/attempt_%d/%d", r->dir, at->attempt, wk->local_rank);
+            stack_files(w, path);
             mg_jsonw_obj_end(w);
         }
         mg_jsonw_arr_end(w);
@@ -524,13 +577,16 @@ static void api_log(struct dash *d, const struct dash_req *rq, struct dash_resp 
     long attempt, rank, offset = -1;
     if (!id_ok(id) || num_arg(rq, "attempt", 0, MAX_ATTEMPT, &attempt) ||
         num_arg(rq, "rank", 0, 65535, &rank) || !stream ||
-        (strcmp(stream, "stdout") && strcmp(stream, "stderr")) ||
+        (strcmp(stream, "stdout") && strcmp(stream, "stderr") && !stack_stream_ok(stream)) ||
         (rq->arg(rq->ctx, "offset") && num_arg(rq, "offset", -1, LONG_MAX, &offset))) {
-        fail(rs, 400, "want run, attempt, rank, stream (stdout or stderr) and offset");
+        fail(rs, 400,
+             "want run, attempt, rank, stream (stdout, stderr, stacks or dump-<time>) and offset");
         return;
     }
     char rel[400];
-    mg_fmt(rel, sizeof(rel), "%s/attempt_%ld/%ld/%s.log", id, attempt, rank, stream);
+    int log = !strcmp(stream, "stdout") || !strcmp(stream, "stderr");
+    mg_fmt(rel, sizeof(rel), "%s/attempt_%ld/%ld/%s.%s", id, attempt, rank, stream,
+           log ? "log" : "txt");
     int fd = open_beneath(d->dir, rel);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {

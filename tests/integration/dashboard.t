@@ -6,7 +6,9 @@
 # keeps writing, and a metrics file the browser script appends to). The page
 # must list all three with their state, show the failed run's root cause, draw
 # the finished run's metrics (a point per record, visible when rendered), and
-# follow the running run's log and chart as they grow. Screenshots go to
+# follow the running run's log and chart as they grow, and show the stacks
+# `mglaunch dump` took of a Python run (its threads' tracebacks, then the
+# native frames). Screenshots go to
 # $MG_BUILD/tests/output/dashboard/. Without a browser: the Host check on
 # loopback, the token on another address, bad requests, and that mglaunch
 # itself links no HTTP library (mglaunch dashboard execs mglaunch-dashboard).
@@ -59,6 +61,20 @@ live=$!
 at_cleanup "kill -TERM $live 2>/dev/null"
 wait_for 20 grep -q 'tick 1' "$L/live/attempt_0/0/stdout.log" || bail "the running run writes its log"
 
+# A Python run's stacks: mglaunch dump while it spins in spin() with a
+# thread asleep in sleeper(); then it is stopped (its files stay).
+printf '%s\n' 'import threading, time' '' '' 'def sleeper():' '    time.sleep(1000)' '' '' \
+    'def spin():' '    while True:' '        pass' '' '' \
+    'threading.Thread(target=sleeper, daemon=True).start()' 'print("spinning", flush=True)' 'spin()' >"$T/spin.py"
+PYTHON_EXEC=/usr/bin/python3 bg "$MGLAUNCH" --nproc_per_node 1 --rdzv_id py --log_dir "$L" "$T/spin.py" >"$T/py.out" 2>&1
+py=$!
+at_cleanup "kill -KILL $py 2>/dev/null"
+wait_for 20 grep -q 'spinning' "$T/py.out" || bail "the Python run starts ($(cat "$T/py.out"))"
+"$MGLAUNCH" dump "$L" --run py >"$T/dump" 2>&1 || bail "mglaunch dump of the Python run ($(cat "$T/dump"))"
+DUMP=$(basename "$(sed -n 's/^  saved in \(.*\)\.txt$/\1/p' "$T/dump")")
+kill -TERM $py
+wait $py
+
 # ---- the dashboard on loopback ----
 bg "$MGLAUNCH" dashboard "$L" --port 0 >"$T/dash.out" 2>&1
 wait_for 10 grep -q ' at http' "$T/dash.out" || bail "the dashboard starts ($(cat "$T/dash.out"))"
@@ -80,14 +96,19 @@ curl -s -D "$T/h" -o "$T/head" "${URL}api/log?run=live&attempt=0&rank=0&stream=s
 like "$(head -n 1 "$T/head")" '^BIGSTART$' "offset 0 starts at the beginning"
 is "$(sed -n 's/^X-Log-End: \([0-9]*\).*/\1/p' "$T/h" | tr -d '\r')" "$(wc -c <"$T/head" | tr -d ' ')" \
     "and X-Log-End says where the next request goes on"
+like "$(curl -s "${URL}api/run?run=py")" "\"stacks\":\\[\"$DUMP\"\\]" "a rank's stacks are listed ($DUMP)"
+like "$(curl -s "${URL}api/log?run=py&attempt=0&rank=0&stream=$DUMP&offset=0")" "File \"$T/spin.py\", line 9 in spin" \
+    "and served: its Python traceback"
+is "$(code "${URL}api/log?run=py&attempt=0&rank=0&stream=dump-1/../../x&offset=0")" 400 "a stacks name cannot leave its directory"
+is "$(code "${URL}api/log?run=py&attempt=0&rank=0&stream=stacks&offset=0")" 404 "stacks the watchdog never took: 404"
 etag=$(curl -s -D - -o /dev/null "${URL}api/plot.svg?run=done" | sed -n 's/^ETag: \(.*\)\r$/\1/p')
 is "$(code -H "If-None-Match: $etag" "${URL}api/plot.svg?run=done")" 304 "an unchanged plot is not sent again"
 
 # ---- in the browser ----
 n_train=$(grep -c '"type":"train"' "$L/done/attempt_0/metrics.jsonl")
 n_eval=$(grep -c '"type":"eval"' "$L/done/attempt_0/metrics.jsonl")
-cfg=$(printf '{"url":"%s","chromium":"%s","profile":"%s","out":"%s","done":"done","done_train":%d,"done_eval":%d,"broken":"broken","broken_message":"%s","live":"live","live_metrics":"%s","live_steps":10,"big_marker":"BIGSTART"}' \
-    "$URL" "$CHROMIUM" "$T/profile" "$OUT" "$n_train" "$n_eval" "$MSG" "$L/live/attempt_0/metrics.jsonl")
+cfg=$(printf '{"url":"%s","chromium":"%s","profile":"%s","out":"%s","done":"done","done_train":%d,"done_eval":%d,"broken":"broken","broken_message":"%s","live":"live","live_metrics":"%s","live_steps":10,"big_marker":"BIGSTART","py":"py","py_dump":"%s","py_frame":"line 9 in spin"}' \
+    "$URL" "$CHROMIUM" "$T/profile" "$OUT" "$n_train" "$n_eval" "$MSG" "$L/live/attempt_0/metrics.jsonl" "$DUMP")
 node "$NODE_DIR/dashboard.js" "$cfg" >"$T/browser.out" 2>&1
 brc=$?
 while IFS= read -r line; do

@@ -128,6 +128,19 @@ async function main() {
     await page.waitForFunction(() => document.querySelector("#log").textContent.includes("to stderr"), null, { timeout: 15000 });
     check(true, "another stream of the rank can be tailed (stderr)");
     await page.screenshot({ path: path.join(cfg.out, "dashboard.png"), fullPage: true });
+
+    // The Python run's stacks, taken by mglaunch dump: a button by its rank.
+    await page.click(`#runs tr[data-run="${cfg.py}"]`);
+    await page.waitForSelector(`button[data-stream="${cfg.py_dump}"]`, { timeout: 15000 });
+    const label = await page.textContent(`button[data-stream="${cfg.py_dump}"]`);
+    check(/^dump \d/.test(label), `the rank's dump has a button by its time (${label})`, label);
+    await page.click(`button[data-stream="${cfg.py_dump}"]`);
+    await page.waitForFunction((f) => document.querySelector("#log").textContent.includes(f), cfg.py_frame, { timeout: 15000 });
+    const st = await page.textContent("#log");
+    check(st.includes("# Python threads, by faulthandler:") && st.includes(cfg.py_frame) && st.includes("in sleeper"),
+      "it shows the Python traceback of every thread", st.slice(0, 400));
+    check(/\n#0 +0x[0-9a-f]+ /.test(st), "and the native stacks", st.slice(0, 400));
+    await page.screenshot({ path: path.join(cfg.out, "dashboard-stacks.png"), fullPage: true });
   } finally {
     check(errors.length === 0, "the page ran without a script error", errors.join("\n"));
     check(elsewhere.length === 0, "the page asked nothing of any other origin (no CDN)", elsewhere.join("\n"));
