@@ -133,4 +133,31 @@ int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char
  * (logs_plot.c). Returns 0, or a negative code with err set. */
 int mg_logs_plot(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
 
+/* ---- a job's earlier runs on the plot (logs_plot.c; the dashboard's too) ---- */
+
+#define MG_LOGS_JOB_RUNS 16 /* runs of one job drawn together, at most */
+
+/* The runs of run id's job in the log directory base, earliest first and id
+ * last: the run whose checkpoint id resumed (its metrics' first start
+ * record's "resumed_run", docs/metrics.md), the run that one resumed, and so
+ * on, while their directories are in base. Returns how many (1: id alone). */
+int mg_logs_job_runs(const char *base, const char *id, char (*ids)[256], int max);
+
+struct mg_plot;
+/* The plot's number of attempt a of the job's run k (0: the earliest): the
+ * attempts of earlier runs come first; a run alone keeps its numbers. */
+int mg_logs_plot_number(int k, int attempt);
+
+/* Adds the metrics of the n - 1 earlier runs in ids (as mg_logs_job_runs
+ * gives them) to p, each attempt under mg_logs_plot_number and labelled "run
+ * K attempt A", and labels the last run's attempts (those of r, numbered
+ * mg_logs_plot_number(n - 1, a) by the caller) the same way when n > 1. *files counts the files read. 0, or a negative
+ * code (-MG_ETOOBIG: what fitted is kept). */
+int mg_logs_plot_earlier(struct mg_plot *p, const char *base, char (*ids)[256], int n,
+                         const struct lrun *r, int *files);
+
+/* The plot's title: "run ID", or with earlier runs "runs A, B, ID (one job, each run
+ * resuming the one before)". */
+void mg_logs_plot_title(char *buf, size_t cap, char (*ids)[256], int n);
+
 #endif

@@ -53,6 +53,7 @@ struct point {
 
 struct attempt {
     int number;
+    char label[64]; /* "" for "attempt N" */
     int have_points, have_start;
     long long lo, hi; /* steps of its points */
     long long start;  /* its "start" record's step */
@@ -114,6 +115,15 @@ static int attempt_index(struct mg_plot *p, int number)
     memset(&p->att[p->natt], 0, sizeof(p->att[0]));
     p->att[p->natt].number = number;
     return p->last = p->natt++;
+}
+
+int mg_plot_label(struct mg_plot *p, int number, const char *label)
+{
+    int att = attempt_index(p, number);
+    if (att < 0)
+        return att;
+    snprintf(p->att[att].label, sizeof(p->att[att].label), "%s", label ? label : "");
+    return 0;
 }
 
 static int add_point(struct mg_plot *p, int att, int series, long long step, double v, int marked)
@@ -509,10 +519,15 @@ static void draw_restarts(struct ctx *c, int panel, int labels)
             continue;
         double x = px(c, from);
         if (labels) {
-            put(o,
-                "<text class=\"restart-label\" x=\"%.1f\" y=\"%.1f\" fill=\"%s\">restart %d "
-                "(from step %lld)</text>\n",
-                x + 3, top - 6 - 11.0 * ((k - 1) % 3), color(c, ai), a->number, from);
+            char name[96];
+            if (a->label[0])
+                snprintf(name, sizeof(name), "%s", a->label);
+            else
+                snprintf(name, sizeof(name), "restart %d", a->number);
+            put(o, "<text class=\"restart-label\" x=\"%.1f\" y=\"%.1f\" fill=\"%s\">", x + 3,
+                top - 6 - 11.0 * ((k - 1) % 3), color(c, ai));
+            put_text(o, name);
+            put(o, " (from step %lld)</text>\n", from);
             continue;
         }
         if (prior >= 0 && a->have_points && from <= prior && a->lo <= prior) {
@@ -601,11 +616,17 @@ static void draw_legend(struct ctx *c)
         }
         y += 18;
         shown++;
+        char name[96];
+        if (a->label[0])
+            snprintf(name, sizeof(name), "%s", a->label);
+        else
+            snprintf(name, sizeof(name), "attempt %d%s", a->number, k == 0 ? "" : " (restart)");
         put(o,
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-            "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">attempt %d%s</text>\n",
-            LEGEND_X, y - 4, LEGEND_X + 22, y - 4, color(c, c->order[k]), LEGEND_X + 28, y,
-            a->number, k == 0 ? "" : " (restart)");
+            "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">",
+            LEGEND_X, y - 4, LEGEND_X + 22, y - 4, color(c, c->order[k]), LEGEND_X + 28, y);
+        put_text(o, name);
+        put(o, "</text>\n");
     }
     y += 30;
     put(o, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\">marks</text>\n", LEGEND_X, y);

@@ -49,6 +49,12 @@ int mg_plot_add_jsonl(struct mg_plot *p, const char *text, size_t len, int attem
 int mg_plot_add_file(struct mg_plot *p, const char *path, int attempt, long long *offset,
                      size_t max, int final);
 
+/* Names attempt number in the legend and at its restart line ("run 1
+ * attempt 0" for the attempts of a job's earlier runs, drawn first by giving
+ * them lower numbers); without a label an attempt is "attempt N". The label
+ * is cut at 63 bytes. 0, -ENOMEM or -MG_ETOOBIG (too many attempts). */
+int mg_plot_label(struct mg_plot *p, int number, const char *label);
+
 /* Lines that were not a record: not JSON, or without a step. */
 long mg_plot_skipped(const struct mg_plot *p);
 /* Records that gave the plot at least one value. */

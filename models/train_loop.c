@@ -421,8 +421,13 @@ int run(struct run *r)
     rc = check_resume(r);
     if (rc < 0)
         return rc;
+    /* a checkpoint of an earlier run of the job: its start record says
+     * which, for the plot to draw that run's records first */
+    const struct mg_resume_info *ri = &t->resumed;
+    const char *from =
+        ri->loaded && ri->run_id[0] && strcmp(ri->run_id, r->run_id) != 0 ? ri->run_id : NULL;
     if (r->out.metrics)
-        check_output(r, mg_metrics_start(r->out.metrics, t->step));
+        check_output(r, mg_metrics_start_resumed(r->out.metrics, t->step, from));
     profile_mark(PH_SYNC);
     while (t->step < r->total_steps) {
         struct mg_step_stats st;

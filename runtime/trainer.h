@@ -132,9 +132,10 @@ struct mg_resume_info {
      * informational fields) says differently from cfg.run_config, as
      * "key A (this run: B), ..."; "" when nothing. */
     char config_diff[MG_ERRMSG_LEN];
-    int has_config;      /* the file has CONFIG: config_diff compared the whole job */
-    long epoch;          /* 0-based epoch the run goes on with */
-    long position;       /* positions of that epoch's order already taken */
+    int has_config; /* the file has CONFIG: config_diff compared the whole job */
+    char run_id[MG_CKPT_RUN_ID_MAX + 1]; /* its CONFIG's run_id: the run that wrote it ("") */
+    long epoch;                          /* 0-based epoch the run goes on with */
+    long position;                       /* positions of that epoch's order already taken */
     long left;           /* samples of that epoch not taken yet (n - position, or 0) */
     long per_rank;       /* samples each rank takes in the rest of the pass */
     uint64_t state_hash; /* mg_hash64 of the whole optimizer state it held */

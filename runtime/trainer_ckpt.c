@@ -660,7 +660,12 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     ri->run_id_hash = mg_get_u64(meta + 152);
     ri->resharded = ri->world != t->cfg.world;
     config_diff(t, f, meta, ri->config_diff, sizeof(ri->config_diff));
-    ri->has_config = mg_ckpt_find(f, MG_CKPT_TAG_CONFIG, 0) != NULL;
+    const struct mg_ckpt_section *cs = mg_ckpt_find(f, MG_CKPT_TAG_CONFIG, 0);
+    ri->has_config = cs != NULL;
+    size_t idlen = 0;
+    const char *id = cs ? config_find(cs->data, cs->len, "run_id", 6, &idlen) : NULL;
+    if (id && idlen <= MG_CKPT_RUN_ID_MAX)
+        mg_fmt(ri->run_id, sizeof(ri->run_id), "%.*s", (int)idlen, id);
     if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, err)) < 0) {
         t->resumed.loaded = 0;
         return rc;

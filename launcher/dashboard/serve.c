@@ -46,6 +46,10 @@ struct crun {
     struct mg_plot *plot;
     struct plot_file *pf;
     int npf;
+    /* the job's runs drawn, earliest first, this one last (logs_internal.h) */
+    char (*job)[256];
+    int njob;
+    int job_pending; /* no metrics yet when the plot began: which job is not known */
     int dirty;
     char *svg;
     size_t svg_len;
@@ -71,6 +75,9 @@ static void drop_plot(struct crun *c)
     free(c->pf);
     c->pf = NULL;
     c->npf = 0;
+    free(c->job);
+    c->job = NULL;
+    c->njob = 0;
     free(c->svg);
     c->svg = NULL;
     c->svg_len = 0;
@@ -640,12 +647,37 @@ static void api_log(struct dash *d, const struct dash_req *rq, struct dash_resp 
 
 /* ---- /api/plot.svg ------------------------------------------------------------------------ */
 
+/* The job's earlier runs, drawn first (docs/logs.md, "The plot"): only those
+ * whose directories pass the checks a run's page does; read whole, once. */
+static int plot_job(const char *base, struct crun *c)
+{
+    int files = 0, n;
+    c->job = malloc(MG_LOGS_JOB_RUNS * sizeof(*c->job));
+    if (!c->job)
+        return -ENOMEM;
+    n = mg_logs_job_runs(base, c->id, c->job, MG_LOGS_JOB_RUNS);
+    /* earliest first: keep the runs from the last one that fails the checks on */
+    int from = 0;
+    for (int k = 0; k + 1 < n; k++)
+        if (!id_ok(c->job[k]) || !run_dir_real(base, c->job[k]))
+            from = k + 1;
+    memmove(c->job, c->job + from, (size_t)(n - from) * sizeof(*c->job));
+    c->njob = n - from;
+    int rc = c->njob > 1 ? mg_logs_plot_earlier(c->plot, base, c->job, c->njob, NULL, &files) : 0;
+    return rc == -MG_ETOOBIG ? 0 : rc;
+}
+
 /* Feeds the plot what each attempt's metrics file gained; starts over when a
  * file was replaced or shrank. */
-static int refresh_plot(struct dash_cache *cc, struct crun *c)
+static int refresh_plot(const char *base, struct dash_cache *cc, struct crun *c)
 {
     const struct lrun *r = &c->r;
     char path[PATH_MAX + 64];
+    if (c->plot && c->job_pending && r->na > 0) {
+        mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, r->dir, r->a[0].attempt);
+        if (access(path, R_OK) == 0)
+            drop_plot(c); /* its start record says now which job it continues */
+    }
     if (!c->plot) {
         int plots = 0, old = -1;
         for (int i = 0; i < cc->n; i++)
@@ -659,6 +691,14 @@ static int refresh_plot(struct dash_cache *cc, struct crun *c)
         if (mg_plot_new(&c->plot) < 0)
             return -ENOMEM;
         c->dirty = 1;
+        c->job_pending = 1;
+        for (int i = 0; i < r->na && c->job_pending; i++) {
+            mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, r->dir, r->a[i].attempt);
+            c->job_pending = access(path, R_OK) != 0;
+        }
+        int rc = plot_job(base, c);
+        if (rc < 0)
+            return rc;
     }
     for (int i = 0; i < r->na; i++) {
         struct stat st;
@@ -671,7 +711,7 @@ static int refresh_plot(struct dash_cache *cc, struct crun *c)
                 pf = &c->pf[k];
         if (pf && (pf->ino != st.st_ino || st.st_size < pf->off)) {
             drop_plot(c); /* replaced: read every file again */
-            return refresh_plot(cc, c);
+            return refresh_plot(base, cc, c);
         }
         if (!pf) {
             struct plot_file *v = realloc(c->pf, (size_t)(c->npf + 1) * sizeof(*v));
@@ -682,19 +722,30 @@ static int refresh_plot(struct dash_cache *cc, struct crun *c)
             pf->attempt = r->a[i].attempt;
             pf->off = 0;
             pf->ino = st.st_ino;
+            if (c->njob > 1) {
+                char label[64];
+                mg_fmt(label, sizeof(label), "run %d attempt %d", c->njob, pf->attempt);
+                if (mg_plot_label(c->plot, mg_logs_plot_number(c->njob - 1, pf->attempt), label) <
+                    0)
+                    return -ENOMEM;
+            }
         }
         if (st.st_size > pf->off) {
             long long before = pf->off;
-            int rc = mg_plot_add_file(c->plot, path, pf->attempt, &pf->off, DASH_METRICS_STEP, 0);
+            int number = c->njob > 1 ? mg_logs_plot_number(c->njob - 1, pf->attempt) : pf->attempt;
+            int rc = mg_plot_add_file(c->plot, path, number, &pf->off, DASH_METRICS_STEP, 0);
             if (rc < 0 && rc != -MG_ETOOBIG && rc != -ENOENT)
                 return rc;
             c->dirty |= pf->off != before;
         }
     }
     if (c->dirty || !c->svg) {
-        char title[300], *svg = NULL;
+        char title[MG_LOGS_JOB_RUNS * 260 + 64], *svg = NULL;
         size_t len = 0;
-        mg_fmt(title, sizeof(title), "run %s", c->id);
+        if (c->njob > 1)
+            mg_logs_plot_title(title, sizeof(title), c->job, c->njob);
+        else
+            mg_fmt(title, sizeof(title), "run %s", c->id);
         struct mg_plot_opts po = {.title = title};
         int rc = mg_plot_svg(c->plot, &po, &svg, &len);
         if (rc < 0)
@@ -716,7 +767,7 @@ static void api_plot(struct dash *d, const struct dash_req *rq, struct dash_resp
         fail(rs, 404, "no such run");
         return;
     }
-    int rc = refresh_plot(d->cache, c);
+    int rc = refresh_plot(d->dir, d->cache, c);
     if (rc < 0) {
         char msg[200];
         mg_fmt(msg, sizeof(msg), "cannot draw the plot: %s", mg_strerror(rc));

@@ -224,8 +224,14 @@ int mg_metrics_open(struct mg_metrics **out, const struct mg_metrics_config *cfg
 
 int mg_metrics_start(struct mg_metrics *m, long step)
 {
-    if (!m || step < 0)
+    return mg_metrics_start_resumed(m, step, NULL);
+}
+
+int mg_metrics_start_resumed(struct mg_metrics *m, long step, const char *from_run)
+{
+    if (!m || step < 0 || (from_run && strlen(from_run) >= sizeof(m->resumed_run)))
         return -EINVAL;
+    snprintf(m->resumed_run, sizeof(m->resumed_run), "%s", from_run ? from_run : "");
     double now = m->now();
     for (int i = 0; i < m->nsinks; i++) {
         struct mg_metrics_sink *s = m->sinks[i];

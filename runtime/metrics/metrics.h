@@ -92,6 +92,11 @@ int mg_metrics_open(struct mg_metrics **out, const struct mg_metrics_config *cfg
  * event for TensorBoard, whose readers then drop the older points at or after
  * step (a restart's replayed steps replace the first attempt's). */
 int mg_metrics_start(struct mg_metrics *m, long step);
+/* The same, for a process that resumed a checkpoint another run wrote (the
+ * same job run again): its JSON start record also names that run
+ * ("resumed_run"), so that a plot can put the earlier run's records first.
+ * from_run NULL or "": as mg_metrics_start. */
+int mg_metrics_start_resumed(struct mg_metrics *m, long step, const char *from_run);
 
 /* One record: a kind ("train", "eval", "summary", ...; [a-z0-9_]) and its
  * fields at step. JSON lines get it whole; TensorBoard gets each number as a

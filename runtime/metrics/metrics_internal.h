@@ -50,7 +50,8 @@ struct mg_metrics {
     int restart, rank;
     char host[MG_METRICS_ID_MAX];
     pid_t pid;
-    long prior_step; /* records at or below it are replays; -1: none */
+    long prior_step;                         /* records at or below it are replays; -1: none */
+    char resumed_run[MG_METRICS_ID_MAX + 1]; /* the start record's, "" for none */
     double (*now)(void);
     /* the first error */
     int err;

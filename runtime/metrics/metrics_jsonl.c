@@ -108,6 +108,8 @@ static int jsonl_start(struct mg_metrics *m, struct mg_metrics_sink *s, long ste
     mg_jsonw_kint(&w, "step", step);
     if (m->prior_step >= 0)
         mg_jsonw_kint(&w, "prior_step", m->prior_step);
+    if (m->resumed_run[0])
+        mg_jsonw_kstr(&w, "resumed_run", m->resumed_run);
     mg_jsonw_kstr(&w, "host", m->host);
     mg_jsonw_kint(&w, "pid", m->pid);
     put_identity(&w, m, wall_time);

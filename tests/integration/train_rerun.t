@@ -3,8 +3,10 @@
 # belong to a job"), end to end with the real data: the README's mglaunch
 # command with a --checkpoint-dir, interrupted (SIGTERM) after a checkpoint and
 # run again identically (a new run id), goes on where it stopped and ends with
-# the bits of a run that never stopped; another job into that directory is
-# refused once, by rank 0, and the root cause quotes that line once; under
+# the bits of a run that never stopped, its done line telling its own figures
+# from the job's, and the plot and the dashboard draw the first run's records
+# before the rerun's; another job into that directory is refused once, by rank
+# 0, and the root cause quotes that line once; under
 # torchrun --standalone (a new run id each time too) the same command run
 # again continues.
 # timeout: 240
@@ -53,6 +55,36 @@ like "$(cat "$T/b.out")" "done: .*; $left steps since the resume at step $newest
 like "$(cat "$T/straight.out")" "done: .*; 192 steps, 12288 samples in " "and without a resume, the plain totals"
 like "$(sed -n 2p "$ck/ckpt-owner")" "^run [0-9a-f]{16} " "the owner record names the latest run"
 is "$(grep -c '^adopted ' "$ck/ckpt-owner")" 1 "with the first one's checkpoints adopted"
+
+# the plot and the dashboard show the whole job: the first run's records first
+aid=$(sed -n "s/.*continuing this job's checkpoints in '[^']*', from run '\([^']*\)'.*/\1/p" "$T/b.out")
+bid=$(sed -n 2p "$ck/ckpt-owner" | cut -d' ' -f3)
+like "$(grep '"type":"start"' "$T/logs/$bid/attempt_0/metrics.jsonl")" "\"step\":$newest,\"resumed_run\":\"$aid\"" \
+    "the rerun's start record names the run it resumed"
+out=$("$MGLAUNCH" logs "$T/logs" --run "$bid" --plot "$T/job.svg" 2>&1)
+is $? 0 "mglaunch logs --plot of the rerun"
+like "$out" "run $bid, [0-9]+ records from 1 attempt and 1 file of the job's earlier run \($aid\)" \
+    "draws the earlier run's metrics too, and says so"
+svg_check() { # what the SVG in $1 must show
+    like "$(sed -n 's/.*<title>\([^<]*\) - loss.*/\1/p' "$1")" "^runs $aid, $bid \(one job" "$2: the title names both runs"
+    like "$(tr "\n" " " <"$1")" ">run 1 attempt 0<.*>run 2 attempt 0<" "$2: the legend, the first run first"
+    like "$(cat "$1")" "class=\"restart-label\"[^>]*>run 2 attempt 0 \(from step $newest\)<" \
+        "$2: the rerun is drawn as resuming at step $newest"
+    like "$(cat "$1")" "data-metric=\"loss\" data-series=\"train\" data-attempt=\"0\" data-records=\"[1-9]" \
+        "$2: the first run's train loss is there"
+    like "$(cat "$1")" "data-metric=\"loss\" data-series=\"train\" data-attempt=\"1000000\" data-records=\"[1-9]" \
+        "$2: and the rerun's after it"
+}
+svg_check "$T/job.svg" "plot"
+if [ -x "$MG_BUILD/bin/mglaunch-dashboard" ] && command -v curl >/dev/null; then
+    bg "$MGLAUNCH" dashboard "$T/logs" --port 0 >"$T/dash.out" 2>&1
+    wait_for 10 grep -q ' at http' "$T/dash.out" || bail "the dashboard starts ($(cat "$T/dash.out"))"
+    url=$(sed -n 's/^mglaunch dashboard: serving .* at \(http:[^ ]*\)$/\1/p' "$T/dash.out")
+    curl -s -o "$T/dash.svg" "${url}api/plot.svg?run=$bid"
+    svg_check "$T/dash.svg" "dashboard"
+else
+    diag "mglaunch-dashboard or curl missing: the dashboard part is skipped"
+fi
 
 # another job (another lr): refused once, by rank 0
 before=$(cd "$ck" && ls | sort | md5sum)

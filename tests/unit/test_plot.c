@@ -45,6 +45,8 @@ static const char *checker =
     "print('nonfinite-numbers', bad)\n"
     "print('title', root.find(NS + 'title').text)\n"
     "print('nothing', sum(1 for t in root.iter(NS + 'text') if t.text == 'no metrics records'))\n"
+    "leg = [g for g in root.iter(NS + 'g') if cls(g) == 'legend']\n"
+    "print('legend', ' | '.join(t.text for g in leg for t in g.iter(NS + 'text') if t.text))\n"
     "ticks = [t.text for t in root.iter(NS + 'text') if cls(t) == 'tick']\n"
     "print('ticks', len(ticks), ' '.join(ticks[:40]))\n";
 
@@ -255,6 +257,36 @@ static void from_file(void)
     mg_plot_free(p);
 }
 
+/* A job of two runs (train's rerun resumed the first one's checkpoint): the
+ * earlier run's attempt under a lower number, both labelled; a label with
+ * markup characters is escaped. */
+static void labelled(void)
+{
+    struct mg_plot *p;
+    is_int(mg_plot_new(&p), 0, "labels: new plot");
+    struct text a = {0}, b = {0};
+    for (int s = 10; s <= 50; s += 10)
+        add(&a, "{\"type\":\"train\",\"step\":%d,\"loss\":1.0,\"accuracy\":0.5}\n", s);
+    add(&b, "{\"type\":\"start\",\"step\":40,\"resumed_run\":\"r1\"}\n");
+    for (int s = 50; s <= 80; s += 10)
+        add(&b, "{\"type\":\"train\",\"step\":%d,\"loss\":0.8,\"accuracy\":0.6}\n", s);
+    /* the rerun's file first: the numbers, not the order of reading, say which comes first */
+    is_int(mg_plot_add_jsonl(p, b.p, b.len, 1000000), 0, "labels: the rerun's records");
+    is_int(mg_plot_add_jsonl(p, a.p, a.len, 0), 0, "labels: the first run's records");
+    is_int(mg_plot_label(p, 0, "run 1 <a> & attempt 0"), 0, "labels: the first run's label");
+    is_int(mg_plot_label(p, 1000000, "run 2 attempt 0"), 0, "labels: the rerun's label");
+    const char *out = render_and_check(p, "runs r1, r2", "labels");
+    has(out, "legend attempts | run 1 <a> & attempt 0 | run 2 attempt 0 | marks",
+        "the legend names both runs' attempts, the first run first, escaped");
+    has(out, "labels run 2 attempt 0 (from step 40)\n", "the rerun's line at the step it resumed");
+    has(out, "curve loss train 1000000 4 0 1\n",
+        "the rerun's 4 points; 50, which the first run had reached, ringed as trained again");
+    has(out, "band 2\n", "its band of steps trained again, in each panel");
+    free(a.p);
+    free(b.p);
+    mg_plot_free(p);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "%s/mgplot.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -271,6 +303,7 @@ int main(void)
     run_of_three();
     edges();
     from_file();
+    labelled();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     if (system(cmd) != 0)
