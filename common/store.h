@@ -88,7 +88,7 @@ enum mg_store_bind mg_store_bind_addr(const char *host, int single_host, char *o
  * when more are needed). mg_store_server_timeout_ms says how long poll may
  * sleep before the server has work (blocked waits, lease expiry); -1 = none. */
 int mg_store_server_pollfds(struct mg_store_server *srv, struct pollfd *fds, int max);
-/* How many pollfds the server may fill in right now (its descriptors + clients). */
+/* How many pollfds the server may fill in (1: its epoll set holds the rest). */
 int mg_store_server_nfds(const struct mg_store_server *srv);
 /* Call after every poll(), also when it timed out: fds/n are the slice that
  * mg_store_server_pollfds filled. Returns 0, or a negative code only for a

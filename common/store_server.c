@@ -1,4 +1,5 @@
-/* The store server (store.h, docs/store-protocol.md): one poll() loop over
+/* The store server (store.h, docs/store-protocol.md): one event loop (an
+ * epoll set, which the caller's poll() sees as one descriptor) over
  * non-blocking sockets, either driven by the caller's loop (the launcher) or
  * by a background thread (the runtime's rank 0). This part holds the
  * connections (accept, read, flush, the handshake), the loop, the thread and
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
@@ -30,6 +32,36 @@
 #include <unistd.h>
 
 /* ---- connections --------------------------------------------------------------------- */
+
+#define SCAN_MS  100 /* the longest between two walks of the connections' timers */
+#define EV_BATCH 256 /* events taken from the epoll set per turn */
+
+static int backpressured(const struct conn *c);
+
+/* Brings the epoll set's interest in c up to date: input unless its replies
+ * pile up, output while some are queued. Level-triggered, so nothing is
+ * missed between a change and the next turn. */
+static void conn_watch(struct conn *c)
+{
+    struct mg_store_server *s = c->srv;
+    if (c->fd < 0 || c->closing == CL_DEAD)
+        return;
+    uint32_t ev = (backpressured(c) ? 0 : EPOLLIN) | (c->ohead ? EPOLLOUT : 0);
+    if (ev == c->evmask)
+        return;
+    struct epoll_event e = {.events = ev, .data.fd = c->fd};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
+        c->evmask = ev;
+    else
+        mg_ss_conn_kill(c);
+}
+
+/* A deadline of c set or moved earlier: the next walk comes no later. */
+static void scan_by(struct mg_store_server *s, int64_t t)
+{
+    if (t < s->next_scan)
+        s->next_scan = t;
+}
 
 static void hs_unlink(struct conn *c)
 {
@@ -68,6 +100,7 @@ static void conn_close_after_flush(struct conn *c)
     c->srv->dropped++;
     c->closing = CL_AFTER_FLUSH;
     c->deadline_ms = mg_now_ms() + CLOSE_LINGER_MS;
+    scan_by(c->srv, c->deadline_ms);
     mg_ss_mark_dirty(c);
 }
 
@@ -98,8 +131,10 @@ static void conn_teardown(struct conn *c)
     free(c->ibuf);
     if (c->fd >= 0 && c->fd < s->byfd_cap)
         s->byfd[c->fd] = NULL;
-    if (c->fd >= 0)
+    if (c->fd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
+    }
     free(c);
 }
 
@@ -162,6 +197,7 @@ static void conn_flush(struct conn *c)
      * (the client may be sending nothing until it has its replies). */
     if (c->ilen > c->ipos && !backpressured(c))
         process_input(c->srv, c);
+    conn_watch(c);
 }
 
 static void send_shello(struct conn *c, uint16_t status, uint32_t flags)
@@ -241,6 +277,7 @@ static int hand_over(struct mg_store_server *s, struct conn *c, const uint8_t *p
     int fd = c->fd;
     if (fd < s->byfd_cap)
         s->byfd[fd] = NULL;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
     c->fd = -1;
     mg_ss_conn_kill(c); /* torn down in mg_ss_settle, the socket left alone */
     s->foreign(s->foreign_ctx, fd, p, avail);
@@ -354,6 +391,7 @@ static void conn_read(struct mg_store_server *s, struct conn *c)
         c->last_rx_ms = mg_now_ms();
         need = process_input(s, c);
     }
+    conn_watch(c);
     /* Give back a large buffer once its frame is done. */
     if (c->closing != CL_DEAD && c->icap > IBUF_MIN && c->ilen - c->ipos <= IBUF_MIN / 2 && !need) {
         if (c->ipos) {
@@ -424,10 +462,22 @@ void mg_ss_accept_some(struct mg_store_server *s)
             hs_unlink(old);
             conn_drop(old);
         }
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+            s->byfd[fd] = NULL;
+            s->buffered -= c->icap;
+            free(c->ibuf);
+            free(c);
+            close(fd);
+            s->accept_pause_until = mg_now_ms() + 100;
+            return;
+        }
+        c->evmask = EPOLLIN;
         c->srv = s;
         c->fd = fd;
         c->state = ST_HELLO;
         c->deadline_ms = mg_now_ms() + s->handshake_ms;
+        scan_by(s, c->deadline_ms);
         LIST_INSERT_HEAD(&s->conns, c, link);
         s->nconns++;
         c->in_hs = 1;
@@ -464,10 +514,25 @@ static void run_timers(struct mg_store_server *s)
         mg_ss_answer(s, w->conn, w->op, w->id, NULL, MG_SP_TIMEDOUT);
         mg_ss_waiter_free(s, w);
     }
+    if (now < s->next_scan)
+        return;
+    /* The walk notes the earliest deadline it sees for the next one. */
+    int64_t next = now + SCAN_MS;
+#define NOTE(t)                                                                                    \
+    do {                                                                                           \
+        if ((t) < next)                                                                            \
+            next = (t);                                                                            \
+    } while (0)
     struct conn *c;
     LIST_FOREACH(c, &s->conns, link) {
         if (c->closing == CL_DEAD)
             continue;
+        if (c->deadline_ms)
+            NOTE(c->deadline_ms);
+        if (c->state == ST_READY && c->lease_ms)
+            NOTE(c->last_rx_ms + (int64_t)c->lease_ms);
+        if (c->frame_start_ms && !backpressured(c))
+            NOTE(c->frame_start_ms + s->frame_ms);
         if (c->deadline_ms && now >= c->deadline_ms) {
             conn_drop(c); /* handshake too slow, or a final error nobody reads */
         } else if (c->state == ST_READY && c->lease_ms &&
@@ -485,6 +550,8 @@ static void run_timers(struct mg_store_server *s)
             conn_drop(c); /* a frame begun and never finished */
         }
     }
+#undef NOTE
+    s->next_scan = next;
 }
 
 static int timeout_locked(const struct mg_store_server *s)
@@ -500,15 +567,8 @@ static int timeout_locked(const struct mg_store_server *s)
         CONSIDER(s->heap[0]->deadline_ms);
     if (s->accept_pause_until > now)
         CONSIDER(s->accept_pause_until);
-    const struct conn *c;
-    LIST_FOREACH(c, &s->conns, link) {
-        if (c->deadline_ms)
-            CONSIDER(c->deadline_ms);
-        if (c->state == ST_READY && c->lease_ms)
-            CONSIDER(c->last_rx_ms + c->lease_ms);
-        if (c->frame_start_ms && !backpressured(c))
-            CONSIDER(c->frame_start_ms + s->frame_ms);
-    }
+    if (s->nconns)
+        CONSIDER(s->next_scan); /* the connections' timers (run_timers) */
 #undef CONSIDER
     if (next < 0)
         return -1;
@@ -540,7 +600,7 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->lfd = s->wakefd = -1;
+    s->lfd = s->wakefd = s->epfd = -1;
     TAILQ_INIT(&s->tombs);
     TAILQ_INIT(&s->hs);
     s->max_clients = o->max_clients > 0 ? o->max_clients : DEF_MAX_CLIENTS;
@@ -594,18 +654,28 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
         rc = -errno;
         goto fail_local;
     }
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) {
+        rc = -errno;
+        goto fail_wake;
+    }
+    struct epoll_event wev = {.events = EPOLLIN, .data.fd = s->wakefd};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &wev)) {
+        rc = -errno;
+        goto fail_ep;
+    }
     if (o->listen_fd > 0) {
         s->lfd = o->listen_fd;
         rc = mg_set_nonblock(s->lfd, 1);
         if (rc)
-            goto fail_wake;
+            goto fail_ep;
         int port = mg_sock_local_port(s->lfd);
         if (port > 0)
             s->port = port;
     } else {
         rc = mg_listen_tcp(o->host, o->port, 1024, &s->port);
         if (rc < 0)
-            goto fail_wake;
+            goto fail_ep;
         s->lfd = rc;
         s->own_lfd = 1;
         rc = mg_set_nonblock(s->lfd, 1);
@@ -617,6 +687,8 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
 
 fail_listen:
     close(s->lfd);
+fail_ep:
+    close(s->epfd);
 fail_wake:
     close(s->wakefd);
 fail_local:
@@ -698,32 +770,29 @@ enum mg_store_bind mg_store_bind_addr(const char *host, int single_host, char *o
 
 int mg_store_server_nfds(const struct mg_store_server *s)
 {
-    mg_ss_lock(s);
-    int n = 2 + s->nconns;
-    mg_ss_unlock(s);
-    return n;
+    (void)s;
+    return 1; /* the epoll set */
+}
+
+/* The listening socket is in the epoll set only while a connection can be
+ * taken: level-triggered, a pending one would otherwise wake every turn. */
+static void watch_listen(struct mg_store_server *s)
+{
+    int want = can_accept(s) && mg_now_ms() >= s->accept_pause_until;
+    if (want == s->lfd_watched)
+        return;
+    struct epoll_event e = {.events = EPOLLIN, .data.fd = s->lfd};
+    if (epoll_ctl(s->epfd, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->lfd, &e) == 0)
+        s->lfd_watched = want;
 }
 
 static int pollfds_locked(struct mg_store_server *s, struct pollfd *fds, int max)
 {
-    int n = 0;
-    if (max < 2 + s->nconns)
+    if (max < 1)
         return -ENOSPC;
-    fds[n++] = (struct pollfd){.fd = s->wakefd, .events = POLLIN};
-    if (can_accept(s) && mg_now_ms() >= s->accept_pause_until)
-        fds[n++] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
-    struct conn *c;
-    LIST_FOREACH(c, &s->conns, link) {
-        short ev = 0;
-        if (c->closing == CL_DEAD)
-            continue;
-        if (!backpressured(c))
-            ev |= POLLIN;
-        if (c->ohead)
-            ev |= POLLOUT;
-        fds[n++] = (struct pollfd){.fd = c->fd, .events = ev};
-    }
-    return n;
+    watch_listen(s);
+    fds[0] = (struct pollfd){.fd = s->epfd, .events = POLLIN};
+    return 1;
 }
 
 int mg_store_server_pollfds(struct mg_store_server *s, struct pollfd *fds, int max)
@@ -734,13 +803,22 @@ int mg_store_server_pollfds(struct mg_store_server *s, struct pollfd *fds, int m
     return n;
 }
 
+/* One turn: what the epoll set has ready (at most EV_BATCH; the rest stays
+ * ready for the next turn), the timers, then the replies. */
 static void process_locked(struct mg_store_server *s, const struct pollfd *fds, int n)
 {
-    int accept_ready = 0;
-    for (int i = 0; i < n; i++) {
-        short re = fds[i].revents;
-        int fd = fds[i].fd;
-        if (!re || fd < 0)
+    struct epoll_event ev[EV_BATCH];
+    int accept_ready = 0, ready = 0;
+    for (int i = 0; i < n; i++)
+        if (fds[i].fd == s->epfd && fds[i].revents)
+            ready = 1;
+    int k = ready ? epoll_wait(s->epfd, ev, EV_BATCH, 0) : 0;
+    for (int i = 0; i < k; i++) {
+        uint32_t e = ev[i].events;
+        int fd = ev[i].data.fd;
+        short re = (short)(((e & EPOLLIN) ? POLLIN : 0) | ((e & EPOLLOUT) ? POLLOUT : 0) |
+                           ((e & EPOLLERR) ? POLLERR : 0) | ((e & EPOLLHUP) ? POLLHUP : 0));
+        if (!re)
             continue;
         if (fd == s->wakefd) {
             uint64_t v;
@@ -757,7 +835,7 @@ static void process_locked(struct mg_store_server *s, const struct pollfd *fds, 
             continue;
         if (re & POLLOUT)
             conn_flush(c);
-        if (re & (POLLERR | POLLNVAL)) {
+        if (re & POLLERR) {
             mg_ss_conn_kill(c);
             continue;
         }
@@ -772,6 +850,7 @@ static void process_locked(struct mg_store_server *s, const struct pollfd *fds, 
         mg_ss_accept_some(s);
     run_timers(s);
     mg_ss_settle(s);
+    watch_listen(s);
 }
 
 int mg_store_server_process(struct mg_store_server *s, const struct pollfd *fds, int n)
@@ -808,7 +887,7 @@ static void *serve(void *arg)
             mg_ss_unlock(s);
             break;
         }
-        int need = 2 + s->nconns;
+        int need = 1;
         if (need > s->tfds_cap) {
             int cap = need * 2;
             struct pollfd *p = realloc(s->tfds, (size_t)cap * sizeof(*p));
@@ -906,6 +985,7 @@ void mg_store_server_release(struct mg_store_server *s)
     free(s->token);
     if (s->own_lfd)
         close(s->lfd);
+    close(s->epfd);
     close(s->wakefd);
     pthread_mutex_destroy(&s->lock);
     free(s);

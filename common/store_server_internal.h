@@ -122,6 +122,7 @@ struct conn {
     LIST_ENTRY(conn) link;    /* all live connections */
     TAILQ_ENTRY(conn) hslink; /* still handshaking, oldest first */
     int in_hs;
+    uint32_t evmask;    /* the events the epoll set watches for it */
     struct conn *dnext; /* dirty list: has new output to flush */
     struct conn *knext; /* dead list: to tear down */
 };
@@ -129,6 +130,15 @@ struct conn {
 struct mg_store_server {
     pthread_mutex_t lock;
     int lfd, own_lfd, wakefd, port;
+    /* One epoll set holds the wake fd, the listening socket (while it may
+     * accept) and every connection, so that a turn of the loop costs what
+     * is ready, not what is connected: pollfds hands the caller this one
+     * descriptor. */
+    int epfd, lfd_watched;
+    /* The connections' timers (handshake, lease, frame, lingering close) are
+     * walked at most every SCAN_MS, and when the earliest one found falls
+     * due, rather than on every turn: a walk costs every connection. */
+    int64_t next_scan;
     char *token;
     int max_clients, max_waiters, handshake_ms, frame_ms;
     int (*foreign)(void *ctx, int fd, const void *bytes, size_t n);

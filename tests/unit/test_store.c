@@ -605,8 +605,8 @@ static void poll_loop_mode(void)
     int port = mg_store_server_port(l.srv);
     is_int(mg_store_server_timeout_ms(l.srv), -1, "idle server: no timeout");
     struct pollfd few[1];
-    is_int(mg_store_server_pollfds(l.srv, few, 1), -ENOSPC, "pollfds: ENOSPC when too few");
-    ok(mg_store_server_nfds(l.srv) >= 2, "nfds says how many");
+    is_int(mg_store_server_pollfds(l.srv, few, 0), -ENOSPC, "pollfds: ENOSPC when too few");
+    ok(mg_store_server_nfds(l.srv) >= 1, "nfds says how many");
     pthread_create(&l.th, NULL, loop_run, &l);
     struct mg_store *st = conn(port, NULL, 0);
     ok(st != NULL, "poll-loop server: connected");
