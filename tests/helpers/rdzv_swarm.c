@@ -189,7 +189,13 @@ static void *node_main(void *arg)
             mg_kv_host_serve(nd->host, 10);
             host_stats(nd);
         } else {
-            await_phase(P_JOIN, -1);
+            /* A real agent joins as soon as it connects; one that waits
+             * here renews its lease, or the store drops it as silent. */
+            await_phase(P_JOIN, (int)(c.heartbeat_interval_ms));
+            if (atomic_load(&sh->phase) < P_JOIN && kv->ops->keepalive(kv) < 0) {
+                note_err(res, -EIO, "keepalive", mg_kv_error(kv));
+                goto out;
+            }
         }
     }
 
