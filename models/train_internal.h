@@ -156,5 +156,9 @@ int snapshot_resume(struct run *r, int *resumed);
 
 /* Trains to the end: steps, progress, evaluation, checkpoints, the summary. */
 int run(struct run *r);
+/* The loss sums since the last report (mg_trainer_sums), failing the run
+ * (exit status 4) when a step's loss was NaN or infinite; reset: a report
+ * takes them. */
+int train_read_sums(struct run *r, struct mg_train_sums *s, int reset);
 
 #endif

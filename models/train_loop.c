@@ -22,9 +22,33 @@ static const char *why(struct run *r, int rc)
     return m && *m ? m : mg_strerror(rc);
 }
 
+int train_read_sums(struct run *r, struct mg_train_sums *s, int reset)
+{
+    struct mg_trainer *t = &r->trainer;
+    int rc = mg_trainer_sums(t, s, reset);
+    if (rc < 0) {
+        fail("training step %ld failed: %s", t->step, why(r, rc));
+        return rc;
+    }
+    if (s->bad_step) {
+        /* before any checkpoint or snapshot of it: the newest one stays a sane one */
+        fail("training diverged at step %ld: the loss is %s (lr %g); lower --lr, or add "
+             "--warmup",
+             s->bad_step, isnan(s->bad_loss) ? "NaN" : "infinite",
+             mg_schedule_lr(&t->cfg.sched, s->bad_step - 1));
+        r->exit_code = EXIT_DIVERGED;
+        return -ERANGE;
+    }
+    return 0;
+}
+
 static int evaluate(struct run *r, struct mg_eval_sums *ev)
 {
-    int rc = mg_trainer_evaluate(&r->trainer, ev);
+    struct mg_train_sums sums;
+    int rc = train_read_sums(r, &sums, 0); /* a diverged run is not evaluated */
+    if (rc < 0)
+        return rc;
+    rc = mg_trainer_evaluate(&r->trainer, ev);
     if (rc < 0) {
         fail("evaluation failed: %s", why(r, rc));
         return rc;
@@ -47,7 +71,10 @@ static int checkpoint(struct run *r)
     char err[MG_ERRMSG_LEN];
     const char *dir = r->o->checkpoint_dir;
     struct mg_rank_state *states = NULL;
-    int rc = 0;
+    struct mg_train_sums sums;
+    int rc = train_read_sums(r, &sums, 0); /* never a checkpoint of a diverged run */
+    if (rc < 0)
+        return rc;
     mg_progress_phase(MG_PH_CHECKPOINT); /* bounded by the collective timeout, not by steps */
     if (r->dist.ddp) {
         struct mg_rank_state mine;
@@ -117,7 +144,6 @@ struct tally {
     double train_time;    /* seconds in steps, without evaluation and checkpoints */
     double total_samples; /* over every rank */
     double log_t0;        /* start of the report interval, less evaluation and checkpoints */
-    double log_loss, log_correct, log_samples;
     double log_step_time; /* this rank's seconds in steps since the last report */
     long log_steps;
     double last_loss; /* of the last report, for the progress bar */
@@ -288,14 +314,21 @@ static int step_spread(struct run *r, const struct tally *k, struct train_out_tr
 }
 
 /* The progress line and the train metrics record: loss and accuracy since the
- * last report, over all ranks (every rank calls this: the sums are reduced). */
+ * last report, over all ranks (every rank calls this: the sums are reduced).
+ * On a device this is where the step loop waits for the GPU: the figures are
+ * read back here (and before evaluations, checkpoints and snapshots), not
+ * after every step. */
 static int report(struct run *r, struct tally *k, const struct mg_step_stats *st)
 {
     const struct mg_trainer *t = &r->trainer;
-    double sums[3] = {k->log_loss, k->log_correct, k->log_samples};
+    struct mg_train_sums got;
     struct train_out_train rec = {0};
+    int rc = train_read_sums(r, &got, 1);
+    if (rc < 0)
+        return rc;
+    double sums[3] = {got.loss_sum, (double)got.correct, (double)got.samples};
     if (r->dist.hooks.reduce_sums) {
-        int rc = r->dist.hooks.reduce_sums(r->dist.hooks.ctx, sums, 3);
+        rc = r->dist.hooks.reduce_sums(r->dist.hooks.ctx, sums, 3);
         if (rc < 0) {
             fail("step %ld: cannot reduce the loss over the ranks: %s", t->step, why(r, rc));
             return rc;
@@ -331,7 +364,6 @@ static int report(struct run *r, struct tally *k, const struct mg_step_stats *st
         rec.time_s = now - k->t0;
         check_output(r, train_out_train(&r->out, &rec));
     }
-    k->log_loss = k->log_correct = k->log_samples = 0.0;
     k->log_step_time = 0.0;
     k->log_steps = 0;
     k->log_t0 = mg_seconds();
@@ -435,13 +467,11 @@ int run(struct run *r)
         rc = train_step(r, &st);
         if (rc < 0)
             return rc;
-        if (!isfinite(st.loss_sum)) {
-            /* before any checkpoint of it: the newest one stays a sane one */
-            fail("training diverged at step %ld: the loss is %s (lr %g); lower --lr, or add "
-                 "--warmup",
-                 t->step, isnan(st.loss_sum) ? "NaN" : "infinite", st.lr);
-            r->exit_code = EXIT_DIVERGED;
-            return -ERANGE;
+        if (r->be->device == MG_DEVICE_CPU) {
+            /* reading costs nothing here: a diverged run stops at its step */
+            struct mg_train_sums sums;
+            if ((rc = train_read_sums(r, &sums, 0)) < 0)
+                return rc;
         }
         int last = t->step == r->total_steps;
         /* not the last: a restart from it would skip the final checkpoint */
@@ -456,9 +486,6 @@ int run(struct run *r)
         k.log_step_time += s1 - s0;
         k.log_steps++;
         k.total_samples += (double)st.samples * r->dist.world;
-        k.log_loss += st.loss_sum;
-        k.log_correct += (double)st.correct;
-        k.log_samples += (double)st.samples;
         evaluated_now = 0;
         int epoch_done = t->batch_in_epoch >= t->pass_batches;
 

@@ -258,10 +258,14 @@ int snapshot_take(struct run *r, double step_seconds)
     }
     if (!probing && t->step % r->snap_every != 0)
         return 0;
+    struct mg_train_sums sums;
+    int rc = train_read_sums(r, &sums, 0); /* never a snapshot of a diverged run */
+    if (rc < 0)
+        return rc;
     double t0 = mg_seconds();
     uint64_t len;
     unsigned char *buf = mg_snap_begin(&r->snap);
-    int rc = mg_trainer_snapshot_pack(t, buf, r->snap.payload_cap, &len);
+    rc = mg_trainer_snapshot_pack(t, buf, r->snap.payload_cap, &len);
     if (rc == 0)
         rc = mg_snap_commit(&r->snap, (uint64_t)t->step, t->cfg.run_id_hash,
                             (uint32_t)r->dist.world, (uint32_t)r->dist.rank, len);

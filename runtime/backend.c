@@ -116,6 +116,17 @@ void mg_backend_event_release(struct mg_backend *be, void *event)
         be->ops->event_release(be, event);
 }
 
+void mg_backend_upload_after(struct mg_backend *be, void *event)
+{
+    if (event && be->ops->upload_after)
+        be->ops->upload_after(be, event);
+}
+
+int mg_backend_poll(struct mg_backend *be)
+{
+    return be->ops->poll ? be->ops->poll(be) : 0;
+}
+
 const char *mg_backend_errmsg(struct mg_backend *be)
 {
     return be->ops->errmsg ? be->ops->errmsg(be) : "";

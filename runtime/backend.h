@@ -34,6 +34,16 @@ enum mg_precision {
     MG_PRECISION_TF32 = 1, /* cuBLAS and cuDNN may use TF32 tensor cores (train --tf32 1) */
 };
 
+/* The loss accumulator's doubles (loss_accumulate). */
+enum mg_loss_acc_slot {
+    MG_ACC_STEP,     /* the open step's micro-batches so far */
+    MG_ACC_TOTAL,    /* the closed steps' sums, added in step order */
+    MG_ACC_CORRECT,  /* correct predictions, over every micro-batch */
+    MG_ACC_BAD_STEP, /* the first closed step whose sum was NaN or infinite; 0: none */
+    MG_ACC_BAD_LOSS, /* that sum */
+    MG_ACC_LEN,
+};
+
 struct mg_backend_opts {
     int threads;      /* BLAS threads; 0 = OMP_NUM_THREADS from the environment, else 1 */
     int device_index; /* CUDA: which GPU; ignored by the CPU backend */
@@ -122,6 +132,16 @@ struct mg_backend_ops {
     /* dlogits = (probs - onehot(label)) * scale; scale = 1/(samples in the step) */
     void (*xent_backward)(struct mg_backend *be, float *dlogits, const float *probs,
                           const int32_t *labels, int n, int classes, float scale);
+    /* The loss figures, kept on the device until a report reads them (acc:
+     * MG_ACC_LEN doubles of device memory, zeroed to start): acc[MG_ACC_STEP]
+     * += the sum in double of loss[0..n) in sample order (the order the host
+     * summed them in, so the same bits), acc[MG_ACC_CORRECT] += the count of
+     * correct[0..n). close != 0 then ends step `step`: when its sum is NaN or
+     * infinite and no step's was before, acc[MG_ACC_BAD_STEP] = step and
+     * acc[MG_ACC_BAD_LOSS] = that sum; acc[MG_ACC_TOTAL] += acc[MG_ACC_STEP];
+     * acc[MG_ACC_STEP] = 0. Counts are exact in a double up to 2^53. */
+    void (*loss_accumulate)(struct mg_backend *be, double *acc, const float *loss,
+                            const int32_t *correct, int n, int close, int64_t step);
 
     /* ---- optimizers, over flat buffers (exact PyTorch update order, see optim.h) ---- */
     /* first != 0 on the first step: the momentum buffer starts as the gradient */
@@ -162,6 +182,15 @@ struct mg_backend_ops {
      * that waits on it has been queued. */
     void *(*event_record)(struct mg_backend *be);
     void (*event_release)(struct mg_backend *be, void *event);
+    /* Copies queued by upload_async from now on start once the work recorded
+     * by event is done: the device waits, the host does not. The trainer
+     * reuses a batch slot's device buffers this way only after the compute
+     * that read them (compute -> copy ordering). */
+    void (*upload_after)(struct mg_backend *be, void *event);
+    /* The first error since the last sync, without waiting for queued work:
+     * 0 when none so far (a fault of work still running shows at the next
+     * sync). The step loop asks this instead of synchronizing every step. */
+    int (*poll)(struct mg_backend *be);
     /* What the error sync() returned last (or the first one since, not yet
      * returned) was, with the call, file and line, and the library's own
      * words: "cuda_backend.c:169: cublasSgemm: an unsupported value or
@@ -199,7 +228,8 @@ void mg_backend_release(struct mg_backend *be);
 /* The optional ops above, or what stands in for them: host_alloc is ordinary
  * aligned memory, upload_async an upload() (ticket 1, done at once),
  * event_record NULL (a NULL event orders nothing: there is nothing to wait
- * for), errmsg "". */
+ * for), upload_after nothing (uploads are done when they return), poll 0,
+ * errmsg "". */
 void *mg_backend_host_alloc(struct mg_backend *be, size_t bytes);
 void mg_backend_host_free(struct mg_backend *be, void *p);
 uint64_t mg_backend_upload_async(struct mg_backend *be, void *dst, const void *host_src,
@@ -208,6 +238,8 @@ void mg_backend_upload_wait(struct mg_backend *be, uint64_t ticket);
 int mg_backend_upload_done(struct mg_backend *be, uint64_t ticket, int wait);
 void *mg_backend_event_record(struct mg_backend *be);
 void mg_backend_event_release(struct mg_backend *be, void *event);
+void mg_backend_upload_after(struct mg_backend *be, void *event);
+int mg_backend_poll(struct mg_backend *be);
 /* The errmsg op, or "" for a backend without one (its sync() never fails). */
 const char *mg_backend_errmsg(struct mg_backend *be);
 

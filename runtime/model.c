@@ -491,6 +491,13 @@ int mg_model_loss(struct mg_model *m, int n, double *loss_sum, long *correct)
     return rc;
 }
 
+void mg_model_loss_queue(struct mg_model *m, int n, double *acc, int close, int64_t step)
+{
+    struct mg_backend *be = m->be;
+    be->ops->xent_forward(be, m->losses, m->correct, m->probs, m->logits, m->labels, n, m->classes);
+    be->ops->loss_accumulate(be, acc, m->losses, m->correct, n, close, step);
+}
+
 int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
                       int (*ready)(void *ctx, size_t offset, size_t count), void *ctx)
 {
@@ -549,7 +556,7 @@ int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
         if (dx)
             d = dx;
     }
-    return be->ops->sync(be);
+    return mg_backend_poll(be);
 }
 
 uint64_t mg_model_param_hash(const struct mg_model *m)

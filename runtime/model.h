@@ -138,8 +138,13 @@ void mg_model_tensor_record(const struct mg_tensor *t, unsigned char rec[MG_TENS
 void mg_model_forward(struct mg_model *m, int n, int train);
 
 /* Cross-entropy of the last forward against m->labels: per-sample losses and
- * correct flags on the device, and their sums (in sample order) on the host. */
+ * correct flags on the device, and their sums (in sample order) on the host:
+ * it waits for the device (the tests' and the reference's way). */
 int mg_model_loss(struct mg_model *m, int n, double *loss_sum, long *correct);
+/* The same, queued: the sums go into acc on the device (backend.h,
+ * loss_accumulate: the same bits as mg_model_loss's), close ends step
+ * `step`. Nothing waits; a report reads acc when it needs the figures. */
+void mg_model_loss_queue(struct mg_model *m, int n, double *acc, int close, int64_t step);
 
 /* Backward of the last forward and loss, with dlogits = (softmax - onehot) *
  * scale (scale = 1 / samples per optimizer step gives the mean). Gradients
@@ -149,7 +154,10 @@ int mg_model_loss(struct mg_model *m, int n, double *loss_sum, long *correct);
  * produces it has been issued to the backend (on the CPU it is done; a device
  * backend must be synchronized, e.g. with an event, before reading it). Calls
  * come in reverse layer order, so the ranges are adjacent and descending. A
- * negative return aborts the backward and is returned. ready may be NULL. */
+ * negative return aborts the backward and is returned. ready may be NULL.
+ * Backward only queues its work: it returns an error the backend has already
+ * seen (mg_backend_poll), and one of work still running shows at the next
+ * sync or download. */
 int mg_model_backward(struct mg_model *m, int n, float scale, int accumulate,
                       int (*ready)(void *ctx, size_t offset, size_t count), void *ctx);
 

@@ -87,9 +87,10 @@ int mg_trainer_init(struct mg_trainer *t, struct mg_model *m, const struct mg_da
     }
     t->x_host = malloc(sizeof(float) * sample * (size_t)m->max_batch);
     t->y_host = malloc(sizeof(int32_t) * (size_t)m->max_batch);
+    t->acc = m->be->ops->alloc(m->be, 2 * MG_ACC_LEN * sizeof(double)); /* zero-filled */
     t->host_state = malloc(
         sizeof(float) * (m->nparams + (t->hooks.begin_update ? 0 : mg_trainer_state_count(t))) + 1);
-    if (!t->x_host || !t->y_host || !t->host_state) {
+    if (!t->x_host || !t->y_host || !t->host_state || !t->acc) {
         rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory for batch buffers");
         goto fail;
     }
@@ -112,6 +113,9 @@ void mg_trainer_release(struct mg_trainer *t)
     mg_optim_release(&t->opt);
     mg_sampler_release(&t->sampler);
     mg_sampler_release(&t->eval_sampler);
+    if (t->acc)
+        t->model->be->ops->free(t->model->be, t->acc);
+    t->acc = NULL;
     free(t->x_host);
     free(t->y_host);
     free(t->host_state);
@@ -174,9 +178,11 @@ static void slots_release(struct mg_trainer *t)
     struct mg_model *m = t->model;
     if (!m || !m->be)
         return;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
         if (t->slot[s].x_pin)
             mg_backend_host_free(m->be, t->slot[s].x_pin);
+        mg_backend_event_release(m->be, t->slot[s].free_ev);
+    }
     if (t->slot[1].x_dev)
         m->be->ops->free(m->be, t->slot[1].x_dev);
     if (t->slot[1].y_dev)
@@ -203,10 +209,19 @@ static void following(const struct mg_trainer *t, long *epoch, long *start, long
     }
 }
 
+/* The compute queued so far is the last to read slot s's device buffers: the
+ * next upload into them waits for it (on the device). */
+static void slot_used(struct mg_trainer *t, int s)
+{
+    struct mg_backend *be = t->model->be;
+    mg_backend_event_release(be, t->slot[s].free_ev);
+    t->slot[s].free_ev = mg_backend_event_record(be);
+}
+
 /* Gathers micro-batch (epoch, start, batch) into slot s and queues its
- * upload. The slot's device buffers are free: the micro-batch before the
- * current one, which used them, has finished (mg_model_backward returns once
- * its work is done). */
+ * upload, behind the compute that last read the slot's device buffers (its
+ * free_ev): the host does not wait for that compute, only for the pinned
+ * buffer's previous copy (two micro-batches back) to be done. */
 static void stage(struct mg_trainer *t, int s, long epoch, long start, long batch)
 {
     struct mg_model *m = t->model;
@@ -218,6 +233,11 @@ static void stage(struct mg_trainer *t, int s, long epoch, long start, long batc
     /* the pinned buffer's last upload must be done before it is written again */
     mg_backend_upload_done(m->be, b->ticket, 1);
     mg_dataset_gather(t->train, t->sampler.indices + from, n, b->x_pin, b->y_pin);
+    if (b->free_ev) {
+        mg_backend_upload_after(m->be, b->free_ev);
+        mg_backend_event_release(m->be, b->free_ev); /* the wait is queued: it keeps its mark */
+        b->free_ev = NULL;
+    }
     mg_backend_upload_async(m->be, b->x_dev, b->x_pin, sizeof(float) * sample * (size_t)n);
     b->ticket = mg_backend_upload_async(m->be, b->y_dev, b->y_pin, sizeof(int32_t) * (size_t)n);
     b->epoch = epoch;
@@ -311,15 +331,11 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     for (int a = 0; a < t->cfg.accum_steps; a++) {
         mg_progress_phase(MG_PH_DATA);
         int n = next_batch(t);
-        double loss;
-        long correct;
+        int last = a == t->cfg.accum_steps - 1;
         mg_progress_phase(MG_PH_COMPUTE);
         mg_model_forward(m, n, 1);
         prefetch(t); /* while the forward runs on a device */
-        rc = mg_model_loss(m, n, &loss, &correct);
-        if (rc < 0)
-            return rc;
-        int last = a == t->cfg.accum_steps - 1;
+        mg_model_loss_queue(m, n, t->acc, last, t->step + 1);
         int (*ready)(void *, size_t, size_t) = NULL;
         if (fused)
             ready = update_ready;
@@ -327,12 +343,13 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
             ready = on_grad_ready;
         rc = mg_model_backward(m, n, 1.0f / ((float)n * (float)t->cfg.accum_steps), a > 0, ready,
                                &rctx);
+        slot_used(t, t->cur); /* this micro-batch's compute is the last to read its batch */
         if (rc < 0)
             return rc;
-        st->loss_sum += loss;
-        st->correct += correct;
         st->samples += n;
     }
+    t->sum_samples += st->samples;
+    t->sum_steps++;
     mg_progress_phase(MG_PH_SYNC);
     if (t->hooks.reduce_grads) {
         rc = t->hooks.reduce_grads(t->hooks.ctx, m->grad_buf, m->nparams);
@@ -345,9 +362,32 @@ int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st)
     else
         mg_optim_step(&t->opt, m->param_buf, m->grad_buf, st->lr);
     t->step++;
-    rc = m->be->ops->sync(m->be);
+    rc = mg_backend_poll(m->be); /* no wait: what the backend has seen so far */
     mg_progress_step_end(t->step);
     return rc;
+}
+
+int mg_trainer_sums(struct mg_trainer *t, struct mg_train_sums *out, int reset)
+{
+    struct mg_backend *be = t->model->be;
+    double acc[MG_ACC_LEN];
+    memset(out, 0, sizeof(*out));
+    be->ops->download(be, acc, t->acc, sizeof(acc));
+    t->readbacks++;
+    int rc = mg_backend_poll(be);
+    if (rc < 0)
+        return rc;
+    out->loss_sum = acc[MG_ACC_TOTAL];
+    out->correct = (long)acc[MG_ACC_CORRECT];
+    out->samples = t->sum_samples;
+    out->steps = t->sum_steps;
+    out->bad_step = (long)acc[MG_ACC_BAD_STEP];
+    out->bad_loss = acc[MG_ACC_BAD_LOSS];
+    if (reset) {
+        be->ops->zero(be, t->acc, sizeof(acc));
+        t->sum_samples = t->sum_steps = 0;
+    }
+    return 0;
 }
 
 int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
@@ -358,23 +398,28 @@ int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out)
     if (!t->test)
         return -EINVAL;
     const struct mg_sampler *s = &t->eval_sampler;
+    struct mg_backend *be = m->be;
+    double *acc = t->acc + MG_ACC_LEN, host[MG_ACC_LEN];
     mg_progress_phase(MG_PH_EVAL);
+    be->ops->zero(be, acc, sizeof(host));
     for (int start = 0; start < s->num_samples; start += m->max_batch) {
         mg_progress_beat();
         int n = s->num_samples - start < m->max_batch ? s->num_samples - start : m->max_batch;
-        double loss;
-        long correct;
         upload_batch(t, t->test, s->indices + start, n);
         mg_model_forward(m, n, 0);
-        int rc = mg_model_loss(m, n, &loss, &correct);
-        if (rc < 0)
-            return rc;
-        sums[0] += loss;
-        sums[1] += (double)correct;
+        /* a batch per "step": its sum added to the total, as the host added them */
+        mg_model_loss_queue(m, n, acc, 1, start / m->max_batch + 1);
         sums[2] += n;
     }
+    slot_used(t, t->cur); /* evaluation read the current slot's buffers last */
+    be->ops->download(be, host, acc, sizeof(host));
+    int rc = mg_backend_poll(be);
+    if (rc < 0)
+        return rc;
+    sums[0] = host[MG_ACC_TOTAL];
+    sums[1] = host[MG_ACC_CORRECT];
     if (t->hooks.reduce_sums) {
-        int rc = t->hooks.reduce_sums(t->hooks.ctx, sums, 3);
+        rc = t->hooks.reduce_sums(t->hooks.ctx, sums, 3);
         if (rc < 0)
             return rc;
     }

@@ -110,11 +110,23 @@ struct mg_rank_state {
 #define MG_RANK_STATE_BYTES 32
 #define MG_RUN_CONFIG_MAX   4096
 
+/* What a step knows on the host at once. Its loss and accuracy stay on the
+ * device until mg_trainer_sums reads them. */
 struct mg_step_stats {
-    double loss_sum; /* over this rank's samples of the step */
+    long samples; /* this rank's, in the step */
+    double lr;
+};
+
+/* The loss figures since the last mg_trainer_sums(reset): the same bits the
+ * host got when it downloaded each micro-batch's losses and added them
+ * (sample by sample, then micro-batches, then steps, each in order). */
+struct mg_train_sums {
+    double loss_sum; /* over this rank's samples */
     long correct;
     long samples;
-    double lr;
+    long steps;
+    long bad_step; /* the first step (1-based, of the run) whose loss is NaN or infinite; 0: none */
+    double bad_loss; /* that step's loss sum */
 };
 
 /* What a checkpoint held and what mg_trainer_load made of it: for the
@@ -150,7 +162,10 @@ struct mg_eval_sums {
 /* Training batches are double-buffered: on a backend with a copy stream,
  * while micro-batch k computes, k + 1 is gathered into the other slot's
  * page-locked host buffer and uploaded on that stream (upload_async); the
- * device waits for it (upload_wait) only when k + 1 starts. (The CPU gathers
+ * device waits for it (upload_wait) only when k + 1 starts. The copy into a
+ * slot waits on the device for the event recorded after the last compute
+ * that read it (upload_after), so no step needs to wait for the GPU before
+ * the next one overwrites a batch. (The CPU gathers
  * each batch when it starts.) Slot 0's device buffers are the
  * model's input and labels, slot 1's its own; the model reads whichever
  * m->input and m->labels point to. A slot knows which micro-batch it holds
@@ -162,6 +177,8 @@ struct mg_batch_slot {
     float *x_dev; /* device */
     int32_t *y_dev;
     uint64_t ticket;          /* of its last upload: the pinned buffer is free once done */
+    void *free_ev;            /* recorded after the last compute that read its device
+                                 buffers: the next upload into them waits for it */
     long epoch, start, batch; /* the micro-batch it holds; batch < 0: none */
     int n;
 };
@@ -185,7 +202,10 @@ struct mg_trainer {
     struct mg_resume_info resumed; /* what the last mg_trainer_load found */
     struct mg_batch_slot slot[2];  /* the micro-batch computing (cur) and the next */
     int cur;
-    float *x_host; /* [max_batch * sample], evaluation's batches */
+    double *acc; /* device: the loss accumulators (backend.h), training's then evaluation's */
+    long sum_samples, sum_steps; /* since the last mg_trainer_sums(reset) */
+    long readbacks;              /* mg_trainer_sums calls: the step loop's only waits */
+    float *x_host;               /* [max_batch * sample], evaluation's batches */
     int32_t *y_host;
     float *host_state; /* [nparams + the whole optimizer state] for checkpoints; a
                           sharded optimizer's: [nparams] */
@@ -213,10 +233,21 @@ void mg_trainer_release(struct mg_trainer *t);
 /* Call once before the first step (after any resume): broadcasts parameters. */
 int mg_trainer_start(struct mg_trainer *t);
 
+/* One optimizer step, queued: on a device nothing here waits for the GPU
+ * (the loss stays on the device; a batch slot is reused after an event of the
+ * compute that read it; errors already seen are returned, later ones at the
+ * next read). */
 int mg_trainer_step(struct mg_trainer *t, struct mg_step_stats *st);
 
+/* The loss figures of the steps since the last reset (one download: on a
+ * device, the wait for the queued steps); reset != 0 starts new sums. Reading
+ * without a reset changes nothing, so a run that reads more often (every step
+ * on the CPU, where it costs nothing) reports the same bits. */
+int mg_trainer_sums(struct mg_trainer *t, struct mg_train_sums *out, int reset);
+
 /* Whole test set, sharded across ranks without padding; sums reduced with
- * hooks.reduce_sums when set, so every rank gets the global figures. */
+ * hooks.reduce_sums when set, so every rank gets the global figures. The
+ * batches' losses add up on the device, read once at the end. */
 int mg_trainer_evaluate(struct mg_trainer *t, struct mg_eval_sums *out);
 
 /* ---- checkpoint content and resume (trainer_ckpt.c) ----------------------------- */

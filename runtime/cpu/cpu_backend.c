@@ -340,6 +340,16 @@ static void cpu_xent_forward(struct mg_backend *be, float *loss, int32_t *correc
     mg_k_xent_fwd(loss, correct, probs, logits, labels, n, classes);
 }
 
+_Static_assert(MG_ACC_STEP == 0 && MG_ACC_TOTAL == 1 && MG_ACC_CORRECT == 2 &&
+                   MG_ACC_BAD_STEP == 3 && MG_ACC_BAD_LOSS == 4 && MG_ACC_LEN == 5,
+               "mg_k_loss_acc's slots");
+
+static void cpu_loss_accumulate(struct mg_backend *be, double *acc, const float *loss,
+                                const int32_t *correct, int n, int close, int64_t step)
+{
+    mg_k_loss_acc(acc, loss, correct, n, close, step);
+}
+
 static void cpu_xent_backward(struct mg_backend *be, float *dlogits, const float *probs,
                               const int32_t *labels, int n, int classes, float scale)
 {
@@ -406,6 +416,7 @@ static const struct mg_backend_ops cpu_ops = {
     .dropout_backward = cpu_dropout_backward,
     .xent_forward = cpu_xent_forward,
     .xent_backward = cpu_xent_backward,
+    .loss_accumulate = cpu_loss_accumulate,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
     .scale = cpu_scale,

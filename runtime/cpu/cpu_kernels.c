@@ -570,6 +570,30 @@ void mg_k_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, in
     }
 }
 
+/* What the trainer summed on the host after each micro-batch's download, before
+ * the sums stayed on the device: a double from 0, sample by sample; then the
+ * micro-batches of a step, then the steps. */
+void mg_k_loss_acc(double *acc, const float *loss, const int32_t *correct, int n, int close,
+                   int64_t step)
+{
+    double s = 0.0;
+    int64_t c = 0;
+    for (int i = 0; i < n; i++) {
+        s += loss[i];
+        c += correct[i];
+    }
+    acc[0] += s;
+    acc[2] += (double)c;
+    if (close) {
+        if (!isfinite(acc[0]) && acc[3] == 0.0) {
+            acc[3] = (double)step;
+            acc[4] = acc[0];
+        }
+        acc[1] += acc[0];
+        acc[0] = 0.0;
+    }
+}
+
 /* torch.optim.SGD, single-tensor path: d = g + wd*p; buf = m*buf + d (buf = d on the
  * first step); d = nesterov ? d + m*buf : buf; p = p - lr*d. Scalars are rounded to
  * float as PyTorch does for a float32 tensor. */

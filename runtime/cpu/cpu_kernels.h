@@ -79,6 +79,11 @@ void mg_k_xent_fwd(float *loss, int32_t *correct, float *probs, const float *log
 void mg_k_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, int n, int classes,
                    float scale);
 
+/* The loss accumulator (backend.h: loss_accumulate; acc's slots in the order
+ * of enum mg_loss_acc_slot: step, total, correct, bad step, bad loss). */
+void mg_k_loss_acc(double *acc, const float *loss, const int32_t *correct, int n, int close,
+                   int64_t step);
+
 void mg_k_sgd(float *p, const float *g, float *buf, size_t n, double lr, double momentum,
               double weight_decay, int nesterov, int first);
 void mg_k_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,

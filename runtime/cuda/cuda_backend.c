@@ -293,6 +293,16 @@ static void cu_xent_backward(struct mg_backend *be, float *dlogits, const float 
     KERNEL(B(be), mgk_xent_bwd, dlogits, probs, labels, n, classes, scale);
 }
 
+_Static_assert(MG_ACC_LEN == MGK_ACC_LEN && MG_ACC_STEP == 0 && MG_ACC_TOTAL == 1 &&
+                   MG_ACC_CORRECT == 2 && MG_ACC_BAD_STEP == 3 && MG_ACC_BAD_LOSS == 4,
+               "mgk_loss_acc's slots");
+
+static void cu_loss_accumulate(struct mg_backend *be, double *acc, const float *loss,
+                               const int32_t *correct, int n, int close, int64_t step)
+{
+    KERNEL(B(be), mgk_loss_acc, acc, loss, correct, n, close, step);
+}
+
 static void cu_sgd_step(struct mg_backend *be, float *p, const float *g, float *buf, size_t n,
                         double lr, double momentum, double weight_decay, int nesterov, int first)
 {
@@ -393,6 +403,20 @@ static void *cu_event_record(struct mg_backend *be)
     return ev;
 }
 
+/* compute -> copy: the copy stream waits for the compute work before event */
+static void cu_upload_after(struct mg_backend *be, void *event)
+{
+    struct mgcu_backend *b = B(be);
+    CU_FAILED(&b->err, cudaStreamWaitEvent(b->copy, (cudaEvent_t)event, 0));
+}
+
+/* What the latch holds: launches and API calls fail at once; a fault inside a
+ * kernel shows at a later call or the next sync. */
+static int cu_poll(struct mg_backend *be)
+{
+    return B(be)->err.code;
+}
+
 static void cu_event_release(struct mg_backend *be, void *event)
 {
     struct mgcu_backend *b = B(be);
@@ -460,6 +484,7 @@ static const struct mg_backend_ops cuda_ops = {
     .dropout_backward = cu_dropout_backward,
     .xent_forward = cu_xent_forward,
     .xent_backward = cu_xent_backward,
+    .loss_accumulate = cu_loss_accumulate,
     .sgd_step = cu_sgd_step,
     .adamw_step = cu_adamw_step,
     .scale = cu_scale,
@@ -470,6 +495,8 @@ static const struct mg_backend_ops cuda_ops = {
     .upload_done = cu_upload_done,
     .event_record = cu_event_record,
     .event_release = cu_event_release,
+    .upload_after = cu_upload_after,
+    .poll = cu_poll,
     .errmsg = cu_errmsg,
 };
 

@@ -80,6 +80,13 @@ int mgk_xent_fwd_blocks(const struct mgk_cfg *cfg, float *loss, int32_t *correct
 int mgk_xent_bwd(const struct mgk_cfg *cfg, float *dlogits, const float *probs,
                  const int32_t *labels, int n, int classes, float scale);
 
+/* mg_k_loss_acc: one thread adds in the CPU's order (a few hundred adds per
+ * micro-batch), so the sums are the host's bits; acc is MGK_ACC_LEN doubles
+ * (backend.h's MG_ACC_* order). */
+#define MGK_ACC_LEN 5
+int mgk_loss_acc(const struct mgk_cfg *cfg, double *acc, const float *loss, const int32_t *correct,
+                 int n, int close, int64_t step);
+
 /* mg_k_sgd and mg_k_adamw, their scalars rounded on the host as the CPU does */
 int mgk_sgd(const struct mgk_cfg *cfg, float *p, const float *g, float *buf, size_t n, double lr,
             double momentum, double weight_decay, int nesterov, int first);

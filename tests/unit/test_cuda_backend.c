@@ -607,6 +607,68 @@ static void test_overlap(void)
     free(h);
 }
 
+/* compute -> copy: a copy queued after upload_after(event) lands after the compute before
+ * the event, so it is what stays (without the wait the two race); and the loss
+ * accumulator: the CPU's doubles, bit for bit, a NaN step kept. */
+static void test_sync_free(void)
+{
+    size_t n = 1 << 22;
+    float *pinned = mg_backend_host_alloc(gpu, n * 4);
+    float *x = up(NULL, n * 4), *y = up(NULL, n * 4);
+    if (!pinned)
+        BAIL_OUT("no page-locked memory");
+    for (size_t i = 0; i < n; i++)
+        pinned[i] = -1.0f - (float)(i % 7);
+    gpu->ops->scale(gpu, x, 0.0f, n);
+    for (int k = 0; k < 8; k++) /* long enough that an unordered copy would land first */
+        gpu->ops->relu_forward(gpu, y, x, n);
+    void *ev = mg_backend_event_record(gpu);
+    mg_backend_upload_after(gpu, ev);
+    mg_backend_event_release(gpu, ev);
+    uint64_t t = mg_backend_upload_async(gpu, y, pinned, n * 4);
+    mg_backend_upload_wait(gpu, t);
+    float *h = down(y, n * 4);
+    ok(synced("upload_after") && same(h, pinned, n * 4),
+       "upload_after: the copy lands after the compute recorded before the event");
+    free(h);
+
+    double want[MG_ACC_LEN] = {0}, *acc = up(NULL, sizeof(want)), got[MG_ACC_LEN];
+    double *cacc = cpu->ops->alloc(cpu, sizeof(want));
+    for (int k = 0; k < 6; k++) {
+        int m = 1 + 53 * k % 97;
+        float *r = rnd((size_t)m, 0.1), *loss = absf(r, (size_t)m);
+        free(r);
+        int32_t *c = malloc((size_t)m * 4);
+        for (int i = 0; i < m; i++)
+            c[i] = urand() < 0.5;
+        if (k == 3)
+            loss[0] = NAN;
+        float *dl = up(loss, (size_t)m * 4);
+        int32_t *dc = up(c, (size_t)m * 4);
+        cpu->ops->loss_accumulate(cpu, cacc, loss, c, m, k % 2, k / 2 + 1);
+        gpu->ops->loss_accumulate(gpu, acc, dl, dc, m, k % 2, k / 2 + 1);
+        gpu->ops->free(gpu, dl);
+        gpu->ops->free(gpu, dc);
+        free(loss);
+        free(c);
+    }
+    memcpy(want, cacc, sizeof(want));
+    gpu->ops->download(gpu, got, acc, sizeof(got));
+    ok(synced("loss_accumulate") && same(want, got, sizeof(got)) && want[MG_ACC_BAD_STEP] == 2.0,
+       "loss_accumulate: the CPU's sums and counts, bit for bit, the NaN step kept (%g)",
+       got[MG_ACC_BAD_STEP]);
+    cpu->ops->free(cpu, cacc);
+
+    /* poll: an error already seen is returned without waiting, and kept for sync() */
+    gpu->ops->linear_forward(gpu, y, x, x, NULL, -1, 4, 4, 0);
+    ok(mg_backend_poll(gpu) < 0, "poll() returns an error already seen, without a sync");
+    ok(gpu->ops->sync(gpu) < 0 && gpu->ops->sync(gpu) == 0, "... and sync() still reports it");
+    mg_backend_host_free(gpu, pinned);
+    gpu->ops->free(gpu, x);
+    gpu->ops->free(gpu, y);
+    gpu->ops->free(gpu, acc);
+}
+
 static void test_errors(void)
 {
     float *y = up(NULL, 64), *x = up(NULL, 64);
@@ -630,6 +692,8 @@ static void test_errors(void)
 
 /* ---- a whole training step ---------------------------------------------------------------- */
 
+static int queued_differs; /* steps whose queued loss sums differ from mg_model_loss's */
+
 static uint64_t model_step(struct mg_backend *be, const char *name, int batch, float *params_out,
                            double *loss)
 {
@@ -650,16 +714,25 @@ static uint64_t model_step(struct mg_backend *be, const char *name, int batch, f
     be->ops->upload(be, m.labels, lab, batch * 4);
     long correct;
     float *buf = be->ops->alloc(be, m.nparams * 4);
+    double *acc = be->ops->alloc(be, MG_ACC_LEN * sizeof(double)), host[MG_ACC_LEN];
     for (int step = 0; step < 3; step++) {
         mg_model_forward(&m, batch, 1);
+        /* the step loop's way (on the device) and the synchronous one: the same bits */
+        mg_model_loss_queue(&m, batch, acc, 1, step + 1);
+        be->ops->download(be, host, acc, sizeof(host));
+        be->ops->zero(be, acc, sizeof(host));
         if (mg_model_loss(&m, batch, loss, &correct) < 0 ||
             mg_model_backward(&m, batch, 1.0f / batch, 0, NULL, NULL) < 0)
             BAIL_OUT("%s step on %s failed: %s", name, be->name, mg_backend_errmsg(be));
+        if (!same(&host[MG_ACC_TOTAL], loss, sizeof(*loss)) ||
+            host[MG_ACC_CORRECT] != (double)correct)
+            queued_differs++;
         be->ops->sgd_step(be, m.param_buf, m.grad_buf, buf, m.nparams, 0.05, 0.9, 1e-4, 0,
                           step == 0);
     }
     if (be->ops->sync(be) < 0)
         BAIL_OUT("%s on %s: %s", name, be->name, mg_backend_errmsg(be));
+    be->ops->free(be, acc);
     uint64_t hash = mg_model_param_hash(&m);
     if (params_out)
         mg_model_get_params(&m, params_out);
@@ -695,6 +768,9 @@ static void test_model(const char *name)
        "%s: the GPU's steps follow the CPU's: loss %.6f vs %.6f, parameters within %.2e (of "
        "%.2e)",
        name, lg / 64, lc / 64, dmax, pmax);
+    is_int(queued_differs, 0,
+           "%s: the loss and correct count summed on the device are the synchronous path's bits",
+           name);
     free(pc);
     free(pg);
 }
@@ -736,6 +812,7 @@ int main(void)
     test_optim(203530);
     test_overlap();
     test_errors();
+    test_sync_free();
     test_model("mlp");
     test_model("cnn");
 

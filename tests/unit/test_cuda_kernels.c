@@ -442,6 +442,38 @@ static void test_sgd(void)
                 }
 }
 
+/* The loss accumulator over 9 micro-batches of odd sizes (steps of 3, one closed
+ * with a NaN, a later one with an infinity): the CPU's doubles, bit for bit. */
+static void test_loss_acc(void)
+{
+    for (int g = 0; g < NGRIDS; g++) {
+        double want[MGK_ACC_LEN] = {0}, got[MGK_ACC_LEN] = {0};
+        int good = 1;
+        for (int k = 0; k < 9; k++) {
+            int n = 1 + 37 * k % 61;
+            float *loss = floats((size_t)n);
+            int32_t *correct = malloc((size_t)n * sizeof(int32_t));
+            for (int i = 0; i < n; i++) {
+                loss[i] = fabsf(loss[i]) * 3.0f;
+                correct[i] = (int32_t)(next_u32() & 1);
+            }
+            if (k == 4)
+                loss[n / 2] = NAN;
+            if (k == 7)
+                loss[0] = INFINITY;
+            int close = k % 3 == 2;
+            mg_k_loss_acc(want, loss, correct, n, close, k / 3 + 1);
+            good &= mgk_loss_acc(&grids[g], got, loss, correct, n, close, k / 3 + 1) == 0;
+            free(loss);
+            free(correct);
+        }
+        good &= same_bits(want, got, sizeof(want));
+        ok(good && want[3] == 2.0 && isnan(want[4]) && want[2] > 0,
+           "loss accumulator, 9 micro-batches in steps of 3, a NaN in step 2, %s: same bits",
+           grid_name(&grids[g]));
+    }
+}
+
 static void test_adamw(void)
 {
     size_t n = 2053;
@@ -551,6 +583,7 @@ int main(void)
     test_xent();
     test_sgd();
     test_adamw();
+    test_loss_acc();
     test_shim();
     return done_testing();
 }
