@@ -46,7 +46,7 @@ like "$(cat "$T/b.out")" "warning: resharding a checkpoint of 3 processes: world
 like "$(cat "$T/b.out")" "warning: --batch-size is per process, so the effective batch follows the world size; --global-batch-size 96 keeps it" \
     "and how to keep the effective batch"
 like "$(cat "$T/b.out")" "train: 2 epochs now end at step 29" "--epochs 2 counted from the checkpoint: 20 + 9 steps"
-like "$(cat "$T/b.out")" "done: .*; 29 steps," "the run ends there"
+like "$(cat "$T/b.out")" "done: .*; 9 steps since the resume at step 20, .*; 29 steps in all;" "the run ends there"
 first=$(loss b 1p)
 last_a=$(loss a '$p')
 start_a=$(loss a 1p)
