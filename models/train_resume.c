@@ -121,10 +121,15 @@ static int check_fit(struct run *r, const char *path, int explicit_path, int oth
 /* Loads what --resume says (or, with quiet, this run's newest checkpoint in
  * --checkpoint-dir, saying nothing when there is none) and says where the run
  * goes on from. own: the runs whose checkpoints in --checkpoint-dir count;
- * other_run: they are another run's, continued when they are this job's. */
+ * claim: how --checkpoint-dir was claimed (train_dir_claim): with
+ * TRAIN_DIR_OTHER_RUN its checkpoints are another run's, continued when they
+ * are this job's. *continued: 1 when it said that this job's checkpoints of
+ * an earlier run are continued (a take-over by --resume auto of the same job
+ * too: no warning is due then). */
 static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt_owner *own,
-                           int quiet, int other_run)
+                           int quiet, int claim, int *continued)
 {
+    int other_run = claim == TRAIN_DIR_OTHER_RUN;
     struct train_options *o = r->o;
     char err[MG_ERRMSG_LEN];
     static struct mg_resume_report rep;
@@ -184,8 +189,11 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
         t->cfg.total_steps = total;
         t->cfg.sched.total = total;
     }
+    const struct mg_resume_info *ri = &t->resumed;
+    *continued = other_run || (claim == TRAIN_DIR_TAKE_OVER && !explicit_path && ri->has_config &&
+                               !ri->config_diff[0]);
     if (r->dist.rank == 0) {
-        if (other_run)
+        if (*continued)
             say(&r->prog, TRAIN_PROG ": continuing this job's checkpoints in '%s', from run %s",
                 o->checkpoint_dir, r->took_from);
         if (t->resumed.resharded)
@@ -237,7 +245,7 @@ int resume(struct run *r)
     char err[MG_ERRMSG_LEN];
     const char *what = o->resume, *dir = o->checkpoint_dir;
     const struct mg_ckpt_owner *only = NULL;
-    int quiet = 0, from_memory = 0, other_run = 0, rc;
+    int quiet = 0, from_memory = 0, claim = TRAIN_DIR_OURS, continued = 0, rc;
     rc = snapshot_open(r);
     if (rc == 0)
         rc = snapshot_resume(r, &from_memory);
@@ -261,7 +269,7 @@ int resume(struct run *r)
             fail_alike(r, "%s", err);
             return -MG_ECONFIG;
         }
-        other_run = rc == TRAIN_DIR_OTHER_RUN;
+        claim = rc;
         only = &r->owner;
         if (!what && !from_memory) {
             what = "auto";
@@ -269,7 +277,7 @@ int resume(struct run *r)
         }
     }
     if (what) {
-        rc = load_checkpoint(r, what, only, quiet, other_run);
+        rc = load_checkpoint(r, what, only, quiet, claim, &continued);
         if (rc < 0)
             return rc;
     }
@@ -279,7 +287,7 @@ int resume(struct run *r)
             fail("cannot claim checkpoint directory: %s", err);
             return rc;
         }
-        if (r->took_from[0] && !other_run)
+        if (r->took_from[0] && !continued && claim == TRAIN_DIR_TAKE_OVER)
             fprintf(stderr,
                     TRAIN_PROG ": warning: this run ('%s') took '%s' over from run %s: its "
                                "checkpoints count as this run's from now on\n",

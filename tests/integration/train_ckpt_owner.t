@@ -70,8 +70,9 @@ is "$(state "$ck")" "$(cat "$T/a.state")" "and the directory stays A's"
     --steps 1600 --checkpoint-dir "$ck" --resume auto >"$T/d.out" 2>&1
 is $? 0 "--resume auto with A's configuration"
 like "$(cat "$T/d.out")" "resumed from $ck/ckpt-000000001500.mgc \(step 1500" "continues from A's newest"
-like "$(cat "$T/d.out")" "warning: this run \('runC'\) took '$ck' over from run 'runA' \(newest: step 1500\)" \
-    "and says that it took the directory over"
+like "$(cat "$T/d.out")" "continuing this job's checkpoints in '$ck', from run 'runA' \(newest: step 1500\)" \
+    "and says whose checkpoints of this job it continues"
+unlike "$(cat "$T/d.out")" "warning: this run" "without a take-over warning: they are this job's"
 like "$(sed -n 2p "$ck/ckpt-owner")" "^run [0-9a-f]{16} runC$" "the owner record names the new run"
 is "$(ls "$ck" | grep -c '\.done$')" 3 "--keep-checkpoints 3 counts A's checkpoints as its own now"
 ok test -f "$ck/ckpt-000000001600.done"
@@ -177,4 +178,6 @@ like "$(cat "$T/k.out")" "holds the checkpoints of another job, run 'old' \(newe
     --checkpoint-dir "$ck6" --resume auto >"$T/l.out" 2>&1
 is $? 0 "--resume auto continues it"
 like "$(cat "$T/l.out")" "resumed from $ck6/ckpt-000000000020.mgc" "from that checkpoint"
+like "$(cat "$T/l.out")" "warning: this run \('[^']*'\) took '$ck6' over from run 'old' \(newest: step 20\): its checkpoints count as this run's from now on" \
+    "and warns that it took over a directory it cannot tell is this job's"
 done_testing

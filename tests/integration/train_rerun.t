@@ -6,7 +6,8 @@
 # the bits of a run that never stopped, its done line telling its own figures
 # from the job's, and the plot and the dashboard draw the first run's records
 # before the rerun's; another job into that directory is refused once, by rank
-# 0, and the root cause quotes that line once; under
+# 0, and the root cause quotes that line once; the command make demo prints,
+# run again after an interruption, resumes; under
 # torchrun --standalone (a new run id each time too) the same command run
 # again continues.
 # timeout: 240
@@ -97,6 +98,25 @@ is "$(grep -c 'holds the checkpoints of another job' "$T/c.out")" 2 \
 like "$(grep -A3 '^Root cause' "$T/c.out")" "rank      : 0 \(local rank 0\)" "the root cause is rank 0"
 unlike "$(cat "$T/c.out")" "rank 1: |traceback :" "no other rank's copy, no traceback repeating it"
 is "$(cd "$ck" && ls | sort | md5sum)" "$before" "the directory is left as it was"
+
+# the README's demo (make demo): interrupted after a checkpoint, the command it
+# printed, run again, goes on from there
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+MG_DEMO_LOG_DIR=$T/demo MG_DEMO_ARGS="--train-samples 1024 --test-samples 200 --epochs 12
+    --checkpoint-every 8" "$TOP/scripts/demo.sh" >"$T/demo1.out" 2>&1 &
+dp=$!
+at_cleanup "kill -KILL $dp 2>/dev/null"
+wait_for 60 sh -c "ls '$T'/demo/*/checkpoints/ckpt-000000000016.done" >/dev/null 2>&1
+mp=$(pgrep -P "$dp" -x mglaunch)
+[ -n "$mp" ] && kill -TERM "$mp"
+wait "$dp"
+is $? 143 "make demo's job, interrupted (SIGTERM) after a checkpoint"
+demo_cmd=$(sed -n 's/^== mglaunch //p' "$T/demo1.out" | head -n 1)
+eval "\"\$MGLAUNCH\" $demo_cmd" >"$T/demo2.out" 2>&1
+is $? 0 "the mglaunch command the demo printed, run again"
+like "$(cat "$T/demo2.out")" "resumed from $T/demo/demo-[0-9-]+/checkpoints/ckpt-0*[1-9][0-9]*\.mgc" \
+    "goes on from the demo's checkpoint"
+like "$(cat "$T/demo2.out")" "done: .* since the resume at step [1-9][0-9]*, .*; 96 steps in all" "to the end"
 
 # torchrun --standalone gives each invocation a new run id as well
 if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
