@@ -37,7 +37,7 @@ static void record_error(const struct mg_dist *d, const char *msg)
     }
 }
 
-static void vfail(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static void vfail(const char *fmt, va_list ap)
 {
     char msg[2048];
     vsnprintf(msg, sizeof(msg), fmt, ap);
