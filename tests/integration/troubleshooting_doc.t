@@ -72,6 +72,18 @@ else
     skip_case oom "no memory cgroup of our own here"
 fi
 
+# a rerun of train continues its job's checkpoints; another job is refused
+if [ -x "$TRAIN" ]; then
+    RA="--data synthetic --train-samples 256 --test-samples 64 --model mlp --hidden 16
+        --checkpoint-every 10 --checkpoint-dir $T/rck"
+    "$MGLAUNCH" --nproc_per_node 2 "$TRAIN" $RA --steps 10 >/dev/null 2>&1
+    "$MGLAUNCH" --nproc_per_node 2 "$TRAIN" $RA --steps 20 >"$O/rerun" 2>&1
+    "$MGLAUNCH" --nproc_per_node 2 "$TRAIN" $RA --steps 30 --lr 0.1 >"$O/otherjob" 2>&1
+else
+    skip_case rerun "train not built"
+    skip_case otherjob "train not built"
+fi
+
 # ---- the doc against them
 awk '/^<!-- check: [a-z-]+ -->$/ { name = $3; next }
      name && /^```text$/ { inblock = 1; next }
