@@ -744,6 +744,10 @@ int mg_agent_create(struct mg_agent **out, const struct mg_agent_config *cfg, ch
         goto fail;
     }
     mg_fmt(ag->res.run_dir, sizeof(ag->res.run_dir), "%s", ag->rd.dir);
+    /* Saved logs can fill the disk; the events that say so must still fit
+     * (a failed worker's stderr tail in worker_logs, run_end). */
+    if (cfg->log_dir_given)
+        mg_rundir_reserve(&ag->rd, 64 * 1024);
 
     /* A parent that ignores SIGCHLD would make our children vanish unreaped. */
     sigaction(SIGCHLD, &dfl, NULL);

@@ -154,6 +154,8 @@ struct mg_root_cause {
     char stderr_tail[4096]; /* its last lines of stderr */
     char log_path[4096];    /* its attempt/rank directory */
     int logs_saved;         /* stdout.log/stderr.log exist there */
+    int stderr_kept;        /* stderr_tail is all the launcher saw of it (it watched the pipe) */
+    char logs_note[128];    /* "stderr.log cut short: disk full", or "" */
     int exit_unknown;       /* known from its error file alone (a torchrun log directory) */
 };
 

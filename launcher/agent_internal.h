@@ -45,9 +45,10 @@ enum stream_console {
 };
 
 struct stream {
-    int fd;      /* pipe read end, -1 once closed */
-    int file_fd; /* stdout.log / stderr.log, -1 once closed, -2 when not saved */
-    int console; /* enum stream_console */
+    int fd;         /* pipe read end, -1 once closed */
+    int file_fd;    /* stdout.log / stderr.log, -1 once closed, -2 when not saved */
+    int file_errno; /* why writing file_fd failed (it was cut short there), or 0 */
+    int console;    /* enum stream_console */
     int prefixed;
     int tee; /* -t selects it: its lines may be duplicated (filt_fd) */
     int pty; /* a pseudo-terminal's master: relayed as it comes, not by lines */
@@ -253,6 +254,14 @@ void mg_workers_reap(struct mg_agent *ag);
 void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t);
 /* Kills what still runs and frees the per-worker state. */
 void mg_workers_release(struct mg_agent *ag);
+
+/* ---- worker_logs.c ---- */
+
+/* After the drain: a worker_logs event for each failed worker and each one
+ * whose log file was cut short (what was saved, a failed one's stderr tail). */
+void mg_workers_report_logs(struct mg_agent *ag);
+/* "stderr.log cut short: disk full", or "" when its logs were not cut. */
+void mg_worker_logs_note(const struct worker *w, char *buf, size_t cap);
 
 /* ---- relay.c ---- */
 

@@ -134,6 +134,34 @@ void mg_event_worker_exit(struct mg_rundir *rd, const struct mg_ev_worker_exit *
     ev_end(rd, &e);
 }
 
+void mg_event_worker_logs(struct mg_rundir *rd, const struct mg_ev_worker_logs *x)
+{
+    struct ev e;
+    ev_begin(&e, "worker_logs");
+    worker_fields(&e, &x->w);
+    mg_jsonw_kstr(&e.w, "stdout", x->out);
+    mg_jsonw_kstr(&e.w, "stderr", x->err);
+    opt_str(&e, "stderr_tail", x->stderr_tail);
+    ev_end(rd, &e);
+}
+
+void mg_event_logs_note(const char *out, const char *err, char *buf, size_t cap)
+{
+    static const char cut[] = "cut short: ";
+    const char *why[2] = {out, err}, *name[2] = {"stdout.log", "stderr.log"};
+    int is[2];
+    for (int k = 0; k < 2; k++) {
+        is[k] = why[k] && strncmp(why[k], cut, sizeof(cut) - 1) == 0;
+        why[k] = is[k] ? why[k] + sizeof(cut) - 1 : NULL;
+    }
+    const char *w = is[1] ? why[1] : why[0];
+    buf[0] = '\0';
+    if (!is[0] && !is[1])
+        return;
+    mg_fmt(buf, cap, "%s%s%s cut short: %s", is[0] ? name[0] : "", is[0] && is[1] ? " and " : "",
+           is[1] ? name[1] : "", strcmp(w, strerror(ENOSPC)) == 0 ? "disk full" : w);
+}
+
 void mg_event_signal(struct mg_rundir *rd, const struct mg_ev_signal *x)
 {
     struct ev e;
@@ -354,6 +382,7 @@ static const char *const kind_names[] = {
     [MG_EV_ATTEMPT_END] = "attempt_end",
     [MG_EV_RESTART] = "restart",
     [MG_EV_RUN_END] = "run_end",
+    [MG_EV_WORKER_LOGS] = "worker_logs",
 };
 
 /* One line, without its '\n': 0, or -MG_EFORMAT when it is not a JSON object. */
@@ -408,6 +437,12 @@ static int parse_line(struct mg_event_reader *r, const char *line, size_t len, s
         break;
     case MG_EV_RUN_END:
         read_run_end(&p, &ev->u.run_end);
+        break;
+    case MG_EV_WORKER_LOGS:
+        read_worker(&p, &ev->u.worker_logs.w);
+        ev->u.worker_logs.out = str(&p, 0, "stdout");
+        ev->u.worker_logs.err = str(&p, 0, "stderr");
+        ev->u.worker_logs.stderr_tail = str(&p, 0, "stderr_tail");
         break;
     case MG_EV_OTHER:
         break;

@@ -33,6 +33,7 @@ enum mg_event_kind {
     MG_EV_ATTEMPT_END,
     MG_EV_RESTART,
     MG_EV_RUN_END,
+    MG_EV_WORKER_LOGS,
 };
 
 struct mg_ev_run_start {
@@ -69,6 +70,15 @@ struct mg_ev_worker_exit {
     int64_t duration_ms;
     const char *message; /* from its error file */
     const char *oom;     /* killed by the kernel's OOM killer: what says so (oom.h) */
+};
+
+/* worker_logs: what became of a worker's output, once its attempt's pipes
+ * are drained; written for a failed worker and for one whose log files
+ * were cut short, so that `mglaunch logs` can say what it knows. */
+struct mg_ev_worker_logs {
+    struct mg_ev_worker w;
+    const char *out, *err;   /* "saved", "not saved", "cut short: <why>" */
+    const char *stderr_tail; /* a failed worker's last stderr lines, when stderr.log lacks them */
 };
 
 struct mg_ev_signal {
@@ -118,11 +128,17 @@ void mg_event_run_start(struct mg_rundir *rd, const struct mg_ev_run_start *e);
 void mg_event_attempt_start(struct mg_rundir *rd, const struct mg_ev_attempt_start *e);
 void mg_event_worker_start(struct mg_rundir *rd, const struct mg_ev_worker *e);
 void mg_event_worker_exit(struct mg_rundir *rd, const struct mg_ev_worker_exit *e);
+void mg_event_worker_logs(struct mg_rundir *rd, const struct mg_ev_worker_logs *e);
 void mg_event_signal(struct mg_rundir *rd, const struct mg_ev_signal *e);
 void mg_event_kill(struct mg_rundir *rd, const struct mg_ev_kill *e);
 void mg_event_attempt_end(struct mg_rundir *rd, const struct mg_ev_attempt_end *e);
 void mg_event_restart(struct mg_rundir *rd, const struct mg_ev_restart *e);
 void mg_event_run_end(struct mg_rundir *rd, const struct mg_ev_run_end *e);
+
+/* What worker_logs' stdout and stderr say, as one note for a person:
+ * "stderr.log cut short: disk full" (ENOSPC's text becomes "disk full"),
+ * or "" when neither was cut short. */
+void mg_event_logs_note(const char *out, const char *err, char *buf, size_t cap);
 
 /* ---- reading ---- */
 
@@ -140,6 +156,7 @@ struct mg_event {
         struct mg_ev_attempt_end attempt_end;
         struct mg_ev_restart restart;
         struct mg_ev_run_end run_end;
+        struct mg_ev_worker_logs worker_logs;
     } u;
 };
 

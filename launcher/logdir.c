@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,23 @@ int mg_rundir_new_attempt(struct mg_rundir *rd, int nproc, int *attempt, char *p
     return 0;
 }
 
+static void hold_ahead(struct mg_rundir *rd)
+{
+    struct stat st;
+    if (rd->ev_reserve <= 0 || rd->events_fd < 0 || fstat(rd->events_fd, &st) < 0)
+        return;
+    if ((long long)st.st_size + rd->ev_reserve / 2 <= rd->ev_held_to)
+        return; /* half of it still ahead */
+    if (fallocate(rd->events_fd, FALLOC_FL_KEEP_SIZE, st.st_size, (off_t)rd->ev_reserve) == 0)
+        rd->ev_held_to = (long long)st.st_size + rd->ev_reserve;
+}
+
+void mg_rundir_reserve(struct mg_rundir *rd, long long bytes)
+{
+    rd->ev_reserve = bytes;
+    hold_ahead(rd);
+}
+
 int mg_rundir_flush(struct mg_rundir *rd)
 {
     if (!rd->evlen || rd->events_fd < 0)
@@ -135,6 +153,7 @@ int mg_rundir_flush(struct mg_rundir *rd)
     rd->evlen = 0;
     if (rc && !rd->ev_err)
         rd->ev_err = rc;
+    hold_ahead(rd);
     return rc;
 }
 

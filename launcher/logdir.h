@@ -22,7 +22,9 @@ struct mg_rundir {
     int events_fd;
     char *ev; /* pending event lines */
     size_t evlen;
-    int ev_err; /* first write error of the event log */
+    int ev_err;           /* first write error of the event log */
+    long long ev_reserve; /* bytes to hold ahead of the event log's end (0: none) */
+    long long ev_held_to; /* the offset up to which they are held */
 };
 
 /* ${TMPDIR:-/tmp}/mglaunch-<uid>, created mode 0700 and checked to be ours
@@ -34,6 +36,12 @@ int mg_run_id_generate(char *buf, size_t cap);
 
 /* Creates <log_dir>/<run_id> (and log_dir) and opens its event log. */
 int mg_rundir_open(struct mg_rundir *rd, const char *log_dir, const char *run_id);
+/* Holds bytes of disk ahead of the event log's end from now on (fallocate
+ * past its end, its size unchanged; renewed as it grows), so that the
+ * events saying the workers' logs filled the disk still fit. Best effort:
+ * a filesystem without fallocate holds none. The space stays allocated to
+ * the file (another launcher may append to it: releasing would race). */
+void mg_rundir_reserve(struct mg_rundir *rd, long long bytes);
 /* Claims the next attempt directory and its rank subdirectories.
  * *attempt gets the number, path the directory. */
 int mg_rundir_new_attempt(struct mg_rundir *rd, int nproc, int *attempt, char *path, size_t cap);

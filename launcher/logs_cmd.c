@@ -29,8 +29,11 @@
 
 void mg_logs_run_free(struct lrun *r)
 {
-    for (int i = 0; i < r->na; i++)
+    for (int i = 0; i < r->na; i++) {
+        for (int k = 0; k < r->a[i].nw; k++)
+            free(r->a[i].w[k].stderr_tail);
         free(r->a[i].w);
+    }
     free(r->a);
     r->a = NULL;
     r->na = r->acap = 0;
@@ -160,6 +163,7 @@ static void apply_event(struct lrun *r, const struct mg_event *ev)
         r->nproc = x->nproc;
         r->max_restarts = x->max_restarts;
         r->logs_saved = x->logs_saved;
+        mg_logs_set_command(r, x->argv, x->argc);
         r->ended = 0;
         r->has_root = 0;
         r->has_first_fail = 0;
@@ -187,6 +191,18 @@ static void apply_event(struct lrun *r, const struct mg_event *ev)
             w->start_ms = t;
         else
             apply_worker_exit(r, a, w, &ev->u.worker_exit, t);
+        break;
+    }
+    case MG_EV_WORKER_LOGS: {
+        const struct mg_ev_worker_logs *x = &ev->u.worker_logs;
+        a = find_attempt(r, x->w.attempt, 1);
+        if (!(w = a ? find_worker(a, x->w.local_rank, 1) : NULL))
+            return;
+        w->logs_known = 1;
+        put(w->out_log, sizeof(w->out_log), x->out);
+        put(w->err_log, sizeof(w->err_log), x->err);
+        free(w->stderr_tail);
+        w->stderr_tail = x->stderr_tail ? strdup(x->stderr_tail) : NULL;
         break;
     }
     case MG_EV_ATTEMPT_END:
@@ -384,11 +400,15 @@ void mg_logs_run_status(const struct lrun *r, char *buf, size_t cap)
 /* ---- options ------------------------------------------------------------------------ */
 
 static const char logs_usage[] =
-    "usage: mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
-    "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
-    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
-    "Without selectors: lists the runs in LOG_DIR, the attempts and ranks of the latest run\n"
-    "(or --run), and its root cause. With --rank/--stream/--tail/--follow/--grep: prints the\n"
+    "usage: mglaunch logs [LOG_DIR] [PROGRAM] [--cmd TEXT] [--run ID] [--attempt N|last|all]\n"
+    "                     [--rank R[,R...]] [--stream stdout|stderr|both] [--tail N] [--follow]\n"
+    "                     [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [PROGRAM] [--cmd TEXT] [--run ID] [--attempt N|last|all]\n"
+    "                     --plot FILE.svg\n"
+    "Without selectors: lists the runs in LOG_DIR with their commands, the attempts and ranks\n"
+    "of the latest run (or --run), and its root cause. PROGRAM (ddp.py, ddp, train, a -m\n"
+    "module) and --cmd TEXT (text in the command) keep only the runs that match, and the\n"
+    "latest of those is the one shown. With --rank/--stream/--tail/--follow/--grep: prints the\n"
     "log lines of the last attempt (or --attempt). --plot draws the run's loss and accuracy\n"
     "(train's metrics of every attempt, or --attempt's) into FILE.svg (- for stdout).\n"
     "LOG_DIR defaults to mglaunch's private directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
@@ -413,10 +433,13 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char name[32];
-        if (a[0] != '-') {
-            if (lo->dir)
+        if (a[0] != '-') { /* [LOG_DIR] [PROGRAM] */
+            if (lo->program)
                 return mg_seterr(err, cap, -EINVAL, "unexpected argument '%s'", a);
-            lo->dir = a;
+            if (lo->dir)
+                lo->program = a;
+            else
+                lo->dir = a;
             continue;
         }
         const char *body = a + (a[1] == '-' ? 2 : 1), *eq = strchr(body, '=');
@@ -439,8 +462,8 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
                 lo->help = 1;
             continue;
         }
-        static const char *const valued[] = {"run",  "attempt", "rank", "stream",
-                                             "tail", "n",       "grep", "plot"};
+        static const char *const valued[] = {"run", "attempt", "rank", "stream", "tail",
+                                             "n",   "grep",    "plot", "cmd"};
         int known = 0;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(name, valued[k]);
@@ -508,11 +531,21 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         } else if (!strcmp(name, "grep")) {
             lo->content = 1;
             lo->grep = val;
+        } else if (!strcmp(name, "cmd")) {
+            lo->cmd = val;
         } else if (!strcmp(name, "plot")) {
             if (!*val)
                 return mg_seterr(err, cap, -EINVAL, "--plot needs a file name");
             lo->plot = val;
         }
+    }
+    /* One argument that is no directory and no path: a program name, in
+     * the default directory (`mglaunch logs ddp.py`). */
+    struct stat st;
+    if (lo->dir && !lo->program && !strchr(lo->dir, '/') && stat(lo->dir, &st) < 0) {
+        lo->program = lo->dir;
+        lo->dir = NULL;
+        lo->program_only = 1;
     }
     if (lo->plot && lo->content)
         return mg_seterr(err, cap, -EINVAL,
@@ -599,7 +632,8 @@ const char *mg_logs_resolve_run(const char *dir, const char *id, char *buf, size
     return newest >= 0 ? buf : id;
 }
 
-int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
+static int runs_where(const char *dir, const char *program, const char *cmd, struct run_ent **runs,
+                      int *n, char *err, size_t cap)
 {
     struct lrun r;
     int rc = mg_logs_list_runs(dir, runs, n);
@@ -611,12 +645,49 @@ int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size
         return rc ? rc : -ENOENT;
     }
     memset(&r, 0, sizeof(r));
-    for (int i = 0; i < *n; i++)
-        if (mg_logs_load_run(&r, dir, (*runs)[i].id) == 0)
-            (*runs)[i].start_ms = r.start_ms;
+    int kept = 0;
+    for (int i = 0; i < *n; i++) {
+        struct run_ent *e = &(*runs)[i];
+        if (mg_logs_load_run(&r, dir, e->id) == 0) {
+            if (!mg_logs_run_matches(&r, program, cmd))
+                continue;
+            e->start_ms = r.start_ms;
+            mg_fmt(e->cmd, sizeof(e->cmd), "%s", r.cmd);
+        } else if (program || cmd) {
+            continue;
+        }
+        (*runs)[kept++] = *e;
+    }
     mg_logs_run_free(&r);
+    if (kept == 0) {
+        char what[600];
+        if (program && cmd)
+            mg_fmt(what, sizeof(what), "of program '%s' with '%s' in its command", program, cmd);
+        else if (program)
+            mg_fmt(what, sizeof(what), "of program '%s'", program);
+        else
+            mg_fmt(what, sizeof(what), "with '%s' in its command", cmd);
+        mg_fmt(err, cap, "no run %s in '%s' (%d other run%s there)", what, dir, *n,
+               *n == 1 ? "" : "s");
+        free(*runs);
+        *runs = NULL;
+        *n = 0;
+        return -ENOENT;
+    }
+    *n = kept;
     qsort(*runs, (size_t)*n, sizeof(**runs), cmp_run);
     return 0;
+}
+
+int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
+{
+    return runs_where(dir, NULL, NULL, runs, n, err, cap);
+}
+
+int mg_logs_runs_matching(const char *dir, const struct logs_opts *lo, struct run_ent **runs,
+                          int *n, char *err, size_t cap)
+{
+    return runs_where(dir, lo->program, lo->cmd, runs, n, err, cap);
 }
 
 void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
@@ -692,10 +763,12 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     rc->f.signo = x->signal[0] && mg_signum(x->signal) > 0 ? mg_signum(x->signal) : 0;
     rc->f.wall_ms = x->time_ms;
     rc->exit_unknown = x->exit_unknown;
+    const struct lworker *lw = NULL;
     for (int k = 0; a && k < a->nw; k++)
         if (a->w[k].local_rank == x->local_rank) {
-            mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", a->w[k].exec_error);
-            mg_fmt(rc->f.oom, sizeof(rc->f.oom), "%s", a->w[k].oom);
+            lw = &a->w[k];
+            mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", lw->exec_error);
+            mg_fmt(rc->f.oom, sizeof(rc->f.oom), "%s", lw->oom);
         }
     mg_fmt(rc->host, sizeof(rc->host), "%s", x->host);
     mg_fmt(rc->log_path, sizeof(rc->log_path), "%s/attempt_%d/%d", r->dir, x->attempt,
@@ -707,6 +780,13 @@ static void root_cause_of(const struct lrun *r, const struct lroot *x, struct mg
     mg_fmt(sp, sizeof(sp), "%s/stderr.log", rc->log_path);
     stderr_tail(sp, rc->stderr_tail, sizeof(rc->stderr_tail));
     rc->logs_saved = exists(rc->log_path, "stdout.log") || exists(rc->log_path, "stderr.log");
+    if (lw && lw->logs_known) { /* what the launcher recorded of its output */
+        rc->stderr_kept = 1;
+        mg_event_logs_note(lw->out_log, lw->err_log, rc->logs_note, sizeof(rc->logs_note));
+        /* Not saved, or cut short: the file lacks the end the launcher kept. */
+        if (lw->stderr_tail && strcmp(lw->err_log, "saved") != 0)
+            mg_fmt(rc->stderr_tail, sizeof(rc->stderr_tail), "%s", lw->stderr_tail);
+    }
 }
 
 int mg_logs_print_root(FILE *out, const struct lrun *r)
@@ -795,6 +875,10 @@ static void print_run_detail(FILE *out, const struct lrun *r, int only_attempt)
                     w->rank, pid, ws, w->message[0] ? " \"" : "", w->message,
                     w->message[0] ? "\"" : "");
             print_stacks(out, r, a, w);
+            char note[256];
+            mg_event_logs_note(w->out_log, w->err_log, note, sizeof(note));
+            if (note[0])
+                fprintf(out, "      %s\n", note);
         }
     }
 }
@@ -803,14 +887,15 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
 {
     struct run_ent *runs = NULL;
     struct lrun r;
-    int n = 0, rc = mg_logs_runs(dir, &runs, &n, err, cap);
+    int n = 0, rc = mg_logs_runs_matching(dir, lo, &runs, &n, err, cap);
     if (rc)
         return rc;
     memset(&r, 0, sizeof(r));
     char given[256];
     const char *sel =
         lo->run ? mg_logs_resolve_run(dir, lo->run, given, sizeof(given)) : runs[n - 1].id;
-    fprintf(out, "  %-34s %-23s %-28s %s\n", "RUN", "STARTED", "STATUS", "ATTEMPTS");
+    fprintf(out, "  %-34s %-23s %-28s %-8s %s\n", "RUN", "STARTED", "STATUS", "ATTEMPTS",
+            "COMMAND");
     int found = 0;
     for (int i = 0; i < n; i++) {
         char st[128], t[64];
@@ -821,7 +906,10 @@ static int do_list(FILE *out, const struct logs_opts *lo, const char *dir, char 
         t[19] = '\0';
         int is_sel = strcmp(runs[i].id, sel) == 0;
         found |= is_sel;
-        fprintf(out, "%c %-34s %-23s %-28s %d\n", is_sel ? '*' : ' ', runs[i].id, t, st, r.na);
+        char cmd[128];
+        mg_logs_command_column(r.cmd, 60, cmd, sizeof(cmd));
+        fprintf(out, "%c %-34s %-23s %-28s %-8d %s\n", is_sel ? '*' : ' ', runs[i].id, t, st, r.na,
+                cmd);
     }
     fprintf(out, "\n");
     if (!found) {
@@ -871,6 +959,10 @@ int mg_logs_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
     rc = lo.plot      ? mg_logs_plot(out, &lo, dir, err, errcap)
          : lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
                       : do_list(out, &lo, dir, err, errcap);
+    /* No run of that program: the argument may have been meant as LOG_DIR. */
+    if (rc == -ENOENT && lo.program_only && strncmp(err, "no run of program", 17) == 0)
+        mg_fmt(err, errcap, "no directory '%s', and no run of program '%s' in '%s'", lo.program,
+               lo.program, dir);
     fflush(out);
     return rc == -ENOENT ? (err[0] ? -ENOENT : 1) : rc;
 }

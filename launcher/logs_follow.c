@@ -203,6 +203,36 @@ static int collect_files(const struct logs_opts *lo, const struct lrun *r, int a
     return 0;
 }
 
+/* Logs not saved: the stderr tails the launcher kept of the selected failed
+ * ranks (the event log's worker_logs), each line marked as such. Returns
+ * how many ranks had one. */
+static int print_kept_tails(FILE *out, const struct logs_opts *lo, const struct lrun *r,
+                            int attempt, const regex_t *re)
+{
+    int shown = 0;
+    if (!(lo->streams & 2))
+        return 0;
+    for (int i = 0; i < r->na; i++) {
+        const struct lattempt *a = &r->a[i];
+        if (attempt != -2 && a->attempt != attempt)
+            continue;
+        for (int k = 0; k < a->nw; k++) {
+            const struct lworker *w = &a->w[k];
+            if (!rank_selected(lo, w) || !w->stderr_tail)
+                continue;
+            shown++;
+            for (const char *p = w->stderr_tail; *p;) {
+                size_t n = strcspn(p, "\n");
+                if (matches(re, p, n))
+                    fprintf(out, "[attempt_%d %d:err, kept] %.*s\n", a->attempt, w->local_rank,
+                            (int)n, p);
+                p += n + (p[n] == '\n');
+            }
+        }
+    }
+    return shown;
+}
+
 /* New complete lines of a followed file. */
 static void follow_read(FILE *out, struct sel_file *f, const regex_t *re, int final)
 {
@@ -299,7 +329,7 @@ int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char
     }
     char given[256];
     if (!id) { /* the latest run */
-        if ((rc = mg_logs_runs(dir, &runs, &n, err, cap)))
+        if ((rc = mg_logs_runs_matching(dir, lo, &runs, &n, err, cap)))
             goto out;
         id = runs[n - 1].id;
     } else {
@@ -328,6 +358,9 @@ int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char
     int present = 0;
     for (int i = 0; i < sel.n; i++)
         present += access(sel.f[i].path, R_OK) == 0;
+    if (sel.n && present == 0 && !lo->follow &&
+        print_kept_tails(out, lo, &r, lo->attempt == -2 ? -2 : attempt, rep) > 0)
+        goto out; /* what there is of them */
     if (sel.n == 0 || (present == 0 && !lo->follow)) {
         mg_fmt(err, cap,
                sel.n ? "no log files saved for this selection in '%s' (the run used neither "

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct logs_opts;
+
 /* ---- a run ---- */
 
 struct lworker {
@@ -23,6 +25,12 @@ struct lworker {
     char oom[200]; /* killed by the kernel's OOM killer: what says so */
     int64_t duration_ms;
     int from_errfile; /* no event log: known to have failed from its error.json alone */
+    /* Its worker_logs event: "saved", "not saved", "cut short: <why>" per
+     * stream ("" without one), and a failed worker's stderr tail as the
+     * launcher kept it when stderr.log lacks it (malloc'd, or NULL). */
+    int logs_known;
+    char out_log[96], err_log[96];
+    char *stderr_tail;
 };
 
 struct lattempt {
@@ -70,6 +78,11 @@ struct lrun {
     int torchrun;
     char torchrun_id[256];
     int errfiles;
+    /* What it ran (logs_runs.c): the command as typed after mglaunch's
+     * options (the program by its file name), and its program (a script's
+     * or binary's file name, or -m's module). */
+    char cmd[512];
+    char prog[256];
 };
 
 /* Builds r from <base>/<id>: its event log (lines cut or not JSON are
@@ -80,7 +93,18 @@ void mg_logs_run_free(struct lrun *r);
 struct run_ent {
     char id[256];
     int64_t start_ms;
+    char cmd[512]; /* lrun's, filled by mg_logs_runs */
 };
+
+/* ---- logs_runs.c: what a run ran, and the run filters ---- */
+
+/* Sets r->cmd and r->prog from run_start's argv. */
+void mg_logs_set_command(struct lrun *r, char *const *argv, int argc);
+/* Whether r ran program (its file name, with or without the extension, or
+ * its module) and its command contains cmd; a NULL filter matches all. */
+int mg_logs_run_matches(const struct lrun *r, const char *program, const char *cmd);
+/* The command column: cmd cut to width characters, ending "..." when cut. */
+void mg_logs_command_column(const char *cmd, int width, char *buf, size_t cap);
 
 /* --run ID as given: a run directory of dir, or else the run id torchrun
  * gave (its directory is ID_<random>; the newest such). Returns the
@@ -90,6 +114,10 @@ const char *mg_logs_resolve_run(const char *dir, const char *id, char *buf, size
 /* The runs in dir, oldest first (by their event logs' start). Returns 0, or
  * a negative code with err set (-ENOENT: there are none). */
 int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap);
+/* The same, only the runs that match lo's program and --cmd filters
+ * (-ENOENT, err set, when none does). */
+int mg_logs_runs_matching(const char *dir, const struct logs_opts *lo, struct run_ent **runs,
+                          int *n, char *err, size_t cap);
 
 /* The run directories in dir (those with an event log or an attempt
  * directory), unsorted, start_ms from the directory's time: without reading
@@ -123,6 +151,9 @@ struct logs_opts {
     int content;
     const char *plot; /* --plot FILE.svg ("-": stdout) */
     int help;
+    const char *program; /* runs of this program only (the argument after LOG_DIR) */
+    const char *cmd;     /* --cmd TEXT: runs whose command contains TEXT */
+    int program_only;    /* the one argument was taken as PROGRAM: no such directory */
 };
 
 /* Prints the selected lines of the selected files, following them with

@@ -305,7 +305,7 @@ int mg_logs_plot(FILE *out, const struct logs_opts *lo, const char *dir, char *e
 {
     struct run_ent *runs = NULL;
     struct lrun r;
-    int n = 0, rc = mg_logs_runs(dir, &runs, &n, err, cap);
+    int n = 0, rc = mg_logs_runs_matching(dir, lo, &runs, &n, err, cap);
     if (rc)
         return rc;
     const char *sel = lo->run ? lo->run : runs[n - 1].id;

@@ -37,9 +37,10 @@ extern char **environ;
 
 static const char usage[] =
     "usage: mglaunch [options] PROGRAM [ARGS...]\n"
-    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] [--rank R[,R...]]\n"
-    "                     [--stream stdout|stderr|both] [--tail N] [--follow] [--grep REGEX]\n"
-    "       mglaunch logs [LOG_DIR] [--run ID] [--attempt N|last|all] --plot FILE.svg\n"
+    "       mglaunch logs [LOG_DIR] [PROGRAM] [--cmd TEXT] [--run ID] [--attempt N|last|all]\n"
+    "                     [--rank R[,R...]] [--stream stdout|stderr|both] [--tail N] [--follow]\n"
+    "                     [--grep REGEX]\n"
+    "       mglaunch logs [LOG_DIR] [PROGRAM] [--cmd TEXT] [--run ID] --plot FILE.svg\n"
     "       mglaunch dashboard [LOG_DIR] [--host ADDR] [--port N] [--token TOKEN]\n"
     "       mglaunch dump [LOG_DIR] [--run ID]\n"
     "\n"

@@ -245,6 +245,7 @@ static ssize_t read_stream(struct mg_agent *ag, struct worker *w, struct stream 
     if (wrc < 0) {
         mg_agent_note(ag, "warning: cannot write the log of local rank %d (%s): %s; it stops here",
                       w->local_rank, is_err ? "stderr" : "stdout", strerror(-wrc));
+        s->file_errno = -wrc;
         close(s->file_fd);
         s->file_fd = -1;
     }

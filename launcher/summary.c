@@ -225,10 +225,15 @@ void mg_root_cause_print(FILE *f, const char *heading, const struct mg_root_caus
         if (rc->stderr_tail[0]) {
             fprintf(f, "  stderr (last lines):\n");
             indented(f, rc->stderr_tail, "    ");
-        } else {
+        } else if (rc->logs_saved || rc->stderr_kept) {
             fprintf(f, "  stderr    : (empty)\n");
+        } else { /* neither a file nor the launcher's record of it */
+            fprintf(f, "  stderr    : not saved\n");
         }
     }
-    fprintf(f, "  logs      : %s%s\n", rc->log_path,
-            rc->logs_saved ? "" : " (stdout/stderr not saved: use --log_dir)");
+    if (rc->logs_note[0])
+        fprintf(f, "  logs      : %s (%s)\n", rc->log_path, rc->logs_note);
+    else
+        fprintf(f, "  logs      : %s%s\n", rc->log_path,
+                rc->logs_saved ? "" : " (stdout/stderr not saved: use --log_dir)");
 }

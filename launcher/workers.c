@@ -348,6 +348,8 @@ static void fill_root_cause(struct mg_agent *ag, struct worker *w)
     worker_dir(ag, w->local_rank, rc->log_path, sizeof(rc->log_path));
     error_file_path(ag, w->local_rank, rc->error_file, sizeof(rc->error_file));
     rc->logs_saved = w->out.file_fd != -2 || w->err.file_fd != -2;
+    rc->stderr_kept = 1;
+    mg_worker_logs_note(w, rc->logs_note, sizeof(rc->logs_note));
     if (w->exec_errno) {
         mg_fmt(rc->exec_error, sizeof(rc->exec_error), "%s", strerror(w->exec_errno));
         mg_fmt(rc->message, sizeof(rc->message), "cannot execute '%s': %s", ag->cfg.exec_path,
@@ -863,6 +865,7 @@ void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)
         fill_root_cause(ag, &ag->w[first]);
     if (first >= 0)
         import_hint(ag, &ag->w[first]);
+    mg_workers_report_logs(ag);
     t->first_failure = first >= 0 ? ag->w[first].failure : -1;
     for (int i = 0; i < ag->nproc; i++) {
         struct worker *w = &ag->w[i];

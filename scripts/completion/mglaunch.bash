@@ -30,11 +30,12 @@ _mg_run_ids() {
 _mglaunch_logs() {
     local cur=$1 prev=$2 i dir=
     # LOG_DIR: the first word after `logs` that is not an option or its value
+    # and is a directory (else it is a PROGRAM, in the default directory)
     for ((i = 2; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-        --run | --attempt | --rank | --stream | --tail | -n | --grep) ((i++)) ;;
+        --run | --attempt | --rank | --stream | --tail | -n | --grep | --cmd | --plot) ((i++)) ;;
         -*) ;;
-        *) [ -z "$dir" ] && dir=${COMP_WORDS[i]} ;;
+        *) [ -z "$dir" ] && [ -d "${COMP_WORDS[i]}" ] && dir=${COMP_WORDS[i]} ;;
         esac
     done
     [ -n "$dir" ] || dir=${TMPDIR:-/tmp}/mglaunch-$(id -u)
@@ -45,10 +46,10 @@ _mglaunch_logs() {
         return
         ;;
     --stream) COMPREPLY=($(compgen -W "stdout stderr both" -- "$cur")); return ;;
-    --rank | --tail | -n | --grep) return ;;
+    --rank | --tail | -n | --grep | --cmd) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--run --attempt --rank --stream --tail --follow --grep --help" -- "$cur"))
+        COMPREPLY=($(compgen -W "--run --attempt --rank --stream --tail --follow --grep --cmd --plot --help" -- "$cur"))
     else
         COMPREPLY=($(compgen -d -- "$cur"))
     fi

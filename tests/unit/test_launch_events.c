@@ -63,6 +63,12 @@ static void write_all(struct mg_rundir *rd)
         .w = {.attempt = 4, .local_rank = 2, .rank = 10, .pid = 4169},
         .outcome = "succeeded",
     };
+    struct mg_ev_worker_logs wl = {
+        .w = {.attempt = 4, .local_rank = 3, .rank = 11, .pid = 4170},
+        .out = "not saved",
+        .err = "cut short: No space left on device",
+        .stderr_tail = ODD,
+    };
     struct mg_ev_signal sg = {.signal = "SIGTERM"};
     struct mg_ev_signal sg_fwd = {.signal = "SIGUSR1", .forwarded_only = 1};
     struct mg_ev_kill k = {.attempt = 4, .workers = 7, .reason = "grace period over"};
@@ -96,6 +102,7 @@ static void write_all(struct mg_rundir *rd)
     mg_event_worker_start(rd, &ws);
     mg_event_worker_exit(rd, &we);
     mg_event_worker_exit(rd, &we_min);
+    mg_event_worker_logs(rd, &wl);
     mg_event_signal(rd, &sg);
     mg_event_signal(rd, &sg_fwd);
     mg_event_kill(rd, &k);
@@ -183,6 +190,15 @@ static void read_all(struct mg_event_reader *r)
         is_str(x->outcome, "succeeded", "  outcome");
         is_int(x->exit_code, 0, "  exit_code");
         ok(!x->signal && !x->exec_error && !x->message, "  signal, exec_error, message absent");
+    }
+    if (next(r, &ev, MG_EV_WORKER_LOGS, "worker_logs", "")) {
+        const struct mg_ev_worker_logs *x = &ev.u.worker_logs;
+        is_int(x->w.attempt, 4, "  attempt");
+        is_int(x->w.local_rank, 3, "  local_rank");
+        is_int(x->w.rank, 11, "  rank");
+        is_str(x->out, "not saved", "  stdout");
+        is_str(x->err, "cut short: No space left on device", "  stderr");
+        is_str(x->stderr_tail, ODD, "  stderr_tail, escaped and back");
     }
     if (next(r, &ev, MG_EV_SIGNAL, "signal", "")) {
         is_str(ev.u.signal.signal, "SIGTERM", "  signal");
