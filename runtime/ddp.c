@@ -27,7 +27,13 @@
  * compute stream once backward has queued the bucket's layers, and the
  * thread has the collective wait for it (mg_comm_wait_event) on the
  * communicator's own stream, so the allreduce overlaps the rest of backward,
- * as in PyTorch's DDP. Such a communicator takes device memory only, so the
+ * as in PyTorch's DDP. The thread only queues each allreduce
+ * (mg_comm_allreduce_queue) and goes on to the next bucket, so the buckets
+ * follow one another on NCCL's stream with no host wait between them, in
+ * bucket order on every rank; reduce_grads waits once for them all
+ * (mg_comm_wait_queued, against the collective timeout) before the optimizer
+ * is queued. ZeRO-1's buckets are still done one by one (the shard's update
+ * sits between the reduce-scatter and the allgather). Such a communicator takes device memory only, so the
  * few host values DDP exchanges (model signatures, hashes, sums, rank
  * states) go through a device buffer (`stage`). The other way round, a
  * device model with a host communicator (MG_COMM=cpu on CUDA), the
@@ -244,11 +250,23 @@ static void plan_shard(struct mg_ddp *d)
     d->shard_len = at;
 }
 
+/* Queued, not waited for (where the communicator can: NCCL): the next bucket
+ * queues behind it as soon as backward has queued its layers; reduce_grads
+ * waits for them all (wait_queued). */
 static int reduce_bucket(struct mg_ddp *d, int k)
 {
     const struct mg_ddp_bucket *b = &d->b[k];
-    int rc = mg_comm_allreduce(d->comm, d->m->grad_buf + b->offset, b->count, MG_REDUCE_AVG,
-                               d->timeout_ms);
+    int rc = mg_comm_allreduce_queue(d->comm, d->m->grad_buf + b->offset, b->count, MG_REDUCE_AVG,
+                                     d->timeout_ms);
+    return rc ? comm_failed(d, rc) : 0;
+}
+
+/* The buckets queued this step are done (the communication thread is idle). */
+static int buckets_done(struct mg_ddp *d, int rc)
+{
+    if (rc)
+        return rc;
+    rc = mg_comm_wait_queued(d->comm, d->timeout_ms);
     return rc ? comm_failed(d, rc) : 0;
 }
 
@@ -337,7 +355,7 @@ static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
     if (!d->threaded) {
         for (int k = 0; k < d->nb && !rc; k++)
             rc = do_bucket(d, k);
-        return rc;
+        return buckets_done(d, rc);
     }
     for (int k = d->launched; k < d->nb; k++)
         d->ev[k] = mg_backend_event_record(d->m->be);
@@ -351,7 +369,7 @@ static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
     rc = d->err;
     d->launched = d->done = 0;
     pthread_mutex_unlock(&d->mu);
-    return rc;
+    return buckets_done(d, rc);
 }
 
 /* What identifies a model's layout: tensor names and shapes. */

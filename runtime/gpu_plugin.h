@@ -21,7 +21,7 @@
 
 /* Changes whenever a struct the plugin and libmg share changes: the tables
  * below, struct mg_backend, struct mg_comm and their options. */
-#define MG_GPU_PLUGIN_ABI    3
+#define MG_GPU_PLUGIN_ABI    4
 #define MG_GPU_PLUGIN_SYMBOL "mg_gpu_plugin_v1"
 #define MG_GPU_PLUGIN_FILE   "libmg_cuda.so"
 #define MG_NCCL_ID_BYTES     128 /* sizeof(ncclUniqueId) */

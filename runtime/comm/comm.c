@@ -210,6 +210,35 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
     return rc;
 }
 
+int mg_comm_allreduce_queue(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                            int timeout_ms)
+{
+    if (!c->ops->allreduce_queue)
+        return mg_comm_allreduce(c, buf, count, op, timeout_ms);
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if ((count && !buf) || count > SIZE_MAX / sizeof(float) / 2 ||
+        (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
+        return -EINVAL;
+    /* the flight recorder sees the host's part: queueing it */
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLREDUCE, count * sizeof(float));
+    rc = c->ops->allreduce_queue(c, buf, count, op, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
+}
+
+int mg_comm_wait_queued(struct mg_comm *c, int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc || !c->ops->wait_queued)
+        return rc;
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLREDUCE, 0);
+    rc = c->ops->wait_queued(c, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
+}
+
 int mg_comm_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
 {
     int rc = precheck(c);

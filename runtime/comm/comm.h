@@ -109,6 +109,17 @@ struct mg_comm_ops {
      * event_record) is done, instead of all the work queued on opts->stream.
      * Local and quick: the host never waits here. */
     int (*wait_event)(struct mg_comm *c, void *event);
+    /* Optional (NULL: mg_comm_allreduce_queue is allreduce, which waits).
+     * allreduce, but it returns once the collective is queued on the device
+     * (after wait_event's event, or the stream, as allreduce) instead of once
+     * it is done, so the next one queues at once behind it, in call order.
+     * buf must stay untouched until wait_queued (or any other collective,
+     * which comes after them) returns. */
+    int (*allreduce_queue)(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                           int timeout_ms);
+    /* Waits until the collectives queued so far are done on the device,
+     * against one deadline, naming the first unfinished one when it fails. */
+    int (*wait_queued)(struct mg_comm *c, int timeout_ms);
 };
 
 /* Fields common to every backend; a backend embeds this first. */
@@ -207,6 +218,11 @@ int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t le
 int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
                            enum mg_reduce_op op, int timeout_ms);
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
+/* allreduce_queue, or allreduce where the backend has none (then it is done
+ * when this returns); wait_queued (0 at once without one). */
+int mg_comm_allreduce_queue(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                            int timeout_ms);
+int mg_comm_wait_queued(struct mg_comm *c, int timeout_ms);
 /* 0 at once when the communicator has no wait_event or event is NULL. */
 int mg_comm_wait_event(struct mg_comm *c, void *event);
 void mg_comm_release(struct mg_comm *c);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define MAX_REGS        64
+#define MAX_QUEUED      64   /* collectives queued and not yet waited for (allreduce_queue) */
 #define STORE_LOOK_MS   1000 /* how often a long wait asks the store about the others */
 #define SPINS           2000 /* polls before the waits start sleeping */
 #define FINALIZE_MS     10000
@@ -53,6 +54,10 @@ struct nccl_comm {
     cudaEvent_t order;
     cudaEvent_t pending; /* from wait_event: the next collective follows it instead */
     float *zero;         /* the barrier's one float */
+    /* allreduce_queue: an event after each queued collective, and what it was */
+    cudaEvent_t qev[MAX_QUEUED];
+    char qwhat[MAX_QUEUED][96];
+    int nq;
     struct mg_store *store;
     char prefix[200];
     struct reg regs[MAX_REGS];
@@ -353,16 +358,14 @@ static void error_news(struct nccl_comm *n, char *buf, size_t len)
 }
 
 /* Waits until the non-blocking communicator has taken the call (NCCL may
- * still be queueing it), queues the AVG divide behind it, then waits until
- * the stream has done both. */
-static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclResult_t issued,
-                  float *avg, size_t avg_count)
+ * still be queueing it: its own thread, which the host waits for, not the
+ * device), then queues the AVG divide behind it. */
+static int taken(struct nccl_comm *n, const char *what, struct waiter *wt, ncclResult_t issued,
+                 float *avg, size_t avg_count)
 {
     char text[MG_ERRMSG_LEN], news[440];
-    struct waiter w;
     ncclResult_t a = issued;
     int rc;
-    wait_begin(&w, timeout_ms);
     if (issued != ncclSuccess && issued != ncclInProgress) {
         nccl_text(issued, n->nc, text, sizeof(text));
         return broken(n, -EIO, "%s: %s", what, text);
@@ -377,7 +380,7 @@ static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclRes
             error_news(n, news, sizeof(news));
             return broken(n, a == ncclRemoteError ? -MG_EPEER : -EIO, "%s: %s%s", what, text, news);
         }
-        if ((rc = wait_tick(n, &w, news, sizeof(news))) < 0)
+        if ((rc = wait_tick(n, wt, news, sizeof(news))) < 0)
             return broken(n, rc, "%s: %s", what, news);
     }
     if (avg) {
@@ -387,10 +390,23 @@ static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclRes
             return broken(n, -EIO, "%s: the average's divide kernel: %s", what,
                           cudaGetErrorString((cudaError_t)k));
     }
+    return 0;
+}
+
+/* Waits until the device has done the stream's work up to ev (everything
+ * queued so far when ev is NULL), watching NCCL's errors and the deadline. */
+static int drained(struct nccl_comm *n, const char *what, struct waiter *wt, cudaEvent_t ev)
+{
+    char text[MG_ERRMSG_LEN], news[440];
+    ncclResult_t a;
+    int rc;
     for (;;) {
-        cudaError_t st = cudaStreamQuery(n->stream);
-        if (st == cudaSuccess)
+        cudaError_t st = ev ? cudaEventQuery(ev) : cudaStreamQuery(n->stream);
+        if (st == cudaSuccess) {
+            if (!ev)
+                n->nq = 0; /* the queued ones are done too */
             return 0;
+        }
         if (st != cudaErrorNotReady)
             return broken(n, mgcu_cuda_code(st), "%s: %s (%s)", what, cudaGetErrorString(st),
                           cudaGetErrorName(st));
@@ -400,9 +416,19 @@ static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclRes
             error_news(n, news, sizeof(news));
             return broken(n, a == ncclRemoteError ? -MG_EPEER : -EIO, "%s: %s%s", what, text, news);
         }
-        if ((rc = wait_tick(n, &w, news, sizeof(news))) < 0)
+        if ((rc = wait_tick(n, wt, news, sizeof(news))) < 0)
             return broken(n, rc, "%s: %s", what, news);
     }
+}
+
+/* A collective, waited for: taken, then done on the device. */
+static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclResult_t issued,
+                  float *avg, size_t avg_count)
+{
+    struct waiter w;
+    wait_begin(&w, timeout_ms);
+    int rc = taken(n, what, &w, issued, avg, avg_count);
+    return rc ? rc : drained(n, what, &w, NULL);
 }
 
 /* Before a collective: this thread on the communicator's device, and the
@@ -454,6 +480,58 @@ static int nccl_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_r
         return rc;
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nc, n->stream);
     return finish(n, what, timeout_ms, r, op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
+}
+
+static int queue_events(struct nccl_comm *n, struct mgcu_err *e)
+{
+    for (int i = 0; i < MAX_QUEUED; i++)
+        if (CU_FAILED(e, cudaEventCreateWithFlags(&n->qev[i], cudaEventDisableTiming)))
+            return 1;
+    return 0;
+}
+
+static int nccl_wait_queued(struct mg_comm *c, int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    struct waiter w;
+    wait_begin(&w, timeout_ms);
+    for (int i = 0; i < n->nq; i++) {
+        int rc = drained(n, n->qwhat[i], &w, n->qev[i]);
+        if (rc)
+            return rc;
+    }
+    n->nq = 0;
+    return 0;
+}
+
+/* Queued behind the ones before it on NCCL's stream, in the order the calls
+ * come (DDP's bucket order, the same on every rank); the host waits only for
+ * NCCL to take it. */
+static int nccl_allreduce_queue(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                                int timeout_ms)
+{
+    struct nccl_comm *n = N(c);
+    struct mgcu_err e = {0};
+    struct waiter w;
+    char what[96];
+    int rc;
+    if (n->nq == MAX_QUEUED && (rc = nccl_wait_queued(c, timeout_ms)) != 0)
+        return rc;
+    snprintf(what, sizeof(what), "allreduce%s of %zu float%s", op == MG_REDUCE_AVG ? " (avg)" : "",
+             count, count == 1 ? "" : "s");
+    if (!count)
+        return nothing(n);
+    if ((rc = prepare(n, what)) != 0)
+        return rc;
+    wait_begin(&w, timeout_ms);
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nc, n->stream);
+    rc = taken(n, what, &w, r, op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
+    if (rc)
+        return rc;
+    if (CU_FAILED(&e, cudaEventRecord(n->qev[n->nq], n->stream)))
+        return broken(n, e.code, "%s: %s", what, e.msg);
+    snprintf(n->qwhat[n->nq++], sizeof(n->qwhat[0]), "%s", what);
+    return 0;
 }
 
 static int nccl_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
@@ -615,6 +693,9 @@ static void destroy(struct nccl_comm *n)
         cudaFree(n->zero);
     if (n->order)
         cudaEventDestroy(n->order);
+    for (int i = 0; i < MAX_QUEUED; i++)
+        if (n->qev[i])
+            cudaEventDestroy(n->qev[i]);
     if (n->stream)
         cudaStreamDestroy(n->stream);
     free(n);
@@ -636,6 +717,8 @@ static const struct mg_comm_ops nccl_ops = {
     .mem_free = nccl_mem_free,
     .reduce_scatter = nccl_reduce_scatter,
     .wait_event = nccl_wait_event,
+    .allreduce_queue = nccl_allreduce_queue,
+    .wait_queued = nccl_wait_queued,
 };
 
 /* ---- bootstrap ---------------------------------------------------------------------------- */
@@ -863,7 +946,7 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
     if (CU_FAILED(&e, cudaSetDevice(n->device)) ||
         CU_FAILED(&e, cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) ||
         CU_FAILED(&e, cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming)) ||
-        CU_FAILED(&e, cudaMalloc((void **)&n->zero, sizeof(float))) ||
+        queue_events(n, &e) || CU_FAILED(&e, cudaMalloc((void **)&n->zero, sizeof(float))) ||
         CU_FAILED(&e, cudaMemsetAsync(n->zero, 0, sizeof(float), n->stream))) {
         rc = mgcu_seterr(err, errlen, e.code, "%s", e.msg);
         goto fail_told;

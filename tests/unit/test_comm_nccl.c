@@ -243,6 +243,45 @@ static void check_wait_event(struct rank *r)
     free(h);
 }
 
+/* DDP's way: four slices of one buffer, from the end back, each after an event of
+ * the compute that wrote it, queued one behind the other with no wait, then one
+ * wait for all (averages of integers times 2: exact). */
+static void check_queued(struct rank *r)
+{
+    size_t n = 1 << 22, part = n / 4;
+    float *h = malloc(n * 4), *d = r->be->ops->alloc(r->be, n * 4);
+    int rc = 0, W = r->world;
+    for (size_t i = 0; i < n; i++)
+        h[i] = val(r->rank, i);
+    r->be->ops->upload(r->be, d, h, n * 4);
+    for (int k = 3; k >= 0 && !rc; k--) {
+        r->be->ops->scale(r->be, d + (size_t)k * part, 2.0f, part); /* queued, not waited for */
+        void *ev = mg_backend_event_record(r->be);
+        rc = mg_comm_wait_event(r->c, ev);
+        if (!rc)
+            rc = mg_comm_allreduce_queue(r->c, d + (size_t)k * part, part, MG_REDUCE_AVG,
+                                         MG_COMM_DEFAULT_TIMEOUT);
+        mg_backend_event_release(r->be, ev);
+    }
+    if (!rc)
+        rc = mg_comm_wait_queued(r->c, MG_COMM_DEFAULT_TIMEOUT);
+    r->rep->checks++;
+    if (rc) {
+        wrong(r, "queued allreduces: %s", mg_comm_errmsg(r->c));
+    } else {
+        r->be->ops->download(r->be, h, d, n * 4);
+        for (size_t i = 0; i < n; i++) {
+            float sum = (float)(2 * ((int)(i % 1021) - 510) * W * (W + 1) / 2);
+            if (h[i] != (W > 1 ? sum / (float)W : sum)) {
+                wrong(r, "queued allreduces: element %zu is %g", i, h[i]);
+                break;
+            }
+        }
+    }
+    r->be->ops->free(r->be, d);
+    free(h);
+}
+
 static void rank_main(struct rank *r, int kill_at)
 {
     static const size_t counts[] = {1, 2, 31, 1023, 1025, 65537, 1 << 20, (size_t)64 << 20};
@@ -285,6 +324,7 @@ static void rank_main(struct rank *r, int kill_at)
         check_reduce_scatter(r, 1 << 20, MG_REDUCE_SUM, in_place);
     }
     check_wait_event(r);
+    check_queued(r);
     for (int i = 0; i < 3; i++) {
         r->rep->checks++;
         if (mg_comm_barrier(r->c, MG_COMM_DEFAULT_TIMEOUT))

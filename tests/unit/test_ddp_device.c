@@ -157,16 +157,17 @@ static void *w_alloc(struct mg_backend *be, size_t bytes)
 
 static void w_free(struct mg_backend *be, void *p)
 {
-    for (int i = 0; i < 64; i++) /* what was read in it is gone */
+    for (int i = 0; i < 64; i++) /* what was uploaded to and read in it is gone */
         if (W.dev[i].p == p)
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < 16; j++) {
                 if ((const char *)W.reads[j].p >= W.dev[i].p &&
                     (const char *)W.reads[j].p < W.dev[i].p + W.dev[i].n)
                     W.reads[j].p = NULL;
+                if ((const char *)W.last[j].dst >= W.dev[i].p &&
+                    (const char *)W.last[j].dst < W.dev[i].p + W.dev[i].n)
+                    W.last[j].dst = NULL;
+            }
     forget(W.dev, 64, p);
-    for (int i = 0; i < 16; i++)
-        if (W.last[i].dst == p)
-            W.last[i].dst = NULL;
     W.cpu->ops->free(W.cpu, p);
 }
 
@@ -693,6 +694,10 @@ struct wcomm {
     void *pending;
     int expect_events;
     int bad_buffer, bad_event, stale, buckets;
+    /* allreduce_queue / wait_queued: queued since the last wait, the offset of
+     * the last one queued, the fewest and most queued at a wait, the waits */
+    int queued, waits, min_at_wait, max_at_wait, bad_queue_order;
+    size_t last_queued;
 };
 
 static struct wcomm *WC(struct mg_comm *c)
@@ -734,6 +739,35 @@ static int wc_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_red
     }
     w->pending = NULL;
     return pass(w, mg_comm_allreduce(w->in, buf, count, op, timeout_ms));
+}
+
+/* Like NCCL's: queued, not waited for; the buckets must come in bucket order
+ * (from the end of the buffer back), all before the step's one wait. */
+static int wc_allreduce_queue(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                              int timeout_ms)
+{
+    struct wcomm *w = WC(c);
+    const struct mg_model *m = W.model;
+    if (m && buf >= m->grad_buf && buf < m->grad_buf + m->nparams) {
+        size_t off = (size_t)(buf - m->grad_buf);
+        if (w->queued && off >= w->last_queued)
+            w->bad_queue_order++;
+        w->last_queued = off;
+    }
+    w->queued++;
+    return wc_allreduce(c, buf, count, op, timeout_ms);
+}
+
+static int wc_wait_queued(struct mg_comm *c, int timeout_ms)
+{
+    struct wcomm *w = WC(c);
+    if (!w->waits || w->queued < w->min_at_wait)
+        w->min_at_wait = w->queued;
+    if (w->queued > w->max_at_wait)
+        w->max_at_wait = w->queued;
+    w->waits++;
+    w->queued = 0;
+    return 0;
 }
 
 static int wc_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
@@ -819,6 +853,8 @@ static const struct mg_comm_ops wc_ops = {
     .mem_free = wc_mem_free,
     .wait_event = wc_wait_event,
     .reduce_scatter = wc_reduce_scatter,
+    .allreduce_queue = wc_allreduce_queue,
+    .wait_queued = wc_wait_queued,
 };
 
 /* Two ranks on shared memory, each training 6 steps three ways: plain CPU DDP
@@ -880,6 +916,9 @@ static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
         int nb = mg_ddp_buckets(d, &b);
         if (mode == 1 && (ddp_events != 6 * nb || w.buckets != 6 * nb || w.bad_event))
             bad |= 8 << (mode * 8); /* one event per bucket, each allreduce after its own */
+        if (mode == 1 &&
+            (w.waits != 6 || w.min_at_wait != nb || w.max_at_wait != nb || w.bad_queue_order))
+            bad |= 64 << (mode * 8); /* every bucket queued, in order, then one wait a step */
         if (mode != 1 && ddp_events)
             bad |= 8 << (mode * 8);
         if (w.bad_buffer || w.stale || W.bad_release || nb < 3)
@@ -951,6 +990,10 @@ static void test_world1_thread(struct mg_backend *cpu)
                "one rank, the communication thread forced: an event per bucket (%d of %d), each "
                "allreduce after its own, every event returned",
                ddp_events, 6 * nb);
+            ok(w.waits == 6 && w.min_at_wait == nb && w.max_at_wait == nb && !w.bad_queue_order,
+               "... every bucket queued behind the one before with no wait, in bucket order, "
+               "then one wait a step (%d waits, %d to %d queued at each)",
+               w.waits, w.min_at_wait, w.max_at_wait);
             ok(hash == want, "... and the parameters of a run without DDP, bit for bit");
         } else {
             ok(!failed && ddp_events == 0 && hash == want,
@@ -1164,6 +1207,9 @@ int main(void)
                       "stale wait, several buckets");
         if (mode)
             ok(!(b & 32), "... and the parameters of plain CPU DDP, bit for bit");
+        if (mode == 1)
+            ok(!(b & 64), "... each bucket's allreduce queued without waiting for the one "
+                          "before, in bucket order, and one wait for them all per step");
     }
     ok(bad >= 0 && !(bad >> 24), "both ranks set up");
     test_world1_thread(cpu);
