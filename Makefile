@@ -305,7 +305,8 @@ CUDA_C_SRC := $(wildcard runtime/cuda/*.c)
 CU_HOST_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.host.o,$(CU_SRC))
 CUDA_PLUGIN_OBJ := $(call obj,$(CUDA_C_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
 CU_PTX := $(patsubst %.cu,$(BUILD)/obj/%.ptx,$(CU_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.compute_90.ptx,$(CU_SRC))
-CUDA_ALL := $(if $(CUDA_PLUGIN),$(CUDA_PLUGIN) $(CU_PTX)) $(BUILD)/tests/helpers/fakecuda/libcuda.so.1
+CUDA_ALL := $(if $(CUDA_PLUGIN),$(CUDA_PLUGIN) $(CU_PTX)) $(BUILD)/tests/helpers/fakecuda/libcuda.so.1 \
+            $(BUILD)/tests/helpers/cudawaits/libcudawaits.so
 INC_cuda := $(INC_runtime) -Iruntime/cuda $(addprefix -isystem ,$(addsuffix /include,$(filter-out /usr,$(call uniq,$(CUDART_ROOT) $(CUBLAS_ROOT) $(CUDNN_ROOT) $(NCCL_ROOT)))))
 CU_HOST_FLAGS := -std=c++17 $(OPT) -ffp-contract=off -fno-exceptions -fno-rtti -fno-threadsafe-statics \
                  -Wall -Wextra -Wshadow -Werror -MMD -MP \
@@ -366,6 +367,13 @@ $(BUILD)/tests/helpers/fakecuda/libcuda.so.1: tests/helpers/fakecuda/libcuda.c
 	$(call say,CC,$<)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+
+# Counts the CUDA runtime's host waits under LD_PRELOAD (tests/gpu/sync_free.t);
+# never sanitized: it is preloaded into programs that are not.
+$(BUILD)/tests/helpers/cudawaits/libcudawaits.so: tests/helpers/cudawaits/libcudawaits.c
+	$(call say,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -MMD -MP -fsanitize=% -fno-sanitize-recover=%,$(CFLAGS)) -fPIC -shared -o $@ $< -ldl
 
 # A harness links its own file, tests/fuzz/util.c and the libraries (and
 # train's command line, which is the program's own); objects before archives.
