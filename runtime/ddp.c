@@ -80,6 +80,7 @@ struct mg_ddp {
     char why[MG_ERRMSG_LEN]; /* a staging failure's message, for comm_failed */
 
     int threaded;
+    int warm; /* a step has run: from the second on, buckets go during backward */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work, finished;
@@ -330,6 +331,15 @@ static int hook_grad_ready(void *ctx, float *grad_buf, size_t offset, size_t cou
     struct mg_ddp *d = ctx;
     if (!d->threaded)
         return 0;
+    /* The first step on a device sends nothing during backward: CUDA loads a
+     * kernel's module at its first launch (lazy loading, the default since
+     * 12.2) and waits for the device to drain meanwhile, which with NCCL
+     * kernels spinning for their peers is a stall or, where NCCL's proxy
+     * needs the context, a hang. So every cuBLAS and cuDNN kernel of forward
+     * and backward is launched once before any collective; the sums, and so
+     * the bits, are the same. (mg's own kernels load when the backend starts.) */
+    if (!d->warm && d->m->be->device != MG_DEVICE_CPU)
+        return 0;
     /* this thread alone moves `launched`: read without the lock */
     int n = d->launched;
     while (n < d->nb && d->b[n].offset >= offset)
@@ -369,6 +379,7 @@ static int hook_reduce_grads(void *ctx, float *grad_buf, size_t count)
     rc = d->err;
     d->launched = d->done = 0;
     pthread_mutex_unlock(&d->mu);
+    d->warm = 1;
     return buckets_done(d, rc);
 }
 

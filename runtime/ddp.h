@@ -39,7 +39,10 @@
  *   Checkpoints get the whole optimizer state through the gather_state hook.
  * - On a GPU with NCCL, a bucket's allreduce waits on the device for an
  *   event backward recorded after queuing the bucket's layers, not for the
- *   host (overlap as in PyTorch's DDP); a GPU model with a CPU communicator
+ *   host (overlap as in PyTorch's DDP), each queued behind the one before
+ *   without a host wait, all waited for once before the optimizer; the first
+ *   step sends its buckets only after backward (CUDA's lazy module loading
+ *   must not happen behind spinning NCCL kernels); a GPU model with a CPU communicator
  *   (MG_COMM=cpu) averages through host memory after backward. Same hooks,
  *   same checks (ddp.c says how).
  *

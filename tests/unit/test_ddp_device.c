@@ -65,7 +65,10 @@ static struct {
     uint64_t at_forward;      /* tickets when the current micro-batch's forward began */
     /* events */
     int tok[EVENTS], used[EVENTS], recorded, released, bad_release;
-    int forwards_loss;          /* training loss computations */
+    int forwards_loss; /* training loss computations */
+    /* events recorded while backward still had layers to queue, in a run's
+     * first training step and after it (the tests set training_steps) */
+    int early[2], training_steps;
     size_t queued_from[EVENTS]; /* the lowest gradient backward had queued when recorded */
     /* what backward has queued since the forward: the lowest gradient offset */
     const struct mg_model *model;
@@ -279,6 +282,8 @@ static void *w_event_record(struct mg_backend *be)
             W.used[i] = 1;
             W.queued_from[i] = W.lowest;
             W.ev_seq[i] = W.seq;
+            if (W.lowest > 0) /* backward has layers left to queue: overlap */
+                W.early[W.training_steps < 1 ? 0 : 1]++;
             W.recorded++;
             return &W.tok[i];
         }
@@ -895,7 +900,9 @@ static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
         if (mg_trainer_start(&t) < 0)
             bad |= 1 << (mode * 8);
         struct mg_step_stats st;
+        W.early[0] = W.early[1] = 0;
         for (int s = 0; s < 6; s++) {
+            W.training_steps = s;
             if (mg_trainer_step(&t, &st) < 0)
                 bad |= 1 << (mode * 8);
             if (W.recorded - W.released != slot_events(&t))
@@ -916,8 +923,8 @@ static int rank_main(int rank, const char *shm_name, struct mg_backend *cpu)
         int nb = mg_ddp_buckets(d, &b);
         if (mode == 1 && (ddp_events != 6 * nb || w.buckets != 6 * nb || w.bad_event))
             bad |= 8 << (mode * 8); /* one event per bucket, each allreduce after its own */
-        if (mode == 1 &&
-            (w.waits != 6 || w.min_at_wait != nb || w.max_at_wait != nb || w.bad_queue_order))
+        if (mode == 1 && (w.waits != 6 || w.min_at_wait != nb || w.max_at_wait != nb ||
+                          w.bad_queue_order || W.early[0] || !W.early[1]))
             bad |= 64 << (mode * 8); /* every bucket queued, in order, then one wait a step */
         if (mode != 1 && ddp_events)
             bad |= 8 << (mode * 8);
@@ -974,7 +981,9 @@ static void test_world1_thread(struct mg_backend *cpu)
         W.recorded = W.released = W.bad_release = 0;
         int failed = mg_trainer_start(&t) < 0, out = 0;
         struct mg_step_stats st;
+        W.early[0] = W.early[1] = 0;
         for (int s = 0; s < 6; s++) {
+            W.training_steps = s;
             failed |= mg_trainer_step(&t, &st) < 0;
             out |= W.recorded - W.released != slot_events(&t);
         }
@@ -994,6 +1003,10 @@ static void test_world1_thread(struct mg_backend *cpu)
                "... every bucket queued behind the one before with no wait, in bucket order, "
                "then one wait a step (%d waits, %d to %d queued at each)",
                w.waits, w.min_at_wait, w.max_at_wait);
+            ok(!W.early[0] && W.early[1] > 0,
+               "... the first step sends no bucket during backward (every kernel launched once "
+               "before any collective: lazy module loading), the later ones do (%d, %d)",
+               W.early[0], W.early[1]);
             ok(hash == want, "... and the parameters of a run without DDP, bit for bit");
         } else {
             ok(!failed && ddp_events == 0 && hash == want,
@@ -1209,7 +1222,8 @@ int main(void)
             ok(!(b & 32), "... and the parameters of plain CPU DDP, bit for bit");
         if (mode == 1)
             ok(!(b & 64), "... each bucket's allreduce queued without waiting for the one "
-                          "before, in bucket order, and one wait for them all per step");
+                          "before, in bucket order, and one wait for them all per step; none "
+                          "during the first step's backward, some during the later ones'");
     }
     ok(bad >= 0 && !(bad >> 24), "both ranks set up");
     test_world1_thread(cpu);
