@@ -7,7 +7,8 @@
 # a log line every step adds about one each (the counter sees them); the log
 # cadence does not change the weights; one rank with NCCL and the
 # communication thread forced (MG_TEST_COMM_THREAD=1, many buckets queued one
-# behind the other) adds none per step either. cudaEventSynchronize (the host
+# behind the other; no in-memory snapshots, which copy the state) adds none
+# per step either. cudaEventSynchronize (the host
 # waiting for a pinned buffer's previous copy, at most two micro-batches
 # behind) is reported, not judged. Waits inside cuBLAS, cuDNN and NCCL, which
 # carry their own static CUDA runtime, are not seen; nsys would see them.
@@ -51,7 +52,7 @@ nccl() { # name steps
     rm -f "$T/w.$1"
     MG_TEST_COMM_THREAD=1 MG_CUDAWAITS_OUT="$T/w.$1" LD_PRELOAD=$LIB "$MGLAUNCH" \
         --nproc_per_node 1 --log_dir "$T/logs.$1" "$TRAIN" $ARGS --model cnn --steps "$2" \
-        --log-every 1000 --bucket-cap-mb 0.01 >"$T/out.$1" 2>&1
+        --log-every 1000 --bucket-cap-mb 0.01 --snapshot-every 0 >"$T/out.$1" 2>&1
 }
 nccl n1 20 && nccl n2 60
 is $? 0 "1 rank on NCCL, the communication thread forced, many buckets"
