@@ -27,6 +27,16 @@ struct rdzv_state {
     char raw[64];
 };
 
+/* A block of the formed round's members: base is the global rank of its
+ * first member's local rank 0; d is NULL until the block was read. */
+struct rdzv_block {
+    int base, n;
+    struct mg_rdzv_desc *d;
+};
+
+/* Members each node watches in its heartbeat besides itself (rdzv_watch.c). */
+#define RDZV_WATCH_NEXT 2
+
 struct mg_rdzv {
     struct mg_kv *kv;
     char ns[KEY_MAX / 2];
@@ -42,8 +52,12 @@ struct mg_rdzv {
     /* the formed round */
     int formed;
     int64_t round, restarts;
-    struct mg_rdzv_desc *members;
-    int nmembers;
+    /* Its members, held by block of the membership record (rdzv_round.c):
+     * nmembers in all, mblock a block, mtag the closer's tag that names the
+     * blocks' keys. A block is read when first needed: a node holds its own
+     * and those of the members it watches, not the whole roster. */
+    int nmembers, mblock, mtag;
+    struct rdzv_block *mblk; /* nmembers / mblock blocks, rounded up */
     int64_t next_tick, last_ok;
     /* joining */
     enum {
@@ -120,8 +134,17 @@ int rdzv_mark_failed(struct mg_rdzv *r, struct rdzv_state *st, const struct mg_r
  * left: the job cannot go on. Records that as the root cause. */
 void rdzv_below_min(struct mg_rdzv *r, struct rdzv_state *st, int dead, int na);
 /* The global ranks of member i of the last formed round: returns the first,
- * their count into *n, and "rank 4" or "ranks 4-7" into buf. */
-int rdzv_member_ranks(const struct mg_rdzv *r, int i, int *n, char *buf, size_t cap);
+ * their count into *n, and "rank 4" or "ranks 4-7" into buf (-1 and "ranks
+ * unknown" when its block cannot be read). */
+int rdzv_member_ranks(struct mg_rdzv *r, int i, int *n, char *buf, size_t cap);
+
+/* ---- the formed round's members (rdzv_round.c) ------------------------------------ */
+
+/* Member i (rank order) of the last formed round into *m, its block read
+ * from the backend when not held yet. 0, or < 0 (r->msg says why). */
+int rdzv_member(struct mg_rdzv *r, int i, const struct mg_rdzv_desc **m);
+/* Drops the members held. */
+void rdzv_roster_free(struct mg_rdzv *r);
 
 /* ---- membership and waiting (rdzv_proto.c) ------------------------------------- */
 
@@ -135,8 +158,6 @@ int rdzv_heartbeat_due(struct mg_rdzv *r);
 int rdzv_list_alive(struct mg_rdzv *r, struct mg_kv_entry **e, int *n, size_t *skip);
 /* Whether a listed key ends in id after the first skip bytes. */
 int rdzv_in_list(const struct mg_kv_entry *e, int n, size_t skip, const char *id);
-/* The index of agent id among n members, or -1. */
-int rdzv_find_member(const struct mg_rdzv_desc *m, int n, const char *id);
 
 /* The earlier of two deadlines, where a negative one is none. */
 int64_t rdzv_earlier(int64_t a, int64_t b);

@@ -305,12 +305,20 @@ int rdzv_mark_failed(struct mg_rdzv *r, struct rdzv_state *st, const struct mg_r
     return 0;
 }
 
-int rdzv_member_ranks(const struct mg_rdzv *r, int i, int *n, char *buf, size_t cap)
+int rdzv_member_ranks(struct mg_rdzv *r, int i, int *n, char *buf, size_t cap)
 {
-    int first = 0;
-    for (int k = 0; k < i && k < r->nmembers; k++)
-        first += r->members[k].nproc;
-    *n = i >= 0 && i < r->nmembers ? r->members[i].nproc : 0;
+    const struct mg_rdzv_desc *m;
+    *n = 0;
+    if (rdzv_member(r, i, &m) < 0) {
+        snprintf(buf, cap, "ranks unknown");
+        return -1;
+    }
+    /* the block's base, and the members before i in it */
+    const struct rdzv_block *b = &r->mblk[i / r->mblock];
+    int first = b->base;
+    for (int k = 0; k < i % r->mblock; k++)
+        first += b->d[k].nproc;
+    *n = m->nproc;
     if (*n <= 1)
         snprintf(buf, cap, "rank %d", first);
     else
@@ -327,7 +335,10 @@ int mg_rdzv_failure_elsewhere(const struct mg_rdzv *r)
  * left: the job cannot go on. Records that as the root cause. */
 void rdzv_below_min(struct mg_rdzv *r, struct rdzv_state *st, int dead, int na)
 {
-    const struct mg_rdzv_desc *m = &r->members[dead];
+    static const struct mg_rdzv_desc unknown = {.id = "?", .host = "?"};
+    const struct mg_rdzv_desc *m;
+    if (rdzv_member(r, dead, &m) < 0)
+        m = &unknown; /* its block is gone: the failure is still recorded */
     struct mg_rdzv_failure f = {.rank = -1, .local_rank = -1, .exit_code = 1};
     char ranks[64];
     snprintf(f.host, sizeof(f.host), "%s", m->host);
@@ -405,7 +416,7 @@ void mg_rdzv_release(struct mg_rdzv *r)
         close(r->listen_fd);
     if (r->kv)
         r->kv->ops->release(r->kv);
-    free(r->members);
+    rdzv_roster_free(r);
     free(r);
 }
 
@@ -454,14 +465,6 @@ int rdzv_heartbeat_due(struct mg_rdzv *r)
 int64_t rdzv_earlier(int64_t a, int64_t b)
 {
     return a < 0 ? b : b < 0 ? a : a < b ? a : b;
-}
-
-int rdzv_find_member(const struct mg_rdzv_desc *m, int n, const char *id)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(m[i].id, id) == 0)
-            return i;
-    return -1;
 }
 
 int rdzv_in_list(const struct mg_kv_entry *e, int n, size_t skip, const char *id)

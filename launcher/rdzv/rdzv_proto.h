@@ -16,12 +16,18 @@
  *   NS/r/ROUND/j/ID     agent ID joined the round (value: its descriptor).
  *   NS/r/ROUND/n        count of joins (atomic add).
  *   NS/r/ROUND/close    the formed round: ranks, world size, master address;
- *                       written once, by compare-and-swap from absent.
+ *                       written once, by compare-and-swap from absent. Above
+ *                       128 nodes it holds the first block of members, and
+ *   NS/r/ROUND/m/TAG/K  the other blocks (rdzv_round.c), and
+ *   NS/r/ROUND/i/TAG/H  the index from agent id to rank, are written before it
+ *                       under the closer's TAG, so that each node reads a few
+ *                       blocks rather than the whole roster.
  *   NS/r/ROUND/failure  the round's first worker failure (the root cause,
  *                       should the job end on it).
  *   NS/r/ROUND/done/ID  agent ID's workers all succeeded in the round.
  *
- * A round closes when MAX agents joined, or when at least MIN did and the
+ * An agent counts once in a round's joins (a join begun again keeps its
+ * place). A round closes when MAX agents joined, or when at least MIN did and the
  * last call passed (for a re-formation: as soon as every live agent joined).
  * Any joined agent may close it; the compare-and-swap picks one. Node ranks:
  * the fixed --node_rank (static); otherwise agents of the previous round keep

@@ -15,6 +15,16 @@
 /* When a node other than the last to join closes a round (see round_iter). */
 #define CLOSE_GRACE_MS   500
 #define CLOSE_STAGGER_MS 50
+/* The membership record: a round of at most ROSTER_INLINE nodes is one
+ * record (NS/r/R/close); a larger one is written in blocks of ROSTER_BLOCK
+ * members, the first in the close record, with an index from agent id to
+ * rank, so that each node reads a few blocks rather than the whole roster
+ * (which at thousands of nodes cost the store O(nodes^2) bytes a round). */
+#ifndef ROSTER_INLINE /* (a build may set them small, to run every test through the blocks) */
+#define ROSTER_INLINE 128
+#define ROSTER_BLOCK  64
+#endif
+#define LINE_MAX_BYTES 1100 /* a member line: mg_rdzv_desc_format's longest, and "RANK ID" */
 
 /* What one pass of a join step tells mg_rdzv_join_step, besides 1 (formed)
  * and errors: it waited (return to the caller), start over from the top, or
@@ -25,36 +35,77 @@
 
 /* ---- the membership record ------------------------------------------------------ */
 
-/* Parses a close record into members; 0, or -MG_EFORMAT. */
-static int close_parse(const char *v, int64_t *restarts, struct mg_rdzv_desc **out, int *n)
-{
-    long long round, k;
-    int nn, world;
-    const char *p;
+/* The close record's first line. block and tag are absent from a record of
+ * an mglaunch from before the blocks (every member in it): block = nnodes. */
+struct close_hdr {
+    int64_t round, restarts;
+    int nnodes, world, block, tag;
+};
 
-    if (sscanf(v, "round=%lld restarts=%lld nnodes=%d world=%d", &round, &k, &nn, &world) != 4 ||
-        nn < 1 || nn > MG_RDZV_MAX_NODES)
-        return -MG_EFORMAT;
-    struct mg_rdzv_desc *d = calloc((size_t)nn, sizeof(*d));
-    if (!d)
-        return -ENOMEM;
-    p = strchr(v, '\n');
-    for (int i = 0; i < nn; i++) {
-        if (!p || mg_rdzv_desc_parse(p + 1, &d[i]) < 0) {
-            free(d);
+static int nblocks(const struct close_hdr *h)
+{
+    return (h->nnodes + h->block - 1) / h->block;
+}
+
+static int block_len(const struct close_hdr *h, int k)
+{
+    int n = h->nnodes - k * h->block;
+    return n < h->block ? n : h->block;
+}
+
+/* The index record an agent id is listed in (FNV-1a of the id). */
+static int index_of(const char *id, int nidx)
+{
+    uint32_t x = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        x = (x ^ *p) * 16777619u;
+    return (int)(x % (uint32_t)nidx);
+}
+
+/* Parses n member lines, each after a '\n' from p on, into d. */
+static int parse_lines(const char *p, struct mg_rdzv_desc *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!p || mg_rdzv_desc_parse(p + 1, &d[i]) < 0)
             return -MG_EFORMAT;
-        }
         p = strchr(p + 1, '\n');
     }
-    *restarts = k;
-    *out = d;
-    *n = nn;
     return 0;
 }
 
-/* Reads NS/r/R/close. 1 and the members when it exists, 0 when not. */
-static int read_close(struct mg_rdzv *r, int64_t round, int64_t *restarts, struct mg_rdzv_desc **m,
-                      int *n)
+/* Parses a close record: its header, and block 0 into *b0 (allocated). */
+static int close_parse(const char *v, struct close_hdr *h, struct mg_rdzv_desc **b0)
+{
+    long long round, k;
+    int used = 0;
+
+    if (sscanf(v, "round=%lld restarts=%lld nnodes=%d world=%d%n", &round, &k, &h->nnodes,
+               &h->world, &used) != 4 ||
+        h->nnodes < 1 || h->nnodes > MG_RDZV_MAX_NODES)
+        return -MG_EFORMAT;
+    h->round = round;
+    h->restarts = k;
+    h->block = h->nnodes;
+    h->tag = 0;
+    if (v[used] == ' ' && (sscanf(v + used, " block=%d tag=%d", &h->block, &h->tag) != 2 ||
+                           h->block < 1 || h->block > h->nnodes))
+        return -MG_EFORMAT;
+    int n = block_len(h, 0);
+    struct mg_rdzv_desc *d = calloc((size_t)n, sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    if (parse_lines(strchr(v, '\n'), d, n) < 0) {
+        free(d);
+        return -MG_EFORMAT;
+    }
+    *b0 = d;
+    return 0;
+}
+
+/* Reads NS/r/R/close: 1 and its parsed header and block 0 when it exists, 0
+ * when not. */
+static int read_close(struct mg_rdzv *r, int64_t round, struct close_hdr *h,
+                      struct mg_rdzv_desc **b0)
 {
     char k[KEY_MAX], *v = NULL;
     size_t len;
@@ -64,13 +115,144 @@ static int read_close(struct mg_rdzv *r, int64_t round, int64_t *restarts, struc
         return 0;
     if (rc < 0)
         return kvfail(r, "reading the round", rc);
-    rc = close_parse(v, restarts, m, n);
+    rc = close_parse(v, h, b0);
     free(v);
     if (rc < 0) {
         say(r, "round %" PRId64 ": malformed membership record", round);
         return rc;
     }
     return 1;
+}
+
+/* Reads block k of round h->round's members into *b (block 0: from the
+ * close record). */
+static int read_block(struct mg_rdzv *r, const struct close_hdr *h, int k, struct rdzv_block *b)
+{
+    char kk[KEY_MAX], *v = NULL;
+    size_t len;
+    int n = block_len(h, k), rc;
+
+    if (k == 0) {
+        struct close_hdr h0;
+        rc = read_close(r, h->round, &h0, &b->d);
+        if (rc == 0) {
+            say(r, "round %" PRId64 ": its membership record is gone", h->round);
+            return -MG_ENOKEY;
+        }
+        b->base = 0;
+        b->n = n;
+        return rc < 0 ? rc : 0;
+    }
+    key(r, kk, "r/%" PRId64 "/m/%d/%d", h->round, h->tag, k);
+    rc = r->kv->ops->get(r->kv, kk, &v, &len, NULL);
+    if (rc == -MG_ENOKEY) {
+        say(r, "round %" PRId64 ": block %d of its membership record is gone", h->round, k);
+        return rc;
+    }
+    if (rc < 0)
+        return kvfail(r, "reading the round's members", rc);
+    b->d = calloc((size_t)n, sizeof(*b->d));
+    if (!b->d) {
+        free(v);
+        return -ENOMEM;
+    }
+    if (sscanf(v, "base=%d", &b->base) != 1 || b->base < 0 ||
+        parse_lines(strchr(v, '\n'), b->d, n) < 0) {
+        free(v);
+        free(b->d);
+        b->d = NULL;
+        say(r, "round %" PRId64 ": malformed block %d of its membership record", h->round, k);
+        return -MG_EFORMAT;
+    }
+    free(v);
+    b->n = n;
+    return 0;
+}
+
+/* Looks agent id up in round h's index: its rank into *rank, -1 when it is
+ * not a member. */
+static int index_lookup(struct mg_rdzv *r, const struct close_hdr *h, const char *id, int *rank)
+{
+    char k[KEY_MAX], *v = NULL;
+    size_t len, idl = strlen(id);
+    int nidx = nblocks(h);
+
+    *rank = -1;
+    key(r, k, "r/%" PRId64 "/i/%d/%d", h->round, h->tag, index_of(id, nidx));
+    int rc = r->kv->ops->get(r->kv, k, &v, &len, NULL);
+    if (rc == -MG_ENOKEY)
+        return 0; /* no member hashes there */
+    if (rc < 0)
+        return kvfail(r, "reading the round's index", rc);
+    for (const char *p = v; *p;) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        const char *nl = strchr(end, '\n');
+        size_t n = nl ? (size_t)(nl - end) : strlen(end);
+        if (n == idl + 1 && end[0] == ' ' && memcmp(end + 1, id, idl) == 0 && x >= 0 &&
+            x < h->nnodes) {
+            *rank = (int)x;
+            break;
+        }
+        if (!nl)
+            break;
+        p = nl + 1;
+    }
+    free(v);
+    return 0;
+}
+
+void rdzv_roster_free(struct mg_rdzv *r)
+{
+    int nb = r->mblock > 0 ? (r->nmembers + r->mblock - 1) / r->mblock : 0;
+    for (int i = 0; r->mblk && i < nb; i++)
+        free(r->mblk[i].d);
+    free(r->mblk);
+    r->mblk = NULL;
+    r->nmembers = 0;
+}
+
+int rdzv_member(struct mg_rdzv *r, int i, const struct mg_rdzv_desc **m)
+{
+    if (i < 0 || i >= r->nmembers || !r->mblk)
+        return -EINVAL;
+    struct rdzv_block *b = &r->mblk[i / r->mblock];
+    if (!b->d) {
+        struct close_hdr h = {
+            .round = r->round, .nnodes = r->nmembers, .block = r->mblock, .tag = r->mtag};
+        int rc = read_block(r, &h, i / r->mblock, b);
+        if (rc < 0)
+            return rc;
+    }
+    *m = &b->d[i % r->mblock];
+    return 0;
+}
+
+/* Every member of round `round` (count_restart's previous round), into *out. */
+static int read_all(struct mg_rdzv *r, int64_t round, struct close_hdr *h,
+                    struct mg_rdzv_desc **out)
+{
+    struct mg_rdzv_desc *b0 = NULL, *d;
+    int rc = read_close(r, round, h, &b0);
+    if (rc <= 0)
+        return rc < 0 ? rc : -MG_ENOKEY;
+    d = realloc(b0, (size_t)h->nnodes * sizeof(*d));
+    if (!d) {
+        free(b0);
+        return -ENOMEM;
+    }
+    for (int k = 1; k < nblocks(h); k++) {
+        struct rdzv_block b;
+        rc = read_block(r, h, k, &b);
+        if (rc < 0) {
+            free(d);
+            return rc;
+        }
+        memcpy(&d[k * h->block], b.d, (size_t)b.n * sizeof(*d));
+        free(b.d);
+    }
+    *out = d;
+    return 0;
 }
 
 /* Deletes what is left of an old round (best effort). */
@@ -80,7 +262,7 @@ static void forget_round(struct mg_rdzv *r, int64_t round)
     struct mg_kv_entry *e = NULL;
     int n = 0;
     key(r, k, "r/%" PRId64 "/", round);
-    if (r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES * 2 + 8, 0, &e, &n) < 0)
+    if (r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES * 3 + 8, 0, &e, &n) < 0)
         return;
     for (int i = 0; i < n; i++)
         r->kv->ops->del(r->kv, e[i].key);
@@ -94,21 +276,40 @@ static void forget_round(struct mg_rdzv *r, int64_t round)
  * not when one is gone (its death made the workers fail: a membership
  * change). Past --max_restarts the job fails with the recorded root cause.
  * Returns 1 to go on closing (st updated), 0 when the state moved on, < 0. */
+static int cmp_id(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static int count_restart(struct mg_rdzv *r, int64_t round, struct rdzv_state *st,
                          const struct mg_rdzv_desc *d, int nd)
 {
     struct mg_rdzv_desc *prev = NULL;
-    int64_t k_prev;
-    int np = 0, all, rc;
+    struct close_hdr ph;
+    const char **ids;
+    int all, rc;
 
     if (st->cause != 'f' || round == 0)
         return 1;
-    rc = read_close(r, round - 1, &k_prev, &prev, &np);
+    rc = read_all(r, round - 1, &ph, &prev);
     if (rc < 0)
         return rc;
+    /* every member of the failed round among the new members: sorted ids and
+     * a binary search, as rounds have thousands of members */
+    ids = malloc((size_t)(nd ? nd : 1) * sizeof(*ids));
+    if (!ids) {
+        free(prev);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < nd; i++)
+        ids[i] = d[i].id;
+    qsort(ids, (size_t)nd, sizeof(*ids), cmp_id);
     all = 1;
-    for (int i = 0; i < np && all; i++)
-        all = rdzv_find_member(d, nd, prev[i].id) >= 0;
+    for (int i = 0; i < ph.nnodes && all; i++) {
+        const char *id = prev[i].id;
+        all = bsearch(&id, ids, (size_t)nd, sizeof(*ids), cmp_id) != NULL;
+    }
+    free(ids);
     free(prev);
     struct rdzv_state to = *st;
     to.restarts += all;
@@ -136,6 +337,117 @@ static int count_restart(struct mg_rdzv *r, int64_t round, struct rdzv_state *st
     return 1;
 }
 
+/* Appends member lines d[0..n) to buf (at *off, cap bytes). */
+static int put_lines(char *buf, size_t cap, size_t *off, const struct mg_rdzv_desc *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (*off + 1 >= cap)
+            return -MG_ETOOBIG;
+        buf[(*off)++] = '\n';
+        int w = mg_rdzv_desc_format(&d[i], buf + *off, cap - *off);
+        if (w < 0)
+            return w;
+        *off += (size_t)w;
+    }
+    return 0;
+}
+
+/* Writes round R's membership record: the members d[0..nd) in rank order.
+ * A round of more than ROSTER_INLINE nodes gets its blocks after the first
+ * (NS/r/R/m/TAG/K: "base=FIRST_GLOBAL_RANK" and the block's members) and its
+ * index (NS/r/R/i/TAG/H: "RANK ID" lines of the members whose id hashes to
+ * H) before the close record that names them: whoever reads the close record
+ * finds them. TAG is this closer's place in the join count, so that two
+ * closers never write the same keys: only the close record's compare-and-
+ * swap decides, and the loser deletes its own. 1 when this call closed the
+ * round, 0 when another closer did, < 0. */
+static int write_roster(struct mg_rdzv *r, int64_t round, int64_t restarts,
+                        const struct mg_rdzv_desc *d, int nd)
+{
+    struct close_hdr h = {.round = round, .restarts = restarts, .nnodes = nd, .tag = (int)r->jpos};
+    char k[KEY_MAX];
+    char *buf = NULL;
+    int *bucket = NULL, rc = 0, world = 0, nb;
+    size_t off = 0, cap;
+
+    h.block = nd <= ROSTER_INLINE ? nd : ROSTER_BLOCK;
+    nb = nblocks(&h);
+    cap = 128 + (size_t)h.block * LINE_MAX_BYTES;
+    if (nb > 1 && (bucket = malloc((size_t)nd * sizeof(*bucket))) == NULL)
+        return -ENOMEM;
+    if ((buf = malloc(cap)) == NULL) {
+        free(bucket);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < nd; i++)
+        world += d[i].nproc;
+    h.world = world;
+    for (int kb = 1, base = 0; kb < nb && rc >= 0; kb++) {
+        for (int i = (kb - 1) * h.block; i < kb * h.block; i++)
+            base += d[i].nproc;
+        off = (size_t)snprintf(buf, cap, "base=%d", base);
+        rc = put_lines(buf, cap, &off, d + kb * h.block, block_len(&h, kb));
+        key(r, k, "r/%" PRId64 "/m/%d/%d", round, h.tag, kb);
+        if (rc >= 0 && (rc = r->kv->ops->set(r->kv, k, buf, off, 0)) < 0)
+            kvfail(r, "writing the round's members", rc);
+    }
+    for (int i = 0; i < nd && bucket; i++)
+        bucket[i] = index_of(d[i].id, nb);
+    for (int b = 0; b < nb && bucket && rc >= 0; b++) {
+        off = 0;
+        for (int i = 0; i < nd && rc >= 0; i++) {
+            if (bucket[i] != b)
+                continue;
+            if (off + LINE_MAX_BYTES > cap) {
+                size_t c2 = cap * 2;
+                char *nbuf = realloc(buf, c2);
+                if (!nbuf) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                buf = nbuf;
+                cap = c2;
+            }
+            off += (size_t)snprintf(buf + off, cap - off, "%d %s\n", i, d[i].id);
+        }
+        key(r, k, "r/%" PRId64 "/i/%d/%d", round, h.tag, b);
+        if (rc >= 0 && off > 0 && (rc = r->kv->ops->set(r->kv, k, buf, off, 0)) < 0)
+            kvfail(r, "writing the round's index", rc);
+    }
+    if (rc >= 0) {
+        off =
+            (size_t)snprintf(buf, cap, "round=%" PRId64 " restarts=%" PRId64 " nnodes=%d world=%d",
+                             round, restarts, nd, world);
+        if (nb > 1)
+            off += (size_t)snprintf(buf + off, cap - off, " block=%d tag=%d", h.block, h.tag);
+        rc = put_lines(buf, cap, &off, d, block_len(&h, 0));
+        if (rc >= 0 && off >= CLOSE_MAX_BYTES)
+            rc = -MG_ETOOBIG;
+        if (rc == -MG_ETOOBIG)
+            say(r, "round %" PRId64 ": the membership record is too large", round);
+    }
+    if (rc >= 0) {
+        key(r, k, "r/%" PRId64 "/close", round);
+        rc = r->kv->ops->cas(r->kv, k, NULL, 0, buf, off, 0, NULL, NULL);
+        if (rc < 0)
+            kvfail(r, "closing the round", rc);
+    }
+    if (rc <= 0 && nb > 1) {
+        /* another closer's record won (or this one failed): drop this one's blocks */
+        for (int kb = 1; kb < nb; kb++) {
+            key(r, k, "r/%" PRId64 "/m/%d/%d", round, h.tag, kb);
+            r->kv->ops->del(r->kv, k);
+            key(r, k, "r/%" PRId64 "/i/%d/%d", round, h.tag, kb);
+            r->kv->ops->del(r->kv, k);
+        }
+        key(r, k, "r/%" PRId64 "/i/%d/0", round, h.tag);
+        r->kv->ops->del(r->kv, k);
+    }
+    free(buf);
+    free(bucket);
+    return rc;
+}
+
 /* Closes round R with the live agents that joined it, if there are enough.
  * Returns 0 (closed by us or someone else, or not closable yet), or < 0. */
 static int try_close(struct mg_rdzv *r, int64_t round, struct rdzv_state *st)
@@ -145,7 +457,6 @@ static int try_close(struct mg_rdzv *r, int64_t round, struct rdzv_state *st)
     struct mg_rdzv_desc *d = NULL;
     int nj = 0, na = 0, nd = 0, rc;
     size_t askip, jskip;
-    char *rec = NULL;
 
     key(r, k, "r/%" PRId64 "/j/", round);
     jskip = strlen(k);
@@ -199,45 +510,12 @@ static int try_close(struct mg_rdzv *r, int64_t round, struct rdzv_state *st)
             }
         }
     }
-    {
-        size_t cap = 128 + (size_t)nd * 1024, off;
-        int world = 0;
-        rec = malloc(cap);
-        if (!rec) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        for (int i = 0; i < nd; i++)
-            world += d[i].nproc;
-        off =
-            (size_t)snprintf(rec, cap, "round=%" PRId64 " restarts=%" PRId64 " nnodes=%d world=%d",
-                             round, st->restarts, nd, world);
-        for (int i = 0; i < nd && off < cap; i++) {
-            rec[off++] = '\n';
-            int w = mg_rdzv_desc_format(&d[i], rec + off, cap - off);
-            if (w < 0) {
-                rc = w;
-                goto out;
-            }
-            off += (size_t)w;
-        }
-        if (off >= CLOSE_MAX_BYTES) {
-            say(r, "round %" PRId64 ": the membership record is too large", round);
-            rc = -MG_ETOOBIG;
-            goto out;
-        }
-        key(r, k, "r/%" PRId64 "/close", round);
-        rc = r->kv->ops->cas(r->kv, k, NULL, 0, rec, off, 0, NULL, NULL);
-        if (rc < 0) {
-            rc = kvfail(r, "closing the round", rc);
-            goto out;
-        }
-        if (rc == 1 && round >= 2)
-            forget_round(r, round - 2);
+    rc = write_roster(r, round, st->restarts, d, nd);
+    if (rc == 1 && round >= 2)
+        forget_round(r, round - 2);
+    if (rc > 0)
         rc = 0;
-    }
 out:
-    free(rec);
     free(d);
     mg_kv_free_list(joined, nj);
     mg_kv_free_list(alive, na);
@@ -246,21 +524,62 @@ out:
 
 /* ---- taking the formed round --------------------------------------------------- */
 
-static void take_round(struct mg_rdzv *r, int64_t round, int64_t restarts, struct mg_rdzv_desc *m,
-                       int n, int me, struct mg_rdzv_world *w)
+/* Takes round h->round, whose close record gave h and block 0 (b0, which
+ * this takes over), when this node is in it: finds its rank (block 0, else
+ * the index), reads its own block, and holds the blocks it needs from now on
+ * (its own and those of the members it watches). 1 (*w filled), 0 when this
+ * node is not a member, < 0. */
+static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rdzv_desc *b0,
+                      struct mg_rdzv_world *w)
 {
-    memset(w, 0, sizeof(*w));
-    w->round = (int)round;
-    w->restart_count = (int)restarts;
-    w->node_rank = me;
-    w->nnodes = n;
-    for (int i = 0; i < n; i++) {
-        if (i < me)
-            w->rank_base += m[i].nproc;
-        w->world_size += m[i].nproc;
+    int nb = nblocks(h), me = -1, rc, n0 = block_len(h, 0);
+    struct rdzv_block *blk;
+
+    for (int i = 0; i < n0 && me < 0; i++)
+        if (strcmp(b0[i].id, r->id) == 0)
+            me = i;
+    if (me < 0 && nb > 1) {
+        rc = index_lookup(r, h, r->id, &me);
+        if (rc < 0) {
+            free(b0);
+            return rc;
+        }
     }
-    snprintf(w->master_addr, sizeof(w->master_addr), "%s", m[0].addr);
-    w->master_port = m[0].port;
+    if (me < 0) {
+        free(b0);
+        return 0;
+    }
+    blk = calloc((size_t)nb, sizeof(*blk));
+    if (!blk) {
+        free(b0);
+        return -ENOMEM;
+    }
+    blk[0] = (struct rdzv_block){.base = 0, .n = n0, .d = b0};
+    int mine = me / h->block;
+    if (mine > 0) {
+        rc = read_block(r, h, mine, &blk[mine]);
+        if (rc == 0 && strcmp(blk[mine].d[me % h->block].id, r->id) != 0) {
+            say(r, "round %" PRId64 ": its index and its members disagree", h->round);
+            rc = -MG_EFORMAT;
+        }
+        if (rc < 0) {
+            free(blk[mine].d);
+            free(b0);
+            free(blk);
+            return rc;
+        }
+    }
+    memset(w, 0, sizeof(*w));
+    w->round = (int)h->round;
+    w->restart_count = (int)h->restarts;
+    w->node_rank = me;
+    w->nnodes = h->nnodes;
+    w->world_size = h->world;
+    w->rank_base = blk[mine].base;
+    for (int i = mine * h->block; i < me; i++)
+        w->rank_base += blk[mine].d[i % h->block].nproc;
+    snprintf(w->master_addr, sizeof(w->master_addr), "%s", b0[0].addr);
+    w->master_port = b0[0].port;
     w->master_fd = -1;
     if (me == 0) {
         w->master_fd = r->listen_fd;
@@ -268,15 +587,28 @@ static void take_round(struct mg_rdzv *r, int64_t round, int64_t restarts, struc
         close(r->listen_fd);
     }
     r->listen_fd = -1;
-    free(r->members);
-    r->members = m;
-    r->nmembers = n;
-    r->round = round;
-    r->restarts = restarts;
+    /* keep the blocks of this node and of the members it watches */
+    for (int k = 0; k < nb; k++) {
+        int keep = 0;
+        for (int i = 0; i <= RDZV_WATCH_NEXT && i < h->nnodes; i++)
+            keep |= (me + i) % h->nnodes / h->block == k;
+        if (!keep) {
+            free(blk[k].d);
+            blk[k].d = NULL;
+        }
+    }
+    rdzv_roster_free(r);
+    r->mblk = blk;
+    r->nmembers = h->nnodes;
+    r->mblock = h->block;
+    r->mtag = h->tag;
+    r->round = h->round;
+    r->restarts = h->restarts;
     r->prev_rank = me;
     r->formed = 1;
     r->last_ok = mg_now_ms();
     r->next_tick = r->last_ok + r->conf.heartbeat_interval_ms;
+    return 1;
 }
 
 /* ---- joining -------------------------------------------------------------------- */
@@ -308,21 +640,17 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
 {
     char k[KEY_MAX];
     struct mg_rdzv_desc *m = NULL;
+    struct close_hdr h;
     struct rdzv_state st;
-    int64_t restarts, round = r->jround;
-    int rc, n;
+    int64_t round = r->jround;
+    int rc;
 
-    rc = read_close(r, round, &restarts, &m, &n);
+    rc = read_close(r, round, &h, &m);
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        int me = rdzv_find_member(m, n, r->id);
-        if (me < 0) {
-            free(m);
-            return STEP_AGAIN;
-        }
-        take_round(r, round, restarts, m, n, me, w);
-        return 1;
+        rc = take_round(r, &h, m, w);
+        return rc == 0 ? STEP_AGAIN : rc;
     }
     rc = rdzv_state_read(r, &st);
     if (rc < 0)
@@ -356,9 +684,15 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         rc = rdzv_list_alive(r, &alive, &na, &skip);
         if (rc < 0)
             return rc;
-        for (int i = 0; i < r->nmembers && dead < 0; i++)
-            if (!rdzv_in_list(alive, na, skip, r->members[i].id))
+        /* the previous round's members (held by block, read as needed; when
+         * they are gone already, the join timeout says it) */
+        for (int i = 0; i < r->nmembers && dead < 0; i++) {
+            const struct mg_rdzv_desc *mi;
+            if (rdzv_member(r, i, &mi) < 0)
+                break;
+            if (!rdzv_in_list(alive, na, skip, mi->id))
                 dead = i;
+        }
         mg_kv_free_list(alive, na);
         if (dead >= 0 && na < r->min) {
             rdzv_below_min(r, &st, dead, na); /* mark_failed says why */
@@ -401,7 +735,7 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         rc = try_close(r, round, &st);
         if (rc < 0)
             return rc;
-        rc = read_close(r, round, &restarts, &m, &n);
+        rc = read_close(r, round, &h, &m);
         if (rc < 0)
             return rc;
         if (rc == 1) {
@@ -425,9 +759,10 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
 {
     char k[KEY_MAX], v[1024];
     struct mg_rdzv_desc *m = NULL;
+    struct close_hdr h;
     struct rdzv_state st;
-    int64_t restarts, c;
-    int rc, n;
+    int64_t c;
+    int rc;
 
     if (mg_now_ms() >= r->jdeadline) {
         say(r, "no round could take this node within join_timeout (%gs)",
@@ -448,16 +783,14 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         rdzv_say_failed(r);
         return -MG_EPEER;
     }
-    rc = read_close(r, st.round, &restarts, &m, &n);
+    rc = read_close(r, st.round, &h, &m);
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        int me = rdzv_find_member(m, n, r->id);
-        if (me >= 0) {
-            take_round(r, st.round, restarts, m, n, me, w);
-            return 1;
-        }
-        free(m);
+        int n = h.nnodes;
+        rc = take_round(r, &h, m, w);
+        if (rc != 0)
+            return rc; /* 1: this node is in it */
         if (n < r->max) {
             /* The round runs without us and has room: ask for a new one. */
             struct rdzv_state to = st;
@@ -472,7 +805,14 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
                               "waiting for a place in the job");
         return rc < 0 ? rc : STEP_WAITED;
     }
-    /* Round st.round is open: join it. */
+    /* Round st.round is open: join it, unless this agent already did (a join
+     * begun again while the round is open): the count counts agents, so it
+     * keeps its place rather than take a second one, which would close the
+     * round one node short. */
+    if (r->jpos > 0 && r->jround == st.round && !r->formed) {
+        r->jstate = J_ROUND;
+        return STEP_AGAIN_SAME;
+    }
     struct mg_rdzv_desc d;
     rdzv_my_desc(r, &d);
     int len = mg_rdzv_desc_format(&d, v, sizeof(v));

@@ -12,8 +12,6 @@
 
 /* ---- liveness ------------------------------------------------------------------- */
 
-#define WATCH_NEXT 2 /* members each node watches besides itself */
-
 int mg_rdzv_timeout_ms(const struct mg_rdzv *r)
 {
     if (!r->formed)
@@ -71,9 +69,9 @@ static enum mg_rdzv_event run_error(struct mg_rdzv *r, int rc)
     return MG_RDZV_NONE;
 }
 
-/* Whether this node's key and those of the next WATCH_NEXT members in rank
+/* Whether this node's key and those of the next RDZV_WATCH_NEXT members in rank
  * order (wrapping) are still there: 1 when one is gone, 0 when not. Every
- * member is watched so by WATCH_NEXT others, and the one that sees it gone
+ * member is watched so by RDZV_WATCH_NEXT others, and the one that sees it gone
  * moves the round for all; a heartbeat costs a few requests whatever the
  * size of the job, where a listing of every live node costs the store and
  * each node O(nodes), O(nodes^2) a second in all. */
@@ -82,15 +80,15 @@ static int watch_ring(struct mg_rdzv *r)
     char k[KEY_MAX], *v;
     size_t len;
     int me = r->prev_rank; /* this node's rank in the formed round */
-    if (me < 0 || me >= r->nmembers || strcmp(r->members[me].id, r->id) != 0)
-        me = rdzv_find_member(r->members, r->nmembers, r->id);
-    int n = r->nmembers - 1 < WATCH_NEXT ? r->nmembers - 1 : WATCH_NEXT;
-    if (me < 0)
-        return 1;
+    int n = r->nmembers - 1 < RDZV_WATCH_NEXT ? r->nmembers - 1 : RDZV_WATCH_NEXT;
     for (int i = 0; i <= n; i++) {
-        key(r, k, "a/%s", r->members[(me + i) % r->nmembers].id);
+        const struct mg_rdzv_desc *m;
+        int rc = rdzv_member(r, (me + i) % r->nmembers, &m);
+        if (rc < 0)
+            return rc;
+        key(r, k, "a/%s", m->id);
         v = NULL;
-        int rc = r->kv->ops->get(r->kv, k, &v, &len, NULL);
+        rc = r->kv->ops->get(r->kv, k, &v, &len, NULL);
         free(v);
         if (rc == -MG_ENOKEY)
             return 1;
@@ -134,17 +132,20 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     if (rc < 0)
         return run_error(r, rc);
     r->last_ok = mg_now_ms();
-    for (int i = 0; i < r->nmembers && dead < 0; i++)
-        if (!rdzv_in_list(alive, na, skip, r->members[i].id))
-            dead = i;
+    /* which of the watched ones (this node first) is gone */
+    const struct mg_rdzv_desc *m = NULL;
+    for (int i = 0; i <= RDZV_WATCH_NEXT && i < r->nmembers && dead < 0; i++) {
+        int j = (r->prev_rank + i) % r->nmembers;
+        if (rdzv_member(r, j, &m) == 0 && !rdzv_in_list(alive, na, skip, m->id))
+            dead = j;
+    }
     mg_kv_free_list(alive, na);
     if (dead < 0)
         return MG_RDZV_NONE;
 
     /* A member is gone. */
     r->reason = MG_RDZV_R_NODE_DIED;
-    const struct mg_rdzv_desc *m = &r->members[dead];
-    if (dead == rdzv_find_member(r->members, r->nmembers, r->id)) {
+    if (dead == r->prev_rank) {
         /* Our own key vanished: the backend dropped us. */
         return run_error(r, -EKEYEXPIRED);
     }
@@ -382,11 +383,18 @@ int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms)
         return kvfail(r, "reading the exit barrier", rc);
     }
     for (int i = 0; i < r->nmembers; i++) {
-        const char *id = r->members[i].id;
+        const struct mg_rdzv_desc *mi;
+        rc = rdzv_member(r, i, &mi); /* the first step reads the blocks not held */
+        if (rc < 0) {
+            mg_kv_free_list(alive, na);
+            mg_kv_free_list(done, nd);
+            return rc;
+        }
+        const char *id = mi->id;
         /* A dead node is not waited for. */
         if (!rdzv_in_list(done, nd, dskip, id) && rdzv_in_list(alive, na, askip, id)) {
             if (!waiting++)
-                snprintf(first, sizeof(first), "%s", r->members[i].host);
+                snprintf(first, sizeof(first), "%s", mi->host);
         }
     }
     mg_kv_free_list(alive, na);
