@@ -10,15 +10,23 @@
  *   rdzv_swarm --nodes N [--procs P] [--endpoint H:P | --hosted PORT]
  *              [--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN]
  *              [--server-pid PID] [--stats-file F] [--timeout-s S]
- *              [--join-twice 0|1]
+ *              [--join-twice 0|1] [--leave L] [--flood F]
  *
  * Phases (shared memory between the processes): every node connects; all
  * join at once; steady state for --steady-ms (heartbeats only); K nodes
  * die (their connections close, no goodbye, as a SIGKILLed agent's do); the
  * survivors re-form. A probe client does a GET every 10 ms throughout.
+ * Misbehaving nodes and clients, as docs/rendezvous.md and
+ * docs/store-protocol.md say they are handled: --join-twice 1: node 1 joins
+ * the open round, then begins its join again before the round closes (a
+ * retried join), and still counts once; --leave L: the last L nodes join the
+ * open round and leave it before it closes (a signal while they wait), and
+ * the round forms without them; --flood F: F more clients pipeline requests
+ * at the store without reading a reply from when the nodes join to the end,
+ * and the store serves the others meanwhile.
  * Prints key=value lines: times, the store's CPU, RSS and requests, the
  * probe's worst latency, and check=ok when every node got a distinct rank
- * in one round of N (then N-K) nodes with the same master, else
+ * in one round of N - L (then N - L - K) nodes with the same master, else
  * check=FAIL with the reason. Exit 0 only with check=ok. */
 #include "kv_open.h"
 #include "mg_err.h"
@@ -36,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,13 +62,13 @@ struct node_res {
     int64_t t_join, t_formed, t_reformed;
     int round, rank, nnodes, mport;
     int round2, rank2, nnodes2, mport2;
-    int victim, dead, err;
+    int victim, dead, err, leaver, left;
     char msg[200];
 };
 
 struct shared {
     _Atomic int phase;
-    _Atomic int connected, formed, reformed, failed, exited;
+    _Atomic int connected, formed, reformed, failed, exited, left;
     _Atomic uint64_t host_requests; /* --hosted: the hosted server's count */
     _Atomic int64_t host_rss_kb;
     int n;
@@ -69,7 +78,7 @@ struct shared {
 static struct shared *sh;
 static struct mg_rdzv_conf conf;
 static const char *endpoint, *run_id = "swarm";
-static int hosted_port, nnodes, nkill, join_twice;
+static int hosted_port, nnodes, nkill, join_twice, nleave, nflood;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 
@@ -167,7 +176,7 @@ static void *node_main(void *arg)
     struct mg_rdzv_opts o = {
         .kv = kv,
         .ns = ns,
-        .min_nodes = nnodes - nkill,
+        .min_nodes = nnodes - nkill - nleave,
         .max_nodes = nnodes,
         .node_rank = -1,
         .nproc = 1,
@@ -199,13 +208,44 @@ static void *node_main(void *arg)
         }
     }
 
+    if (res->leaver) {
+        /* Joins the open round (the first step does, then waits), then
+         * leaves before it closes, as an agent stopped by a signal does. */
+        rc = mg_rdzv_join_begin(nd->rdzv);
+        if (rc == 0)
+            rc = mg_rdzv_join_step(nd->rdzv, &w, MG_RDZV_SLICE_MS);
+        if (rc != 0) {
+            note_err(res, rc < 0 ? rc : -EPROTO, "leaver's join",
+                     rc < 0 ? mg_rdzv_message(nd->rdzv) : "the round formed before it left");
+            goto out;
+        }
+        mg_rdzv_leave(nd->rdzv);
+        res->left = 1;
+        atomic_fetch_add(&sh->left, 1);
+        goto out;
+    }
+    /* the others join once the leavers have joined and left */
+    while (atomic_load(&sh->left) < nleave && !atomic_load(&sh->failed)) {
+        if (nd->host) {
+            mg_kv_host_serve(nd->host, 1);
+            host_stats(nd);
+        } else {
+            usleep(1000);
+        }
+    }
     res->t_join = mg_now_ms();
     if (join_twice && nd->idx == 1) {
-        /* The same agent joining again (a retried step): the protocol keeps
-         * one join key per agent id, so it must still get one rank. */
-        rc = join(nd, &w);
+        /* The same agent beginning its join again while the round is open
+         * (a retried join): it joined already, and counts once. */
+        rc = mg_rdzv_join_begin(nd->rdzv);
         if (rc == 0)
-            rc = mg_rdzv_join_begin(nd->rdzv) < 0 ? -EIO : 0;
+            rc = mg_rdzv_join_step(nd->rdzv, &w, 0); /* joins, and returns at once */
+        if (rc == 1 && w.master_fd >= 0)
+            close(w.master_fd);
+        if (rc < 0) {
+            note_err(res, rc, "first join", mg_rdzv_message(nd->rdzv));
+            goto out;
+        }
     }
     rc = join(nd, &w);
     if (rc < 0) {
@@ -302,8 +342,8 @@ static int child_main(int first, int last)
         usleep(2000);
         int done = 1;
         for (int i = 0; i < n && done; i++)
-            done = nodes[i].rdzv == NULL &&
-                   (p == P_STOP || sh->res[first + i].err || sh->res[first + i].dead);
+            done = nodes[i].rdzv == NULL && (p == P_STOP || sh->res[first + i].err ||
+                                             sh->res[first + i].dead || sh->res[first + i].left);
         if (done)
             break;
     }
@@ -422,6 +462,51 @@ static void *probe_main(void *arg)
     return NULL;
 }
 
+/* A flooder (--flood): one more client that writes GET requests as fast as
+ * the socket takes them and never reads a reply. The store stops reading a
+ * connection whose replies queue up (docs/store-protocol.md, Bounds), and
+ * serves the others meanwhile. */
+static _Atomic int64_t flood_bytes;
+
+static void *flood_main(void *arg)
+{
+    const char *ep = arg;
+    struct mg_hostport hp;
+    struct mg_store *st = NULL;
+    /* 64 GETs of "flood" without a wait, 23 bytes each: the header (body
+     * length 11, opcode 3, id i), u32 timeout 0, the key (u16 5, "flood") */
+    unsigned char frames[64 * 23];
+    memset(frames, 0, sizeof(frames));
+    for (int i = 0; i < 64; i++) {
+        unsigned char *f = frames + i * 23;
+        f[0] = 11;
+        f[4] = 0x03;
+        f[8] = (unsigned char)i;
+        f[16] = 5;
+        memcpy(f + 18, "flood", 5);
+    }
+    if (mg_parse_hostport(ep, 0, &hp) < 0)
+        return NULL;
+    struct mg_store_opts o = {.host = hp.host, .port = hp.port, .timeout_ms = 5000};
+    if (mg_store_connect(&st, &o) < 0)
+        return NULL;
+    int fd = mg_store_fd(st);
+    size_t off = 0;
+    while (!atomic_load(&probe_stop)) {
+        ssize_t w = send(fd, frames + off, sizeof(frames) - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+            atomic_fetch_add(&flood_bytes, w);
+            off = (off + (size_t)w) % sizeof(frames);
+        } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            break; /* the store closed it */
+        } else {
+            usleep(1000); /* the socket is full: the store stopped reading it */
+        }
+    }
+    mg_store_release(st);
+    return NULL;
+}
+
 /* Waits until *ctr reaches want, at most until deadline; 0 or -ETIMEDOUT. */
 static int wait_count(_Atomic int *ctr, int want, int64_t deadline)
 {
@@ -437,7 +522,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: rdzv_swarm --nodes N [--procs P] (--endpoint H:P | --hosted PORT) "
                     "[--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN] [--server-pid PID] "
-                    "[--stats-file F] [--timeout-s S] [--join-twice 1]\n");
+                    "[--stats-file F] [--timeout-s S] [--join-twice 1] [--leave L] [--flood F]\n");
     exit(2);
 }
 
@@ -460,7 +545,7 @@ static int check_world(int second, int want, char *why, size_t cap)
     int round = -1, mport = -1, got = 0;
     for (int i = 0; i < sh->n; i++) {
         struct node_res *r = &sh->res[i];
-        if (second && r->victim)
+        if ((second && r->victim) || r->leaver)
             continue;
         int rd = second ? r->round2 : r->round, rk = second ? r->rank2 : r->rank;
         int nn = second ? r->nnodes2 : r->nnodes, mp = second ? r->mport2 : r->mport;
@@ -522,11 +607,15 @@ int main(int argc, char **argv)
             timeout_s = atoi(v);
         else if (!strcmp(a, "--join-twice"))
             join_twice = atoi(v);
+        else if (!strcmp(a, "--leave"))
+            nleave = atoi(v);
+        else if (!strcmp(a, "--flood"))
+            nflood = atoi(v);
         else
             usage();
     }
-    if (nnodes < 2 || nnodes > MG_RDZV_MAX_NODES || procs < 1 || nkill < 0 || nkill >= nnodes - 1 ||
-        (!endpoint == !hosted_port))
+    if (nnodes < 2 || nnodes > MG_RDZV_MAX_NODES || procs < 1 || nkill < 0 || nleave < 0 ||
+        nflood < 0 || nflood > 64 || nkill + nleave >= nnodes - 2 || (!endpoint == !hosted_port))
         usage();
     if (procs > nnodes)
         procs = nnodes;
@@ -569,9 +658,12 @@ int main(int argc, char **argv)
         return 1;
     }
     sh->n = nnodes;
-    /* Victims spread over the ranks, never the hosting node 0. */
+    /* Leavers last; victims spread over the others, never the hosting node 0
+     * (nor node 1 with --join-twice). */
+    for (int k = 0; k < nleave; k++)
+        sh->res[nnodes - 1 - k].leaver = 1;
     for (int k = 0; k < nkill; k++)
-        sh->res[1 + (int)((int64_t)k * (nnodes - 1) / nkill)].victim = 1;
+        sh->res[2 + (int)((int64_t)k * (nnodes - 2 - nleave) / nkill)].victim = 1;
 
     /* With --hosted, node 0 has a process of its own: its CPU and memory are
      * the hosted store's (and one agent's). */
@@ -598,9 +690,9 @@ int main(int argc, char **argv)
     int rc = 0, fail = 0;
     char why[512] = "";
     struct sample s0, s1, s2, s3;
-    pthread_t probe;
+    pthread_t probe, flooders[64];
     char pep[64];
-    int have_probe = 0;
+    int have_probe = 0, nflooders = 0, nform = nnodes - nleave;
 
     rc = wait_count(&sh->connected, nnodes, deadline);
     if (rc < 0) {
@@ -616,11 +708,14 @@ int main(int argc, char **argv)
     usleep(100000);
     take(&s0);
     printf("connected nodes=%d store_rss_kb=%ld\n", nnodes, s0.rss_kb);
+    for (int i = 0; i < nflood; i++)
+        if (pthread_create(&flooders[nflooders], NULL, flood_main, pep) == 0)
+            nflooders++;
     atomic_store(&sh->phase, P_JOIN);
-    rc = wait_count(&sh->formed, nnodes, deadline);
+    rc = wait_count(&sh->formed, nform, deadline);
     if (rc < 0) {
         snprintf(why, sizeof(why), "forming: %s (%d of %d formed)",
-                 rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->formed), nnodes);
+                 rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->formed), nform);
         fail = 1;
         goto stop;
     }
@@ -632,7 +727,7 @@ int main(int argc, char **argv)
         if (sh->res[i].t_formed > last_formed)
             last_formed = sh->res[i].t_formed;
     }
-    if (check_world(0, nnodes, why, sizeof(why)) < 0) {
+    if (check_world(0, nform, why, sizeof(why)) < 0) {
         fail = 1;
         goto stop;
     }
@@ -650,11 +745,11 @@ int main(int argc, char **argv)
     if (nkill > 0) {
         int64_t tk = mg_now_ms();
         atomic_store(&sh->phase, P_KILL);
-        rc = wait_count(&sh->reformed, nnodes - nkill, deadline);
+        rc = wait_count(&sh->reformed, nform - nkill, deadline);
         if (rc < 0) {
             snprintf(why, sizeof(why), "re-forming: %s (%d of %d re-formed)",
                      rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->reformed),
-                     nnodes - nkill);
+                     nform - nkill);
             fail = 1;
             goto stop;
         }
@@ -662,7 +757,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < nnodes; i++)
             if (!sh->res[i].victim && sh->res[i].t_reformed > last)
                 last = sh->res[i].t_reformed;
-        if (check_world(1, nnodes - nkill, why, sizeof(why)) < 0) {
+        if (check_world(1, nform - nkill, why, sizeof(why)) < 0) {
             fail = 1;
             goto stop;
         }
@@ -682,6 +777,11 @@ stop:
                (long long)atomic_load(&probe_count), (double)atomic_load(&probe_max_us) / 1000.0,
                (long long)atomic_load(&probe_errors));
     }
+    for (int i = 0; i < nflooders; i++)
+        pthread_join(flooders[i], NULL);
+    if (nflood)
+        printf("flooders=%d flood_sent_kb=%lld\n", nflooders,
+               (long long)atomic_load(&flood_bytes) / 1024);
     for (int i = 0; i < nk; i++) {
         int st;
         int64_t end = mg_now_ms() + 20000;
