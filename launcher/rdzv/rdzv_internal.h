@@ -73,6 +73,10 @@ struct mg_rdzv {
      * has not within a grace that grows with their distance from it, so that
      * thousands of nodes do not all read every join to close one round. */
     int64_t jpos, min_seen, jat; /* jat: when it joined */
+    /* The state as the join saw it, and whether the next pass may take it
+     * and jpos as the count instead of reading them again. */
+    struct rdzv_state jst;
+    int jfresh;
     /* exit barrier, close */
     int64_t bdeadline, cdeadline;
     /* after a step that waited: when the next one has something to do even

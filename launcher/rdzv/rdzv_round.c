@@ -642,9 +642,19 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     struct mg_rdzv_desc *m = NULL;
     struct close_hdr h;
     struct rdzv_state st;
-    int64_t round = r->jround;
+    int64_t round = r->jround, c;
     int rc;
 
+    if (r->jfresh) {
+        /* The pass right after joining: the state, the round still open and
+         * the count are what the join itself saw a moment ago, so the reads
+         * below would tell nothing new (three requests a node; the wait for
+         * the close record at the end of this pass catches a change). */
+        r->jfresh = 0;
+        st = r->jst;
+        c = r->jpos;
+        goto decide;
+    }
     rc = read_close(r, round, &h, &m);
     if (rc < 0)
         return rc;
@@ -659,7 +669,7 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         return STEP_AGAIN;
     if (mg_now_ms() >= r->jdeadline) {
         int got;
-        int64_t c = get_count(r, round, &got);
+        c = get_count(r, round, &got);
         say(r,
             "round %" PRId64 " did not form within join_timeout (%gs): %" PRId64
             " node(s) joined, --nnodes needs at least %d",
@@ -667,9 +677,10 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         return -ETIMEDOUT;
     }
 
-    int64_t c = get_count(r, round, &rc);
+    c = get_count(r, round, &rc);
     if (rc < 0)
         return rc;
+decide:
     r->jcount = c;
     if (c < r->min && round > 0 && r->nmembers > 0 &&
         (r->jpos == c || mg_now_ms() >= r->jat + CLOSE_GRACE_MS +
@@ -828,6 +839,8 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         return kvfail(r, "joining the round", rc);
     r->jround = st.round;
     r->jpos = c;
+    r->jst = st;
+    r->jfresh = 1;
     r->jat = mg_now_ms();
     r->min_seen = -1;
     r->last_call = -1;
@@ -841,6 +854,7 @@ int mg_rdzv_join_begin(struct mg_rdzv *r)
 
     r->formed = 0;
     r->jstate = J_TOP;
+    r->jfresh = 0;
     r->jcount = -1;
     r->jdeadline = mg_now_ms() + r->conf.join_timeout_ms;
     rc = rdzv_reserve_port(r);
