@@ -134,6 +134,10 @@ int setup(struct run *r);
 /* ---- train_resume.c ---- */
 
 int resume(struct run *r);
+/* After a resume (from a checkpoint, or from memory): the step --epochs now
+ * ends at, and on rank 0 what a reshard changed and "resumed from <what>"
+ * (after "continuing this job's checkpoints" when continued). */
+void resume_said(struct run *r, const char *what, int continued);
 int check_resume(struct run *r);
 
 /* ---- train_snapshot.c ---- */

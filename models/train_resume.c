@@ -180,6 +180,16 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
     rc = check_fit(r, what, explicit_path, other_run);
     if (rc < 0)
         return rc;
+    const struct mg_resume_info *ri = &r->trainer.resumed;
+    *continued = other_run || (claim == TRAIN_DIR_TAKE_OVER && !explicit_path && ri->has_config &&
+                               !ri->config_diff[0]);
+    resume_said(r, what, *continued);
+    return 0;
+}
+
+void resume_said(struct run *r, const char *what, int continued)
+{
+    struct train_options *o = r->o;
     struct mg_trainer *t = &r->trainer;
     /* --epochs counts from where the checkpoint left off, at this world size */
     long total = o->steps ? r->total_steps : mg_trainer_steps_for_epochs(t, o->epochs);
@@ -189,11 +199,8 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
         t->cfg.total_steps = total;
         t->cfg.sched.total = total;
     }
-    const struct mg_resume_info *ri = &t->resumed;
-    *continued = other_run || (claim == TRAIN_DIR_TAKE_OVER && !explicit_path && ri->has_config &&
-                               !ri->config_diff[0]);
     if (r->dist.rank == 0) {
-        if (*continued)
+        if (continued)
             say(&r->prog, TRAIN_PROG ": continuing this job's checkpoints in '%s', from run %s",
                 o->checkpoint_dir, r->took_from);
         if (t->resumed.resharded)
@@ -204,7 +211,6 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
             say(&r->prog, TRAIN_PROG ": %ld epoch%s now end at step %ld", o->epochs,
                 o->epochs == 1 ? "" : "s", total);
     }
-    return 0;
 }
 
 /* --resume auto with --upload, and no complete checkpoint here (a new

@@ -21,12 +21,18 @@
 #define NO_STEP      UINT64_MAX
 
 /* What each rank tells the others at a restart, in one allgather: the steps
- * its two slots hold for this run (NO_STEP: none), the newest of this run's
- * checkpoints it sees on disk, and, when a slot did not check out, why. */
+ * its two slots hold for this run as this very rank (NO_STEP: none), and the
+ * steps they hold for this run written by any rank of any world size, with
+ * who wrote them and their size (a peer's copy after a node loss); the
+ * newest of this run's checkpoints it sees on disk; and, when a slot did not
+ * check out, why. */
 struct offer {
     uint64_t step[MG_SNAP_SLOTS];
+    uint64_t any[MG_SNAP_SLOTS];
+    uint64_t bytes[MG_SNAP_SLOTS];
+    uint32_t world[MG_SNAP_SLOTS], rank[MG_SNAP_SLOTS];
     uint64_t disk;
-    int32_t ok;  /* the second round: the chosen snapshot checked out */
+    int32_t ok;  /* the later rounds: the chosen snapshot checked out */
     int32_t mem; /* the first: this rank has memory for snapshots */
     char why[216];
 };
@@ -284,30 +290,47 @@ int snapshot_take(struct run *r, double step_seconds)
     return 0;
 }
 
-/* This rank's offer: the steps of its slots that are this run's, at this
- * world size and rank, and whole. */
+/* This rank's offer: the steps of its slots that are this run's and whole,
+ * and of those the ones written at this world size by this rank. Another
+ * rank's or world's copy is a peer's to a replicated optimizer; to a sharded
+ * one (ZeRO-1) it is of no use, and said. */
 static void make_offer(struct run *r, struct offer *me)
 {
+    int sharded = r->trainer.hooks.shard_state != NULL;
     memset(me, 0, sizeof(*me));
     for (int i = 0; i < MG_SNAP_SLOTS; i++) {
         struct mg_snap_slot sl;
-        me->step[i] = NO_STEP;
+        me->step[i] = me->any[i] = NO_STEP;
         mg_snap_inspect(&r->snap, i, &sl);
         const char *bad = NULL;
         char b[160];
+        int own =
+            sl.valid && sl.world == (uint32_t)r->dist.world && sl.rank == (uint32_t)r->dist.rank;
         if (!sl.valid && strcmp(sl.why, "empty") != 0)
             bad = sl.why;
         else if (sl.valid && sl.run != r->trainer.cfg.run_id_hash)
             bad = "written by another run";
-        else if (sl.valid &&
-                 (sl.world != (uint32_t)r->dist.world || sl.rank != (uint32_t)r->dist.rank)) {
-            snprintf(b, sizeof(b), "written by rank %u of %u", sl.rank, sl.world);
-            bad = b;
-        } else if (sl.valid)
-            me->step[i] = sl.step;
+        else if (sl.valid) {
+            me->any[i] = sl.step;
+            me->bytes[i] = sl.payload_bytes;
+            me->world[i] = sl.world;
+            me->rank[i] = sl.rank;
+            if (own)
+                me->step[i] = sl.step;
+            else if (sharded) {
+                snprintf(b, sizeof(b),
+                         "written by rank %u of %u, and a ZeRO-1 shard is its rank's only", sl.rank,
+                         sl.world);
+                bad = b;
+            }
+        }
         if (bad && !me->why[0])
             snprintf(me->why, sizeof(me->why), "slot %d: %s", i, bad);
     }
+    if (r->snap.dropped && !me->why[0])
+        snprintf(me->why, sizeof(me->why),
+                 "its memory held snapshots of another size (%s), dropped",
+                 sharded ? "a ZeRO-1 shard at another world size" : "another model's");
 }
 
 static int has_step(const struct offer *o, uint64_t step)
@@ -378,6 +401,110 @@ static void keep_only(struct run *r, uint64_t step)
     }
 }
 
+/* Where a run without a snapshot goes on from, for messages. */
+static const char *fallback(const struct run *r)
+{
+    return r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)";
+}
+
+/* A replicated optimizer after a node loss (or a copy interrupted on one
+ * rank): every rank resumes from rank src's copy of step (its slot k),
+ * broadcast to the others, checked by each, resharded when the world size
+ * changed. 0 with *resumed 1, or 0 with the fallback said once, or a failed
+ * exchange. all is the first round's offers (overwritten). */
+static int resume_from_peer(struct run *r, struct offer *all, int src, int k, uint64_t step,
+                            int *resumed)
+{
+    int world = r->dist.world, me_src = r->dist.rank == src, rc;
+    uint64_t len = all[src].bytes[k];
+    uint32_t was_world = all[src].world[k], was_rank = all[src].rank[k];
+    unsigned char *raw = NULL;
+    char err[MG_ERRMSG_LEN], what[96];
+    struct offer me;
+    struct mg_ckpt_file f;
+    int parsed = 0;
+    snprintf(what, sizeof(what), "rank %u's snapshot of step %" PRIu64 " at world size %u",
+             was_rank, step, was_world);
+    /* first the source's copy out (checked against its hash) and everyone's room
+     * for it: nothing is sent that does not check out where it lies */
+    memset(&me, 0, sizeof(me));
+    me.ok = 1;
+    if (len > r->snap.payload_cap) {
+        me.ok = 0;
+        snprintf(me.why, sizeof(me.why),
+                 "%s is %" PRIu64 " bytes, more than a snapshot of this run holds (%" PRIu64 ")",
+                 what, len, r->snap.payload_cap);
+    } else if (me_src) {
+        struct mg_snap_slot sl;
+        mg_snap_inspect(&r->snap, k, &sl);
+        rc = sl.valid && sl.step == step
+                 ? mg_snap_copy_out(&r->snap, k, &raw, &len, err)
+                 : mg_seterr(err, MG_ERRMSG_LEN, -ENOENT, "%s is gone", what);
+        if (rc < 0) {
+            me.ok = 0;
+            snprintf(me.why, sizeof(me.why), "%.200s", err);
+        }
+    } else if (!(raw = malloc(len ? len : 1))) {
+        me.ok = 0;
+        snprintf(me.why, sizeof(me.why), "out of memory for %s", what);
+    }
+    rc = exchange(r, &me, all);
+    if (rc < 0)
+        goto out;
+    for (int q = 0; q < world; q++)
+        if (!all[q].ok)
+            goto refused;
+    if (world > 1 && (rc = mg_ddp_broadcast_bytes(r->dist.ddp, raw, len, src)) < 0) {
+        fail("cannot send %s to every rank: %s", what, mg_ddp_errmsg(r->dist.ddp));
+        goto out;
+    }
+    /* every rank checks before any changes: one that refuses sends all to disk */
+    memset(&me, 0, sizeof(me));
+    rc = mg_ckpt_parse_payload(raw, len, what, &f, err);
+    raw = NULL; /* the parse took it over, in every case */
+    parsed = rc == 0;
+    if (rc == 0)
+        rc = mg_trainer_snapshot_load_peer(&r->trainer, &f, what, 0, err);
+    me.ok = rc == 0;
+    if (rc < 0)
+        snprintf(me.why, sizeof(me.why), "%.200s", err);
+    rc = exchange(r, &me, all);
+    if (rc < 0)
+        goto out;
+    for (int q = 0; q < world; q++)
+        if (!all[q].ok)
+            goto refused;
+    rc = mg_trainer_snapshot_load_peer(&r->trainer, &f, what, 1, err);
+    if (rc < 0) {
+        fail("cannot resume from memory: %s", err);
+        goto out;
+    }
+    *resumed = 1;
+    char from[160];
+    snprintf(from, sizeof(from), "memory: rank %u's snapshot at world size %u", was_rank,
+             was_world);
+    resume_said(r, from, 0);
+    rc = 0;
+    goto out;
+refused:
+    for (int q = 0; q < world; q++) {
+        if (all[q].ok)
+            continue;
+        if (r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: not resuming from memory: rank %d: %s; resuming from "
+                               "%s\n",
+                    q, all[q].why, fallback(r));
+        break;
+    }
+    rc = 1; /* the caller drops the slots and leaves the resume to the disk */
+out:
+    if (parsed)
+        mg_ckpt_file_release(&f);
+    free(raw);
+    return rc;
+}
+
 int snapshot_resume(struct run *r, int *resumed)
 {
     int world = r->dist.world, rc;
@@ -395,7 +522,7 @@ int snapshot_resume(struct run *r, int *resumed)
         return -ENOMEM;
     }
     memset(&me, 0, sizeof(me));
-    me.step[0] = me.step[1] = NO_STEP;
+    me.step[0] = me.step[1] = me.any[0] = me.any[1] = NO_STEP;
     if (r->snap_on)
         make_offer(r, &me);
     else
@@ -422,9 +549,12 @@ int snapshot_resume(struct run *r, int *resumed)
         rc = 0;
         goto out;
     }
-    /* the newest step every rank holds; a newer checkpoint on any disk wins */
-    uint64_t best = NO_STEP, disk = NO_STEP;
-    int said = -1, any = 0;
+    /* the newest step every rank holds as its own; with a replicated optimizer
+     * (every rank's state the same), the newest any rank holds, sent to the
+     * others: after a node loss the survivors' copies resume the new world */
+    uint64_t best = NO_STEP, peer = NO_STEP, disk = NO_STEP;
+    int said = -1, any = 0, src = -1, src_slot = -1;
+    int sharded = r->trainer.hooks.shard_state != NULL;
     for (int k = 0; k < MG_SNAP_SLOTS; k++) {
         uint64_t s = all[0].step[k];
         int everyone = s != NO_STEP;
@@ -433,36 +563,51 @@ int snapshot_resume(struct run *r, int *resumed)
         if (everyone && (best == NO_STEP || s > best))
             best = s;
     }
+    for (int q = 0; q < world && !sharded; q++)
+        for (int k = 0; k < MG_SNAP_SLOTS; k++)
+            if (all[q].any[k] != NO_STEP && (peer == NO_STEP || all[q].any[k] > peer)) {
+                peer = all[q].any[k];
+                src = q;
+                src_slot = k;
+            }
+    int use_peer = peer != NO_STEP && (best == NO_STEP || peer > best);
+    uint64_t chosen = use_peer ? peer : best;
     for (int q = 0; q < world; q++) {
         if (all[q].disk != NO_STEP && (disk == NO_STEP || all[q].disk > disk))
             disk = all[q].disk;
-        any |= all[q].step[0] != NO_STEP || all[q].step[1] != NO_STEP;
+        any |= all[q].any[0] != NO_STEP || all[q].any[1] != NO_STEP;
         if (said < 0 && all[q].why[0])
             said = q;
     }
-    if (best != NO_STEP && disk != NO_STEP && disk > best) {
+    if (chosen != NO_STEP && disk != NO_STEP && disk > chosen) {
         if (r->dist.rank == 0)
             say(&r->prog,
                 TRAIN_PROG ": the checkpoint of step %" PRIu64 " is newer than the snapshot in "
                            "memory (step %" PRIu64 "): resuming from --checkpoint-dir",
-                disk, best);
+                disk, chosen);
         best = NO_STEP;
         goto drop;
     }
-    if (best == NO_STEP) {
+    if (chosen == NO_STEP) {
         if (r->dist.rank == 0 && (any || said >= 0)) {
             if (said >= 0)
                 fprintf(stderr,
                         TRAIN_PROG ": warning: no snapshot in memory that every rank holds (rank "
                                    "%d: %s): resuming from %s\n",
-                        said, all[said].why,
-                        r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)");
+                        said, all[said].why, fallback(r));
             else
                 fprintf(stderr,
                         TRAIN_PROG ": warning: no snapshot in memory that every rank holds: "
                                    "resuming from %s\n",
-                        r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)");
+                        fallback(r));
         }
+        goto drop;
+    }
+    if (use_peer) {
+        rc = resume_from_peer(r, all, src, src_slot, peer, resumed);
+        if (rc < 0)
+            goto out;
+        best = rc == 0 ? peer : NO_STEP;
         goto drop;
     }
     /* every rank checks before any changes: a bad copy on one rank sends all to disk */
@@ -481,8 +626,7 @@ int snapshot_resume(struct run *r, int *resumed)
             fprintf(stderr,
                     TRAIN_PROG ": warning: not resuming from memory: rank %d: %s; resuming from "
                                "%s\n",
-                    q, all[q].why,
-                    r->o->checkpoint_dir ? "--checkpoint-dir" : "step 0 (no --checkpoint-dir)");
+                    q, all[q].why, fallback(r));
         best = NO_STEP;
         goto drop;
     }

@@ -723,6 +723,42 @@ int mg_ddp_allgather(struct mg_ddp *d, const void *send, void *recv, size_t len)
     return rc ? comm_failed(d, rc) : 0;
 }
 
+int mg_ddp_broadcast_bytes(struct mg_ddp *d, void *buf, size_t len, int root)
+{
+    struct mg_comm *c = d->comm;
+    struct mg_backend *be = d->m->be;
+    int rc;
+    d->why[0] = '\0';
+    if (!d->dev_comm) {
+        rc = mg_comm_broadcast(c, buf, len, root, d->timeout_ms);
+        return rc ? comm_failed(d, rc) : 0;
+    }
+    /* a communicator of device memory only (NCCL): through `stage`, as gather's */
+    if (len > d->stage_bytes) {
+        if (d->stage)
+            be->ops->free(be, d->stage);
+        d->stage = be->ops->alloc(be, len);
+        d->stage_bytes = d->stage ? len : 0;
+        if (!d->stage) {
+            snprintf(d->why, sizeof(d->why), "out of device memory for a %zu-byte broadcast", len);
+            return comm_failed(d, -ENOMEM);
+        }
+    }
+    if (c->rank == root)
+        be->ops->upload(be, d->stage, buf, len);
+    rc = mg_comm_broadcast(c, d->stage, len, root, d->timeout_ms);
+    if (rc)
+        return comm_failed(d, rc);
+    be->ops->download(be, buf, d->stage, len);
+    rc = be->ops->sync(be);
+    if (rc) {
+        snprintf(d->why, sizeof(d->why), "copying a broadcast from the device: %s",
+                 mg_backend_errmsg(be));
+        return comm_failed(d, rc);
+    }
+    return 0;
+}
+
 const char *mg_ddp_errmsg(const struct mg_ddp *d)
 {
     return d ? d->errmsg : "";

@@ -114,6 +114,11 @@ int mg_ddp_barrier(struct mg_ddp *d);
  * communicator takes only that (NCCL), as DDP's own are. */
 int mg_ddp_allgather(struct mg_ddp *d, const void *send, void *recv, size_t len);
 
+/* root's len bytes of host memory to every rank's buf (the program's own
+ * transfers: a snapshot a restarted rank lacks), staged through device
+ * memory for a communicator that takes only that. */
+int mg_ddp_broadcast_bytes(struct mg_ddp *d, void *buf, size_t len, int root);
+
 const char *mg_ddp_errmsg(const struct mg_ddp *d);
 
 #endif

@@ -309,6 +309,14 @@ int mg_trainer_snapshot_pack(struct mg_trainer *t, unsigned char *buf, uint64_t 
  * apply 1 restores it. */
 int mg_trainer_snapshot_load(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *what,
                              int apply, char *err);
+/* The same for another rank's snapshot, of this run, maybe of another world
+ * size (a node was lost): with a replicated optimizer every rank holds the
+ * whole state, so any rank's copy resumes any rank, resharded as a file is
+ * (t->resumed.resharded), this rank's dropout stream taken from the copy's
+ * offset. -MG_ECONFIG when the optimizer is sharded (ZeRO-1: a shard is its
+ * own rank's only). */
+int mg_trainer_snapshot_load_peer(struct mg_trainer *t, const struct mg_ckpt_file *f,
+                                  const char *what, int apply, char *err);
 
 #define MG_RESUME_MAX_SKIPPED 8
 struct mg_resume_report {

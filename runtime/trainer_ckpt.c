@@ -423,14 +423,17 @@ static int restore_position(struct mg_trainer *t, const struct mg_ckpt_file *f,
 }
 
 /* This rank's dropout stream: its own from the checkpoint; after a reshard,
- * the stream of (seed, rank) from the furthest offset any old rank reached. */
+ * or from another rank's snapshot (peer), the stream of (seed, rank) from the
+ * furthest offset any old rank reached: every rank draws as many numbers a
+ * step, so that is where this rank's own stream stood too. */
 static int restore_rank_state(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
-                              char *err)
+                              int peer, char *err)
 {
     struct mg_model *m = t->model;
     struct mg_rank_state rs;
     int rc = 0;
-    if (!t->resumed.resharded) {
+    if (!t->resumed.resharded &&
+        (!peer || mg_ckpt_find(f, MG_CKPT_TAG_RANK, (uint32_t)t->cfg.rank))) {
         const struct mg_ckpt_section *s =
             need(f, MG_CKPT_TAG_RANK, (uint32_t)t->cfg.rank, 24, path, "RANK", err, &rc);
         if (!s)
@@ -554,21 +557,28 @@ static int check_partial(const struct mg_trainer *t, const struct mg_ckpt_file *
 }
 
 /* How load_file takes what it reads: a checkpoint file's whole state, or a
- * snapshot's (this rank's own optimizer state, nothing resharded), only
- * checked or applied too. */
+ * snapshot's (this rank's own optimizer state, nothing resharded), or
+ * another rank's snapshot (a peer's: the whole state of a replicated
+ * optimizer, resharded as a file when the world size changed), only checked
+ * or applied too. */
 enum load_mode {
     LOAD_FILE,
     LOAD_SNAP_CHECK,
-    LOAD_SNAP_APPLY
+    LOAD_SNAP_APPLY,
+    LOAD_PEER_CHECK,
+    LOAD_PEER_APPLY
 };
 
 /* A snapshot continues this very run at its world size: anything else is
  * the disk checkpoint's to resume (with its reshard and messages). */
 static int check_snapshot(const struct mg_trainer *t, const unsigned char *meta,
-                          const unsigned char *oh, const char *path, char *err)
+                          const unsigned char *oh, const char *path, int peer, char *err)
 {
     const struct mg_resume_info *ri = &t->resumed;
-    if (ri->world != t->cfg.world)
+    if (peer && t->hooks.shard_state)
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
+                         "%s: another rank's, and a ZeRO-1 shard is its own rank's only", path);
+    if (!peer && ri->world != t->cfg.world)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "%s: written by a run of world size %d, this one has %d", path, ri->world,
                          t->cfg.world);
@@ -638,6 +648,9 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     if (!s)
         return rc;
     const unsigned char *oh = s->data;
+    int peer = mode == LOAD_PEER_CHECK || mode == LOAD_PEER_APPLY;
+    int check_only = mode == LOAD_SNAP_CHECK || mode == LOAD_PEER_CHECK;
+    int own = mode == LOAD_SNAP_CHECK || mode == LOAD_SNAP_APPLY; /* this rank's own state */
     size_t nstate = mode == LOAD_FILE ? mg_trainer_state_count(t) : t->opt.state_count;
     if (mg_get_u64(oh + 16) != nstate)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
@@ -666,7 +679,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     const char *id = cs ? config_find(cs->data, cs->len, "run_id", 6, &idlen) : NULL;
     if (id && idlen <= MG_CKPT_RUN_ID_MAX)
         mg_fmt(ri->run_id, sizeof(ri->run_id), "%.*s", (int)idlen, id);
-    if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, err)) < 0) {
+    if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, peer, err)) < 0) {
         t->resumed.loaded = 0;
         return rc;
     }
@@ -674,14 +687,14 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     struct mg_trainer before = *t;
     rc = restore_position(t, f, meta, path, err);
     if (rc == 0)
-        rc = restore_rank_state(t, f, path, err);
-    if (rc < 0 || mode == LOAD_SNAP_CHECK) {
+        rc = restore_rank_state(t, f, path, peer, err);
+    if (rc < 0 || check_only) {
         *t = before;
         t->resumed.loaded = 0;
         return rc;
     }
     mg_model_set_params(m, params->data);
-    if (mode != LOAD_FILE) /* this rank's own state (its shard with ZeRO) as it was */
+    if (own) /* this rank's own state (its shard with ZeRO) as it was */
         m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
     else if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
         t->hooks.shard_state(t->hooks.ctx, ostate->data, t->opt.state,
@@ -690,9 +703,8 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
         m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
     /* with ZeRO, ranks compare the whole state they read: a snapshot's shards
      * differ by design (each was checked against its own hash) */
-    ri->state_hash = mode != LOAD_FILE && t->hooks.shard_state
-                         ? 0
-                         : mg_hash64(ostate->data, nstate * sizeof(float));
+    ri->state_hash =
+        own && t->hooks.shard_state ? 0 : mg_hash64(ostate->data, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);
@@ -765,4 +777,10 @@ int mg_trainer_snapshot_load(struct mg_trainer *t, const struct mg_ckpt_file *f,
                              int apply, char *err)
 {
     return load_file(t, f, what, apply ? LOAD_SNAP_APPLY : LOAD_SNAP_CHECK, err);
+}
+
+int mg_trainer_snapshot_load_peer(struct mg_trainer *t, const struct mg_ckpt_file *f,
+                                  const char *what, int apply, char *err)
+{
+    return load_file(t, f, what, apply ? LOAD_PEER_APPLY : LOAD_PEER_CHECK, err);
 }

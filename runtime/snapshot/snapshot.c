@@ -122,6 +122,7 @@ int mg_snap_open(struct mg_snap *s, int fd, uint64_t payload_cap, uint64_t limit
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     if (fresh || memcmp(s->base, want, 64) != 0) {
         /* another layout's slots say nothing about this one's: start afresh */
+        s->dropped = memcmp(s->base, mg_snap_magic, sizeof(mg_snap_magic)) == 0;
         for (int i = 0; i < MG_SNAP_SLOTS; i++)
             memset(slot_at(s, i), 0, MG_SNAP_SLOT_HDR);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -40,6 +40,9 @@ struct mg_snap {
     int writing;         /* the slot between begin and commit, or -1 */
     int newest;          /* the slot with the newest whole copy, or -1 */
     int reset;           /* mg_snap_open found no region of this layout (and made one) */
+    int dropped;         /* and the one it found was a region, of another layout: its
+                            slots (another model's, or a ZeRO-1 shard of another world
+                            size) are gone */
 };
 
 /* What one slot's header says, and whether it checks out. */

@@ -74,6 +74,7 @@ int main(void)
     rc = mg_snap_open(&s, fd, CAP, 0, err);
     is_int(rc, 0, "open a fresh region");
     ok(s.reset, "a fresh region is a reset one");
+    ok(!s.dropped, "with nothing dropped: the memfd held none");
     fstat(fd, &st);
     is_int((int)st.st_size, (int)mg_snap_region_bytes(CAP), "the region grew the memfd");
     mg_snap_inspect(&s, 0, &a);
@@ -146,6 +147,7 @@ int main(void)
     /* ---- another layout starts afresh ---- */
     rc = mg_snap_open(&s, fd, CAP * 3, 0, err);
     ok(rc == 0 && s.reset, "a region for a larger payload is started afresh");
+    ok(s.dropped, "and says that it dropped the old one's slots (a restart tells why)");
     mg_snap_inspect(&s, 0, &a);
     ok(!a.valid, "with nothing of the old one");
     mg_snap_close(&s);
