@@ -117,10 +117,10 @@ struct mg_agent_config {
     const struct mg_rdzv_ops *rdzv;
     void *rdzv_impl;
     const struct mg_numa_place *numa; /* --numa-binding: one per local rank, or NULL */
-    /* A .py program (or -m): the interpreter it runs under, and whether
-     * PYTHON_EXEC chose it; NULL for any other program. */
+    /* A .py program (or -m): the interpreter it runs under, and what chose
+     * it ("from PYTHON_EXEC", ...); NULL for any other program. */
     const char *python;
-    int python_exec_set;
+    const char *python_source;
 };
 
 /* ---- results ---------------------------------------------------------------------------- */

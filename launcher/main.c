@@ -18,6 +18,7 @@
 #include "output.h"
 #include "gpus.h"
 #include "workerenv.h"
+#include "pychoose.h"
 #include "rdzv.h"
 #include "pty.h"
 #include "summary.h"
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -151,6 +153,8 @@ struct launch {
     int stdin_fd;
     int on_tty;                 /* mglaunch runs in the foreground of a terminal (its stdin) */
     struct mg_numa_place *numa; /* --numa-binding, one per local rank */
+    const char *py_source;      /* what chose the Python of a .py program (NULL: PATH) */
+    struct mg_py_choice py;
 };
 
 /* The program and the full worker argv. Returns 0 or mglaunch's exit code. */
@@ -168,7 +172,22 @@ static int resolve_program(struct launch *l)
         .path_env = getenv("PATH"),
         .self_dir = sdir[0] ? sdir : NULL,
     };
-    if (mg_prog_resolve(&preq, &l->prog) == -ENOENT) {
+    int rc = mg_prog_resolve(&preq, &l->prog);
+    if (l->prog.nlead && preq.python && *preq.python) {
+        l->py_source = "from PYTHON_EXEC"; /* always wins */
+    } else if (l->prog.nlead && !o->module) {
+        /* torchrun's workers run under torchrun's own Python, which has
+         * torch; mglaunch's under python3 from PATH, unless it lacks the
+         * torch the script imports and the system's has it (pychoose.h). */
+        mg_py_choose(o->prog_argv[0], preq.path_env, MG_PY_SYSTEM, &l->py);
+        if (l->py.python[0]) {
+            preq.python = l->py.python;
+            rc = mg_prog_resolve(&preq, &l->prog);
+            l->py_source = "the system's, chosen for the torch the script imports";
+            fprintf(stderr, "mglaunch: %s\n", l->py.why);
+        }
+    }
+    if (rc == -ENOENT) {
         if (l->prog.nlead)
             fprintf(stderr, "mglaunch: python interpreter '%s' not found (set PYTHON_EXEC)\n",
                     l->prog.path);
@@ -177,6 +196,12 @@ static int resolve_program(struct launch *l)
         else
             fprintf(stderr, "mglaunch: program '%s' not found in PATH or in %s\n", o->prog_argv[0],
                     sdir[0] ? sdir : "mglaunch's directory");
+        return 2;
+    }
+    /* python3 would fail on it in every worker (exit 2): say so once, first */
+    struct stat st;
+    if (l->prog.nlead && !o->module && stat(o->prog_argv[0], &st) < 0 && errno == ENOENT) {
+        fprintf(stderr, "mglaunch: script '%s' does not exist\n", o->prog_argv[0]);
         return 2;
     }
     l->wargc = l->prog.nlead + o->prog_argc;
@@ -276,7 +301,7 @@ static struct mg_agent_config build_config(const struct launch *l)
         .rdzv_impl = l->rimpl,
         .numa = l->numa,
         .python = l->prog.nlead ? l->prog.path : NULL,
-        .python_exec_set = getenv("PYTHON_EXEC") && *getenv("PYTHON_EXEC"),
+        .python_source = l->py_source,
     };
 }
 

@@ -826,7 +826,7 @@ static void import_hint(struct mg_agent *ag, const struct worker *first)
            "rank %d could not import '%s' under %s (%s), and no rank reported anything else. If "
            "another Python has it, name that one: PYTHON_EXEC=/path/to/python mglaunch ...",
            first->rank, mod, ag->cfg.python,
-           ag->cfg.python_exec_set ? "from PYTHON_EXEC" : "python3, the first one on PATH");
+           ag->cfg.python_source ? ag->cfg.python_source : "python3, the first one on PATH");
 }
 
 void mg_workers_end(struct mg_agent *ag, struct mg_attempt_tally *t)

@@ -45,14 +45,16 @@ printf 'raise SystemExit(3)\n' >"$T/three.py"
 "$MGLAUNCH" --nproc_per_node 2 "$T/three.py" >"$T/out" 2>"$T/err"
 unlike "$(cat "$T/err")" "^hint:" "a failure that is not an import: no hint"
 
-# The case the hint is for: the python3 on PATH lacks torch, Debian's has it.
+# The python3 on PATH lacks torch, Debian's has it: mglaunch chooses Debian's
+# for a torch script (launch_python_choice.t); with PYTHON_EXEC naming the
+# torch-less one, the hint.
 if ! python3 -c 'import torch' 2>/dev/null && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     printf 'import torch\nprint("torch", torch.__version__)\n' >"$T/t.py"
-    "$MGLAUNCH" --nproc_per_node 2 "$T/t.py" >"$T/out" 2>"$T/err"
-    like "$(cat "$T/err")" "^hint: rank [01] could not import 'torch' under $py" \
-        "torch missing from PATH's python3: the hint"
-    out=$(PYTHON_EXEC=/usr/bin/python3 "$MGLAUNCH" --nproc_per_node 2 "$T/t.py" 2>/dev/null | sort -u)
-    like "$out" "^torch " "  and following it works"
+    PYTHON_EXEC=$py "$MGLAUNCH" --nproc_per_node 2 "$T/t.py" >"$T/out" 2>"$T/err"
+    like "$(cat "$T/err")" "^hint: rank [01] could not import 'torch' under $py \\(from PYTHON_EXEC\\)" \
+        "torch missing from PYTHON_EXEC's python3: the hint"
+    out=$("$MGLAUNCH" --nproc_per_node 2 "$T/t.py" 2>/dev/null | sort -u)
+    like "$out" "^torch " "  and without PYTHON_EXEC, mglaunch takes the python3 that has torch"
 else
     diag "PATH's python3 has torch, or /usr/bin/python3 lacks it: the torch case is not run"
 fi
