@@ -44,7 +44,7 @@ static void finish_now(struct mg_agent *ag, int code)
 {
     struct mg_agent_result *r = &ag->res;
     const struct mg_root_cause *rc = &r->root;
-    char sig[32], rsig[32];
+    char sig[32], rsig[32], xsig[32];
 
     if (ag->state == ST_DONE)
         return;
@@ -75,6 +75,21 @@ static void finish_now(struct mg_agent *ag, int code)
                 .host = rc->host,
                 .time_ms = rc->f.wall_ms,
                 .message = rc->message[0] ? rc->message : NULL,
+            },
+        .has_remote = r->remote.set,
+        .remote =
+            {
+                .rank = r->remote.rank,
+                .local_rank = r->remote.local_rank,
+                .pid = (int)r->remote.pid,
+                .exit_code = r->remote.exit_code,
+                .signal = r->remote.signo ? mg_signame(r->remote.signo, xsig, sizeof(xsig)) : NULL,
+                .host = r->remote.host,
+                .node = r->remote.node[0] ? r->remote.node : NULL,
+                .time_ms = r->remote.wall_ms,
+                .first_rank = r->remote.first_rank,
+                .nranks = r->remote.nranks,
+                .message = r->remote.message[0] ? r->remote.message : NULL,
             },
     };
     mg_event_run_end(&ag->rd, &e);

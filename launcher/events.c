@@ -230,6 +230,25 @@ void mg_event_run_end(struct mg_rundir *rd, const struct mg_ev_run_end *x)
         opt_str(&e, "message", rc->message);
         mg_jsonw_obj_end(&e.w);
     }
+    if (x->has_remote) {
+        const struct mg_ev_remote_cause *rc = &x->remote;
+        mg_jsonw_key(&e.w, "remote_cause");
+        mg_jsonw_obj_begin(&e.w);
+        mg_jsonw_kint(&e.w, "rank", rc->rank);
+        mg_jsonw_kint(&e.w, "local_rank", rc->local_rank);
+        mg_jsonw_kint(&e.w, "pid", rc->pid);
+        mg_jsonw_kint(&e.w, "exit_code", rc->exit_code);
+        opt_str(&e, "signal", rc->signal);
+        mg_jsonw_kstr(&e.w, "host", rc->host);
+        opt_str(&e, "node", rc->node);
+        mg_jsonw_kint(&e.w, "time_ms", rc->time_ms);
+        if (rc->nranks > 0) {
+            mg_jsonw_kint(&e.w, "first_rank", rc->first_rank);
+            mg_jsonw_kint(&e.w, "nranks", rc->nranks);
+        }
+        opt_str(&e, "message", rc->message);
+        mg_jsonw_obj_end(&e.w);
+    }
     ev_end(rd, &e);
 }
 
@@ -356,6 +375,22 @@ static void read_run_end(struct parse *p, struct mg_ev_run_end *x)
     x->restarts = inum(p, 0, "restarts", 0);
     x->signal = str(p, 0, "signal");
     x->error = str(p, 0, "error");
+    int rm = mg_json_get(p->d, 0, "remote_cause");
+    x->has_remote = rm >= 0;
+    if (x->has_remote) {
+        struct mg_ev_remote_cause *m = &x->remote;
+        m->rank = inum(p, rm, "rank", -1);
+        m->local_rank = inum(p, rm, "local_rank", -1);
+        m->pid = inum(p, rm, "pid", 0);
+        m->exit_code = inum(p, rm, "exit_code", 0);
+        m->signal = str(p, rm, "signal");
+        m->host = str(p, rm, "host");
+        m->node = str(p, rm, "node");
+        m->time_ms = num(p, rm, "time_ms", 0);
+        m->first_rank = inum(p, rm, "first_rank", 0);
+        m->nranks = inum(p, rm, "nranks", 0);
+        m->message = str(p, rm, "message");
+    }
     int rc = mg_json_get(p->d, 0, "root_cause");
     x->has_root = rc >= 0;
     if (!x->has_root)

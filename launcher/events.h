@@ -111,12 +111,24 @@ struct mg_ev_root_cause {
     const char *message;
 };
 
+/* The job's root cause when it was on another node (the rendezvous'
+ * record): a rank there, or the node itself, lost (rank -1). */
+struct mg_ev_remote_cause {
+    int rank, local_rank, pid, exit_code;
+    const char *signal, *host, *node;
+    int64_t time_ms;
+    int first_rank, nranks; /* a lost node's ranks (nranks 0: unknown) */
+    const char *message;
+};
+
 struct mg_ev_run_end {
     const char *result; /* "succeeded", "failed", "signaled", "error" */
     int exit_code, rounds, restarts;
     const char *signal, *error;
-    int has_root;
+    int has_root; /* root: this node's first failure */
     struct mg_ev_root_cause root;
+    int has_remote; /* the job's root cause was on another node */
+    struct mg_ev_remote_cause remote;
 };
 
 /* ---- writing: one line each, queued on the run directory's event log ---- */

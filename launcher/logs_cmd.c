@@ -144,6 +144,23 @@ static void apply_run_end(struct lrun *r, const struct mg_ev_run_end *x)
         set_root(&r->root, &x->root);
         r->has_root = 1;
     }
+    memset(&r->remote, 0, sizeof(r->remote));
+    if (x->has_remote) {
+        const struct mg_ev_remote_cause *m = &x->remote;
+        r->remote.set = 1;
+        r->remote.rank = m->rank;
+        r->remote.local_rank = m->local_rank;
+        r->remote.pid = m->pid;
+        r->remote.exit_code = m->exit_code;
+        r->remote.signo = m->signal ? mg_signum(m->signal) : 0;
+        r->remote.signo = r->remote.signo > 0 ? r->remote.signo : 0;
+        r->remote.wall_ms = m->time_ms;
+        r->remote.first_rank = m->first_rank;
+        r->remote.nranks = m->nranks;
+        put(r->remote.host, sizeof(r->remote.host), m->host);
+        put(r->remote.node, sizeof(r->remote.node), m->node);
+        put(r->remote.message, sizeof(r->remote.message), m->message);
+    }
 }
 
 static void apply_event(struct lrun *r, const struct mg_event *ev)
@@ -166,6 +183,7 @@ static void apply_event(struct lrun *r, const struct mg_event *ev)
         mg_logs_set_command(r, x->argv, x->argc);
         r->ended = 0;
         r->has_root = 0;
+        r->remote.set = 0;
         r->has_first_fail = 0;
         r->error[0] = r->signal[0] = '\0';
         break;
@@ -797,11 +815,14 @@ int mg_logs_print_root(FILE *out, const struct lrun *r)
                             : !r->ended && r->has_first_fail ? &r->first_fail
                                                              : NULL;
     struct mg_root_cause *rc;
+    if (r->remote.set) /* the job's root cause, on another node */
+        mg_remote_cause_print(out, &r->remote);
     if (!x || !(rc = malloc(sizeof(*rc))))
-        return 0;
+        return r->remote.set;
     root_cause_of(r, x, rc);
     mg_root_cause_print(out,
-                        r->ended && strcmp(r->result, "succeeded") == 0
+                        r->remote.set ? MG_FOLLOWED_HEADING
+                        : r->ended && strcmp(r->result, "succeeded") == 0
                             ? "First failure (the run recovered from it):"
                             : "Root cause (first failure):",
                         rc);

@@ -4,6 +4,8 @@
 #ifndef MG_LOGS_INTERNAL_H
 #define MG_LOGS_INTERNAL_H
 
+#include "agent.h"
+
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,7 +71,8 @@ struct lrun {
     int has_root;
     struct lroot root;
     int has_first_fail;
-    struct lroot first_fail; /* fallback root cause when the launcher died */
+    struct lroot first_fail;       /* fallback root cause when the launcher died */
+    struct mg_remote_cause remote; /* set: the job's root cause was on another node */
     struct lattempt *a;
     int na, acap;
     int alive;

@@ -74,8 +74,7 @@ static void indented(FILE *f, const char *text, const char *indent)
     }
 }
 
-/* The root cause on another node: a worker there, or the node itself. */
-static void remote_print(FILE *f, const struct mg_remote_cause *rc)
+void mg_remote_cause_print(FILE *f, const struct mg_remote_cause *rc)
 {
     char d[256], t[64];
     mg_format_time_ms(rc->wall_ms, t, sizeof(t));
@@ -149,10 +148,9 @@ void mg_summary_print(FILE *f, const struct mg_agent_result *r)
         fprintf(f, "  (%d more failures not listed)\n", r->failures_dropped);
 
     if (r->remote.set) {
-        remote_print(f, &r->remote);
+        mg_remote_cause_print(f, &r->remote);
         if (r->nfailures)
-            mg_root_cause_print(
-                f, "This node's first failure (it followed the root cause):", &r->root);
+            mg_root_cause_print(f, MG_FOLLOWED_HEADING, &r->root);
     } else {
         mg_root_cause_print(f, "Root cause (first failure):", &r->root);
     }

@@ -28,6 +28,12 @@ int mg_root_cause_errfile(struct mg_root_cause *rc);
  * or else the last lines of stderr, and where the logs are. */
 void mg_root_cause_print(FILE *f, const char *heading, const struct mg_root_cause *rc);
 
+/* The job's root cause on another node (a worker there, or the node
+ * itself, lost), under its heading; this node's first failure, if any,
+ * follows it with the heading MG_FOLLOWED_HEADING. */
+#define MG_FOLLOWED_HEADING "This node's first failure (it followed the root cause):"
+void mg_remote_cause_print(FILE *f, const struct mg_remote_cause *rc);
+
 /* "exited with code 3", "killed by SIGSEGV", "could not be executed (...)". */
 void mg_failure_describe(const struct mg_failure *fl, char *buf, size_t cap);
 

@@ -43,8 +43,8 @@ like "$(cat "$T/err")" "MG_NODE_PROGRESS_EVERY='soon' is not a number of seconds
 C="--nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint $EP --nnodes 2 --rdzv_id lost"
 W="$TRAIN --data synthetic --train-samples 6000 --test-samples 600 --model mlp --hidden 64
    --steps 100000 --log-every 100 --eval-every 100000"
-node 0 a $C --rdzv_conf "$MN_HB$HOST0" $W
-node 1 b $C --rdzv_conf "$MN_HB$OTHER" $W
+node 0 a $C --rdzv_conf "$MN_HB$HOST0" --log_dir "$T/la" $W
+node 1 b $C --rdzv_conf "$MN_HB$OTHER" --log_dir "$T/lb" $W
 ok wait_for 60 out_has a "step 100/"
 kill -KILL "$(agent_pid b)"
 nodes_wait a b
@@ -57,6 +57,8 @@ like "$e" "^  message   : node $HB \\(node rank 1: ranks 2-3; [^)]*\\) stopped s
     "and what happened to it"
 like "$e" "^  logs      : on $HB, in its own log directory" "and where its logs are"
 unlike "$e" "^Root cause \\(first failure\\):$" "not its own rank that waited"
+like "$("$MGLAUNCH" logs "$T/la" --run lost)" "^Root cause \\(first failure\\): node $HB was lost$" \
+    "mglaunch logs says the same later"
 if grep -q "exited with code" "$T/a.err"; then
     like "$e" "^This node's first failure \\(it followed the root cause\\):$" "its own failure comes after, as what followed"
 else
@@ -81,4 +83,7 @@ like "$e" "^  rank      : 1 \\(local rank 0\\)$" "the hung rank"
 like "$e" "^  exit      : was killed by SIGKILL \\(exit code 137\\)$" "its exit"
 like "$e" "^  message   : hung: no progress for [0-9.]+ s" "why"
 unlike "$e" "^Root cause \\(first failure\\):$" "not node 0's own rank"
+e=$("$MGLAUNCH" logs "$T/la" --run hang)
+like "$e" "^Root cause \\(first failure, on node $HB\\):$" "mglaunch logs says the same later"
+like "$e" "^This node's first failure \\(it followed the root cause\\):$" "with node 0's own after it"
 done_testing

@@ -93,6 +93,16 @@ static void write_all(struct mg_rundir *rd)
                  .host = "node07",
                  .time_ms = 1710411312830LL,
                  .message = ODD},
+        .has_remote = 1,
+        .remote = {.rank = -1,
+                   .local_rank = -1,
+                   .exit_code = 1,
+                   .host = "node08",
+                   .node = "node08-77-ab12cd34",
+                   .time_ms = 1710411312840LL,
+                   .first_rank = 8,
+                   .nranks = 4,
+                   .message = "node node08 stopped sending heartbeats"},
     };
     struct mg_ev_run_end re_min = {.result = "succeeded", .rounds = 1};
 
@@ -246,6 +256,16 @@ static void read_all(struct mg_event_reader *r)
         is_str(x->root.host, "node07", "  root_cause.host");
         is_int(x->root.time_ms, 1710411312830LL, "  root_cause.time_ms");
         is_str(x->root.message, ODD, "  root_cause.message");
+        is_int(x->has_remote, 1, "  remote_cause");
+        is_int(x->remote.rank, -1, "  remote_cause.rank (a lost node)");
+        is_str(x->remote.host, "node08", "  remote_cause.host");
+        is_str(x->remote.node, "node08-77-ab12cd34", "  remote_cause.node");
+        is_int(x->remote.time_ms, 1710411312840LL, "  remote_cause.time_ms");
+        is_int(x->remote.first_rank, 8, "  remote_cause.first_rank");
+        is_int(x->remote.nranks, 4, "  remote_cause.nranks");
+        ok(!x->remote.signal, "  remote_cause.signal absent");
+        is_str(x->remote.message, "node node08 stopped sending heartbeats",
+               "  remote_cause.message");
     }
     if (next(r, &ev, MG_EV_RUN_END, "run_end", " without its optional fields")) {
         const struct mg_ev_run_end *x = &ev.u.run_end;
@@ -253,6 +273,7 @@ static void read_all(struct mg_event_reader *r)
         is_int(x->rounds, 1, "  rounds");
         ok(!x->signal && !x->error, "  signal and error absent");
         is_int(x->has_root, 0, "  no root_cause");
+        is_int(x->has_remote, 0, "  no remote_cause");
     }
     ok(!mg_event_read(r, &ev), "nothing more");
 }
