@@ -3,8 +3,8 @@
  * variable of another process's environment (procstate.h), and the signal
  * to real child processes: one whose handler writes as faulthandler would
  * (its text is taken whole, and only the new part), one that does not
- * catch it (never sent: its default action would kill it), one that
- * blocks it, one stopped.
+ * catch it (never sent: its default action would kill it), one whose
+ * Python said why it would not register, one that blocks it, one stopped.
  * timeout: 30 */
 #include "procstate.h"
 #include "pytb.h"
@@ -158,6 +158,22 @@ static void test_signal(void)
     usleep(50000);
     is_int(waitpid(p, NULL, WNOHANG), 0, "and it lives");
     reap(p);
+
+    /* what the hook wrote at startup when faulthandler would not register
+     * (a Python other than CPython): the line says that instead */
+    char tmpl2[] = "/tmp/pytb-XXXXXX";
+    int said = mkstemp(tmpl2);
+    unlink(tmpl2);
+    static const char line[] =
+        "mglaunch: no Python tracebacks: pypy: AttributeError: no register\n";
+    ok(write(said, line, sizeof(line) - 1) == (ssize_t)(sizeof(line) - 1), "a hook's refusal");
+    p = child(0, said);
+    is_int(mg_pytb_start(&t, p, said, MG_PYTB_SIGNAL, now_ms()), -ENOTSUP,
+           "a Python whose faulthandler would not register: not signalled");
+    is_str(t.why, "no Python tracebacks: pypy: AttributeError: no register",
+           "the hook's own words say why");
+    reap(p);
+    close(said);
 
     p = child(2, fd);
     is_int(mg_pytb_start(&t, p, fd, MG_PYTB_SIGNAL, now_ms()), -EAGAIN, "one that blocks it: not");
