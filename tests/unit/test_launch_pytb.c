@@ -194,7 +194,7 @@ static void test_procenv(void)
     }
     /* until the exec has replaced the environment */
     int rc = -1;
-    for (int i = 0; i < 200 && rc; i++) {
+    for (int i = 0; i < 1000 && rc; i++) { /* up to 10 s on a loaded machine */
         rc = mg_procenv_get(p, "MG_X", val, sizeof(val));
         if (rc)
             usleep(10000);
