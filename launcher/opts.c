@@ -1,5 +1,6 @@
 /* mglaunch's option parsing and checks (see opts.h, docs/cli.md). */
 #include "opts.h"
+#include "suggest.h"
 #include "output.h"
 #include "proc.h"
 #include "mg_err.h"
@@ -252,6 +253,12 @@ static int find_long(struct parse *p, const char *name, const char *typed)
                                         defs[i].name);
         return fail(p, "ambiguous option '%s': could be %s", typed, list);
     }
+    const char *names[O_COUNT];
+    for (int i = 0; i < O_COUNT; i++)
+        names[i] = defs[i].name;
+    int near = mg_suggest(name, names, O_COUNT);
+    if (near >= 0)
+        return fail(p, "unknown option '%s': did you mean --%s?", typed, defs[near].name);
     return fail(p, "unknown option '%s' (see mglaunch --help)", typed);
 }
 

@@ -28,6 +28,12 @@ bad "invalid value 'abc' for --nproc-per-node" --nproc-per-node=abc "$FW"
 bad "invalid value '0' for --gpu_ids: 1 GPU id for 2 workers" --nproc_per_node 2 --gpu_ids 0 "$FW"
 bad "unknown option '--bogus'" --bogus "$FW"
 bad "unknown option '-x'" -x "$FW"
+# a near miss names the option it was probably meant to be
+bad "unknown option '--nprocs_per_node': did you mean --nproc_per_node\\?$" --nprocs_per_node 2 "$FW"
+bad "unknown option '--nproc-per-nodes': did you mean --nproc_per_node\\?$" --nproc-per-nodes=2 "$FW"
+bad "unknown option '--rdvz_id': did you mean --rdzv_id\\?$" --rdvz_id x "$FW"
+bad "unknown option '--logdir': did you mean --log_dir\\?$" --logdir x "$FW"
+bad "unknown option '--bogus' \\(see mglaunch --help\\)$" --bogus "$FW"
 bad "missing the program" --nproc_per_node 2
 bad "the program name is empty" --nproc_per_node 2 ""
 bad "invalid value '70000' for --nnodes: .*<= 65536" --nnodes 70000 "$FW"
