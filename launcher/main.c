@@ -19,6 +19,7 @@
 #include "gpus.h"
 #include "workerenv.h"
 #include "pychoose.h"
+#include "cpus.h"
 #include "rdzv.h"
 #include "pty.h"
 #include "summary.h"
@@ -115,6 +116,22 @@ static void host_info(struct mg_host_info *h, char *why, size_t cap, char *xwhy,
     h->no_gpu_why = h->ngpu > 0 ? NULL : why;
     h->nxpu = mg_xpu_count(NULL, xwhy, xcap);
     h->no_xpu_why = h->nxpu ? NULL : xwhy;
+}
+
+/* More workers than cores, when they train on the CPU (no GPU here): once,
+ * before they start. With GPUs the cores mostly wait on them. */
+static void warn_cpus(const struct mg_launch_opts *o, const struct mg_host_info *h)
+{
+    char why[200], how[PATH_MAX + 128], msg[PATH_MAX + 1024];
+    if (o->nproc <= 1)
+        return;
+    int ngpu = o->nproc_kind != MG_NPROC_NUM ? h->ngpu : mg_gpu_count_usable(why, sizeof(why));
+    if (ngpu > 0)
+        return;
+    mg_cpus_oversubscribed(o->nproc, mg_cpus_usable("/sys/fs/cgroup", how, sizeof(how)), how, msg,
+                           sizeof(msg));
+    if (msg[0])
+        fprintf(stderr, "mglaunch: %s\n", msg);
 }
 
 static void self_dir(char *buf, size_t cap)
@@ -361,6 +378,7 @@ static int run(int argc, char **argv)
     }
     if ((code = resolve_program(l)) || (code = plan_numa(l)))
         goto out;
+    warn_cpus(&l->o, &host);
     if (l->o.virtual_local_rank) {
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
         char dev[MG_GPU_ID_LEN];
