@@ -1,5 +1,6 @@
 /* The event log's writers and its parser (see events.h, docs/logs.md). */
 #include "events.h"
+#include "fs.h"
 #include "redact.h"
 #include "json.h"
 #include "mg_err.h"
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EV_TOKS 512 /* run_start, the widest event, needs about 160 */
 
@@ -495,8 +497,11 @@ int mg_event_reader_open(struct mg_event_reader *r, const char *path)
         mg_event_reader_close(r);
         return -ENOMEM;
     }
-    if (!(r->f = fopen(path, "re"))) {
-        int rc = -errno;
+    int fd = mg_open_regular(path); /* a FIFO there would hold the reader */
+    if (fd < 0 || !(r->f = fdopen(fd, "r"))) {
+        int rc = fd < 0 ? fd : -errno;
+        if (fd >= 0)
+            close(fd);
         mg_event_reader_close(r);
         return rc;
     }

@@ -3,6 +3,7 @@
  * the root cause (see logs_cmd.h, docs/logs.md). Printing the log files
  * themselves is logs_follow.c's. */
 #include "logs_cmd.h"
+#include "fs.h"
 #include "logs_internal.h"
 #include "errfile.h"
 #include "events.h"
@@ -742,7 +743,7 @@ void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *b
 static void stderr_tail(const char *path, char *out, size_t cap)
 {
     char buf[MG_STDERR_TAIL_BYTES];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mg_open_regular(path);
     out[0] = '\0';
     if (fd < 0)
         return;

@@ -2,6 +2,7 @@
  * files, printed, tailed, grepped, or followed as the run goes on (see
  * logs_internal.h, docs/cli.md "mglaunch logs"). */
 #include "logs_internal.h"
+#include "fs.h"
 #include "mg_err.h"
 
 #include <errno.h>
@@ -98,7 +99,7 @@ static off_t tail_offset(int fd, long n)
 static off_t print_file(FILE *out, const char *path, const char *prefix, long tail,
                         const regex_t *re)
 {
-    struct lreader lr = {.fd = open(path, O_RDONLY | O_CLOEXEC)};
+    struct lreader lr = {.fd = mg_open_regular(path)};
     const char *line;
     size_t len;
     long skip = 0;
@@ -237,7 +238,7 @@ static int print_kept_tails(FILE *out, const struct logs_opts *lo, const struct 
 static void follow_read(FILE *out, struct sel_file *f, const regex_t *re, int final)
 {
     char buf[16384];
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    int fd = mg_open_regular(f->path);
     if (fd < 0)
         return;
     if (!f->partial && !(f->partial = malloc(LINE_CAP))) {

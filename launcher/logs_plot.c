@@ -3,6 +3,7 @@
  * attempt directory (<run>/attempt_<n>/metrics.jsonl; docs/logs.md). The
  * attempt number comes from the directory's name, as the plot wants. */
 #include "logs_internal.h"
+#include "fs.h"
 #include "mg_err.h"
 #include "plot.h"
 
@@ -92,7 +93,7 @@ static int resumed_from(const char *base, const char *id, char *out, size_t cap)
     if (a < 0)
         return 0;
     mg_fmt(path, sizeof(path), "%s/%s/attempt_%d/" METRICS_FILE, base, id, a);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mg_open_regular(path);
     char *buf = fd >= 0 ? malloc(START_SCAN + 1) : NULL;
     ssize_t n = buf ? read(fd, buf, START_SCAN) : -1;
     if (fd >= 0)
@@ -182,7 +183,7 @@ int mg_logs_plot_earlier(struct mg_plot *p, const char *base, char (*ids)[256], 
             int number = mg_logs_plot_number(k, a);
             mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, lr.dir, a);
             rc = mg_plot_add_file(p, path, number, &off, 0, 1);
-            if (rc == -ENOENT) {
+            if (rc == -ENOENT || rc == -MG_EFORMAT) { /* none, or not a file: left out */
                 rc = 0;
                 continue;
             }
@@ -250,7 +251,8 @@ static int plot_run(FILE *out, const struct logs_opts *lo, const char *base, con
         if (rc == -MG_ETOOBIG) /* what fitted is drawn; say so below */
             break;
         if (rc < 0)
-            mg_seterr(err, cap, rc, "cannot read '%s': %s", path, mg_strerror(rc));
+            mg_seterr(err, cap, rc, "cannot read '%s': %s", path,
+                      rc == -MG_EFORMAT ? "not a regular file" : mg_strerror(rc));
         files++;
     }
     int earlier = 0;

@@ -3,6 +3,7 @@
  * circle, text) cover it, and hand-written output keeps mglaunch free of a
  * drawing library. Numbers that reach an attribute are always finite. */
 #include "plot.h"
+#include "fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -240,9 +241,9 @@ int mg_plot_add_jsonl(struct mg_plot *p, const char *text, size_t len, int attem
 int mg_plot_add_file(struct mg_plot *p, const char *path, int attempt, long long *offset,
                      size_t max, int final)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mg_open_regular(path);
     if (fd < 0)
-        return -errno;
+        return fd;
     char *buf = malloc(READ_CHUNK);
     int rc = buf ? 0 : -ENOMEM;
     size_t have = 0, total = 0;

@@ -4,6 +4,7 @@
  * run's metrics, fed only what its files gained since the last request. No
  * HTTP here: main.c hands requests in and responses out. */
 #include "dashboard.h"
+#include "fs.h"
 #include "json.h"
 #include "logdir.h"
 #include "logs_internal.h"
@@ -504,7 +505,7 @@ static void latest_record(const struct lrun *r, struct run_arg *a)
     a->latest_attempt = -1;
     for (int i = r->na - 1; i >= 0; i--) {
         mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, r->dir, r->a[i].attempt);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = mg_open_regular(path);
         if (fd < 0)
             continue;
         off_t end = lseek(fd, 0, SEEK_END);
@@ -667,17 +668,27 @@ static int plot_job(const char *base, struct crun *c)
     return rc == -MG_ETOOBIG ? 0 : rc;
 }
 
+/* Whether any attempt of the run has a metrics file yet (the first that
+ * does holds the start record that names the run it resumed). */
+static int has_metrics(const struct lrun *r)
+{
+    char path[PATH_MAX + 64];
+    for (int i = 0; i < r->na; i++) {
+        mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, r->dir, r->a[i].attempt);
+        if (access(path, R_OK) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Feeds the plot what each attempt's metrics file gained; starts over when a
  * file was replaced or shrank. */
 static int refresh_plot(const char *base, struct dash_cache *cc, struct crun *c)
 {
     const struct lrun *r = &c->r;
     char path[PATH_MAX + 64];
-    if (c->plot && c->job_pending && r->na > 0) {
-        mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, r->dir, r->a[0].attempt);
-        if (access(path, R_OK) == 0)
-            drop_plot(c); /* its start record says now which job it continues */
-    }
+    if (c->plot && c->job_pending && has_metrics(r))
+        drop_plot(c); /* its start record says now which job it continues */
     if (!c->plot) {
         int plots = 0, old = -1;
         for (int i = 0; i < cc->n; i++)
@@ -691,11 +702,7 @@ static int refresh_plot(const char *base, struct dash_cache *cc, struct crun *c)
         if (mg_plot_new(&c->plot) < 0)
             return -ENOMEM;
         c->dirty = 1;
-        c->job_pending = 1;
-        for (int i = 0; i < r->na && c->job_pending; i++) {
-            mg_fmt(path, sizeof(path), "%s/attempt_%d/" METRICS_FILE, r->dir, r->a[i].attempt);
-            c->job_pending = access(path, R_OK) != 0;
-        }
+        c->job_pending = !has_metrics(r);
         int rc = plot_job(base, c);
         if (rc < 0)
             return rc;

@@ -27,6 +27,11 @@ rm -f "$L/real2/attempt_7" "$L/real2/attempt_0/0/stdout.log"
 ln -s "$T/outside/attempt_0/0/stdout.log" "$L/real2/attempt_0/0/stdout.log" # a log that is a link
 cp -r "$L/real" "$T/fifo" && mv "$T/fifo" "$L/fifo" && rm -rf "$L/fifo/attempt_7"
 rm -f "$L/fifo/attempt_0/0/stdout.log" && mkfifo "$L/fifo/attempt_0/0/stdout.log" # a log that is a FIFO
+# a rerun whose earlier run's metrics file is a FIFO (the plot reads the earlier run first)
+cp -r "$L/real" "$T/fifoB" && mv "$T/fifoB" "$L/fifoB" && rm -rf "$L/fifoB/attempt_7"
+cp -r "$L/fifoB" "$T/fifoA" && mv "$T/fifoA" "$L/fifoA" && mkfifo "$L/fifoA/attempt_0/metrics.jsonl"
+printf '{"type":"start","step":20,"resumed_run":"fifoA"}\n{"type":"train","step":21,"loss":0.5}\n' \
+    >"$L/fifoB/attempt_0/metrics.jsonl"
 
 cat >"$T/c.py" <<'PY'
 import socket, sys, time
@@ -125,6 +130,19 @@ is "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/log?run
     "a log file that is a link: 404"
 is "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/log?run=fifo&attempt=0&rank=0&stream=stdout&token=tok123")" 404 \
     "a log file that is a FIFO: 404 at once (opening it does not wait for a writer)"
+is "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/plot.svg?run=fifoB&token=tok123")" 200 \
+    "a rerun whose earlier run's metrics file is a FIFO: its plot is drawn at once"
+is "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/runs?token=tok123")" 200 \
+    "  and the dashboard goes on serving"
+timeout 10 "$MGLAUNCH" logs "$L" --run fifoB --plot "$T/p.svg" >"$T/plot.out" 2>&1
+rc=$?
+DESC="mglaunch logs --plot does not wait on that FIFO (exit $rc: $(head -c 200 "$T/plot.out"))"
+ok test "$rc" != 124
+timeout 10 "$MGLAUNCH" logs "$L" --run fifoA >"$T/fifoA.out" 2>&1
+rc=$?
+DESC="  nor mglaunch logs on the run that holds it (exit $rc)"
+ok test "$rc" != 124
+unset DESC
 unlike "$(get '/api/log?run=evil&attempt=0&rank=0&stream=stdout')$(get '/api/log?run=real&attempt=7&rank=0&stream=stdout')" \
     OUTSIDE-SECRET "the file outside is never sent"
 
