@@ -77,6 +77,10 @@ struct mg_rdzv {
      * and jpos as the count instead of reading them again. */
     struct rdzv_state jst;
     int jfresh;
+    /* The live agents' count this node listed last in round jround, and
+     * when (-1: not yet): rdzv_round.c lists again only when it may matter. */
+    int64_t live_at;
+    int live_n;
     /* exit barrier, close */
     int64_t bdeadline, cdeadline;
     /* after a step that waited: when the next one has something to do even

@@ -15,6 +15,9 @@
 /* When a node other than the last to join closes a round (see round_iter). */
 #define CLOSE_GRACE_MS   500
 #define CLOSE_STAGGER_MS 50
+/* How old a node's count of the live agents may be while it waits in a
+ * round (see live_count). */
+#define LIVE_EVERY_MS 1000
 /* The membership record: a round of at most ROSTER_INLINE nodes is one
  * record (NS/r/R/close); a larger one is written in blocks of ROSTER_BLOCK
  * members, the first in the close record, with an index from agent id to
@@ -633,6 +636,30 @@ static int64_t get_count(struct mg_rdzv *r, int64_t round, int *rcp)
     return c;
 }
 
+/* How many agents are alive, for a node waiting in a round whose count is
+ * c. A listing costs the store O(nodes), and a node asks in every pass, so
+ * it lists again only when c has reached the number it listed last (then
+ * every live agent may have joined) or that number is LIVE_EVERY_MS old
+ * (nodes may have died): in a re-formation of thousands of nodes, one
+ * listing per node instead of one per node and pass. */
+static int live_count(struct mg_rdzv *r, int64_t c, int *na)
+{
+    int64_t now = mg_now_ms();
+    if (r->live_at >= 0 && c < r->live_n && now < r->live_at + LIVE_EVERY_MS) {
+        *na = r->live_n;
+        return 0;
+    }
+    struct mg_kv_entry *alive = NULL;
+    size_t skip;
+    int rc = rdzv_list_alive(r, &alive, na, &skip);
+    mg_kv_free_list(alive, *na);
+    if (rc < 0)
+        return rc;
+    r->live_at = now;
+    r->live_n = *na;
+    return 0;
+}
+
 /* One pass of the wait for round R, after joining it. Returns 1 formed (*w
  * filled), STEP_AGAIN when the round went on without us or the state moved
  * (start over), STEP_WAITED after waiting up to max_block ms, < 0 error. */
@@ -687,24 +714,30 @@ decide:
                                             (c > r->jpos ? c - r->jpos : 0) * CLOSE_STAGGER_MS)) {
         /* A re-formation that cannot reach MIN because a member died: fail
          * now rather than at join_timeout (a replacement would be a new job).
-         * The last node to join looks (a listing of every live node), the
-         * others only when it has not moved on, as with closing. */
-        struct mg_kv_entry *alive = NULL;
+         * The last node to join looks (the live nodes' count), the others
+         * only when it has not moved on, as with closing; and only when too
+         * few are alive, which member died (a listing and the old roster). */
         int na = 0, dead = -1;
-        size_t skip;
-        rc = rdzv_list_alive(r, &alive, &na, &skip);
+        rc = live_count(r, c, &na);
         if (rc < 0)
             return rc;
-        /* the previous round's members (held by block, read as needed; when
-         * they are gone already, the join timeout says it) */
-        for (int i = 0; i < r->nmembers && dead < 0; i++) {
-            const struct mg_rdzv_desc *mi;
-            if (rdzv_member(r, i, &mi) < 0)
-                break;
-            if (!rdzv_in_list(alive, na, skip, mi->id))
-                dead = i;
+        if (na < r->min) {
+            struct mg_kv_entry *alive = NULL;
+            size_t skip;
+            rc = rdzv_list_alive(r, &alive, &na, &skip);
+            if (rc < 0)
+                return rc;
+            /* the previous round's members (held by block, read as needed;
+             * when they are gone already, the join timeout says it) */
+            for (int i = 0; i < r->nmembers && dead < 0; i++) {
+                const struct mg_rdzv_desc *mi;
+                if (rdzv_member(r, i, &mi) < 0)
+                    break;
+                if (!rdzv_in_list(alive, na, skip, mi->id))
+                    dead = i;
+            }
+            mg_kv_free_list(alive, na);
         }
-        mg_kv_free_list(alive, na);
         if (dead >= 0 && na < r->min) {
             rdzv_below_min(r, &st, dead, na); /* mark_failed says why */
             return -MG_EPEER;
@@ -732,11 +765,8 @@ decide:
             close_now = 1;
         if (!close_now && round > 0) {
             /* A re-formation: no need to wait once every live agent joined. */
-            struct mg_kv_entry *alive = NULL;
             int na = 0;
-            size_t skip;
-            rc = rdzv_list_alive(r, &alive, &na, &skip);
-            mg_kv_free_list(alive, na);
+            rc = live_count(r, c, &na);
             if (rc < 0)
                 return rc;
             close_now = c >= na;
@@ -841,6 +871,7 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     r->jpos = c;
     r->jst = st;
     r->jfresh = 1;
+    r->live_at = -1;
     r->jat = mg_now_ms();
     r->min_seen = -1;
     r->last_call = -1;
