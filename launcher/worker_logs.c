@@ -6,6 +6,7 @@
 #include "agent_internal.h"
 #include "events.h"
 #include "mg_err.h"
+#include "redact.h"
 #include "summary.h"
 
 #include <errno.h>
@@ -47,6 +48,7 @@ void mg_workers_report_logs(struct mg_agent *ag)
         if (failed && w->tail && strcmp(e.err, "saved") != 0) {
             mg_tail_lines(w->tail, w->tail_len, w->tail_cut, MG_STDERR_TAIL_LINES, tail,
                           sizeof(tail));
+            mg_redact_inplace(tail, sizeof(tail)); /* it goes to disk: docs/logs.md#secrets */
             e.stderr_tail = tail;
         }
         mg_event_worker_logs(&ag->rd, &e);

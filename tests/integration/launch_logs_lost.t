@@ -34,6 +34,15 @@ is "$out" "[attempt_0 1:err, kept] Traceback: ValueError: boom" \
 is $? 1 "--rank 0 (nothing kept, nothing saved): exit 1"
 like "$(cat "$T/err")" "no log files saved for this selection" "and says so"
 
+# the kept tail goes to disk: its secrets are hidden as the event log's command line's are
+mkdir -p "$T/tmp2"
+TMPDIR=$T/tmp2 "$MGLAUNCH" --nproc_per_node 1 "$FW" err "HTTPError: https://alice:hunter2pw@db.example/x" \
+    exit 3 >/dev/null 2>&1
+out=$(TMPDIR=$T/tmp2 "$MGLAUNCH" logs)
+like "$out" "HTTPError: https://alice:\\*\\*\\*@db.example/x" "the kept stderr tail is shown with its password hidden"
+grep -l hunter2pw "$T"/tmp2/mglaunch-*/*/events.jsonl >/dev/null
+is $? 1 "  and no event log holds it"
+
 # a failed rank that printed nothing: "(empty)" is then true, since the launcher watched it
 "$MGLAUNCH" --nproc_per_node 1 "$FW" exit 4 >/dev/null 2>&1
 like "$("$MGLAUNCH" logs)" "  stderr    : \\(empty\\)" "a silent failed rank: (empty), which is true"
