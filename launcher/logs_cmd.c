@@ -559,9 +559,10 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         }
     }
     /* One argument that is no directory and no path: a program name, in
-     * the default directory (`mglaunch logs ddp.py`). */
+     * the default directory (`mglaunch logs ddp.py`, also where ddp.py is). */
     struct stat st;
-    if (lo->dir && !lo->program && !strchr(lo->dir, '/') && stat(lo->dir, &st) < 0) {
+    if (lo->dir && !lo->program && !strchr(lo->dir, '/') &&
+        (stat(lo->dir, &st) < 0 || !S_ISDIR(st.st_mode))) {
         lo->program = lo->dir;
         lo->dir = NULL;
         lo->program_only = 1;

@@ -61,6 +61,9 @@ out=$("$MGLAUNCH" logs fakeworker)
 is "$(echo "$out" | grep -c '^[ *] [0-9]')" 3 "PROGRAM keeps the runs of that program only"
 like "$out" "\\* [0-9-]+ .*succeeded +1 +fakeworker out second program
 " "and selects the latest of them"
+cp "$FW" "$T/fakeworker" # run where the program lies, as users do: the file is no log directory
+out=$(cd "$T" && "$MGLAUNCH" logs fakeworker)
+is "$(echo "$out" | grep -c '^[ *] [0-9]')" 3 "  also from the directory that holds a file of that name"
 out=$("$MGLAUNCH" logs "$TMPDIR/mglaunch-$(id -u)" other_prog --rank 0 --stream out)
 is "$out" "hello" "LOG_DIR PROGRAM with a content selector: that program's latest run"
 out=$("$MGLAUNCH" logs --cmd 'rank=1 err')
