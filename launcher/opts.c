@@ -1,5 +1,6 @@
 /* mglaunch's option parsing and checks (see opts.h, docs/cli.md). */
 #include "opts.h"
+#include "redact.h"
 #include "suggest.h"
 #include "output.h"
 #include "proc.h"
@@ -698,6 +699,14 @@ static int check_values(struct parse *p)
             return bad_value(p, O_RDZV_ENDPOINT, v,
                              "expected HOST[:PORT] without a scheme (URLs are for "
                              "--rdzv_backend etcd)");
+        const char *at = strrchr(v, '@');
+        char l[160];
+        if (!etcd && at &&
+            !strstr(v, "://")) /* user:password@host: the part before @ is not shown */
+            return fail(p,
+                        "invalid value '" MG_REDACTED "%s' for %s: expected HOST[:PORT], without a "
+                        "user or password (the store's secret goes in MG_RDZV_TOKEN)",
+                        at, label(p, O_RDZV_ENDPOINT, l, sizeof(l)));
         if (!etcd && mg_parse_hostport(v, 29400, &hp))
             return bad_value(p, O_RDZV_ENDPOINT, v, "expected HOST[:PORT]");
         o->rdzv_endpoint = s[O_RDZV_ENDPOINT].val;

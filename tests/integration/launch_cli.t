@@ -65,6 +65,9 @@ bad "--rdzv_endpoint is required with --rdzv_backend c10d" --nnodes 2 --rdzv_bac
 bad "invalid value 'http://u:\\*\\*\\*@h:x' for --rdzv_endpoint: expected HOST\\[:PORT\\] without a scheme" \
     --nnodes 2 --rdzv_backend c10d --rdzv_endpoint 'http://u:pw@h:x' "$FW"
 unlike "$(cat "$T/err")" "pw@" "  its password is not shown"
+bad "invalid value '\\*\\*\\*@host:29400' for --rdzv_endpoint: expected HOST\\[:PORT\\], without a user or password" \
+    --nnodes 2 --rdzv_backend c10d --rdzv_endpoint 'alice:s3cret@host:29400' "$FW"
+unlike "$(cat "$T/err")" "s3cret|alice" "  neither the user nor the password is shown"
 bad "invalid value 'a:b:c' for --rdzv_endpoint: expected HOST" --nnodes 2 --rdzv_backend c10d \
     --rdzv_endpoint a:b:c "$FW"
 bad "--nnodes 1:4: the static backend needs a fixed node count" --nnodes=1:4 "$FW"
