@@ -66,12 +66,20 @@ __attribute__((format(printf, 1, 2))) void fail(const char *fmt, ...)
  * rank 0's line; stopped by the launcher meanwhile, as usual. A rank whose
  * wait ends otherwise (rank 0 went on: the ranks disagreed) says it after
  * all. */
+/* How long a rank other than 0 leaves rank 0 to report a failure they share
+ * (rank 0 may flush an upload first: up to 30 s). */
+#define FAIL_ALIKE_WAIT_MS 35000
+
 __attribute__((format(printf, 2, 3))) void fail_alike(struct run *r, const char *fmt, ...)
 {
     va_list ap;
     struct mg_dist *d = r->dist.d;
     if (d && d->world > 1 && d->rank != 0) {
-        int rc = mg_dist_finalize(d, MG_COMM_DEFAULT_TIMEOUT);
+        /* Rank 0 says it and exits, which ends this wait at once. Ranks that
+         * disagree (node-local checkpoint directories) leave rank 0 going on
+         * into a collective: say it here after a short wait rather than after
+         * the whole collective timeout. */
+        int rc = mg_dist_finalize(d, FAIL_ALIKE_WAIT_MS);
         if (rc != 0 && rc != -ETIMEDOUT)
             return;
     }
