@@ -123,4 +123,16 @@ like "$("$MGLAUNCH" logs --help)" "^usage: mglaunch logs" "logs --help"
 "$MGLAUNCH" logs "$T" --tail abc >/dev/null 2>"$T/err"
 is $? 2 "mglaunch logs with a bad value exits 2"
 like "$(cat "$T/err")" "invalid value 'abc' for --tail" "and says which"
+
+# --master_port held by another process on this node: mglaunch says so before any worker starts
+P=$(free_port)
+bg "$HELPERS/storesrv" --port "$P" --port-file "$T/port.ready"
+wait_for 5 test -s "$T/port.ready"
+"$MGLAUNCH" --log_dir "$T/mp" --nproc_per_node 2 --master_port "$P" "$FW" out started \
+    >"$T/out" 2>"$T/err"
+is $? 1 "--master_port in use: exit 1"
+is "$(cat "$T/err")" "mglaunch: --master_port $P: already in use on this host, so rank 0 could not listen there (another job, or a rank 0 still running, holds it: \`ss -ltnp 'sport = :$P'\` names the process); give another port, or leave --master_port out and mglaunch picks a free one for each attempt" \
+    "  one line: what, who may hold it, what to do"
+is "$(cat "$T/out")" "" "  no worker started"
+ok [ ! -e "$T/mp" ]
 done_testing

@@ -22,6 +22,7 @@ srv=$!
 wait_for 5 test -s "$T/port.ready"
 "$MGLAUNCH" --nnodes 2 --node_rank 0 --master_port "$P" --rdzv_conf join_timeout=2 true \
     >"$O/port" 2>&1
+"$MGLAUNCH" --nproc_per_node 2 --master_port "$P" "$FW" >"$O/port1" 2>&1
 kill "$srv"
 
 "$MGLAUNCH" --nnodes 2 --node_rank 1 --master_addr no-such-host.invalid --master_port "$P" \
@@ -44,6 +45,14 @@ wait "$pid"
 "$MGLAUNCH" --nproc_per_node 1 "$FW" signal SEGV >"$O/segv" 2>&1
 "$MGLAUNCH" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$(free_port)" \
     --rdzv_conf join_timeout=1 true >"$O/none" 2>&1
+
+# Debian's torchrun 1.13 under Python 3.11 with its default -r/-t (the crash the doc explains)
+if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
+    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 1 --no_python true \
+        >"$O/torchrun-crash" 2>&1
+else
+    skip_case torchrun-crash "no Debian torch"
+fi
 
 if command -v python3 >/dev/null; then
     printf 'import mg_no_such_module\n' >"$T/imp.py"
