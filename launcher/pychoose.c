@@ -54,7 +54,8 @@ static int line_imports(const char *s, const char *end, char *name, size_t cap)
         while (s < end && ident(*s))
             s++;
         if (s > m && is_torch_pkg(m, (size_t)(s - m))) {
-            mg_fmt(name, cap, "%.*s", (int)strcspn(m, ". \t,;#)\r\n"), m); /* the package */
+            const char *dot = memchr(m, '.', (size_t)(s - m)); /* the package: torch of torch.nn */
+            mg_fmt(name, cap, "%.*s", (int)((dot ? dot : s) - m), m);
             return 1;
         }
         if (from) /* from X import ...: only X is a module */
