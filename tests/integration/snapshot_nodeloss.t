@@ -6,17 +6,18 @@
 # the newest step, sent to the other and resharded as a checkpoint of another
 # world size is (plain DDP: every rank holds the whole model and optimizer
 # state). The run ends with the bits of a run that replays its schedule: 3
-# hosts up to that step, then 2 from its checkpoint. With ZeRO-1 the lost
-# node's shard is nowhere else: the run resumes from --checkpoint-dir, said
-# once.
-# timeout: 420
+# hosts up to that step, then 2 from its checkpoint. A spare that takes the
+# lost node's place is healed the same way (world size 3 throughout): the run
+# ends with the bits of one that never stopped. With ZeRO-1 the lost node's
+# shard is nowhere else: the run resumes from --checkpoint-dir, said once.
+# timeout: 600
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
 . "$TOP/tests/lib/mn_lib.sh"
 . "$TOP/tests/lib/ddp_lib.sh"
 
 [ -x "$TRAIN" ] || skip_all "build/bin/train is not built"
-hosts_up 3
+hosts_up 4
 c10d_endpoint
 C="--rdzv_backend c10d --rdzv_endpoint $EP --nproc_per_node 1 --max_restarts 3"
 W="$TRAIN --data synthetic --train-samples 12800 --test-samples 500 --model cnn --batch-size 32 --log-every 1 --seed 3 --snapshot-every 1"
@@ -68,6 +69,24 @@ node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W --steps 100 --resume "$ck"
 node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W --steps 100 --resume "$ck"
 check_exits "then 2 hosts from it" "0 0" a b
 is "$(hash_of "$T/a.out")" "$lost" "the run that lost a node ends with the replay's weights, bit for bit"
+
+# ---- a spare takes the lost node's place: healed from a survivor's memory ----
+R="--nnodes 3 --rdzv_id ref3"
+node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W --steps 400
+node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W --steps 400
+node 2 c $C $R --rdzv_conf "$MN_HB$OTHER" $W --steps 400
+check_exits "the reference: 3 hosts that never stopped" "0 0 0" a b c
+ref=$(hash_of "$T/a.out")
+three_up spare --steps 400
+node 3 d $C $EL --rdzv_id spare --rdzv_conf "$MN_HB$OTHER" $W --steps 400
+ok wait_for 60 out_has d "waiting for a place in the job" # the spare waits in the rendezvous
+lose_c
+check_exits "a node lost, a spare in its place: all three finish" "0 0 0" a b d
+log="$(cat "$T/a.out" "$T/a.err")"
+like "$log" "train: resumed from memory: rank [0-2]'s snapshot at world size 3 \(step [0-9]+, epoch [0-9]+\)" \
+    "every rank, the spare too, from a survivor's copy"
+unlike "$log" "resharding|warning: (no snapshot|not resuming)" "at the same world size, no fallback"
+is "$(hash_of "$T/a.out")" "$ref" "the run ends with the weights of one that never stopped, bit for bit"
 
 # ---- ZeRO-1: the lost node's shard is gone; the disk, said once ----
 three_up zloss --steps 80 --zero 1 --optimizer adamw --lr 0.001 --checkpoint-dir "$T/zk" \
