@@ -77,6 +77,9 @@ struct mg_rdzv {
      * and jpos as the count instead of reading them again. */
     struct rdzv_state jst;
     int jfresh;
+    /* Until when a pass whose wait for the close record ended without a
+     * change may take jst and jcount again instead of reading them. */
+    int64_t jquiet_until;
     /* The live agents' count this node listed last in round jround, and
      * when (-1: not yet): rdzv_round.c lists again only when it may matter. */
     int64_t live_at;
@@ -171,7 +174,8 @@ int rdzv_in_list(const struct mg_kv_entry *e, int n, size_t skip, const char *id
 int64_t rdzv_earlier(int64_t a, int64_t b);
 /* The end of a step that found nothing to do: waits, at most max_block ms
  * and not past the step's deadlines, for key to change after since_rev
- * (0: to exist), and notes when the next step is due without a change. */
+ * (0: to exist), and notes when the next step is due without a change.
+ * 1 when it changed, 0 when not, < 0. */
 int rdzv_wait_change(struct mg_rdzv *r, const char *k, int64_t since_rev, int64_t deadline,
                      int64_t other, int max_block, const char *what);
 

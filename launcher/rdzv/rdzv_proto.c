@@ -517,7 +517,7 @@ int rdzv_wait_change(struct mg_rdzv *r, const char *k, int64_t since_rev, int64_
         return kvfail(r, what, rc);
     if (rc == 1)
         r->wake_at = mg_now_ms(); /* changed already: step again at once */
-    return 0;
+    return rc == 1;
 }
 
 /* ---- what the caller asks ------------------------------------------------------------- */

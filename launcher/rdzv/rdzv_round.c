@@ -18,6 +18,10 @@
 /* How old a node's count of the live agents may be while it waits in a
  * round (see live_count). */
 #define LIVE_EVERY_MS 1000
+/* How long a node waiting in a round may go without reading the state and
+ * the count again while nothing changes (see round_iter). */
+#define QUIET_MS        1000
+#define QUIET_MIN_NODES 128
 /* The membership record: a round of at most ROSTER_INLINE nodes is one
  * record (NS/r/R/close); a larger one is written in blocks of ROSTER_BLOCK
  * members, the first in the close record, with an index from agent id to
@@ -682,6 +686,18 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         c = r->jpos;
         goto decide;
     }
+    if (max_block > 0 && r->jcount >= QUIET_MIN_NODES && mg_now_ms() < r->jquiet_until) {
+        /* The last pass's wait for the close record ended without a change,
+         * and this node read the state and the count less than QUIET_MS
+         * ago: thousands of nodes waiting for the last ones to join would
+         * otherwise read both and the record again every slice (about 20
+         * requests a second each). A change of the state (a failure, the
+         * job ended) is seen within QUIET_MS. Small rounds, where that load
+         * does not matter, read in every pass as before. */
+        st = r->jst;
+        c = r->jcount;
+        goto decide;
+    }
     rc = read_close(r, round, &h, &m);
     if (rc < 0)
         return rc;
@@ -707,6 +723,8 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     c = get_count(r, round, &rc);
     if (rc < 0)
         return rc;
+    r->jst = st;
+    r->jquiet_until = mg_now_ms() + QUIET_MS;
 decide:
     r->jcount = c;
     if (c < r->min && round > 0 && r->nmembers > 0 &&
@@ -791,6 +809,8 @@ decide:
     if (!may_close)
         other = rdzv_earlier(other, fallback);
     rc = rdzv_wait_change(r, k, 0, r->jdeadline, other, max_block, "waiting for the round to form");
+    if (rc != 0)
+        r->jquiet_until = 0; /* formed (or an error): the next pass reads */
     return rc < 0 ? rc : STEP_WAITED;
 }
 
@@ -872,6 +892,7 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     r->jst = st;
     r->jfresh = 1;
     r->live_at = -1;
+    r->jquiet_until = 0;
     r->jat = mg_now_ms();
     r->min_seen = -1;
     r->last_call = -1;
