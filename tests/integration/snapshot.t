@@ -56,7 +56,7 @@ while [ $kills -lt 3 ] && alive "$lp"; do
     # (later, when it was killed between its snapshot and its step line: none redone)
     before=$(last_step "$(find "$T/klogs" -path "*/attempt_$((kills - 1))/0/stdout.log")")
     # (a rank killed in its copy: every rank takes the other's newer one, "step N, epoch")
-    sed -n "s/.*resumed from memory.* step \([0-9]*\), epoch.*/\1/p" "$T/console" |
+    sed -n "s/.*resumed from memory.*[ (]step \([0-9]*\), epoch.*/\1/p" "$T/console" |
         tail -n 1 | awk -v b="$before" '{ print (b > $1 ? b - $1 : 0) }' >>"$T/redone"
 done
 wait "$lp"
