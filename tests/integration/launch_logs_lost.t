@@ -55,12 +55,10 @@ out=$("$MGLAUNCH" logs)
 like "$out" "  RUN +STARTED +STATUS +ATTEMPTS COMMAND" "the list has a COMMAND column"
 like "$out" "failed \\(exit 3\\) +1 +fakeworker if rank=1 err Traceback: ValueError: boom if r\\.\\.\\.$" \
     "a run's program (its name) and first arguments, cut at 60 characters"
-like "$out" "\\* [0-9-]+ +[0-9-]+ [0-9:]+ +succeeded +1 +other_prog out hello
-" "the latest run selected, with its command"
+like "$out" "\\* [0-9a-f-]+ +[0-9-]+ [0-9:]+ +succeeded +1 +other_prog out hello$" "the latest run selected, with its command"
 out=$("$MGLAUNCH" logs fakeworker)
 is "$(echo "$out" | grep -c '^[ *] [0-9]')" 3 "PROGRAM keeps the runs of that program only"
-like "$out" "\\* [0-9-]+ .*succeeded +1 +fakeworker out second program
-" "and selects the latest of them"
+like "$out" "\\* [0-9a-f-]+ .*succeeded +1 +fakeworker out second program$" "and selects the latest of them"
 cp "$FW" "$T/fakeworker" # run where the program lies, as users do: the file is no log directory
 out=$(cd "$T" && "$MGLAUNCH" logs fakeworker)
 is "$(echo "$out" | grep -c '^[ *] [0-9]')" 3 "  also from the directory that holds a file of that name"

@@ -77,10 +77,8 @@ like "$out" "dirs version_0 version_1" "one version directory per attempt"
 like "$out" "version_0 hparams.yaml metrics.csv" "version_0 holds metrics.csv and hparams.yaml"
 like "$out" "version_0 sorted True True 13" "version_0: sorted header with step, 13 rows"
 like "$out" "version_1 sorted True True 13" "version_1: 13 rows"
-like "$out" "version_0 replay 
-" "version_0: no replays"
-like "$out" "version_1 replay 60 70 80 90 100 100 
-" "version_1: the rows of steps 60..100 (train, and eval at 100) have replay=1"
+like "$out" "^version_0 replay $" "version_0: no replays"
+like "$out" "^version_1 replay 60 70 80 90 100 100$" "version_1: the rows of steps 60..100 (train, and eval at 100) have replay=1"
 like "$out" "version_1 summary \['5c0d1a0e8e6b2f11'\]" "the summary's text column"
 like "$out" "version_0 hparams \{'batch_size': 32, 'lr': 0.05, 'model': 'mlp'\}" \
     "hparams.yaml reads back as the settings, with their types"

@@ -150,7 +150,7 @@ EOF
     is $? 0 "file timer: the restarted group finishes"
     e=$(cat "$T/ft.err")
     like "$e" "file timer: scope 'spin' of rank 1 .* expired.*
-mglaunch: watchdog: stacks of local ranks 1,0 in $L/ft/attempt_0/<local rank>/stacks.txt|mglaunch: watchdog: stacks of local ranks 0,1 in $L/ft/attempt_0/<local rank>/stacks.txt
+mglaunch: watchdog: stacks of local (rank 1|ranks 1,0|ranks 0,1) in $L/ft/attempt_0/<local rank>/stacks.txt
 mglaunch: sent SIGKILL to local rank 1" "file timer: the stacks before the signal"
     s=$(cat "$L/ft/attempt_0/1/stacks.txt")
     like "$s" "^# rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\), hung, at " "file timer: the hung rank's file"

@@ -44,8 +44,20 @@ is() {
     fi
 }
 
+# like TEXT PATTERN DESC: TEXT matches the extended regular expression
+# PATTERN. A PATTERN of several lines matches consecutive lines of TEXT as a
+# whole (grep alone would take each line for an alternative, and an empty
+# last line would match anything).
+_like_match() {
+    case "$2" in
+    *"
+"*) printf '%s' "$1" | P="$2" perl -0777 -e '$t = <STDIN>; exit($t =~ /$ENV{P}/m ? 0 : 1)' ;;
+    *) printf '%s' "$1" | grep -Eq -- "$2" ;;
+    esac
+}
+
 like() {
-    if printf '%s' "$1" | grep -Eq -- "$2"; then
+    if _like_match "$1" "$2"; then
         _result 0 "$3"
     else
         _result 1 "$3"
@@ -54,7 +66,7 @@ like() {
 }
 
 unlike() {
-    if printf '%s' "$1" | grep -Eq -- "$2"; then
+    if _like_match "$1" "$2"; then
         _result 1 "$3"
         printf '#   got:  %s\n#   must not match: %s\n' "$1" "$2" | head -n 40
     else
