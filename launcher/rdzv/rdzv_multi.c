@@ -1,26 +1,22 @@
 /* The multi-node rendezvous plugged into the agent's loop (see rdzv_multi.h). */
 #include "rdzv_multi.h"
+#include "rdzv_multi_internal.h"
 #include "mg_err.h"
 #include "net.h"
 #include "kv_open.h"
-#include "node_order.h"
 #include "proc.h"
 #include "rdzv_conf.h"
 #include "rdzv_proto.h"
 #include "sha256.h"
-#include "slurm.h"
 #include "tcpstore.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -30,65 +26,12 @@
 #define STEP_BLOCK_MS 100
 /* At exit, the longest the last requests (leaving the rendezvous, etcd's
  * lease revocation) may take when the backend does not answer. */
-#define EXIT_BLOCK_MS       1000
-#define STATIC_DEFAULT_PORT 29500
-
-enum phase {
-    M_IDLE,
-    M_JOINING,
-    M_RUNNING,
-    M_RESTARTING, /* the rendezvous left the round; the workers are being stopped */
-    M_BARRIER,
-    M_CLOSING,  /* the host keeps its store up for the others (mg_rdzv_close_begin) */
-    M_EXCLUDED, /* out of the rendezvous until the cooldown ends (node exclusion) */
-};
-
-struct multi {
-    struct mg_rdzv_ops ops; /* multi_ops, with the backend's name */
-    struct mg_rdzv_conf conf;
-    enum mg_rdzv_backend backend;
-    struct mg_kv_host *host;
-    struct mg_rdzv *r;
-    struct mg_agent *ag;
-    enum phase phase;
-    FILE *status;              /* the launcher's console (rdzv.h), or NULL */
-    int timer;                 /* the one pending timer, or -1 */
-    int poller;                /* the hosted store's, or -1 */
-    int abort_fd;              /* a signalfd of the terminating signals (kv.h), or -1 */
-    int exit_fd;               /* at exit: a timer bounding the last requests, or -1 */
-    struct mg_kv *kv;          /* the backend (owned by r) */
-    mg_agent_timer_fn waiting; /* host: the step to run again when the store changes */
-    struct mg_backoff backoff;
-    int64_t formed_ms;
-    int64_t progress_ms; /* while joining: when to say what the join waits for */
-    char hostname[MG_HOST_MAX];
-    char run_id[MG_RDZV_RUN_ID_MAX + 1];
-    char notice[2048];
-    char first_wait[MG_HOST_MAX + 160]; /* said before the first "still out of reach" */
-    /* static: the agents' store at --master_addr:--master_port is the
-     * workers' too (torchrun's agent store); the node hosting it serves
-     * torch's TCPStore clients on its port as well (tcpstore.h). */
-    char store_host[MG_HOST_MAX];
-    int store_port;
-    struct mg_tcpstore *ts;
-    int ts_poller;
-    int world; /* --nnodes' maximum times --nproc_per_node: the agent store's limits */
-    /* node exclusion: when this node's own failures happened (the newest
-     * exclude_after of them), and whether the next join sits out */
-    int64_t fail_ms[MG_RDZV_EXCLUDE_AFTER_MAX];
-    int nfail;
-    int exclude_next;
-    int last_nnodes;                  /* nodes in the last round formed */
-    int node_rank, rank_base, nranks; /* this node's place in it */
-    int nproc;                        /* --nproc_per_node */
-    int was_excluded;
-    int64_t cooldown_end;
-};
+#define EXIT_BLOCK_MS 1000
 
 /* ---- what mglaunch prints ------------------------------------------------------------- */
 
 /* A line on the launcher's console, as the agent's own notes. */
-__attribute__((format(printf, 2, 3))) static void note(struct multi *m, const char *fmt, ...)
+void mg_multi_note(struct multi *m, const char *fmt, ...)
 {
     va_list ap;
     if (!m->status)
@@ -99,17 +42,6 @@ __attribute__((format(printf, 2, 3))) static void note(struct multi *m, const ch
     fputc('\n', m->status);
     fflush(m->status);
     va_end(ap);
-}
-
-/* text may hold several lines: each becomes a "mglaunch: " line. */
-static void add_notice(struct multi *m, const char *text)
-{
-    while (*text) {
-        size_t n = strlen(m->notice), len = strcspn(text, "\n");
-        snprintf(m->notice + n, sizeof(m->notice) - n, "%s%.*s", n ? "\nmglaunch: " : "", (int)len,
-                 text);
-        text += len + (text[len] == '\n');
-    }
 }
 
 /* ---- driving the protocol from the agent's timers ----------------------------------------- */
@@ -250,13 +182,14 @@ static void say_progress(struct multi *m)
     m->progress_ms = now + PROGRESS_EVERY_MS;
     mg_rdzv_join_progress(m->r, &p);
     if (p.joined < 0)
-        note(m, "rendezvous: waiting for a place in the job (--nnodes %d:%d); join_timeout in %d s",
-             p.min, p.max, (p.left_ms + 999) / 1000);
+        mg_multi_note(
+            m, "rendezvous: waiting for a place in the job (--nnodes %d:%d); join_timeout in %d s",
+            p.min, p.max, (p.left_ms + 999) / 1000);
     else
-        note(m,
-             "rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
-             ", --nnodes %d:%d; join_timeout in %d s",
-             p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
+        mg_multi_note(m,
+                      "rendezvous: waiting for nodes: %" PRId64 " joined round %" PRId64
+                      ", --nnodes %d:%d; join_timeout in %d s",
+                      p.joined, p.round, p.min, p.max, (p.left_ms + 999) / 1000);
 }
 
 /* The workers' MG_STORE_TOKEN: with a rendezvous token, a secret every node
@@ -298,7 +231,8 @@ static void on_join_step(struct mg_agent *ag, void *ctx)
         /* The others finished the job while this node sat out: its part is
          * done too. A closed connection (the store's host gone) is no
          * finish: the job's state says which. */
-        note(m, "node exclusion: the job finished while this node sat out; nothing left to do");
+        mg_multi_note(
+            m, "node exclusion: the job finished while this node sat out; nothing left to do");
         m->phase = M_IDLE;
         mg_agent_fail(ag, 0, "the job finished while this node sat out");
         return;
@@ -381,11 +315,11 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
     case MG_RDZV_DONE:
         m->phase = M_IDLE;
         if (m->node_rank > 0 && m->nranks > 1) /* node rank 0's console has the job's own */
-            note(m, "every node finished; ranks %d-%d here exited 0 (node rank %d)", m->rank_base,
-                 m->rank_base + m->nranks - 1, m->node_rank);
+            mg_multi_note(m, "every node finished; ranks %d-%d here exited 0 (node rank %d)",
+                          m->rank_base, m->rank_base + m->nranks - 1, m->node_rank);
         else if (m->node_rank > 0)
-            note(m, "every node finished; rank %d here exited 0 (node rank %d)", m->rank_base,
-                 m->node_rank);
+            mg_multi_note(m, "every node finished; rank %d here exited 0 (node rank %d)",
+                          m->rank_base, m->node_rank);
         mg_agent_finish(ag, 0);
         return;
     case MG_RDZV_RESTART:
@@ -400,12 +334,6 @@ static void on_barrier_step(struct mg_agent *ag, void *ctx)
         mg_agent_finish(ag, 0);
         return;
     }
-}
-
-/* A refused TCPStore client, in the agent's log. */
-static void ts_report(void *ctx, const char *line)
-{
-    note(ctx, "%s", line);
 }
 
 static int ts_fill(void *ctx, struct pollfd *fds, int max)
@@ -446,7 +374,8 @@ static void on_excluded_tick(struct mg_agent *ag, void *ctx)
     int rc = mg_rdzv_refresh(m->r);
     int st = rc < 0 ? rc : mg_rdzv_job_state(m->r);
     if (st == 'd') {
-        note(m, "node exclusion: the job finished while this node sat out; nothing left to do");
+        mg_multi_note(
+            m, "node exclusion: the job finished while this node sat out; nothing left to do");
         mg_rdzv_sit_in(m->r);
         m->phase = M_IDLE;
         mg_agent_fail(ag, 0, "the job finished while this node sat out");
@@ -471,7 +400,7 @@ static void on_cooldown_end(struct mg_agent *ag, void *ctx)
     struct multi *m = ctx;
     (void)ag;
     m->timer = -1;
-    note(m, "node exclusion: the cooldown is over; joining the job again");
+    mg_multi_note(m, "node exclusion: the cooldown is over; joining the job again");
     m->phase = M_JOINING;
     m->progress_ms = mg_now_ms() + PROGRESS_FIRST_MS;
     int rc = mg_rdzv_refresh(m->r);
@@ -499,10 +428,11 @@ static int exclude_now(struct multi *m)
     double window = (double)(m->fail_ms[k - 1] - m->fail_ms[0]) / 1000.0;
     m->nfail = 0;
     if (m->last_nnodes - 1 < mg_rdzv_min_nodes(m->r)) {
-        note(m,
-             "node exclusion: %d failures of this node's workers within %.0f s, but the job "
-             "would fall below --nnodes %d without it (%d nodes now): staying",
-             k, window, mg_rdzv_min_nodes(m->r), m->last_nnodes);
+        mg_multi_note(
+            m,
+            "node exclusion: %d failures of this node's workers within %.0f s, but the job "
+            "would fall below --nnodes %d without it (%d nodes now): staying",
+            k, window, mg_rdzv_min_nodes(m->r), m->last_nnodes);
         return 0;
     }
     int rc = mg_rdzv_sit_out(m->r);
@@ -512,12 +442,13 @@ static int exclude_now(struct multi *m)
     }
     m->phase = M_EXCLUDED;
     m->was_excluded = 1;
-    note(m,
-         "node exclusion: %d failures of this node's workers within %.0f s (--rdzv_conf "
-         "exclude_after=%d); the other %d node%s go on without it, and it joins again in %g s "
-         "(exclude_cooldown)",
-         k, window, m->conf.exclude_after, m->last_nnodes - 1, m->last_nnodes == 2 ? "" : "s",
-         m->conf.exclude_cooldown_ms / 1000.0);
+    mg_multi_note(
+        m,
+        "node exclusion: %d failures of this node's workers within %.0f s (--rdzv_conf "
+        "exclude_after=%d); the other %d node%s go on without it, and it joins again in %g s "
+        "(exclude_cooldown)",
+        k, window, m->conf.exclude_after, m->last_nnodes - 1, m->last_nnodes == 2 ? "" : "s",
+        m->conf.exclude_cooldown_ms / 1000.0);
     m->cooldown_end = mg_now_ms() + m->conf.exclude_cooldown_ms;
     set_timer(m, mg_now_ms() + m->conf.heartbeat_interval_ms, on_excluded_tick);
     return 1;
@@ -667,7 +598,7 @@ static void multi_shutdown(void *impl, struct mg_agent *ag, int exit_code)
     step_later(m, on_close_step);
 }
 
-static void multi_release(void *impl)
+void mg_multi_release(void *impl)
 {
     struct multi *m = impl;
     if (!m)
@@ -684,380 +615,9 @@ static void multi_release(void *impl)
 
 /* One table for the three backends; each instance names its own (the agent
  * prints the name and logs it as rdzv_backend). */
-static const struct mg_rdzv_ops multi_ops = {
+const struct mg_rdzv_ops mg_multi_ops = {
     .next_round = multi_next_round,
     .round_ended = multi_round_ended,
     .shutdown = multi_shutdown,
-    .release = multi_release,
+    .release = mg_multi_release,
 };
-
-/* ---- creating -------------------------------------------------------------------------------- */
-
-/* What mg_rdzv_multi_create works out, step by step, before the rendezvous
- * exists. */
-struct plan {
-    int min, max;  /* --nnodes, or the Slurm allocation's */
-    int node_rank; /* static: this node's; -1: assigned by the rendezvous */
-    int node_rank_given;
-    const char *master_addr;
-    int slurm;       /* mg_slurm_detect: 1 in an allocation */
-    int sched_index; /* node_order.h: the scheduler's index of this node, -1: none */
-    struct mg_slurm sl;
-    char endpoint[MG_HOST_MAX + 16];
-    char ns[MG_KV_MAX_KEY]; /* the key namespace of the run */
-};
-
-/* What kv_open has to say while it retries the endpoint (before the agent
- * exists). */
-static void on_progress(void *ctx, const char *msg)
-{
-    struct multi *m = ctx;
-    if (m->first_wait[0]) {
-        note(m, "%s", m->first_wait);
-        m->first_wait[0] = 0;
-    }
-    note(m, "%s", msg);
-}
-
-static struct multi *multi_new(FILE *status)
-{
-    struct multi *m = calloc(1, sizeof(*m));
-    if (!m)
-        return NULL;
-    m->timer = -1;
-    m->poller = -1;
-    m->ts_poller = -1;
-    m->abort_fd = -1;
-    m->exit_fd = -1;
-    m->status = status;
-    gethostname(m->hostname, sizeof(m->hostname) - 1);
-    if (!m->hostname[0])
-        snprintf(m->hostname, sizeof(m->hostname), "localhost");
-    return m;
-}
-
-int mg_rdzv_multi_wanted(const struct mg_launch_opts *o, char *const *env)
-{
-    struct mg_slurm sl;
-    char err[256];
-
-    if (o->nnodes_max > 1 || strncmp(o->rdzv_backend, "etcd", 4) == 0)
-        return 1;
-    if (o->nnodes_given || o->standalone)
-        return 0;
-    /* Under srun on several nodes, without --nnodes: the allocation decides. */
-    return mg_slurm_detect(env, &sl, err, sizeof(err)) == 1 && sl.nnodes > 1;
-}
-
-/* --rdzv_conf, parsed and checked against the backend. */
-static int read_conf(struct mg_rdzv_conf *c, enum mg_rdzv_backend b, const struct mg_launch_opts *o,
-                     char *const *env, char *err, size_t errcap)
-{
-    mg_rdzv_conf_init(c);
-    int rc = mg_rdzv_conf_parse(c, o->rdzv_conf, err, errcap);
-    if (rc == 0 && o->exit_barrier_timeout > 0) {
-        /* torchrun's flag, over mg's older --rdzv_conf key */
-        double ms = o->exit_barrier_timeout * 1000.0;
-        c->exit_barrier_timeout_ms = ms > INT_MAX ? INT_MAX : (int)(ms + 0.5);
-        if (c->exit_barrier_timeout_ms < 1)
-            c->exit_barrier_timeout_ms = 1;
-    }
-    return rc ? rc : mg_rdzv_conf_finish(c, b, env, err, errcap);
-}
-
-int mg_rdzv_multi_check_conf(const struct mg_launch_opts *o, char *const *env, char *notes,
-                             size_t notescap, char *err, size_t errcap)
-{
-    struct mg_rdzv_conf c;
-    enum mg_rdzv_backend b;
-
-    if (mg_rdzv_backend_parse(o->rdzv_backend, &b) < 0)
-        b = MG_RDZV_C10D;
-    int rc = read_conf(&c, b, o, env, err, errcap);
-    if (rc == 0 && notescap)
-        snprintf(notes, notescap, "%s", c.notes);
-    return rc;
-}
-
-/* Without --nnodes, a Slurm allocation says how many nodes there are, which
- * one this is, and where the master is (unless the flags say). */
-static int take_slurm(const struct mg_launch_opts *o, char *const *env, struct multi *m,
-                      struct plan *p, char *err, size_t errcap)
-{
-    char line[512];
-
-    p->slurm = mg_slurm_detect(env, &p->sl, err, errcap);
-    if (o->nnodes_given)
-        return 0;
-    if (p->slurm < 0)
-        return p->slurm;
-    if (p->slurm == 1) {
-        p->min = p->max = p->sl.nnodes;
-        if (!p->node_rank_given) {
-            p->node_rank = p->sl.node_rank;
-            p->node_rank_given = 1;
-        }
-        if (!p->master_addr)
-            p->master_addr = p->sl.master_addr;
-        int n = snprintf(line, sizeof(line), "%s: --nnodes %d, --node_rank %d, --master_addr %s",
-                         strcmp(p->sl.scheduler, "slurm") ? "SkyPilot" : "Slurm", p->max,
-                         p->node_rank, p->master_addr);
-        if (o->master_port <= 0 && m->backend == MG_RDZV_STATIC && mg_slurm_default_port(&p->sl))
-            n += snprintf(line + n, sizeof(line) - (size_t)n, ", --master_port %d (the job's)",
-                          mg_slurm_default_port(&p->sl));
-        snprintf(line + n, sizeof(line) - (size_t)n, " (from %s; give the flags to override)",
-                 p->sl.vars);
-        add_notice(m, line);
-    }
-    return 0;
-}
-
-/* Where the nodes meet: for static, the store rank 0 hosts at --master_addr
- * and --master_port; otherwise --rdzv_endpoint. */
-static int pick_endpoint(const struct mg_launch_opts *o, struct multi *m, struct plan *p, char *err,
-                         size_t errcap)
-{
-    if (m->backend != MG_RDZV_STATIC) {
-        if (!o->rdzv_endpoint || !*o->rdzv_endpoint)
-            return mg_seterr(
-                err, errcap, -EINVAL,
-                "--rdzv_endpoint is required with --rdzv_backend %s (host:port of the %s)",
-                mg_rdzv_backend_name(m->backend),
-                m->backend == MG_RDZV_ETCD ? "etcd server" : "agent hosting the store");
-        snprintf(p->endpoint, sizeof(p->endpoint), "%s", o->rdzv_endpoint);
-        p->node_rank = -1; /* assigned by the rendezvous */
-        return 0;
-    }
-    const char *a = p->master_addr ? p->master_addr : "127.0.0.1";
-    /* Under Slurm, a port of the job's own: jobs sharing a node do not meet
-     * on 29500 (mg_slurm_default_port). */
-    int port = o->master_port > 0                                   ? o->master_port
-               : p->slurm == 1 && mg_slurm_default_port(&p->sl) > 0 ? mg_slurm_default_port(&p->sl)
-                                                                    : STATIC_DEFAULT_PORT;
-    mg_format_hostport(p->endpoint, sizeof(p->endpoint), a, port);
-    snprintf(m->store_host, sizeof(m->store_host), "%s", a);
-    m->store_port = port;
-    if (!p->node_rank_given && p->max > 1)
-        add_notice(m, "warning: --rdzv_backend static with several nodes and no --node_rank: "
-                      "this node takes rank 0; give each node its own --node_rank");
-    if (p->node_rank >= p->max)
-        return mg_seterr(err, errcap, -EINVAL, "--node_rank %d: must be less than --nnodes %d",
-                         p->node_rank, p->max);
-    if (p->min != p->max)
-        return mg_seterr(err, errcap, -EINVAL,
-                         "--nnodes %d:%d: the static backend needs a fixed node count; use c10d "
-                         "or etcd for an elastic range",
-                         p->min, p->max);
-    return 0;
-}
-
-/* The run id namespaces everything: nodes of one job must share it,
- * different jobs must not. */
-static int pick_run_id(const struct mg_launch_opts *o, struct multi *m, const struct plan *p,
-                       char *err, size_t errcap)
-{
-    if (o->rdzv_id) {
-        snprintf(m->run_id, sizeof(m->run_id), "%s", o->rdzv_id);
-    } else if (p->slurm == 1 && p->sl.job_id[0]) {
-        snprintf(m->run_id, sizeof(m->run_id), "%s-%s", p->sl.scheduler, p->sl.job_id);
-    } else if (m->backend == MG_RDZV_ETCD) {
-        return mg_seterr(
-            err, errcap, -EINVAL,
-            "--rdzv_id is required with --rdzv_backend etcd: every node of a job must pass "
-            "the same id, and different jobs different ones; without it, jobs sharing this "
-            "etcd would share their rendezvous (torchrun's default 'none' does that)");
-    } else {
-        snprintf(m->run_id, sizeof(m->run_id), "none");
-        if (m->backend == MG_RDZV_C10D)
-            add_notice(m, "warning: no --rdzv_id: using 'none'; a second job given the same "
-                          "--rdzv_endpoint would join this one. Pass the same --rdzv_id to every "
-                          "node of a job (for example the scheduler's job id).");
-    }
-    return 0;
-}
-
-/* Connects to the backend (hosting the store on the endpoint host), retrying
- * until join_timeout. */
-static int open_backend(struct multi *m, struct plan *p, struct mg_kv **kv, char *err,
-                        size_t errcap)
-{
-    struct mg_kv_open_opts s = {
-        .backend = m->backend,
-        .endpoint = p->endpoint,
-        .run_id = m->run_id,
-        .conf = &m->conf,
-        .deadline_ms = mg_now_ms() + m->conf.join_timeout_ms,
-        .abort_fd = -1,
-        .node_rank = m->backend == MG_RDZV_STATIC ? p->node_rank : -1,
-        .max_nodes = p->max,
-        .progress = on_progress,
-        .progress_ctx = m,
-    };
-    /* A static node other than 0 waits for node 0 in particular: say whom. */
-    if (m->backend == MG_RDZV_STATIC && p->node_rank != 0)
-        snprintf(m->first_wait, sizeof(m->first_wait),
-                 "rendezvous (static): waiting for node 0 (--node_rank 0) to host the store at %s "
-                 "(--master_addr:--master_port)",
-                 p->endpoint);
-    struct mg_tcpstore_limits lim;
-    mg_tcpstore_limits_for(&lim, m->world);
-    if (m->backend == MG_RDZV_STATIC && mg_tcpstore_new(&m->ts, &lim, ts_report, m) == 0) {
-        s.foreign = mg_tcpstore_adopt;
-        s.foreign_ctx = m->ts;
-    }
-    int rc = mg_kv_open(&s, kv, &m->host, p->ns, sizeof(p->ns), err, errcap);
-    /* A node that gave up before its first "still waiting" (a short
-     * join_timeout, a slow machine) still says whom it waited for. */
-    if (rc < 0 && rc != -EADDRINUSE && rc != -MG_EAUTH && rc != -EINVAL && m->first_wait[0])
-        note(m, "%s", m->first_wait);
-    m->first_wait[0] = 0;
-    if (rc == -EADDRINUSE && m->backend == MG_RDZV_STATIC) {
-        /* Node 0 stops at once; the others wait for it, saying so. */
-        size_t n = strlen(err);
-        snprintf(err + n, errcap - n,
-                 " (another program, or another job on this machine, holds it: give every node "
-                 "the same free --master_port)");
-    }
-    if (rc < 0)
-        return rc;
-    if (!m->host) { /* another node hosts the agent store */
-        mg_tcpstore_release(m->ts);
-        m->ts = NULL;
-    }
-
-    /* A remote backend that stops answering holds a request up to its
-     * timeout: a terminating signal cuts that short (the agent blocks these
-     * signals and reads them from its own signalfd; this one is only polled). */
-    sigset_t term;
-    sigemptyset(&term);
-    sigaddset(&term, SIGINT);
-    sigaddset(&term, SIGTERM);
-    sigaddset(&term, SIGHUP);
-    sigaddset(&term, SIGQUIT);
-    m->abort_fd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
-    (*kv)->abort_fd = m->abort_fd;
-    m->kv = *kv;
-    return 0;
-}
-
-static int is_loopback(const char *addr)
-{
-    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
-}
-
-/* This node's address for MASTER_ADDR when it is rank 0. Never the bare host
- * name first, as torchrun does: in a Kubernetes pod it resolves only inside
- * that pod (pytorch/pytorch#150532), so the other pods' workers would wait
- * for a name they cannot resolve. */
-static void pick_advertise(const struct mg_launch_opts *o, struct multi *m, struct mg_kv *kv,
-                           const char *static_master, char *out, size_t cap)
-{
-    char num[MG_HOST_MAX], local[MG_HOST_MAX];
-    if (o->local_addr) {
-        snprintf(out, cap, "%s", o->local_addr);
-        return;
-    }
-    /* The static rank 0 is the master: every other agent resolves and
-     * reaches that name to join. */
-    if (static_master) {
-        snprintf(out, cap, "%s", static_master);
-        return;
-    }
-    /* The address the others reach this node at: its side of its connection
-     * to the backend, or, hosting the store, the address a connection to the
-     * endpoint leaves from. Loopback reaches no other machine: then the host
-     * name, when it resolves to something else. */
-    int have = mg_kv_local_addr(kv, m->host, local, sizeof(local)) == 0;
-    if (have && !is_loopback(local))
-        snprintf(out, cap, "%s", local);
-    else if (mg_resolve_numeric(m->hostname, num, sizeof(num)) == 0 && !is_loopback(num))
-        snprintf(out, cap, "%s", m->hostname);
-    else
-        snprintf(out, cap, "%s", have ? local : m->hostname);
-}
-
-/* Starts the protocol over the backend, which it takes over (and releases on
- * failure). */
-static int start_rdzv(const struct mg_launch_opts *o, struct multi *m, const struct plan *p,
-                      struct mg_kv *kv, char *err, size_t errcap)
-{
-    char advertise[MG_HOST_MAX];
-    pick_advertise(o, m, kv, m->host && m->backend == MG_RDZV_STATIC ? p->master_addr : NULL,
-                   advertise, sizeof(advertise));
-    struct mg_rdzv_opts ro = {
-        .kv = kv,
-        .ns = p->ns,
-        .min_nodes = p->min,
-        .max_nodes = p->max,
-        .node_rank = m->backend == MG_RDZV_STATIC ? p->node_rank : -1,
-        .has_sched_index = p->sched_index >= 0,
-        .sched_index = p->sched_index,
-        .nproc = o->nproc,
-        .max_restarts = o->max_restarts,
-        .hostname = m->hostname,
-        .advertise = advertise,
-        .conf = &m->conf,
-    };
-    int rc = mg_rdzv_new(&m->r, &ro, err, errcap);
-    if (rc < 0)
-        kv->ops->release(kv);
-    return rc;
-}
-
-int mg_rdzv_multi_create(const struct mg_launch_opts *o, char *const *env, FILE *status,
-                         const struct mg_rdzv_ops **ops, void **impl, char *err, size_t errcap)
-{
-    struct multi *m = multi_new(status);
-    struct plan p = {
-        .min = o->nnodes_min,
-        .max = o->nnodes_max,
-        .node_rank = o->node_rank,
-        .node_rank_given = o->node_rank_given,
-        .master_addr = o->master_addr,
-    };
-    struct mg_kv *kv = NULL;
-    int rc;
-
-    if (!m)
-        return -ENOMEM;
-    rc = mg_rdzv_backend_parse(o->rdzv_backend, &m->backend);
-    if (rc < 0) {
-        snprintf(err, errcap, "--rdzv_backend %s: expected static, c10d or etcd", o->rdzv_backend);
-        goto fail;
-    }
-    if ((rc = take_slurm(o, env, m, &p, err, errcap)) < 0 ||
-        (rc = read_conf(&m->conf, m->backend, o, env, err, errcap)) < 0)
-        goto fail;
-    p.sched_index = mg_rdzv_sched_index(env, m->hostname, NULL, err, errcap);
-    if (p.sched_index < -1) {
-        rc = p.sched_index;
-        goto fail;
-    }
-    add_notice(m, m->conf.notes);
-    m->nproc = o->nproc;
-    m->world = p.max > 0 && o->nproc > 0 && p.max <= INT_MAX / o->nproc ? p.max * o->nproc : 1;
-    if ((rc = pick_endpoint(o, m, &p, err, errcap)) < 0 ||
-        (rc = pick_run_id(o, m, &p, err, errcap)) < 0 ||
-        (rc = open_backend(m, &p, &kv, err, errcap)) < 0 ||
-        (rc = start_rdzv(o, m, &p, kv, err, errcap)) < 0)
-        goto fail;
-    m->ops = multi_ops;
-    m->ops.name = mg_rdzv_backend_name(m->backend);
-    *ops = &m->ops;
-    *impl = m;
-    return 0;
-fail:
-    multi_release(m); /* m->r is NULL: what is open is the host and abort_fd */
-    return rc;
-}
-
-const char *mg_rdzv_multi_run_id(void *impl)
-{
-    return ((struct multi *)impl)->run_id;
-}
-
-const char *mg_rdzv_multi_notice(void *impl)
-{
-    struct multi *m = impl;
-    return m && m->notice[0] ? m->notice : NULL;
-}
