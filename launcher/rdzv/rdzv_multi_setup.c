@@ -41,7 +41,6 @@ static void ts_report(void *ctx, const char *line)
     mg_multi_note(ctx, "%s", line);
 }
 
-
 /* What mg_rdzv_multi_create works out, step by step, before the rendezvous
  * exists. */
 struct plan {
