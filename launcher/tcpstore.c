@@ -746,6 +746,10 @@ int mg_tcpstore_adopt(void *vt, int fd, const void *bytes, size_t n)
         peer_of(fd, peer, sizeof(peer));
         snprintf(why, sizeof(why), "%d connections open, the limit", t->nc);
         report(t, peer, why);
+        /* A reset, not a FIN: torch's client takes an orderly close it did
+         * not expect for a reason to wait, and only a reset fails it at once. */
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
         close(fd);
         return -EMFILE;
     }
