@@ -1,7 +1,7 @@
 /* `mglaunch logs`: its options, the runs as their event logs and
- * directories tell them, and the listing of runs, attempts and ranks with
- * the root cause (see logs_cmd.h, docs/logs.md). Printing the log files
- * themselves is logs_follow.c's. */
+ * directories tell them, and the printing of runs, attempts and ranks with
+ * the root cause (see logs_cmd.h, docs/logs.md). Finding and filtering the
+ * runs is logs_runs.c's; printing the log files themselves is logs_follow.c's. */
 #include "logs_cmd.h"
 #include "fs.h"
 #include "logs_internal.h"
@@ -23,8 +23,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define MAX_RUNS 100000
 
 /* ---- what the event log says ----------------------------------------------------- */
 
@@ -252,7 +250,7 @@ int mg_logs_launcher_alive(const struct lrun *r)
 
 /* torchrun's run directories are tempfile.mkdtemp(prefix=f"{run_id}_") in
  * --log_dir: the run id, "_", and 8 characters of [a-z0-9_]. */
-static int torchrun_dir_name(const char *name, char *run_id, size_t cap)
+int mg_logs_torchrun_dir_name(const char *name, char *run_id, size_t cap)
 {
     size_t n = strlen(name);
     if (n < 10 || name[n - 9] != '_')
@@ -388,7 +386,7 @@ int mg_logs_load_run(struct lrun *r, const char *base, const char *id)
                 r->a[i].w[j - 1] = t;
             }
     if (!r->has_events) {
-        r->torchrun = torchrun_dir_name(id, r->torchrun_id, sizeof(r->torchrun_id));
+        r->torchrun = mg_logs_torchrun_dir_name(id, r->torchrun_id, sizeof(r->torchrun_id));
         read_error_files(r);
     }
 
@@ -574,141 +572,7 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
     return 0;
 }
 
-/* ---- listing ------------------------------------------------------------------------- */
-
-static int cmp_run(const void *a, const void *b)
-{
-    const struct run_ent *x = a, *y = b;
-    if (x->start_ms != y->start_ms)
-        return x->start_ms < y->start_ms ? -1 : 1;
-    return strcmp(x->id, y->id);
-}
-
-/* Run directories: those holding an event log or attempt directories. */
-int mg_logs_list_runs(const char *dir, struct run_ent **out, int *n)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    struct run_ent *v = NULL;
-    int cnt = 0, cap = 0;
-    if (!d)
-        return -errno;
-    while ((de = readdir(d)) && cnt < MAX_RUNS) {
-        char p[PATH_MAX + 300];
-        struct stat st;
-        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof(v->id))
-            continue;
-        mg_fmt(p, sizeof(p), "%s/%s/%s", dir, de->d_name, MG_EVENTS_FILE);
-        int has_ev = stat(p, &st) == 0;
-        if (!has_ev) {
-            mg_fmt(p, sizeof(p), "%s/%s", dir, de->d_name);
-            if (mg_rundir_last_attempt(p) < 0)
-                continue;
-        }
-        mg_fmt(p, sizeof(p), "%s/%s", dir, de->d_name);
-        if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))
-            continue;
-        if (cnt == cap) {
-            int ncap = cap ? cap * 2 : 16;
-            struct run_ent *nv = realloc(v, (size_t)ncap * sizeof(*nv));
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return -ENOMEM;
-            }
-            v = nv;
-            cap = ncap;
-        }
-        mg_fmt(v[cnt].id, sizeof(v[cnt].id), "%s", de->d_name);
-        v[cnt].start_ms = (int64_t)st.st_mtime * 1000;
-        cnt++;
-    }
-    closedir(d);
-    *out = v;
-    *n = cnt;
-    return 0;
-}
-
-const char *mg_logs_resolve_run(const char *dir, const char *id, char *buf, size_t cap)
-{
-    char p[PATH_MAX + 300], rid[256];
-    struct stat st;
-    int64_t newest = -1;
-    mg_fmt(p, sizeof(p), "%s/%s", dir, id);
-    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-        return id;
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (!torchrun_dir_name(de->d_name, rid, sizeof(rid)) || strcmp(rid, id) != 0)
-            continue;
-        mg_fmt(p, sizeof(p), "%s/%s", dir, de->d_name);
-        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (int64_t)st.st_mtime > newest &&
-            mg_fmt(buf, cap, "%s", de->d_name) >= 0)
-            newest = (int64_t)st.st_mtime;
-    }
-    if (d)
-        closedir(d);
-    return newest >= 0 ? buf : id;
-}
-
-static int runs_where(const char *dir, const char *program, const char *cmd, struct run_ent **runs,
-                      int *n, char *err, size_t cap)
-{
-    struct lrun r;
-    int rc = mg_logs_list_runs(dir, runs, n);
-    if (rc || *n == 0) {
-        mg_fmt(err, cap, rc ? "cannot read '%s': %s" : "no runs in '%s'%s", dir,
-               rc ? mg_strerror(rc) : "");
-        free(*runs);
-        *runs = NULL;
-        return rc ? rc : -ENOENT;
-    }
-    memset(&r, 0, sizeof(r));
-    int kept = 0;
-    for (int i = 0; i < *n; i++) {
-        struct run_ent *e = &(*runs)[i];
-        if (mg_logs_load_run(&r, dir, e->id) == 0) {
-            if (!mg_logs_run_matches(&r, program, cmd))
-                continue;
-            e->start_ms = r.start_ms;
-            mg_fmt(e->cmd, sizeof(e->cmd), "%s", r.cmd);
-        } else if (program || cmd) {
-            continue;
-        }
-        (*runs)[kept++] = *e;
-    }
-    mg_logs_run_free(&r);
-    if (kept == 0) {
-        char what[600];
-        if (program && cmd)
-            mg_fmt(what, sizeof(what), "of program '%s' with '%s' in its command", program, cmd);
-        else if (program)
-            mg_fmt(what, sizeof(what), "of program '%s'", program);
-        else
-            mg_fmt(what, sizeof(what), "with '%s' in its command", cmd);
-        mg_fmt(err, cap, "no run %s in '%s' (%d other run%s there)", what, dir, *n,
-               *n == 1 ? "" : "s");
-        free(*runs);
-        *runs = NULL;
-        *n = 0;
-        return -ENOENT;
-    }
-    *n = kept;
-    qsort(*runs, (size_t)*n, sizeof(**runs), cmp_run);
-    return 0;
-}
-
-int mg_logs_runs(const char *dir, struct run_ent **runs, int *n, char *err, size_t cap)
-{
-    return runs_where(dir, NULL, NULL, runs, n, err, cap);
-}
-
-int mg_logs_runs_matching(const char *dir, const struct logs_opts *lo, struct run_ent **runs,
-                          int *n, char *err, size_t cap)
-{
-    return runs_where(dir, lo->program, lo->cmd, runs, n, err, cap);
-}
+/* ---- printing ------------------------------------------------------------------------ */
 
 void mg_logs_worker_state(const struct lrun *r, const struct lworker *w, char *buf, size_t cap)
 {

@@ -1,6 +1,7 @@
-/* What the two files of `mglaunch logs` share: a run as its event log and
- * its directories tell it (logs_cmd.c builds it and lists it), and the
- * options. logs_follow.c prints, tails, greps and follows the log files. */
+/* What the files of `mglaunch logs` (and the dashboard) share: a run as its
+ * event log and its directories tell it (logs_cmd.c builds it and prints
+ * it, logs_runs.c lists and filters the runs), and the options.
+ * logs_follow.c prints, tails, greps and follows the log files. */
 #ifndef MG_LOGS_INTERNAL_H
 #define MG_LOGS_INTERNAL_H
 
@@ -92,6 +93,9 @@ struct lrun {
  * skipped) and the attempt directories the log does not mention. */
 int mg_logs_load_run(struct lrun *r, const char *base, const char *id);
 void mg_logs_run_free(struct lrun *r);
+/* Whether name is a torchrun run directory (run_id, "_", 8 characters of
+ * [a-z0-9_]); if so, its run id into run_id. */
+int mg_logs_torchrun_dir_name(const char *name, char *run_id, size_t cap);
 
 struct run_ent {
     char id[256];
@@ -99,7 +103,7 @@ struct run_ent {
     char cmd[512]; /* lrun's, filled by mg_logs_runs */
 };
 
-/* ---- logs_runs.c: what a run ran, and the run filters ---- */
+/* ---- logs_runs.c: the run list, what a run ran, and the run filters ---- */
 
 /* Sets r->cmd and r->prog from run_start's argv. */
 void mg_logs_set_command(struct lrun *r, char *const *argv, int argc);
