@@ -1,6 +1,6 @@
 /* What the files of `mglaunch logs` (and the dashboard) share: a run as its
- * event log and its directories tell it (logs_cmd.c builds it and prints
- * it, logs_runs.c lists and filters the runs), and the options.
+ * event log and its directories tell it (logs_read.c builds it, logs_cmd.c
+ * prints it, logs_runs.c lists and filters the runs), and the options.
  * logs_follow.c prints, tails, greps and follows the log files. */
 #ifndef MG_LOGS_INTERNAL_H
 #define MG_LOGS_INTERNAL_H
@@ -93,6 +93,9 @@ struct lrun {
  * skipped) and the attempt directories the log does not mention. */
 int mg_logs_load_run(struct lrun *r, const char *base, const char *id);
 void mg_logs_run_free(struct lrun *r);
+/* r's attempt number attempt; with create, added when it is not there (NULL
+ * when out of memory, or for a negative attempt). */
+struct lattempt *mg_logs_find_attempt(struct lrun *r, int attempt, int create);
 /* Whether name is a torchrun run directory (run_id, "_", 8 characters of
  * [a-z0-9_]); if so, its run id into run_id. */
 int mg_logs_torchrun_dir_name(const char *name, char *run_id, size_t cap);
