@@ -19,67 +19,22 @@
  * failure or died ends the wait at once. On any failure the communicator is
  * aborted (ncclCommAbort) and broken, its message names the operation and,
  * when the store knows, the rank, and this rank's failure goes to the store
- * for the others. AVG is a sum then our divide kernel, as the CPU does it. */
-#include "cuda_internal.h"
+ * for the others. AVG is a sum then our divide kernel, as the CPU does it.
+ * The waits, the store's news and the broken state are comm_nccl_watch.c's. */
+#include "comm_nccl_internal.h"
 #include "cuda_kernels.h"
 
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <nccl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_REGS        64
-#define MAX_QUEUED      64   /* collectives queued and not yet waited for (allreduce_queue) */
-#define STORE_LOOK_MS   1000 /* how often a long wait asks the store about the others */
-#define SPINS           2000 /* polls before the waits start sleeping */
 #define FINALIZE_MS     10000
 #define STORE_EPHEMERAL 1 /* MG_STORE_EPHEMERAL (store.h) */
-
-struct reg {
-    void *user, *base, *handle;
-    int nccl_mem; /* from ncclMemAlloc, else cudaMalloc */
-};
-
-struct nccl_comm {
-    struct mg_comm c;
-    ncclComm_t nc;
-    int device;
-    cudaStream_t stream;
-    cudaStream_t wait_on; /* the compute stream collectives follow */
-    cudaEvent_t order;
-    cudaEvent_t pending; /* from wait_event: the next collective follows it instead */
-    float *zero;         /* the barrier's one float */
-    /* allreduce_queue: an event after each queued collective, and what it was */
-    cudaEvent_t qev[MAX_QUEUED];
-    char qwhat[MAX_QUEUED][96];
-    int nq;
-    struct mg_store *store;
-    char prefix[200];
-    struct reg regs[MAX_REGS];
-};
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap_us(long us)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
-    nanosleep(&ts, NULL);
-}
-
-static const char *why(int rc)
-{
-    return rc == -ETIMEDOUT ? "timed out" : mgcu_host->strerror(rc);
-}
 
 /* The key prefix of a run and restart; the run id is reduced to safe characters. */
 static void key_prefix(const struct mg_comm_opts *opts, char *buf, size_t len)
@@ -95,360 +50,6 @@ static void key_prefix(const struct mg_comm_opts *opts, char *buf, size_t len)
     }
     run[j] = '\0';
     snprintf(buf, len, "mg/nccl/%s/%d/", run, opts->restart_count);
-}
-
-static void key(const struct nccl_comm *n, char *buf, size_t len, const char *what, int rank)
-{
-    if (rank >= 0)
-        snprintf(buf, len, "%s%s/%d", n->prefix, what, rank);
-    else
-        snprintf(buf, len, "%s%s", n->prefix, what);
-}
-
-/* "NCCL error 'unhandled cuda error ...' (ncclUnhandledCudaError): <last error>" */
-static void nccl_text(ncclResult_t r, ncclComm_t nc, char *buf, size_t len)
-{
-    static const char *const names[] = {
-        "ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
-        "ncclInvalidArgument", "ncclInvalidUsage",       "ncclRemoteError", "ncclInProgress",
-    };
-    const char *last = ncclGetLastError(nc);
-    snprintf(buf, len, "%s (%s)%s%s", ncclGetErrorString(r),
-             (unsigned)r < sizeof(names) / sizeof(names[0]) ? names[r] : "?",
-             last && *last ? ": " : "", last ? last : "");
-}
-
-/* ---- what the store knows about the other ranks --------------------------------------- */
-
-/* The ranks that have a key under prefix+what/, as flags. -errno when the
- * store does not answer, -MG_ETOOBIG when it has more than one list holds. */
-static int ranks_with(struct nccl_comm *n, const char *what, unsigned char *has)
-{
-    char pre[256], **keys = NULL;
-    int nkeys = 0;
-    snprintf(pre, sizeof(pre), "%s%s/", n->prefix, what);
-    memset(has, 0, (size_t)n->c.world);
-    int rc = mgcu_host->store_list(n->store, pre, -1, &keys, &nkeys);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < nkeys; i++) {
-        int r = atoi(keys[i] + strlen(pre));
-        if (r >= 0 && r < n->c.world)
-            has[r] = 1;
-    }
-    mgcu_host->store_free_list(keys, nkeys);
-    return rc > nkeys ? -MG_ETOOBIG : 0;
-}
-
-/* "rank 1", "ranks 2 and 5", "ranks 1, 2 and 7" for the flagged ranks (at most 8 named). */
-static int name_ranks(const unsigned char *flag, int world, int self, char *buf, size_t len)
-{
-    int count = 0, shown = 0;
-    size_t at = 0;
-    for (int r = 0; r < world; r++)
-        count += flag[r] && r != self;
-    buf[0] = '\0';
-    for (int r = 0; r < world && count; r++) {
-        if (!flag[r] || r == self)
-            continue;
-        const char *sep = shown == 0                         ? (count == 1 ? "rank " : "ranks ")
-                          : shown == count - 1 || shown == 7 ? " and "
-                                                             : ", ";
-        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%d", sep, r);
-        if (++shown == 8 && count > 8) {
-            snprintf(buf + at, at < len ? len - at : 0, " (and %d more)", count - 8);
-            break;
-        }
-    }
-    return count;
-}
-
-/* "rank r failed: <what it put in the store>" into buf; 0 when it has no report. */
-static int reported(struct nccl_comm *n, int r, char *buf, size_t len)
-{
-    char k[256];
-    void *val = NULL;
-    size_t vlen = 0;
-    key(n, k, sizeof(k), "fail", r);
-    if (mgcu_host->store_get(n->store, k, &val, &vlen, 0) != 0)
-        return 0;
-    snprintf(buf, len, "rank %d failed: %.*s", r, (int)(vlen < 300 ? vlen : 300),
-             (const char *)val);
-    free(val);
-    return 1;
-}
-
-/* What the store says about the other ranks. */
-enum news {
-    NEWS_NONE,        /* nothing useful */
-    NEWS_ALIVE,       /* every rank is up and connected: one is hung or slow */
-    NEWS_NOT_STARTED, /* some ranks never started the communicator */
-    NEWS_DEAD,        /* some ranks' store connections closed: their processes are gone */
-    NEWS_FAILED,      /* a rank reported a failure */
-    NEWS_NO_STORE,    /* the store does not answer */
-};
-
-/* The news, and a clause for messages in buf. A rank whose process is gone
- * is the root cause, so it comes first ("waiting for rank 2 (the process is
- * gone: ...)", or what it reported before it went: "rank 2 failed: ..."),
- * then a rank that reported a failure, then ranks that never started. */
-static enum news ask_store(struct nccl_comm *n, char *buf, size_t len)
-{
-    int world = n->c.world, self = n->c.rank, rc;
-    enum news news = NEWS_NONE;
-    unsigned char *fail = calloc((size_t)world, 4), *up = fail + world, *alive = up + world;
-    unsigned char *flag = alive + world;
-    char names[200];
-    buf[0] = '\0';
-    if (!fail)
-        return NEWS_NONE;
-    rc = ranks_with(n, "fail", fail);
-    if (rc == -MG_ETOOBIG)
-        goto out; /* more ranks than a list holds: nothing certain to say */
-    if (rc < 0) {
-        snprintf(buf, len, "the store does not answer (%s)%s", why(rc),
-                 self ? ": rank 0, which hosts it, may have died" : "");
-        news = NEWS_NO_STORE;
-        goto out;
-    }
-    if (ranks_with(n, "up", up) < 0 || ranks_with(n, "alive", alive) < 0)
-        goto out;
-    for (int r = 0; r < world; r++)
-        flag[r] = up[r] && !alive[r];
-    for (int r = 0; r < world; r++)
-        if (flag[r] && fail[r] && r != self && reported(n, r, buf, len)) {
-            news = NEWS_FAILED;
-            goto out;
-        }
-    if (name_ranks(flag, world, self, names, sizeof(names))) {
-        snprintf(buf, len, "waiting for %s (the process is gone: its store connection closed)",
-                 names);
-        news = NEWS_DEAD;
-        goto out;
-    }
-    for (int r = 0; r < world; r++)
-        if (fail[r] && r != self && reported(n, r, buf, len)) {
-            news = NEWS_FAILED;
-            goto out;
-        }
-    for (int r = 0; r < world; r++)
-        flag[r] = !up[r];
-    if (name_ranks(flag, world, self, names, sizeof(names))) {
-        snprintf(buf, len, "waiting for %s, which %s not started the communicator", names,
-                 strchr(names, ',') || strstr(names, " and ") ? "have" : "has");
-        news = NEWS_NOT_STARTED;
-    } else {
-        snprintf(buf, len, "every rank is alive: one is hung or slow; see its log");
-        news = NEWS_ALIVE;
-    }
-out:
-    free(fail);
-    return news;
-}
-
-/* The news as the end of a message after "timed out after 30 s" or an error. */
-static void news_suffix(enum news news, const char *clause, char *buf, size_t len)
-{
-    switch (news) {
-    case NEWS_DEAD:
-    case NEWS_NOT_STARTED:
-        snprintf(buf, len, " %s", clause);
-        break;
-    case NEWS_FAILED:
-    case NEWS_NO_STORE:
-        snprintf(buf, len, "; %s", clause);
-        break;
-    case NEWS_ALIVE:
-        snprintf(buf, len, " (%s)", clause);
-        break;
-    default:
-        buf[0] = '\0';
-    }
-}
-
-/* Whether waiting longer is pointless. */
-static int news_final(enum news news)
-{
-    return news == NEWS_DEAD || news == NEWS_FAILED || news == NEWS_NO_STORE;
-}
-
-/* The communicator is broken from now on: abort NCCL, keep the message, tell
- * the others through the store. Returns code. */
-__attribute__((format(printf, 3, 4))) static int broken(struct nccl_comm *n, int code,
-                                                        const char *fmt, ...)
-{
-    struct mg_comm *c = &n->c;
-    char k[256];
-    va_list ap;
-    if (n->nc) {
-        ncclCommAbort(n->nc);
-        n->nc = NULL;
-    }
-    if (c->failed)
-        return c->failed_code;
-    va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
-    va_end(ap);
-    c->failed = 1;
-    c->failed_code = code;
-    key(n, k, sizeof(k), "fail", c->rank);
-    mgcu_host->store_set(n->store, k, c->errmsg, strlen(c->errmsg), 0);
-    return code;
-}
-
-/* ---- waiting ------------------------------------------------------------------------------ */
-
-struct waiter {
-    int64_t start, deadline, next_look;
-    long spins;
-    int timeout_ms;
-};
-
-static void wait_begin(struct waiter *w, int timeout_ms)
-{
-    w->start = now_ms();
-    w->deadline = w->start + timeout_ms;
-    w->next_look = w->start + STORE_LOOK_MS;
-    w->spins = 0;
-    w->timeout_ms = timeout_ms;
-}
-
-/* Between two polls: spin for the first couple of milliseconds (most
- * collectives are done by then, and a sleep costs 50 us of timer slack at
- * least), then sleep longer and longer, up to a millisecond. Past the
- * deadline returns -ETIMEDOUT, and when the store says a rank failed or died
- * -MG_EPEER, with the end of the message in out ("timed out after 30 s
- * waiting for rank 2 (...)"); else 0. */
-static int wait_tick(struct nccl_comm *n, struct waiter *w, char *out, size_t len)
-{
-    char clause[400], suffix[420];
-    int64_t t = now_ms();
-    if (t >= w->deadline) {
-        enum news news = ask_store(n, clause, sizeof(clause));
-        news_suffix(news, clause, suffix, sizeof(suffix));
-        snprintf(out, len, "timed out after %g s%s", w->timeout_ms / 1000.0, suffix);
-        return -ETIMEDOUT;
-    }
-    if (t >= w->next_look) {
-        w->next_look = t + STORE_LOOK_MS;
-        enum news news = ask_store(n, clause, sizeof(clause));
-        if (news_final(news)) {
-            snprintf(out, len, "%s%s", news == NEWS_DEAD ? "stopped " : "", clause);
-            return -MG_EPEER;
-        }
-    }
-    if (++w->spins > SPINS)
-        nap_us(w->spins - SPINS > 1000 ? 1000 : w->spins - SPINS);
-    return 0;
-}
-
-/* The end of a message after NCCL's own error: what the store knows. NCCL
- * may see a peer's socket close before the store has dropped that peer's
- * connection: the store is asked again for a second or two before settling
- * for less. */
-static void error_news(struct nccl_comm *n, char *buf, size_t len)
-{
-    char clause[400];
-    enum news news = ask_store(n, clause, sizeof(clause));
-    for (int i = 0; i < 20 && !news_final(news); i++) {
-        nap_us(100000);
-        news = ask_store(n, clause, sizeof(clause));
-    }
-    news_suffix(news == NEWS_ALIVE ? NEWS_NONE : news, clause, buf, len);
-}
-
-/* Waits until the non-blocking communicator has taken the call (NCCL may
- * still be queueing it: its own thread, which the host waits for, not the
- * device), then queues the AVG divide behind it. */
-static int taken(struct nccl_comm *n, const char *what, struct waiter *wt, ncclResult_t issued,
-                 float *avg, size_t avg_count)
-{
-    char text[MG_ERRMSG_LEN], news[440];
-    ncclResult_t a = issued;
-    int rc;
-    if (issued != ncclSuccess && issued != ncclInProgress) {
-        nccl_text(issued, n->nc, text, sizeof(text));
-        return broken(n, -EIO, "%s: %s", what, text);
-    }
-    for (;;) {
-        if (ncclCommGetAsyncError(n->nc, &a) != ncclSuccess)
-            a = ncclInternalError;
-        if (a == ncclSuccess)
-            break;
-        if (a != ncclInProgress) {
-            nccl_text(a, n->nc, text, sizeof(text));
-            error_news(n, news, sizeof(news));
-            return broken(n, a == ncclRemoteError ? -MG_EPEER : -EIO, "%s: %s%s", what, text, news);
-        }
-        if ((rc = wait_tick(n, wt, news, sizeof(news))) < 0)
-            return broken(n, rc, "%s: %s", what, news);
-    }
-    if (avg) {
-        struct mgk_cfg cfg = {.stream = n->stream};
-        int k = mgk_div(&cfg, avg, (float)n->c.world, avg_count);
-        if (k)
-            return broken(n, -EIO, "%s: the average's divide kernel: %s", what,
-                          cudaGetErrorString((cudaError_t)k));
-    }
-    return 0;
-}
-
-/* Waits until the device has done the stream's work up to ev (everything
- * queued so far when ev is NULL), watching NCCL's errors and the deadline. */
-static int drained(struct nccl_comm *n, const char *what, struct waiter *wt, cudaEvent_t ev)
-{
-    char text[MG_ERRMSG_LEN], news[440];
-    ncclResult_t a;
-    int rc;
-    for (;;) {
-        cudaError_t st = ev ? cudaEventQuery(ev) : cudaStreamQuery(n->stream);
-        if (st == cudaSuccess) {
-            if (!ev)
-                n->nq = 0; /* the queued ones are done too */
-            return 0;
-        }
-        if (st != cudaErrorNotReady)
-            return broken(n, mgcu_cuda_code(st), "%s: %s (%s)", what, cudaGetErrorString(st),
-                          cudaGetErrorName(st));
-        if (ncclCommGetAsyncError(n->nc, &a) == ncclSuccess && a != ncclSuccess &&
-            a != ncclInProgress) {
-            nccl_text(a, n->nc, text, sizeof(text));
-            error_news(n, news, sizeof(news));
-            return broken(n, a == ncclRemoteError ? -MG_EPEER : -EIO, "%s: %s%s", what, text, news);
-        }
-        if ((rc = wait_tick(n, wt, news, sizeof(news))) < 0)
-            return broken(n, rc, "%s: %s", what, news);
-    }
-}
-
-/* A collective, waited for: taken, then done on the device. */
-static int finish(struct nccl_comm *n, const char *what, int timeout_ms, ncclResult_t issued,
-                  float *avg, size_t avg_count)
-{
-    struct waiter w;
-    wait_begin(&w, timeout_ms);
-    int rc = taken(n, what, &w, issued, avg, avg_count);
-    return rc ? rc : drained(n, what, &w, NULL);
-}
-
-/* Before a collective: this thread on the communicator's device, and the
- * stream behind the compute work it needs (comm.h). */
-static int prepare(struct nccl_comm *n, const char *what)
-{
-    struct mgcu_err e = {0};
-    if (CU_FAILED(&e, cudaSetDevice(n->device)))
-        return broken(n, e.code, "%s: %s", what, e.msg);
-    if (n->pending) {
-        cudaEvent_t ev = n->pending;
-        n->pending = NULL;
-        if (CU_FAILED(&e, cudaStreamWaitEvent(n->stream, ev, 0)))
-            return broken(n, e.code, "%s: %s", what, e.msg);
-        return 0;
-    }
-    if (CU_FAILED(&e, cudaEventRecord(n->order, n->wait_on)) ||
-        CU_FAILED(&e, cudaStreamWaitEvent(n->stream, n->order, 0)))
-        return broken(n, e.code, "%s: %s", what, e.msg);
-    return 0;
 }
 
 /* ---- the collectives ------------------------------------------------------------------------- */
@@ -475,11 +76,12 @@ static int nccl_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_r
              count, count == 1 ? "" : "s");
     if (!count)
         return nothing(n);
-    int rc = prepare(n, what);
+    int rc = mgcu_nccl_prepare(n, what);
     if (rc)
         return rc;
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nc, n->stream);
-    return finish(n, what, timeout_ms, r, op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
+    return mgcu_nccl_finish(n, what, timeout_ms, r,
+                            op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
 }
 
 static int queue_events(struct nccl_comm *n, struct mgcu_err *e)
@@ -494,9 +96,9 @@ static int nccl_wait_queued(struct mg_comm *c, int timeout_ms)
 {
     struct nccl_comm *n = N(c);
     struct waiter w;
-    wait_begin(&w, timeout_ms);
+    mgcu_nccl_wait_begin(&w, timeout_ms);
     for (int i = 0; i < n->nq; i++) {
-        int rc = drained(n, n->qwhat[i], &w, n->qev[i]);
+        int rc = mgcu_nccl_drained(n, n->qwhat[i], &w, n->qev[i]);
         if (rc)
             return rc;
     }
@@ -521,15 +123,15 @@ static int nccl_allreduce_queue(struct mg_comm *c, float *buf, size_t count, enu
              count, count == 1 ? "" : "s");
     if (!count)
         return nothing(n);
-    if ((rc = prepare(n, what)) != 0)
+    if ((rc = mgcu_nccl_prepare(n, what)) != 0)
         return rc;
-    wait_begin(&w, timeout_ms);
+    mgcu_nccl_wait_begin(&w, timeout_ms);
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->nc, n->stream);
-    rc = taken(n, what, &w, r, op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
+    rc = mgcu_nccl_taken(n, what, &w, r, op == MG_REDUCE_AVG && c->world > 1 ? buf : NULL, count);
     if (rc)
         return rc;
     if (CU_FAILED(&e, cudaEventRecord(n->qev[n->nq], n->stream)))
-        return broken(n, e.code, "%s: %s", what, e.msg);
+        return mgcu_nccl_broken(n, e.code, "%s: %s", what, e.msg);
     snprintf(n->qwhat[n->nq++], sizeof(n->qwhat[0]), "%s", what);
     return 0;
 }
@@ -543,13 +145,13 @@ static int nccl_reduce_scatter(struct mg_comm *c, const float *send, float *recv
              op == MG_REDUCE_AVG ? " (avg)" : "", recv_count, recv_count == 1 ? "" : "s");
     if (!recv_count)
         return nothing(n);
-    int rc = prepare(n, what);
+    int rc = mgcu_nccl_prepare(n, what);
     if (rc)
         return rc;
     ncclResult_t r =
         ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, n->nc, n->stream);
-    return finish(n, what, timeout_ms, r, op == MG_REDUCE_AVG && c->world > 1 ? recv : NULL,
-                  recv_count);
+    return mgcu_nccl_finish(n, what, timeout_ms, r,
+                            op == MG_REDUCE_AVG && c->world > 1 ? recv : NULL, recv_count);
 }
 
 static int nccl_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
@@ -560,11 +162,11 @@ static int nccl_broadcast(struct mg_comm *c, void *buf, size_t len, int root, in
              root);
     if (!len)
         return nothing(n);
-    int rc = prepare(n, what);
+    int rc = mgcu_nccl_prepare(n, what);
     if (rc)
         return rc;
     ncclResult_t r = ncclBroadcast(buf, buf, len, ncclUint8, root, n->nc, n->stream);
-    return finish(n, what, timeout_ms, r, NULL, 0);
+    return mgcu_nccl_finish(n, what, timeout_ms, r, NULL, 0);
 }
 
 static int nccl_allgather(struct mg_comm *c, const void *send, void *recv, size_t len,
@@ -575,22 +177,22 @@ static int nccl_allgather(struct mg_comm *c, const void *send, void *recv, size_
     snprintf(what, sizeof(what), "allgather of %zu byte%s per rank", len, len == 1 ? "" : "s");
     if (!len)
         return nothing(n);
-    int rc = prepare(n, what);
+    int rc = mgcu_nccl_prepare(n, what);
     if (rc)
         return rc;
     ncclResult_t r = ncclAllGather(send, recv, len, ncclUint8, n->nc, n->stream);
-    return finish(n, what, timeout_ms, r, NULL, 0);
+    return mgcu_nccl_finish(n, what, timeout_ms, r, NULL, 0);
 }
 
 static int nccl_barrier(struct mg_comm *c, int timeout_ms)
 {
     struct nccl_comm *n = N(c);
-    int rc = prepare(n, "barrier");
+    int rc = mgcu_nccl_prepare(n, "barrier");
     if (rc)
         return rc;
     /* one float (NCCL counts elements, not bytes), always zero */
     ncclResult_t r = ncclAllReduce(n->zero, n->zero, 1, ncclFloat, ncclSum, n->nc, n->stream);
-    return finish(n, "barrier", timeout_ms, r, NULL, 0);
+    return mgcu_nccl_finish(n, "barrier", timeout_ms, r, NULL, 0);
 }
 
 static int nccl_wait_event(struct mg_comm *c, void *event)
@@ -629,16 +231,16 @@ static int nccl_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeo
         else
             cudaFree(slot->base);
         memset(slot, 0, sizeof(*slot));
-        return broken(n, e.code, "registration of %zu bytes: %s", bytes, e.msg);
+        return mgcu_nccl_broken(n, e.code, "registration of %zu bytes: %s", bytes, e.msg);
     }
     if (slot->nccl_mem) {
         /* registration only makes it faster: without it the memory works as well */
         struct waiter w;
         char news[440];
         ncclResult_t r = ncclCommRegister(n->nc, slot->user, bytes, &slot->handle), a = r;
-        wait_begin(&w, timeout_ms);
+        mgcu_nccl_wait_begin(&w, timeout_ms);
         while (r == ncclInProgress && ncclCommGetAsyncError(n->nc, &a) == ncclSuccess &&
-               a == ncclInProgress && wait_tick(n, &w, news, sizeof(news)) == 0)
+               a == ncclInProgress && mgcu_nccl_wait_tick(n, &w, news, sizeof(news)) == 0)
             ;
         if (a != ncclSuccess)
             slot->handle = NULL;
@@ -674,9 +276,9 @@ static void destroy(struct nccl_comm *n)
     if (n->nc) {
         /* flush, then free; a peer that never finalizes must not hold us */
         ncclResult_t a = ncclCommFinalize(n->nc);
-        int64_t until = now_ms() + FINALIZE_MS;
-        while (a == ncclInProgress && now_ms() < until) {
-            nap_us(1000);
+        int64_t until = mgcu_now_ms() + FINALIZE_MS;
+        while (a == ncclInProgress && mgcu_now_ms() < until) {
+            mgcu_nap_us(1000);
             if (ncclCommGetAsyncError(n->nc, &a) != ncclSuccess)
                 a = ncclInternalError;
         }
@@ -738,7 +340,7 @@ int mgcu_nccl_exchange_id(struct mg_store *store, const struct mg_comm_opts *opt
         ncclUniqueId uid;
         ncclResult_t r = ncclGetUniqueId(&uid);
         if (r != ncclSuccess) {
-            nccl_text(r, NULL, text, sizeof(text));
+            mgcu_nccl_text(r, NULL, text, sizeof(text));
             /* the others learn it now, not at their timeout */
             char e[MG_ERRMSG_LEN + 1];
             int n = snprintf(e, sizeof(e), "E%s", text);
@@ -751,7 +353,7 @@ int mgcu_nccl_exchange_id(struct mg_store *store, const struct mg_comm_opts *opt
         rc = mgcu_host->store_set(store, k, val, sizeof(val), 0);
         if (rc < 0)
             return mgcu_seterr(err, errlen, rc, "publishing the NCCL id in the store (%s): %s", k,
-                               why(rc));
+                               mgcu_nccl_why(rc));
         return 0;
     }
     void *got = NULL;
@@ -759,7 +361,7 @@ int mgcu_nccl_exchange_id(struct mg_store *store, const struct mg_comm_opts *opt
     rc = mgcu_host->store_get(store, k, &got, &len, timeout);
     if (rc < 0)
         return mgcu_seterr(err, errlen, rc, "waiting for rank 0's NCCL id (store key %s): %s", k,
-                           rc == -ETIMEDOUT ? "timed out" : why(rc));
+                           rc == -ETIMEDOUT ? "timed out" : mgcu_nccl_why(rc));
     const unsigned char *g = got;
     if (len >= 1 && g[0] == 'E') {
         rc = mgcu_seterr(err, errlen, -MG_EPEER, "rank 0 could not make the NCCL id: %.*s",
@@ -803,7 +405,7 @@ static int learn_layout(struct nccl_comm *n, int timeout_ms)
     void *dev = NULL;
     int rc = -ENOMEM;
     if (!all)
-        return broken(n, -ENOMEM, "communicator setup: out of memory");
+        return mgcu_nccl_broken(n, -ENOMEM, "communicator setup: out of memory");
     /* On NCCL's own stream, so the allgather reads the slot after the copy: a cudaMemcpy
      * from pageable memory returns once the bytes are staged, on the legacy stream, which
      * the non-blocking NCCL stream does not wait for. (No call here may use the legacy
@@ -811,7 +413,7 @@ static int learn_layout(struct nccl_comm *n, int timeout_ms)
     if (CU_FAILED(&e, cudaMalloc(&dev, (size_t)c->world * 8)) ||
         CU_FAILED(&e, cudaMemcpyAsync((char *)dev + (size_t)c->rank * 8, &mine, 8,
                                       cudaMemcpyHostToDevice, n->stream))) {
-        rc = broken(n, e.code, "communicator setup: %s", e.msg);
+        rc = mgcu_nccl_broken(n, e.code, "communicator setup: %s", e.msg);
         goto out;
     }
     rc = nccl_allgather(c, (char *)dev + (size_t)c->rank * 8, dev, 8, timeout_ms);
@@ -820,7 +422,7 @@ static int learn_layout(struct nccl_comm *n, int timeout_ms)
     if (CU_FAILED(&e, cudaMemcpyAsync(all, dev, (size_t)c->world * 8, cudaMemcpyDeviceToHost,
                                       n->stream)) ||
         CU_FAILED(&e, cudaStreamSynchronize(n->stream))) {
-        rc = broken(n, e.code, "communicator setup: %s", e.msg);
+        rc = mgcu_nccl_broken(n, e.code, "communicator setup: %s", e.msg);
         goto out;
     }
     c->local_rank = c->local_world = c->nhosts = 0;
@@ -873,14 +475,15 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
 
     /* here and alive (the latter goes with this process's store connection) */
     snprintf(text, sizeof(text), "pid %d", (int)getpid());
-    key(n, k, sizeof(k), "alive", rank);
+    mgcu_nccl_key(n, k, sizeof(k), "alive", rank);
     rc = mgcu_host->store_set(store, k, text, strlen(text), STORE_EPHEMERAL);
     if (rc == 0) {
-        key(n, k, sizeof(k), "up", rank);
+        mgcu_nccl_key(n, k, sizeof(k), "up", rank);
         rc = mgcu_host->store_set(store, k, text, strlen(text), 0);
     }
     if (rc < 0) {
-        mgcu_seterr(err, errlen, rc, "registering rank %d in the store: %s", rank, why(rc));
+        mgcu_seterr(err, errlen, rc, "registering rank %d in the store: %s", rank,
+                    mgcu_nccl_why(rc));
         goto fail;
     }
 
@@ -915,12 +518,12 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
     memcpy(uid.internal, id, sizeof(uid.internal));
     ncclResult_t r = ncclCommInitRankConfig(&n->nc, world, uid, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
-        nccl_text(r, n->nc, text, sizeof(text));
+        mgcu_nccl_text(r, n->nc, text, sizeof(text));
         rc = mgcu_seterr(err, errlen, -EIO, "ncclCommInitRankConfig: %s", text);
         goto fail_told;
     }
     struct waiter w;
-    wait_begin(&w, init_timeout);
+    mgcu_nccl_wait_begin(&w, init_timeout);
     for (;;) {
         ncclResult_t a = ncclInternalError;
         if (n->nc && ncclCommGetAsyncError(n->nc, &a) != ncclSuccess)
@@ -928,12 +531,12 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
         if (a == ncclSuccess)
             break;
         if (a != ncclInProgress) {
-            nccl_text(a, n->nc, text, sizeof(text));
+            mgcu_nccl_text(a, n->nc, text, sizeof(text));
             rc = mgcu_seterr(err, errlen, a == ncclRemoteError ? -MG_EPEER : -EIO,
                              "ncclCommInitRankConfig: %s", text);
             goto fail_told;
         }
-        rc = wait_tick(n, &w, news, sizeof(news));
+        rc = mgcu_nccl_wait_tick(n, &w, news, sizeof(news));
         if (rc < 0) {
             mgcu_seterr(err, errlen, rc, "NCCL setup: %s", news);
             goto fail_told;
@@ -954,7 +557,7 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
     rc = learn_layout(n, init_timeout);
     if (rc < 0) {
         mgcu_seterr(err, errlen, rc, "%s", n->c.errmsg);
-        goto fail; /* broken() told the store */
+        goto fail; /* mgcu_nccl_broken() told the store */
     }
     int v = 0;
     ncclGetVersion(&v);
@@ -966,7 +569,7 @@ int mgcu_comm_create(struct mg_comm **out, struct mg_store *store, const struct 
 
 fail_told:
     /* the others stop waiting for this rank and name it */
-    key(n, k, sizeof(k), "fail", rank);
+    mgcu_nccl_key(n, k, sizeof(k), "fail", rank);
     mgcu_host->store_set(store, k, err ? err : "", err ? strlen(err) : 0, 0);
 fail:
     if (n->nc) {
