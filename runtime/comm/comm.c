@@ -195,8 +195,11 @@ static int precheck(struct mg_comm *c)
     return 0;
 }
 
-int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
-                      int timeout_ms)
+/* An allreduce, done now or queued (queue: the backend's allreduce_queue):
+ * the same checks, and the flight recorder sees the host's part (for a
+ * queued one, queueing it). */
+static int allreduce_call(struct mg_comm *c, int queue, float *buf, size_t count,
+                          enum mg_reduce_op op, int timeout_ms)
 {
     int rc = precheck(c);
     if (rc)
@@ -205,27 +208,24 @@ int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduc
         (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
         return -EINVAL;
     uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLREDUCE, count * sizeof(float));
-    rc = c->ops->allreduce(c, buf, count, op, resolve_timeout(c, timeout_ms));
+    int t = resolve_timeout(c, timeout_ms);
+    rc = queue ? c->ops->allreduce_queue(c, buf, count, op, t)
+               : c->ops->allreduce(c, buf, count, op, t);
     mg_progress_coll_end(seq, rc);
     return rc;
 }
 
+int mg_comm_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
+                      int timeout_ms)
+{
+    return allreduce_call(c, 0, buf, count, op, timeout_ms);
+}
+
+/* A backend without a queue does it now. */
 int mg_comm_allreduce_queue(struct mg_comm *c, float *buf, size_t count, enum mg_reduce_op op,
                             int timeout_ms)
 {
-    if (!c->ops->allreduce_queue)
-        return mg_comm_allreduce(c, buf, count, op, timeout_ms);
-    int rc = precheck(c);
-    if (rc)
-        return rc;
-    if ((count && !buf) || count > SIZE_MAX / sizeof(float) / 2 ||
-        (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG))
-        return -EINVAL;
-    /* the flight recorder sees the host's part: queueing it */
-    uint64_t seq = mg_progress_coll_begin(MG_PROG_ALLREDUCE, count * sizeof(float));
-    rc = c->ops->allreduce_queue(c, buf, count, op, resolve_timeout(c, timeout_ms));
-    mg_progress_coll_end(seq, rc);
-    return rc;
+    return allreduce_call(c, c && c->ops->allreduce_queue, buf, count, op, timeout_ms);
 }
 
 int mg_comm_wait_queued(struct mg_comm *c, int timeout_ms)
