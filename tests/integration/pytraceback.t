@@ -19,9 +19,11 @@ L=$T/logs
 export TMPDIR=$T/tmp # where the hook's directories go
 mkdir -p "$T/pkg" "$T/userpath" "$TMPDIR"
 
-# A program that spins in spin() (line 11, or 10: the loop's jump) while sleeper() (line 5) sleeps
-# in a second thread; it says what it sees of its environment first.
-cat >"$T/pkg/spin.py" <<'EOF'
+# Both programs here (spin.py, and ft.py for the file timer) start the same
+# way: spin() spins (line 11, or 10: the loop's jump) while sleeper() (line 5)
+# sleeps in a second thread, which each starts after its own set-up.
+spin_sleep_py() {
+    cat <<'EOF'
 import os, sys, threading, signal, time
 
 
@@ -35,6 +37,12 @@ def spin():
         n += 1
 
 
+EOF
+}
+# spin.py says what it sees of its environment first.
+{
+    spin_sleep_py
+    cat <<'EOF'
 if os.environ.get("BLOCK") == "1":  # before any thread, so that all inherit the mask
     sig = int(open("/proc/self/environ").read().split("MG_PY_TRACEBACK=")[1].split(":")[0])
     signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
@@ -45,6 +53,7 @@ print("seen: PYTHONPATH=%s hook_vars=%s hook_on_path=%s user_site=%s argv=%s mai
     sys.argv[1:], __name__), flush=True)
 spin()
 EOF
+} >"$T/pkg/spin.py"
 : >"$T/pkg/__init__.py"
 # the user's own sitecustomize, on their PYTHONPATH: it must still run
 cat >"$T/userpath/sitecustomize.py" <<'EOF'
@@ -124,20 +133,10 @@ stop
 
 # ---- the hang: torch's file timer expires; the tracebacks come before the signal
 if $PY -c 'import torch.distributed.elastic.timer' 2>/dev/null; then
-    cat >"$T/ft.py" <<'EOF'
-import os, threading, time
+    {
+        spin_sleep_py
+        cat <<'EOF'
 import torch.distributed.elastic.timer as timer
-
-
-def sleeper():
-    time.sleep(1000)
-
-
-def spin():
-    n = 0
-    while True:
-        n += 1
-
 
 threading.Thread(target=sleeper, daemon=True).start()
 timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
@@ -145,6 +144,7 @@ if os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
     with timer.expires(after=1, scope="spin"):
         spin()
 EOF
+    } >"$T/ft.py"
     TORCHELASTIC_ENABLE_FILE_TIMER=1 "$MGLAUNCH" --log_dir "$L" --rdzv_id ft --nproc_per_node 2 \
         --max_restarts 1 "$T/ft.py" >"$T/ft.out" 2>"$T/ft.err"
     is $? 0 "file timer: the restarted group finishes"
@@ -154,8 +154,8 @@ mglaunch: watchdog: stacks of local (rank 1|ranks 1,0|ranks 0,1) in $L/ft/attemp
 mglaunch: sent SIGKILL to local rank 1" "file timer: the stacks before the signal"
     s=$(cat "$L/ft/attempt_0/1/stacks.txt")
     like "$s" "^# rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\), hung, at " "file timer: the hung rank's file"
-    like "$s" "File \"$T/ft.py\", line 1[12] in spin" "file timer: the spinning function and its line"
-    like "$s" "File \"$T/ft.py\", line 6 in sleeper" "file timer: the sleeping thread"
+    like "$s" "File \"$T/ft.py\", line 1[01] in spin" "file timer: the spinning function and its line"
+    like "$s" "File \"$T/ft.py\", line 5 in sleeper" "file timer: the sleeping thread"
     like "$s" "# native threads:
 PID [0-9]+" "file timer: then the native stacks"
     like "$("$MGLAUNCH" logs "$L" --run ft)" "stacks \\(the watchdog's\\): $L/ft/attempt_0/1/stacks.txt" \
