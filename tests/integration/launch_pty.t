@@ -5,7 +5,7 @@
 # the window's size and follows its resizes; the log files still record
 # everything, stdout and stderr apart; Ctrl-C (twice) and Ctrl-Z do what they
 # do to mglaunch, and the terminal is given back as it was.
-# timeout: 120
+# timeout: 300
 . "$(dirname "$0")/../lib/lib.sh"
 for v in $(env | sed -n 's/^\(PET_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 command -v tmux >/dev/null || skip_all "tmux is not installed (apt-get install tmux)"
@@ -17,10 +17,30 @@ SOCK=
 tmx() { tmux -S "$SOCK" "$@"; }
 pane() { tmx capture-pane -p -J -S -200 2>/dev/null; }
 shows() { pane | grep -qE -- "$1"; }
+# How long to wait for pdb, the job or mglaunch to answer: generous, since
+# under load (the full suite on two cores) a Python start or a pdb step can
+# take many seconds; every wait ends as soon as what it waits for shows.
+W=90
 # at_prompt: pdb waits for a command (the pane is shown when it does not come)
 at_prompt() {
-    wait_for 20 shows '^\(Pdb\) $' && return 0
+    wait_for $W shows '^\(Pdb\) $' && return 0
     pane | grep -v '^$' | tail -n 8 | sed 's/^/#   pane: /'
+    return 1
+}
+# pdb_says PATTERN: pdb answered the command sent with PATTERN, and prompts again
+pdb_says() {
+    wait_for $W shows "$1" && at_prompt && return 0
+    pane | grep -v '^$' | tail -n 8 | sed 's/^/#   pane: /'
+    return 1
+}
+# worker_tty NAME: the pseudo-terminal of the job's rank on a terminal
+# (its stdin), not the window's own
+worker_tty() {
+    _own=$(tmx display -p '#{pane_tty}')
+    for _c in $(cat /proc/"$(cat "$T/$1.pid")"/task/*/children 2>/dev/null); do
+        _t=$(readlink "/proc/$_c/fd/0" 2>/dev/null)
+        case $_t in /dev/pts/*) [ "$_t" != "$_own" ] && echo "$_t" && return 0 ;; esac
+    done
     return 1
 }
 
@@ -60,15 +80,18 @@ like "$(pane)" "rank 0 isatty True True True size os.terminal_size\\(columns=100
 like "$(pane)" "rank 1 isatty False False False size None" "rank 1 on pipes, as before"
 like "$(pane)" "-> y = x \\+ 41" "breakpoint() stops rank 0 in pdb"
 tmx send-keys "n" Enter
-ok wait_for 10 shows '^-> print\("y is", y\)'
+ok pdb_says '^-> print\("y is", y\)'
 tmx send-keys "p y" Enter
-ok wait_for 10 shows '^42$'
+ok pdb_says '^42$'
+wtty=$(worker_tty dbg)
+like "$wtty" "^/dev/pts/[0-9]+$" "rank 0's terminal is a pseudo-terminal of mglaunch's"
 tmx resize-window -x 120 -y 40
-sleep 0.5
+sized() { [ "$(stty -F "$wtty" size)" = "40 120" ]; }
+ok wait_for $W sized
 tmx send-keys "p os.get_terminal_size()" Enter
-ok wait_for 10 shows 'terminal_size\(columns=120, lines=40\)'
+ok pdb_says 'terminal_size\(columns=120, lines=40\)'
 tmx send-keys "c" Enter
-ok wait_for 20 test -s "$T/dbg.exit"
+ok wait_for $W test -s "$T/dbg.exit"
 is "$(cat "$T/dbg.exit")" 0 "the job completes after 'c'"
 like "$(pane)" "^y is 42" "rank 0 went on"
 out=$(cat "$L/dbg/attempt_0/0/stdout.log")
@@ -80,7 +103,7 @@ like "$(cat "$T/dbg.stty")" "[^-]icanon .*[^-]echo " "the terminal is given back
 # ---- --local_ranks_filter picks the rank that gets the terminal
 start filt --nproc_per_node 2 --local_ranks_filter 1 --no_python "$PY" -c \
     "'import os,sys; print(os.environ[\"RANK\"], sys.stdout.isatty())'"
-ok wait_for 20 test -s "$T/filt.exit"
+ok wait_for $W test -s "$T/filt.exit"
 like "$(pane)" "^1 True" "--local_ranks_filter 1: rank 1 is on the terminal"
 unlike "$(pane)" "^0 " "  and rank 0 is not shown"
 
@@ -88,9 +111,9 @@ unlike "$(pane)" "^0 " "  and rank 0 is not shown"
 start intr --nproc_per_node 2 "$T/dbg.py"
 ok at_prompt
 tmx send-keys C-c
-ok wait_for 10 shows 'SIGINT: stopping the workers'
+ok wait_for $W shows 'SIGINT: stopping the workers'
 tmx send-keys C-c
-ok wait_for 10 test -s "$T/intr.exit"
+ok wait_for $W test -s "$T/intr.exit"
 is "$(cat "$T/intr.exit")" 130 "Ctrl-C twice: exit 130"
 like "$(cat "$T/intr.stty")" "[^-]icanon .*[^-]echo " "the terminal is given back"
 
@@ -103,18 +126,18 @@ like "$(stty -F "$tty" -a)" "-icanon" "while a worker is on a terminal: no line 
 tmx send-keys C-z
 pid=$(cat "$T/stop.pid")
 stopped() { grep -q '^State:.*T' "/proc/$1/status"; }
-ok wait_for 10 stopped "$pid"
+ok wait_for $W stopped "$pid"
 like "$(stty -F "$tty" -a)" "[^-]icanon" "Ctrl-Z: the terminal as it was"
 w=$(cat /proc/$pid/task/*/children | tr ' ' '\n' | while read -r c; do
     [ -n "$c" ] && grep -q python "/proc/$c/cmdline" 2>/dev/null && echo "$c"; done | head -n 1)
 ok stopped "$w"
 kill -CONT "$pid"
 running() { ! stopped "$1"; }
-ok wait_for 10 running "$pid"
-ok wait_for 10 running "$w"
+ok wait_for $W running "$pid"
+ok wait_for $W running "$w"
 like "$(stty -F "$tty" -a)" "-icanon" "continued: back to the worker's terminal"
 tmx send-keys "c" Enter
-ok wait_for 20 test -s "$T/stop.exit"
+ok wait_for $W test -s "$T/stop.exit"
 is "$(cat "$T/stop.exit")" 0 "and the job completes"
 
 # ---- no terminal (this test's own stdin): pipes, as before
