@@ -100,6 +100,10 @@ struct run {
     long snap_start; /* the step this attempt began at */
     double snap_probe[SNAP_PROBES],
         step_probe[SNAP_PROBES]; /* auto: what early copies and steps took */
+    /* ZeRO-1 on more than one node: each shard is copied to the next node too */
+    int snap_peer_src;       /* the rank whose shard this rank keeps, or -1: no copies */
+    uint64_t snap_shard;     /* bytes of a shard */
+    unsigned char *snap_all; /* room for every rank's shard: the exchange's */
 };
 
 /* ---- train.c ---- */
@@ -129,6 +133,8 @@ void check_output(struct run *r, int rc);
 /* ---- train_setup.c ---- */
 
 /* Builds r: backend, distributed context, data, model, DDP, trainer. */
+/* DDP's options from the command line (the bucket caps decide ZeRO-1's layout). */
+void train_ddp_opts(const struct run *r, struct mg_ddp_opts *d);
 int setup(struct run *r);
 
 /* ---- train_resume.c ---- */

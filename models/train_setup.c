@@ -53,19 +53,24 @@ static int setup_dist(struct run *r)
 }
 
 /* Gradient averaging, parameter broadcast and reduced figures over the ranks. */
-static int setup_ddp(struct run *r)
+void train_ddp_opts(const struct run *r, struct mg_ddp_opts *d)
 {
-    struct train_options *o = r->o;
-    char err[1024];
-    int force = r->dist.d->env.test_comm_thread;
-    if (r->dist.world == 1 && !force)
-        return 0;
-    struct mg_ddp_opts dopts = {
+    const struct train_options *o = r->o;
+    *d = (struct mg_ddp_opts){
         .bucket_cap = o->bucket_cap_mb > 0 ? (size_t)(o->bucket_cap_mb * 1048576.0) : 0,
         .no_thread = o->no_comm_thread,
         .zero = o->zero,
-        .force_thread = force,
+        .force_thread = r->dist.d && r->dist.d->env.test_comm_thread,
     };
+}
+
+static int setup_ddp(struct run *r)
+{
+    char err[1024];
+    struct mg_ddp_opts dopts;
+    train_ddp_opts(r, &dopts);
+    if (r->dist.world == 1 && !dopts.force_thread)
+        return 0;
     int rc = mg_ddp_create(&r->dist.ddp, r->dist.d->comm, &r->model, &dopts, err, sizeof(err));
     if (rc < 0) {
         fail("cannot set up data parallelism: %s", err);

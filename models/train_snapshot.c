@@ -2,7 +2,11 @@
  * memory"): the region mglaunch lends each local rank (MG_SNAPSHOT_FD), a
  * copy of this rank's state after every --snapshot-every steps, and a
  * restart that resumes from the newest snapshot every rank holds, checked,
- * before it looks at the checkpoint directory. */
+ * before it looks at the checkpoint directory. With ZeRO-1 on more than one
+ * node each rank also keeps a copy of the optimizer shard of the same local
+ * rank on the node before its own (a ring over nodes), so that a node's loss
+ * loses no shard: the survivors gather the whole state from their own
+ * shards and those copies and reshard it as a checkpoint's. */
 #include "snapshot/snapshot.h"
 #include "rtutil.h"
 #include "train_internal.h"
@@ -28,9 +32,9 @@
  * check out, why. */
 struct offer {
     uint64_t step[MG_SNAP_SLOTS];
-    uint64_t any[MG_SNAP_SLOTS];
-    uint64_t bytes[MG_SNAP_SLOTS];
-    uint32_t world[MG_SNAP_SLOTS], rank[MG_SNAP_SLOTS];
+    uint64_t any[MG_SNAP_ALL_SLOTS]; /* the own slots, then the peer slots (ZeRO-1 shards) */
+    uint64_t bytes[MG_SNAP_ALL_SLOTS];
+    uint32_t world[MG_SNAP_ALL_SLOTS], rank[MG_SNAP_ALL_SLOTS];
     uint64_t disk;
     int32_t ok;  /* the later rounds: the chosen snapshot checked out */
     int32_t mem; /* the first: this rank has memory for snapshots */
@@ -153,7 +157,21 @@ int snapshot_open(struct run *r)
         fail("cannot size this rank's snapshot: %s", mg_strerror(rc));
         return rc;
     }
-    rc = mg_snap_open(&r->snap, (int)fd, bytes, limit, err);
+    /* ZeRO-1 over nodes (RANK = node * LOCAL_WORLD_SIZE + LOCAL_RANK): the shard of
+     * the same local rank on the node before this one is kept here too */
+    int local = r->dist.d ? r->dist.d->local_world : 1, world = r->dist.world;
+    int sharded = r->trainer.hooks.shard_state != NULL;
+    r->snap_peer_src = -1;
+    r->snap_shard = r->trainer.opt.state_count * sizeof(float);
+    if (sharded && local > 0 && world > local && world % local == 0 && r->snap_shard)
+        r->snap_peer_src = (r->dist.rank - local + world) % world;
+    uint64_t peer_cap = r->snap_peer_src >= 0 ? r->snap_shard : 0;
+    rc = mg_snap_open(&r->snap, (int)fd, bytes, peer_cap, limit, err);
+    if (rc == 0 && r->snap_peer_src >= 0 &&
+        !(r->snap_all = malloc((size_t)r->snap_shard * (size_t)world)))
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM,
+                       "out of memory for the exchange of the shards' copies (%" PRIu64 " bytes)",
+                       r->snap_shard * (uint64_t)world);
     if (rc == -MG_ETOOBIG && !o->snapshot_set && !lim) {
         /* not asked for: a large model trains as it did before snapshots, told why */
         snprintf(r->snap_off, sizeof(r->snap_off), "%.300s, half the available memory", err);
@@ -187,6 +205,38 @@ void snapshot_close(struct run *r)
     if (r->snap_on)
         mg_snap_close(&r->snap);
     r->snap_on = 0;
+    free(r->snap_all);
+    r->snap_all = NULL;
+    r->snap_peer_src = -1;
+}
+
+/* ZeRO-1 over nodes: every rank's shard to every rank in one allgather (the
+ * communicator has no point-to-point), of which this rank keeps the one of
+ * snap_peer_src, in its peer slots, checked as its own are. */
+static int replicate(struct run *r)
+{
+    struct mg_trainer *t = &r->trainer;
+    struct mg_backend *be = r->model.be;
+    uint64_t n = r->snap_shard;
+    unsigned char *mine = r->snap_all + (size_t)n * (size_t)r->dist.rank;
+    be->ops->download(be, mine, t->opt.state, (size_t)n);
+    int rc = be->ops->sync(be);
+    if (rc < 0) {
+        fail("cannot copy the optimizer shard from the device: %s", mg_backend_errmsg(be));
+        return rc;
+    }
+    rc = mg_ddp_allgather(r->dist.ddp, mine, r->snap_all, (size_t)n);
+    if (rc < 0) {
+        fail("cannot send the optimizer shard of step %ld to the next node: %s", t->step,
+             mg_ddp_errmsg(r->dist.ddp));
+        return rc;
+    }
+    unsigned char *slot = mg_snap_peer_begin(&r->snap);
+    if (!slot)
+        return -EINVAL;
+    memcpy(slot, r->snap_all + (size_t)n * (size_t)r->snap_peer_src, (size_t)n);
+    return mg_snap_peer_commit(&r->snap, (uint64_t)t->step, t->cfg.run_id_hash,
+                               (uint32_t)r->dist.world, (uint32_t)r->snap_peer_src, n);
 }
 
 /* --snapshot-every auto: a snapshot after each of the first AUTO_SKIP steps
@@ -275,6 +325,8 @@ int snapshot_take(struct run *r, double step_seconds)
     if (rc == 0)
         rc = mg_snap_commit(&r->snap, (uint64_t)t->step, t->cfg.run_id_hash,
                             (uint32_t)r->dist.world, (uint32_t)r->dist.rank, len);
+    if (rc == 0 && r->snap_peer_src >= 0 && (rc = replicate(r)) < 0 && rc != -EINVAL)
+        return rc; /* said */
     if (rc < 0) {
         fail("cannot keep the snapshot of step %ld in memory: %s", t->step, mg_strerror(rc));
         return rc;
@@ -291,21 +343,19 @@ int snapshot_take(struct run *r, double step_seconds)
 }
 
 /* This rank's offer: the steps of its slots that are this run's and whole,
- * and of those the ones written at this world size by this rank. Another
- * rank's or world's copy is a peer's to a replicated optimizer; to a sharded
- * one (ZeRO-1) it is of no use, and said. */
+ * and of those the ones written at this world size by this rank; every
+ * slot's step with who wrote it, at which world size (the own slots: a
+ * peer's copy after a node loss; the peer slots: a ZeRO-1 shard's copy). */
 static void make_offer(struct run *r, struct offer *me)
 {
-    int sharded = r->trainer.hooks.shard_state != NULL;
     memset(me, 0, sizeof(*me));
-    for (int i = 0; i < MG_SNAP_SLOTS; i++) {
+    for (int i = 0; i < MG_SNAP_ALL_SLOTS; i++) {
         struct mg_snap_slot sl;
-        me->step[i] = me->any[i] = NO_STEP;
+        if (i < MG_SNAP_SLOTS)
+            me->step[i] = NO_STEP;
+        me->any[i] = NO_STEP;
         mg_snap_inspect(&r->snap, i, &sl);
         const char *bad = NULL;
-        char b[160];
-        int own =
-            sl.valid && sl.world == (uint32_t)r->dist.world && sl.rank == (uint32_t)r->dist.rank;
         if (!sl.valid && strcmp(sl.why, "empty") != 0)
             bad = sl.why;
         else if (sl.valid && sl.run != r->trainer.cfg.run_id_hash)
@@ -315,22 +365,23 @@ static void make_offer(struct run *r, struct offer *me)
             me->bytes[i] = sl.payload_bytes;
             me->world[i] = sl.world;
             me->rank[i] = sl.rank;
-            if (own)
+            if (i < MG_SNAP_SLOTS && sl.world == (uint32_t)r->dist.world &&
+                sl.rank == (uint32_t)r->dist.rank)
                 me->step[i] = sl.step;
-            else if (sharded) {
-                snprintf(b, sizeof(b),
-                         "written by rank %u of %u, and a ZeRO-1 shard is its rank's only", sl.rank,
-                         sl.world);
-                bad = b;
-            }
         }
         if (bad && !me->why[0])
-            snprintf(me->why, sizeof(me->why), "slot %d: %s", i, bad);
+            snprintf(me->why, sizeof(me->why), "%s %d: %s", i < MG_SNAP_PEER ? "slot" : "peer slot",
+                     i % MG_SNAP_PEER, bad);
     }
     if (r->snap.dropped && !me->why[0])
         snprintf(me->why, sizeof(me->why),
-                 "its memory held snapshots of another size (%s), dropped",
-                 sharded ? "a ZeRO-1 shard at another world size" : "another model's");
+                 "its memory held snapshots of another size (another model's), dropped");
+}
+
+/* s is a step, newer than than (NO_STEP: none yet). */
+static int newer(uint64_t s, uint64_t than)
+{
+    return s != NO_STEP && (than == NO_STEP || s > than);
 }
 
 static int has_step(const struct offer *o, uint64_t step)
@@ -339,6 +390,54 @@ static int has_step(const struct offer *o, uint64_t step)
         if (o->step[i] == step)
             return 1;
     return 0;
+}
+
+/* The rank holding old rank q's state of step at world size was (an own
+ * slot, or a peer slot's shard), and the slot; -1 when no survivor does. */
+static int holder_of(const struct offer *all, int world, uint64_t step, uint32_t was, uint32_t q,
+                     int *slot)
+{
+    for (int h = 0; h < world; h++)
+        for (int i = 0; i < MG_SNAP_ALL_SLOTS; i++)
+            if (all[h].any[i] == step && all[h].world[i] == was && all[h].rank[i] == q) {
+                *slot = i;
+                return h;
+            }
+    return -1;
+}
+
+/* ZeRO-1: the newest step of which every old rank's shard is in some
+ * survivor's memory (its own slot, or a peer slot), with the own snapshot
+ * of a survivor (its parameters and position) in *src, *src_slot, the old
+ * world size in *was. NO_STEP when there is none; *lost (else UINT32_MAX)
+ * then names the rank whose shard of *lost_step, the newest step any rank
+ * holds, is nowhere. */
+static uint64_t shards_step(const struct offer *all, int world, int *src, int *src_slot,
+                            uint32_t *was, uint32_t *lost, uint64_t *lost_step)
+{
+    uint64_t chosen = NO_STEP;
+    int slot;
+    *lost = UINT32_MAX;
+    *lost_step = NO_STEP;
+    for (int h = 0; h < world; h++)
+        for (int k = 0; k < MG_SNAP_SLOTS; k++) {
+            uint64_t s = all[h].any[k];
+            uint32_t w = all[h].world[k], q = 0;
+            if (!newer(s, chosen) || w == 0 || w > (1u << 20))
+                continue;
+            while (q < w && holder_of(all, world, s, w, q, &slot) >= 0)
+                q++;
+            if (q == w) {
+                chosen = s;
+                *src = h;
+                *src_slot = k;
+                *was = w;
+            } else if (newer(s, *lost_step)) {
+                *lost = q;
+                *lost_step = s;
+            }
+        }
+    return chosen;
 }
 
 static int exchange(struct run *r, struct offer *me, struct offer *all)
@@ -393,7 +492,7 @@ static uint64_t disk_step(struct run *r)
  * resumed from, so a later restart cannot pick a step of an abandoned one. */
 static void keep_only(struct run *r, uint64_t step)
 {
-    for (int i = 0; i < MG_SNAP_SLOTS; i++) {
+    for (int i = 0; i < MG_SNAP_ALL_SLOTS; i++) {
         struct mg_snap_slot sl;
         mg_snap_inspect(&r->snap, i, &sl);
         if (!sl.valid || sl.step != step)
@@ -410,10 +509,12 @@ static const char *fallback(const struct run *r)
 /* A replicated optimizer after a node loss (or a copy interrupted on one
  * rank): every rank resumes from rank src's copy of step (its slot k),
  * broadcast to the others, checked by each, resharded when the world size
- * changed. 0 with *resumed 1, or 0 with the fallback said once, or a failed
- * exchange. all is the first round's offers (overwritten). */
+ * changed. With ZeRO-1, full is the whole optimizer state gathered from the
+ * shards, and the copy gives the rest. 0 with *resumed 1 (said with from),
+ * or 1 with the fallback said once, or a failed exchange. all is the first
+ * round's offers (overwritten). */
 static int resume_from_peer(struct run *r, struct offer *all, int src, int k, uint64_t step,
-                            int *resumed)
+                            const float *full, const char *from, int *resumed)
 {
     int world = r->dist.world, me_src = r->dist.rank == src, rc;
     uint64_t len = all[src].bytes[k];
@@ -429,11 +530,13 @@ static int resume_from_peer(struct run *r, struct offer *all, int src, int k, ui
      * for it: nothing is sent that does not check out where it lies */
     memset(&me, 0, sizeof(me));
     me.ok = 1;
-    if (len > r->snap.payload_cap) {
+    /* a ZeRO-1 shard of another world size is at most the whole state */
+    uint64_t room = r->snap_bytes + mg_trainer_state_count(&r->trainer) * sizeof(float);
+    if (len > room) {
         me.ok = 0;
         snprintf(me.why, sizeof(me.why),
                  "%s is %" PRIu64 " bytes, more than a snapshot of this run holds (%" PRIu64 ")",
-                 what, len, r->snap.payload_cap);
+                 what, len, room);
     } else if (me_src) {
         struct mg_snap_slot sl;
         mg_snap_inspect(&r->snap, k, &sl);
@@ -464,7 +567,8 @@ static int resume_from_peer(struct run *r, struct offer *all, int src, int k, ui
     raw = NULL; /* the parse took it over, in every case */
     parsed = rc == 0;
     if (rc == 0)
-        rc = mg_trainer_snapshot_load_peer(&r->trainer, &f, what, 0, err);
+        rc = full ? mg_trainer_snapshot_load_gathered(&r->trainer, &f, full, what, 0, err)
+                  : mg_trainer_snapshot_load_peer(&r->trainer, &f, what, 0, err);
     me.ok = rc == 0;
     if (rc < 0)
         snprintf(me.why, sizeof(me.why), "%.200s", err);
@@ -474,15 +578,13 @@ static int resume_from_peer(struct run *r, struct offer *all, int src, int k, ui
     for (int q = 0; q < world; q++)
         if (!all[q].ok)
             goto refused;
-    rc = mg_trainer_snapshot_load_peer(&r->trainer, &f, what, 1, err);
+    rc = full ? mg_trainer_snapshot_load_gathered(&r->trainer, &f, full, what, 1, err)
+              : mg_trainer_snapshot_load_peer(&r->trainer, &f, what, 1, err);
     if (rc < 0) {
         fail("cannot resume from memory: %s", err);
         goto out;
     }
     *resumed = 1;
-    char from[160];
-    snprintf(from, sizeof(from), "memory: rank %u's snapshot at world size %u", was_rank,
-             was_world);
     resume_said(r, from, 0);
     rc = 0;
     goto out;
@@ -502,6 +604,133 @@ out:
     if (parsed)
         mg_ckpt_file_release(&f);
     free(raw);
+    return rc;
+}
+
+/* Old rank q's shard of step, out of this rank's slot i (its own
+ * snapshot's optimizer state, or a peer slot's copy), checked against its
+ * hash and its size (bytes: a shard at that world size): malloc'ed in *out. */
+static int shard_copy(struct run *r, int i, uint64_t step, uint64_t bytes, unsigned char **out,
+                      char *err)
+{
+    struct mg_snap_slot sl;
+    struct mg_ckpt_file f;
+    unsigned char *raw;
+    uint64_t len;
+    char what[96];
+    *out = NULL;
+    mg_snap_inspect(&r->snap, i, &sl);
+    snprintf(what, sizeof(what), "rank %u's %s of step %" PRIu64, sl.rank,
+             i < MG_SNAP_PEER ? "snapshot" : "shard (a peer's copy)", step);
+    int rc = sl.valid && sl.step == step
+                 ? mg_snap_copy_out(&r->snap, i, &raw, &len, err)
+                 : mg_seterr(err, MG_ERRMSG_LEN, -ENOENT, "%s is gone", what);
+    if (rc < 0)
+        return rc;
+    if (i >= MG_SNAP_PEER) {
+        *out = raw;
+    } else {
+        /* an own snapshot: the shard is its OPTIM state */
+        rc = mg_ckpt_parse_payload(raw, len, what, &f, err);
+        if (rc < 0)
+            return rc;
+        const struct mg_ckpt_section *st = mg_ckpt_find(&f, MG_CKPT_TAG_OPTIM, 1);
+        len = st ? st->len : 0;
+        if (st && len == bytes && (*out = malloc(len ? len : 1)))
+            memcpy(*out, st->data, len);
+        mg_ckpt_file_release(&f);
+        if (st && len == bytes && !*out)
+            return mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM, "out of memory for %s", what);
+    }
+    if (len != bytes) {
+        free(*out);
+        *out = NULL;
+        return mg_seterr(err, MG_ERRMSG_LEN, -MG_EFORMAT,
+                         "%s holds %" PRIu64 " bytes of optimizer state, a shard at its world "
+                         "size %" PRIu64,
+                         what, len, bytes);
+    }
+    return 0;
+}
+
+/* ZeRO-1 after a node loss: old rank q's shard of step, for every q of the
+ * old world size was, from the survivor that holds it (own slot or peer
+ * slot), checked there, then sent to every rank, which puts it where it
+ * belongs in the whole state; then resume_from_peer with rank src's own
+ * snapshot (slot k) for the rest, the whole state resharded as a file's. */
+static int resume_gathered(struct run *r, struct offer *all, int src, int k, uint64_t step,
+                           uint32_t was, int *resumed)
+{
+    int world = r->dist.world, rc = -ENOMEM, copies = 0;
+    int nvec = mg_optim_state_vectors(&r->trainer.opt.cfg);
+    struct mg_ddp_opts dopts;
+    train_ddp_opts(r, &dopts);
+    size_t n = r->model.nparams, len = mg_ddp_shard_len_at(&r->model, &dopts, (int)was);
+    size_t nfull = (size_t)nvec * n + 1;
+    uint64_t bytes = (uint64_t)nvec * len * sizeof(float);
+    int *hold = calloc(was, sizeof(int)), *slot = calloc(was, sizeof(int));
+    unsigned char **mine = calloc(was, sizeof(*mine));
+    float *full = malloc(nfull * sizeof(float));
+    unsigned char *shard = malloc(bytes ? bytes : 1);
+    struct offer me, *said = calloc((size_t)world, sizeof(*said)); /* all: resume_from_peer's */
+    char err[MG_ERRMSG_LEN], from[160];
+    memset(&me, 0, sizeof(me));
+    me.ok = 1;
+    if (!hold || !slot || !mine || !full || !shard || !said) {
+        me.ok = 0;
+        snprintf(me.why, sizeof(me.why), "out of memory to gather the optimizer shards");
+    }
+    /* each holder checks its copies first: nothing is sent that does not check out */
+    for (uint32_t q = 0; q < was && me.ok; q++) {
+        hold[q] = holder_of(all, world, step, was, q, &slot[q]);
+        copies += slot[q] >= MG_SNAP_PEER;
+        if (hold[q] == r->dist.rank && shard_copy(r, slot[q], step, bytes, &mine[q], err) < 0) {
+            me.ok = 0;
+            snprintf(me.why, sizeof(me.why), "%.200s", err);
+        }
+    }
+    rc = exchange(r, &me, said ? said : all);
+    if (rc < 0)
+        goto out;
+    if (!said) { /* out of memory (the others say so): the disk resumes */
+        rc = 1;
+        goto out;
+    }
+    for (int q = 0; q < world; q++) {
+        if (said[q].ok)
+            continue;
+        if (r->dist.rank == 0)
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: not resuming from memory: rank %d: %s; resuming from "
+                               "%s\n",
+                    q, said[q].why, fallback(r));
+        rc = 1;
+        goto out;
+    }
+    for (uint32_t q = 0; q < was; q++) {
+        if (hold[q] == r->dist.rank)
+            memcpy(shard, mine[q], bytes);
+        if (world > 1 && (rc = mg_ddp_broadcast_bytes(r->dist.ddp, shard, bytes, hold[q])) < 0) {
+            fail("cannot send rank %u's optimizer shard of step %" PRIu64 " to every rank: %s", q,
+                 step, mg_ddp_errmsg(r->dist.ddp));
+            goto out;
+        }
+        /* the layout is was's, as every rank computes it: this cannot refuse */
+        mg_ddp_unshard(&r->model, &dopts, (int)was, (int)q, (const float *)(void *)shard, len, full,
+                       nvec);
+    }
+    snprintf(from, sizeof(from),
+             "memory: the ZeRO-1 shards of world size %u (%d from a peer's copy)", was, copies);
+    rc = resume_from_peer(r, all, src, k, step, full, from, resumed);
+out:
+    for (uint32_t q = 0; mine && q < was; q++)
+        free(mine[q]);
+    free(mine);
+    free(hold);
+    free(slot);
+    free(full);
+    free(shard);
+    free(said);
     return rc;
 }
 
@@ -551,34 +780,36 @@ int snapshot_resume(struct run *r, int *resumed)
     }
     /* the newest step every rank holds as its own; with a replicated optimizer
      * (every rank's state the same), the newest any rank holds, sent to the
-     * others: after a node loss the survivors' copies resume the new world */
-    uint64_t best = NO_STEP, peer = NO_STEP, disk = NO_STEP;
+     * others: after a node loss the survivors' copies resume the new world;
+     * with ZeRO-1, the newest of which every old rank's shard survives */
+    uint64_t best = NO_STEP, peer = NO_STEP, disk = NO_STEP, lost_step = NO_STEP;
     int said = -1, any = 0, src = -1, src_slot = -1;
-    int sharded = r->trainer.hooks.shard_state != NULL;
-    for (int k = 0; k < MG_SNAP_SLOTS; k++) {
-        uint64_t s = all[0].step[k];
-        int everyone = s != NO_STEP;
-        for (int q = 1; q < world && everyone; q++)
-            everyone = has_step(&all[q], s);
-        if (everyone && (best == NO_STEP || s > best))
-            best = s;
-    }
-    for (int q = 0; q < world && !sharded; q++)
-        for (int k = 0; k < MG_SNAP_SLOTS; k++)
-            if (all[q].any[k] != NO_STEP && (peer == NO_STEP || all[q].any[k] > peer)) {
-                peer = all[q].any[k];
+    uint32_t was = 0, lost = UINT32_MAX;
+    int sharded = r->o->zero; /* the snapshots hold shards (one process: of another world) */
+    for (int q = 0; q < world; q++) {
+        if (newer(all[q].disk, disk))
+            disk = all[q].disk;
+        if (said < 0 && all[q].why[0])
+            said = q;
+        for (int k = 0; k < MG_SNAP_SLOTS; k++) {
+            uint64_t s = all[q].any[k];
+            int everyone = q == 0 && newer(all[0].step[k], best);
+            for (int o = 1; o < world && everyone; o++)
+                everyone = has_step(&all[o], all[0].step[k]);
+            if (everyone)
+                best = all[0].step[k];
+            any |= s != NO_STEP;
+            if (!sharded && newer(s, peer)) {
+                peer = s;
                 src = q;
                 src_slot = k;
             }
-    int use_peer = peer != NO_STEP && (best == NO_STEP || peer > best);
-    uint64_t chosen = use_peer ? peer : best;
-    for (int q = 0; q < world; q++) {
-        if (all[q].disk != NO_STEP && (disk == NO_STEP || all[q].disk > disk))
-            disk = all[q].disk;
-        any |= all[q].any[0] != NO_STEP || all[q].any[1] != NO_STEP;
-        if (said < 0 && all[q].why[0])
-            said = q;
+        }
     }
+    if (sharded)
+        peer = shards_step(all, world, &src, &src_slot, &was, &lost, &lost_step);
+    int use_peer = newer(peer, best);
+    uint64_t chosen = use_peer ? peer : best;
     if (chosen != NO_STEP && disk != NO_STEP && disk > chosen) {
         if (r->dist.rank == 0)
             say(&r->prog,
@@ -590,21 +821,26 @@ int snapshot_resume(struct run *r, int *resumed)
     }
     if (chosen == NO_STEP) {
         if (r->dist.rank == 0 && (any || said >= 0)) {
+            char gone[160] = "", why[300] = "";
+            if (lost != UINT32_MAX)
+                snprintf(gone, sizeof(gone),
+                         ": rank %u's ZeRO-1 shard of step %" PRIu64 " is in no memory left", lost,
+                         lost_step);
             if (said >= 0)
-                fprintf(stderr,
-                        TRAIN_PROG ": warning: no snapshot in memory that every rank holds (rank "
-                                   "%d: %s): resuming from %s\n",
-                        said, all[said].why, fallback(r));
-            else
-                fprintf(stderr,
-                        TRAIN_PROG ": warning: no snapshot in memory that every rank holds: "
-                                   "resuming from %s\n",
-                        fallback(r));
+                snprintf(why, sizeof(why), " (rank %d: %s)", said, all[said].why);
+            fprintf(stderr,
+                    TRAIN_PROG ": warning: no snapshot in memory that every rank holds%s%s: "
+                               "resuming from %s\n",
+                    gone, why, fallback(r));
         }
         goto drop;
     }
     if (use_peer) {
-        rc = resume_from_peer(r, all, src, src_slot, peer, resumed);
+        char from[160];
+        snprintf(from, sizeof(from), "memory: rank %u's snapshot at world size %u",
+                 all[src].rank[src_slot], all[src].world[src_slot]);
+        rc = sharded ? resume_gathered(r, all, src, src_slot, peer, was, resumed)
+                     : resume_from_peer(r, all, src, src_slot, peer, NULL, from, resumed);
         if (rc < 0)
             goto out;
         best = rc == 0 ? peer : NO_STEP;
@@ -643,7 +879,10 @@ int snapshot_resume(struct run *r, int *resumed)
             r->trainer.step, r->trainer.resumed.epoch + 1, mg_model_param_hash(&r->model));
 drop:
     keep_only(r, best);
-    rc = 0;
+    /* a region of the old world size's layout, read: now this one's */
+    rc = mg_snap_relayout(&r->snap, err);
+    if (rc < 0)
+        fail("cannot keep snapshots in memory: %s", err);
 out:
     free(all);
     return rc;

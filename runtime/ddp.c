@@ -203,52 +203,111 @@ static int reduce_on_host(struct mg_ddp *d)
  * each cut moves up to a multiple of the alignment (a bucket left empty
  * goes), and the first bucket ends at `padded`. A bucket is still complete
  * when backward has finished its layers: moving its start up only shrinks it. */
-static void plan_buckets(struct mg_ddp *d, size_t cap_bytes, size_t first_bytes)
+static int plan_buckets(const struct mg_model *m, size_t align, size_t cap_bytes,
+                        size_t first_bytes, struct mg_ddp_bucket *b, size_t *padded)
 {
-    struct mg_model *m = d->m;
     size_t cap = first_bytes / sizeof(float), start = m->nparams, end = m->nparams;
-    d->nb = 0;
-    d->padded = (m->nparams + d->align - 1) / d->align * d->align;
+    int n = 0;
+    *padded = (m->nparams + align - 1) / align * align;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct mg_layer *l = &m->layers[i];
         if (!l->param_count)
             continue;
         start = l->param_offset;
-        if ((end - start >= cap || i == 0) && d->nb < MG_DDP_MAX_BUCKETS - 1) {
-            d->b[d->nb++] = (struct mg_ddp_bucket){start, end - start};
+        if ((end - start >= cap || i == 0) && n < MG_DDP_MAX_BUCKETS - 1) {
+            b[n++] = (struct mg_ddp_bucket){start, end - start};
             end = start;
             cap = cap_bytes / sizeof(float);
         }
     }
     if (end > 0) /* layers left over (or the bucket table full): one last bucket */
-        d->b[d->nb++] = (struct mg_ddp_bucket){0, end};
-    if (d->nb == 0 && m->nparams)
-        d->b[d->nb++] = (struct mg_ddp_bucket){0, m->nparams};
+        b[n++] = (struct mg_ddp_bucket){0, end};
+    if (n == 0 && m->nparams)
+        b[n++] = (struct mg_ddp_bucket){0, m->nparams};
     int nb = 0;
-    end = d->padded;
-    for (int k = 0; k < d->nb; k++) {
-        start = (d->b[k].offset + d->align - 1) / d->align * d->align;
+    end = *padded;
+    for (int k = 0; k < n; k++) {
+        start = (b[k].offset + align - 1) / align * align;
         if (start >= end)
             continue;
-        d->b[nb++] = (struct mg_ddp_bucket){start, end - start};
+        b[nb++] = (struct mg_ddp_bucket){start, end - start};
         end = start;
     }
-    d->nb = nb;
+    return nb;
 }
 
-/* ZeRO-1: rank r's chunk of each bucket, less the padding, and where its
- * state goes. */
-static void plan_shard(struct mg_ddp *d)
+/* ZeRO-1: rank's chunk of each bucket at world size world, less the
+ * padding, and where its state goes; returns the shard's padded length. */
+static size_t plan_shard(const struct mg_ddp_bucket *b, int nb, size_t n, int world, int rank,
+                         struct mg_ddp_bucket *shard, size_t *shard_at)
 {
-    size_t world = (size_t)d->comm->world, at = 0, n = d->m->nparams;
-    for (int k = 0; k < d->nb; k++) {
-        size_t chunk = d->b[k].count / world, from = d->b[k].offset + (size_t)d->comm->rank * chunk;
+    size_t at = 0;
+    for (int k = 0; k < nb; k++) {
+        size_t chunk = b[k].count / (size_t)world, from = b[k].offset + (size_t)rank * chunk;
         size_t to = from + chunk < n ? from + chunk : n;
-        d->shard[k] = (struct mg_ddp_bucket){from, to > from ? to - from : 0};
-        d->shard_at[k] = at;
+        shard[k] = (struct mg_ddp_bucket){from, to > from ? to - from : 0};
+        shard_at[k] = at;
         at += chunk;
     }
-    d->shard_len = at;
+    return at;
+}
+
+/* The alignment of the buckets at world size world: only a buffer DDP
+ * allocates has room for padding (on the CPU, and under ZeRO-1 on a device
+ * too: the communicator's memory). */
+static size_t align_for(const struct mg_ddp *d, int world)
+{
+    return world > 1 && (d->m->be->device == MG_DEVICE_CPU || d->zero) ? 16 * (size_t)world : 1;
+}
+
+/* The buckets' caps of these options. */
+static void caps_of(const struct mg_ddp_opts *o, size_t *cap, size_t *first)
+{
+    *cap = o && o->bucket_cap ? o->bucket_cap : MG_DDP_DEFAULT_BUCKET_CAP;
+    *first = o && o->first_bucket                 ? o->first_bucket
+             : *cap < MG_DDP_DEFAULT_FIRST_BUCKET ? *cap
+                                                  : MG_DDP_DEFAULT_FIRST_BUCKET;
+}
+
+/* The layout of rank's shard at world size world (this run's, or another's:
+ * a snapshot's shard from before a node loss). ZeRO-1 pads at any world
+ * size above 1 (align_for). */
+static int shard_layout(const struct mg_model *m, const struct mg_ddp_opts *o, int world, int rank,
+                        struct mg_ddp_bucket *runs, size_t *shard_at, size_t *len)
+{
+    struct mg_ddp_bucket b[MG_DDP_MAX_BUCKETS];
+    size_t padded, cap, first;
+    caps_of(o, &cap, &first);
+    int nb = plan_buckets(m, world > 1 ? 16 * (size_t)world : 1, cap, first, b, &padded);
+    *len = plan_shard(b, nb, m->nparams, world, rank, runs, shard_at);
+    return nb;
+}
+
+size_t mg_ddp_shard_len_at(const struct mg_model *m, const struct mg_ddp_opts *o, int world)
+{
+    struct mg_ddp_bucket runs[MG_DDP_MAX_BUCKETS];
+    size_t at[MG_DDP_MAX_BUCKETS], len = 0;
+    if (world < 1)
+        return 0;
+    shard_layout(m, o, world, 0, runs, at, &len);
+    return len;
+}
+
+int mg_ddp_unshard(const struct mg_model *m, const struct mg_ddp_opts *o, int world, int rank,
+                   const float *shard, size_t shard_len, float *full, int nvec)
+{
+    struct mg_ddp_bucket runs[MG_DDP_MAX_BUCKETS];
+    size_t at[MG_DDP_MAX_BUCKETS], len, n = m->nparams;
+    if (world < 1 || rank < 0 || rank >= world)
+        return -EINVAL;
+    int nb = shard_layout(m, o, world, rank, runs, at, &len);
+    if (len != shard_len)
+        return -MG_EFORMAT;
+    for (int v = 0; v < nvec; v++)
+        for (int k = 0; k < nb; k++)
+            memcpy(full + (size_t)v * n + runs[k].offset, shard + (size_t)v * len + at[k],
+                   runs[k].count * sizeof(float));
+    return 0;
 }
 
 /* Queued, not waited for (where the communicator can: NCCL): the next bucket
@@ -802,18 +861,13 @@ int mg_ddp_create(struct mg_ddp **out, struct mg_comm *comm, struct mg_model *m,
                          "MG_COMM=auto or nccl); the %s communicator averages through host memory",
                          comm->ops->name);
     }
-    /* Only a buffer DDP allocates has room for padding: on the CPU, and under ZeRO-1 on a
-     * device too (the communicator's memory). */
-    d->align = comm->world > 1 && (m->be->device == MG_DEVICE_CPU || d->zero)
-                   ? 16 * (size_t)comm->world
-                   : 1;
-    size_t cap = o.bucket_cap ? o.bucket_cap : MG_DDP_DEFAULT_BUCKET_CAP;
-    size_t first = o.first_bucket                      ? o.first_bucket
-                   : cap < MG_DDP_DEFAULT_FIRST_BUCKET ? cap
-                                                       : MG_DDP_DEFAULT_FIRST_BUCKET;
-    plan_buckets(d, cap, first);
+    size_t cap, first;
+    d->align = align_for(d, comm->world);
+    caps_of(&o, &cap, &first);
+    d->nb = plan_buckets(m, d->align, cap, first, d->b, &d->padded);
     if (d->zero)
-        plan_shard(d);
+        d->shard_len =
+            plan_shard(d->b, d->nb, m->nparams, comm->world, comm->rank, d->shard, d->shard_at);
     d->dev_comm = comm->device_memory;
     d->host_comm = !comm->device_memory && m->be->device != MG_DEVICE_CPU;
     if (d->dev_comm && m->be->device == MG_DEVICE_CPU) {

@@ -94,6 +94,16 @@ size_t mg_ddp_padded_len(const struct mg_ddp *d);
  * Returns the number of runs (one per bucket, some maybe empty); *len gets
  * the shard's length with its padding (the optimizer state per vector). */
 int mg_ddp_shard(const struct mg_ddp *d, const struct mg_ddp_bucket **runs, size_t *len);
+/* ZeRO-1 at any world size (a snapshot's shards from before a node loss,
+ * read by a group of another size, maybe of one process without DDP): the
+ * padded length of a shard there for model m under options o (NULL: the
+ * defaults; the bucket caps decide the layout), and rank's shard of nvec
+ * vectors of shard_len floats written to where it belongs in full (nvec
+ * vectors of the model's nparams floats), as a file's whole state is laid
+ * out. -MG_EFORMAT when shard_len is not that world size's. */
+size_t mg_ddp_shard_len_at(const struct mg_model *m, const struct mg_ddp_opts *o, int world);
+int mg_ddp_unshard(const struct mg_model *m, const struct mg_ddp_opts *o, int world, int rank,
+                   const float *shard, size_t shard_len, float *full, int nvec);
 
 /* Every rank must hold bit-identical parameters: -MG_EDIVERGED otherwise,
  * naming the first rank that differs from rank 0. */

@@ -317,6 +317,13 @@ int mg_trainer_snapshot_load(struct mg_trainer *t, const struct mg_ckpt_file *f,
  * own rank's only). */
 int mg_trainer_snapshot_load_peer(struct mg_trainer *t, const struct mg_ckpt_file *f,
                                   const char *what, int apply, char *err);
+/* ZeRO-1: the same, with the whole optimizer state (mg_trainer_state_count
+ * floats, the layout of a file's) gathered beside it from every old rank's
+ * shard (own copies and peer copies): the snapshot gives the parameters,
+ * position and dropout stream, full the state, sharded for this world size
+ * as a file's is. */
+int mg_trainer_snapshot_load_gathered(struct mg_trainer *t, const struct mg_ckpt_file *f,
+                                      const float *full, const char *what, int apply, char *err);
 
 #define MG_RESUME_MAX_SKIPPED 8
 struct mg_resume_report {

@@ -566,16 +566,19 @@ enum load_mode {
     LOAD_SNAP_CHECK,
     LOAD_SNAP_APPLY,
     LOAD_PEER_CHECK,
-    LOAD_PEER_APPLY
+    LOAD_PEER_APPLY,
+    LOAD_GATHERED_CHECK, /* a peer's snapshot, and the whole optimizer state beside it */
+    LOAD_GATHERED_APPLY
 };
 
 /* A snapshot continues this very run at its world size: anything else is
  * the disk checkpoint's to resume (with its reshard and messages). */
 static int check_snapshot(const struct mg_trainer *t, const unsigned char *meta,
-                          const unsigned char *oh, const char *path, int peer, char *err)
+                          const unsigned char *oh, const char *path, int peer, int gathered,
+                          char *err)
 {
     const struct mg_resume_info *ri = &t->resumed;
-    if (peer && t->hooks.shard_state)
+    if (peer && !gathered && t->hooks.shard_state)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "%s: another rank's, and a ZeRO-1 shard is its own rank's only", path);
     if (!peer && ri->world != t->cfg.world)
@@ -597,7 +600,7 @@ static int check_snapshot(const struct mg_trainer *t, const unsigned char *meta,
 }
 
 static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *path,
-                     enum load_mode mode, char *err)
+                     enum load_mode mode, const float *full, char *err)
 {
     struct mg_model *m = t->model;
     const struct mg_ckpt_section *s;
@@ -648,19 +651,25 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     if (!s)
         return rc;
     const unsigned char *oh = s->data;
-    int peer = mode == LOAD_PEER_CHECK || mode == LOAD_PEER_APPLY;
-    int check_only = mode == LOAD_SNAP_CHECK || mode == LOAD_PEER_CHECK;
+    int gathered = mode == LOAD_GATHERED_CHECK || mode == LOAD_GATHERED_APPLY;
+    int peer = mode == LOAD_PEER_CHECK || mode == LOAD_PEER_APPLY || gathered;
+    int check_only =
+        mode == LOAD_SNAP_CHECK || mode == LOAD_PEER_CHECK || mode == LOAD_GATHERED_CHECK;
     int own = mode == LOAD_SNAP_CHECK || mode == LOAD_SNAP_APPLY; /* this rank's own state */
-    size_t nstate = mode == LOAD_FILE ? mg_trainer_state_count(t) : t->opt.state_count;
-    if (mg_get_u64(oh + 16) != nstate)
+    size_t nstate = mode == LOAD_FILE || gathered ? mg_trainer_state_count(t) : t->opt.state_count;
+    /* gathered: the snapshot's own state is its shard; the whole one is beside it */
+    if (!gathered && mg_get_u64(oh + 16) != nstate)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ECONFIG,
                          "'%s': optimizer state has %" PRIu64 " values, this optimizer needs %zu "
                          "(different momentum setting?)",
                          path, mg_get_u64(oh + 16), nstate);
     const struct mg_ckpt_section *ostate =
-        need(f, MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), path, "optimizer state", err, &rc);
-    if (!ostate)
+        gathered ? NULL
+                 : need(f, MG_CKPT_TAG_OPTIM, 1, nstate * sizeof(float), path, "optimizer state",
+                        err, &rc);
+    if (!gathered && !ostate)
         return rc;
+    const void *state = gathered ? (const void *)full : ostate->data;
 
     struct mg_resume_info *ri = &t->resumed;
     uint64_t lr_bits = mg_get_u64(meta + 112);
@@ -679,7 +688,7 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     const char *id = cs ? config_find(cs->data, cs->len, "run_id", 6, &idlen) : NULL;
     if (id && idlen <= MG_CKPT_RUN_ID_MAX)
         mg_fmt(ri->run_id, sizeof(ri->run_id), "%.*s", (int)idlen, id);
-    if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, peer, err)) < 0) {
+    if (mode != LOAD_FILE && (rc = check_snapshot(t, meta, oh, path, peer, gathered, err)) < 0) {
         t->resumed.loaded = 0;
         return rc;
     }
@@ -695,16 +704,15 @@ static int load_file(struct mg_trainer *t, const struct mg_ckpt_file *f, const c
     }
     mg_model_set_params(m, params->data);
     if (own) /* this rank's own state (its shard with ZeRO) as it was */
-        m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
+        m->be->ops->upload(m->be, t->opt.state, state, nstate * sizeof(float));
     else if (nstate && t->hooks.shard_state) /* a sharded optimizer takes its shard */
-        t->hooks.shard_state(t->hooks.ctx, ostate->data, t->opt.state,
+        t->hooks.shard_state(t->hooks.ctx, state, t->opt.state,
                              mg_optim_state_vectors(&t->opt.cfg));
     else if (nstate)
-        m->be->ops->upload(m->be, t->opt.state, ostate->data, nstate * sizeof(float));
+        m->be->ops->upload(m->be, t->opt.state, state, nstate * sizeof(float));
     /* with ZeRO, ranks compare the whole state they read: a snapshot's shards
      * differ by design (each was checked against its own hash) */
-    ri->state_hash =
-        own && t->hooks.shard_state ? 0 : mg_hash64(ostate->data, nstate * sizeof(float));
+    ri->state_hash = own && t->hooks.shard_state ? 0 : mg_hash64(state, nstate * sizeof(float));
     t->opt.steps = mg_get_u64(oh + 8);
     t->step = (long)mg_get_u64(meta + 32);
     t->samples_seen = mg_get_u64(meta + 56);
@@ -721,7 +729,7 @@ int mg_trainer_load(struct mg_trainer *t, const char *path, char *err)
     int rc = mg_ckpt_read_bounded(path, &b, &f, err);
     if (rc < 0)
         return rc;
-    rc = load_file(t, &f, path, LOAD_FILE, err);
+    rc = load_file(t, &f, path, LOAD_FILE, NULL, err);
     mg_ckpt_file_release(&f);
     return rc;
 }
@@ -776,11 +784,17 @@ out:
 int mg_trainer_snapshot_load(struct mg_trainer *t, const struct mg_ckpt_file *f, const char *what,
                              int apply, char *err)
 {
-    return load_file(t, f, what, apply ? LOAD_SNAP_APPLY : LOAD_SNAP_CHECK, err);
+    return load_file(t, f, what, apply ? LOAD_SNAP_APPLY : LOAD_SNAP_CHECK, NULL, err);
 }
 
 int mg_trainer_snapshot_load_peer(struct mg_trainer *t, const struct mg_ckpt_file *f,
                                   const char *what, int apply, char *err)
 {
-    return load_file(t, f, what, apply ? LOAD_PEER_APPLY : LOAD_PEER_CHECK, err);
+    return load_file(t, f, what, apply ? LOAD_PEER_APPLY : LOAD_PEER_CHECK, NULL, err);
+}
+
+int mg_trainer_snapshot_load_gathered(struct mg_trainer *t, const struct mg_ckpt_file *f,
+                                      const float *full, const char *what, int apply, char *err)
+{
+    return load_file(t, f, what, apply ? LOAD_GATHERED_APPLY : LOAD_GATHERED_CHECK, full, err);
 }

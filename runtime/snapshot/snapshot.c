@@ -21,9 +21,7 @@ const unsigned char mg_snap_slot_magic[8] = {'M', 'G', 'S', 'N', 'S', 'L', 'O', 
 #define PAGE         4096u
 #define FLAG_WRITING 1u /* stamped at begin: a copy is under way */
 
-/* Region header (little-endian): 0 magic[8]  8 version u32  12 header bytes u32
- * 16 slot bytes u64  24 payload cap u64  60 CRC-32 of bytes 0..59.
- * Slot header: 0 magic[8]  8 generation u64  16 step u64  24 run u64
+/* Slot header (little-endian): 0 magic[8]  8 generation u64  16 step u64  24 run u64
  * 32 payload bytes u64  40 world u32  44 rank u32  48 payload hash u64
  * 56 flags u32  60 CRC-32 of bytes 0..59. */
 
@@ -59,88 +57,199 @@ static uint64_t slot_bytes_for(uint64_t payload_cap)
     return (MG_SNAP_SLOT_HDR + payload_cap + PAGE - 1) / PAGE * PAGE;
 }
 
-uint64_t mg_snap_region_bytes(uint64_t payload_cap)
+static uint64_t peer_slot_bytes_for(uint64_t peer_cap)
 {
-    return MG_SNAP_HEADER_BYTES + MG_SNAP_SLOTS * slot_bytes_for(payload_cap);
+    return peer_cap ? slot_bytes_for(peer_cap) : 0;
 }
 
+uint64_t mg_snap_region_bytes(uint64_t payload_cap, uint64_t peer_cap)
+{
+    return MG_SNAP_HEADER_BYTES + MG_SNAP_SLOTS * slot_bytes_for(payload_cap) +
+           MG_SNAP_SLOTS * peer_slot_bytes_for(peer_cap);
+}
+
+/* The own slots, then the peer slots. */
 static unsigned char *slot_at(const struct mg_snap *s, int i)
 {
-    return s->base + MG_SNAP_HEADER_BYTES + (uint64_t)i * s->slot_bytes;
+    if (i < MG_SNAP_PEER)
+        return s->base + MG_SNAP_HEADER_BYTES + (uint64_t)i * s->slot_bytes;
+    return s->base + MG_SNAP_HEADER_BYTES + MG_SNAP_SLOTS * s->slot_bytes +
+           (uint64_t)(i - MG_SNAP_PEER) * s->peer_slot_bytes;
 }
 
-static void pack_region_header(unsigned char *h, uint64_t slot_bytes, uint64_t payload_cap)
+static uint64_t slot_size(const struct mg_snap *s, int i)
+{
+    return i < MG_SNAP_PEER ? s->slot_bytes : s->peer_slot_bytes;
+}
+
+static int has_slot(const struct mg_snap *s, int i)
+{
+    return i >= 0 && i < MG_SNAP_ALL_SLOTS && slot_size(s, i) > 0;
+}
+
+/* Region header: 0 magic[8]  8 version u32  12 header bytes u32  16 slot bytes u64
+ * 24 payload cap u64  32 peer slot bytes u64  40 peer cap u64  60 CRC-32 of 0..59
+ * (a region without peer slots has zeros at 32..47: version 1's header). */
+static void pack_region_header(unsigned char *h, uint64_t payload_cap, uint64_t peer_cap)
 {
     memset(h, 0, 64);
     memcpy(h, mg_snap_magic, 8);
     mg_put_u32(h + 8, MG_SNAP_VERSION);
     mg_put_u32(h + 12, MG_SNAP_HEADER_BYTES);
-    mg_put_u64(h + 16, slot_bytes);
+    mg_put_u64(h + 16, slot_bytes_for(payload_cap));
     mg_put_u64(h + 24, payload_cap);
+    mg_put_u64(h + 32, peer_slot_bytes_for(peer_cap));
+    mg_put_u64(h + 40, peer_cap);
     mg_put_u32(h + 60, (uint32_t)crc32(0, h, 60));
 }
 
-int mg_snap_open(struct mg_snap *s, int fd, uint64_t payload_cap, uint64_t limit, char *err)
+/* The caps of a region header that checks out and describes a file of size
+ * bytes; 0 when it does not. */
+static int region_header_caps(const unsigned char *h, uint64_t size, uint64_t *cap,
+                              uint64_t *peer_cap)
+{
+    unsigned char want[64];
+    if (memcmp(h, mg_snap_magic, 8) != 0 || mg_get_u32(h + 60) != (uint32_t)crc32(0, h, 60))
+        return 0;
+    *cap = mg_get_u64(h + 24);
+    *peer_cap = mg_get_u64(h + 40);
+    if (*cap > size || *peer_cap > size)
+        return 0;
+    pack_region_header(want, *cap, *peer_cap);
+    return memcmp(h, want, 64) == 0 && mg_snap_region_bytes(*cap, *peer_cap) == size;
+}
+
+static void set_layout(struct mg_snap *s, uint64_t cap, uint64_t peer_cap)
+{
+    s->payload_cap = cap;
+    s->slot_bytes = slot_bytes_for(cap);
+    s->peer_cap = peer_cap;
+    s->peer_slot_bytes = peer_slot_bytes_for(peer_cap);
+}
+
+static int map_region(struct mg_snap *s, uint64_t bytes, char *err)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (p == MAP_FAILED) {
+        int rc = -errno;
+        return mg_seterr(err, MG_ERRMSG_LEN, rc,
+                         "cannot map the snapshot memory (%" PRIu64 " bytes): %s", bytes,
+                         mg_strerror(rc));
+    }
+    s->base = p;
+    s->map_bytes = bytes;
+    return 0;
+}
+
+/* The newest whole copy of each set of slots, and the generations to go on from. */
+static void scan_slots(struct mg_snap *s)
+{
+    uint64_t newest_gen[2] = {0, 0};
+    s->newest = s->peer_newest = -1;
+    s->generation = s->peer_generation = 0;
+    for (int i = 0; i < MG_SNAP_ALL_SLOTS; i++) {
+        struct mg_snap_slot sl;
+        int peer = i >= MG_SNAP_PEER;
+        uint64_t *gen = peer ? &s->peer_generation : &s->generation;
+        int *newest = peer ? &s->peer_newest : &s->newest;
+        mg_snap_inspect(s, i, &sl);
+        if (sl.generation > *gen)
+            *gen = sl.generation; /* a new writer continues the count */
+        if (sl.valid && (*newest < 0 || sl.generation > newest_gen[peer])) {
+            *newest = i;
+            newest_gen[peer] = sl.generation;
+        }
+    }
+}
+
+/* The layout asked for, in a file of that size, its slots emptied. */
+static int make_fresh(struct mg_snap *s, char *err)
+{
+    uint64_t need = mg_snap_region_bytes(s->want_cap, s->want_peer_cap);
+    unsigned char want[64];
+    struct stat st;
+    if (fstat(s->fd, &st) < 0) {
+        int rc = -errno;
+        return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot use the snapshot memory (fd %d): %s",
+                         s->fd, mg_strerror(rc));
+    }
+    if ((uint64_t)st.st_size != need && ftruncate(s->fd, (off_t)need) < 0) {
+        int rc = -errno;
+        return mg_seterr(err, MG_ERRMSG_LEN, rc,
+                         "cannot size the snapshot memory to %" PRIu64 " bytes: %s", need,
+                         mg_strerror(rc));
+    }
+    set_layout(s, s->want_cap, s->want_peer_cap);
+    int rc = map_region(s, need, err);
+    if (rc < 0)
+        return rc;
+    pack_region_header(want, s->want_cap, s->want_peer_cap);
+    if (memcmp(s->base, want, 64) != 0) {
+        /* another layout's slots say nothing about this one's: start afresh */
+        s->dropped |= memcmp(s->base, mg_snap_magic, sizeof(mg_snap_magic)) == 0;
+        for (int i = 0; i < MG_SNAP_ALL_SLOTS; i++)
+            if (has_slot(s, i))
+                memset(slot_at(s, i), 0, MG_SNAP_SLOT_HDR);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        memcpy(s->base, want, 64);
+        s->reset = 1;
+    }
+    s->stale = 0;
+    scan_slots(s);
+    return 0;
+}
+
+int mg_snap_open(struct mg_snap *s, int fd, uint64_t payload_cap, uint64_t peer_cap, uint64_t limit,
+                 char *err)
 {
     struct stat st;
     memset(s, 0, sizeof(*s));
     s->fd = fd;
-    s->writing = -1;
-    s->newest = -1;
-    s->slot_bytes = slot_bytes_for(payload_cap);
-    s->payload_cap = payload_cap;
-    uint64_t need = mg_snap_region_bytes(payload_cap);
+    s->writing = s->peer_writing = -1;
+    s->newest = s->peer_newest = -1;
+    s->want_cap = payload_cap;
+    s->want_peer_cap = peer_cap;
+    set_layout(s, payload_cap, peer_cap);
+    uint64_t need = mg_snap_region_bytes(payload_cap, peer_cap);
     if (limit && need > limit)
         return mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
-                         "two copies of this rank's state take %" PRIu64
-                         " bytes of memory, more than the %" PRIu64 " allowed",
+                         "%s take %" PRIu64 " bytes of memory, more than the %" PRIu64 " allowed",
+                         peer_cap ? "two copies of this rank's state and two of its peer's shard"
+                                  : "two copies of this rank's state",
                          need, limit);
     if (fstat(fd, &st) < 0) {
         int rc = -errno;
         return mg_seterr(err, MG_ERRMSG_LEN, rc, "cannot use the snapshot memory (fd %d): %s", fd,
                          mg_strerror(rc));
     }
-    unsigned char want[64];
-    pack_region_header(want, s->slot_bytes, payload_cap);
-    int fresh = (uint64_t)st.st_size != need;
-    if (fresh && ftruncate(fd, (off_t)need) < 0) {
-        int rc = -errno;
-        return mg_seterr(err, MG_ERRMSG_LEN, rc,
-                         "cannot size the snapshot memory to %" PRIu64 " bytes: %s", need,
-                         mg_strerror(rc));
-    }
-    void *p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        int rc = -errno;
-        return mg_seterr(err, MG_ERRMSG_LEN, rc,
-                         "cannot map the snapshot memory (%" PRIu64 " bytes): %s", need,
-                         mg_strerror(rc));
-    }
-    s->base = p;
-    s->map_bytes = need;
     /* lent to this worker alone: its children must not keep the memory alive */
     fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (fresh || memcmp(s->base, want, 64) != 0) {
-        /* another layout's slots say nothing about this one's: start afresh */
-        s->dropped = memcmp(s->base, mg_snap_magic, sizeof(mg_snap_magic)) == 0;
-        for (int i = 0; i < MG_SNAP_SLOTS; i++)
-            memset(slot_at(s, i), 0, MG_SNAP_SLOT_HDR);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        memcpy(s->base, want, 64);
-        s->reset = 1;
-    }
-    uint64_t newest_gen = 0;
-    for (int i = 0; i < MG_SNAP_SLOTS; i++) {
-        struct mg_snap_slot sl;
-        mg_snap_inspect(s, i, &sl);
-        if (sl.generation > s->generation)
-            s->generation = sl.generation; /* a new writer continues the count */
-        if (sl.valid && (s->newest < 0 || sl.generation > newest_gen)) {
-            s->newest = i;
-            newest_gen = sl.generation;
+    uint64_t size = (uint64_t)st.st_size, cap = 0, pcap = 0;
+    if (size != need && size >= MG_SNAP_HEADER_BYTES) {
+        /* another layout: kept as it is when it is one, for the restart to read */
+        unsigned char h[64];
+        if (pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+            region_header_caps(h, size, &cap, &pcap)) {
+            set_layout(s, cap, pcap);
+            int rc = map_region(s, size, err);
+            if (rc < 0)
+                return rc;
+            s->stale = 1;
+            scan_slots(s);
+            return 0;
         }
     }
-    return 0;
+    return make_fresh(s, err);
+}
+
+int mg_snap_relayout(struct mg_snap *s, char *err)
+{
+    if (!s->stale)
+        return 0;
+    mg_snap_close(s);
+    s->writing = s->peer_writing = -1;
+    s->dropped = 1;
+    return make_fresh(s, err);
 }
 
 void mg_snap_close(struct mg_snap *s)
@@ -153,10 +262,13 @@ void mg_snap_close(struct mg_snap *s)
 /* The header's fields, checked; the payload is not looked at. */
 static int read_header(const struct mg_snap *s, int i, struct mg_snap_slot *out)
 {
-    const unsigned char *h = slot_at(s, i);
     unsigned char copy[MG_SNAP_SLOT_HDR];
     memset(out, 0, sizeof(*out));
-    memcpy(copy, h, sizeof(copy));
+    if (!has_slot(s, i)) {
+        snprintf(out->why, sizeof(out->why), "empty");
+        return -MG_EFORMAT;
+    }
+    memcpy(copy, slot_at(s, i), sizeof(copy));
     if (memcmp(copy, mg_snap_slot_magic, 8) != 0) {
         int blank = 1;
         for (size_t k = 0; k < sizeof(copy) && blank; k++)
@@ -181,7 +293,7 @@ static int read_header(const struct mg_snap *s, int i, struct mg_snap_slot *out)
                  "writing it)");
         return -MG_ETRUNC;
     }
-    if (out->payload_bytes > s->slot_bytes - MG_SNAP_SLOT_HDR) {
+    if (out->payload_bytes > slot_size(s, i) - MG_SNAP_SLOT_HDR) {
         snprintf(out->why, sizeof(out->why), "payload of %" PRIu64 " bytes is larger than its slot",
                  out->payload_bytes);
         return -MG_EFORMAT;
@@ -233,16 +345,21 @@ int mg_snap_copy_out(const struct mg_snap *s, int i, unsigned char **payload, ui
 
 void mg_snap_invalidate(struct mg_snap *s, int i)
 {
+    if (!has_slot(s, i))
+        return;
     if (s->newest == i)
         s->newest = -1;
+    if (s->peer_newest == i)
+        s->peer_newest = -1;
     memset(slot_at(s, i), 0, MG_SNAP_SLOT_HDR);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
-unsigned char *mg_snap_begin(struct mg_snap *s)
+/* Writing one set of slots (own: first 0, peer: first MG_SNAP_PEER). */
+static unsigned char *begin_set(struct mg_snap *s, int first, int newest, int *writing)
 {
     /* never the newest whole copy */
-    int i = s->newest == 0 ? 1 : 0;
+    int i = newest == first ? first + 1 : first;
     unsigned char *h = slot_at(s, i);
     unsigned char hdr[MG_SNAP_SLOT_HDR] = {0};
     memcpy(hdr, mg_snap_slot_magic, 8);
@@ -251,19 +368,19 @@ unsigned char *mg_snap_begin(struct mg_snap *s)
     memcpy(h, hdr, sizeof(hdr));
     /* the mark is in place before the payload changes */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    s->writing = i;
+    *writing = i;
     return h + MG_SNAP_SLOT_HDR;
 }
 
-int mg_snap_commit(struct mg_snap *s, uint64_t step, uint64_t run, uint32_t world, uint32_t rank,
-                   uint64_t len)
+static int commit_set(struct mg_snap *s, uint64_t *generation, int *writing, int *newest,
+                      uint64_t step, uint64_t run, uint32_t world, uint32_t rank, uint64_t len)
 {
-    if (s->writing < 0 || len > s->slot_bytes - MG_SNAP_SLOT_HDR)
+    if (*writing < 0 || len > slot_size(s, *writing) - MG_SNAP_SLOT_HDR)
         return -EINVAL;
-    unsigned char *h = slot_at(s, s->writing);
+    unsigned char *h = slot_at(s, *writing);
     unsigned char hdr[MG_SNAP_SLOT_HDR] = {0};
     memcpy(hdr, mg_snap_slot_magic, 8);
-    mg_put_u64(hdr + 8, s->generation + 1);
+    mg_put_u64(hdr + 8, *generation + 1);
     mg_put_u64(hdr + 16, step);
     mg_put_u64(hdr + 24, run);
     mg_put_u64(hdr + 32, len);
@@ -275,8 +392,33 @@ int mg_snap_commit(struct mg_snap *s, uint64_t step, uint64_t run, uint32_t worl
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     memcpy(h, hdr, sizeof(hdr));
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    s->generation++;
-    s->newest = s->writing;
-    s->writing = -1;
+    (*generation)++;
+    *newest = *writing;
+    *writing = -1;
     return 0;
+}
+
+unsigned char *mg_snap_begin(struct mg_snap *s)
+{
+    return begin_set(s, 0, s->newest, &s->writing);
+}
+
+int mg_snap_commit(struct mg_snap *s, uint64_t step, uint64_t run, uint32_t world, uint32_t rank,
+                   uint64_t len)
+{
+    return commit_set(s, &s->generation, &s->writing, &s->newest, step, run, world, rank, len);
+}
+
+unsigned char *mg_snap_peer_begin(struct mg_snap *s)
+{
+    if (!s->peer_slot_bytes || s->stale)
+        return NULL;
+    return begin_set(s, MG_SNAP_PEER, s->peer_newest, &s->peer_writing);
+}
+
+int mg_snap_peer_commit(struct mg_snap *s, uint64_t step, uint64_t run, uint32_t world,
+                        uint32_t rank, uint64_t len)
+{
+    return commit_set(s, &s->peer_generation, &s->peer_writing, &s->peer_newest, step, run, world,
+                      rank, len);
 }

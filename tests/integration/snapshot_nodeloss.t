@@ -8,9 +8,13 @@
 # state). The run ends with the bits of a run that replays its schedule: 3
 # hosts up to that step, then 2 from its checkpoint. A spare that takes the
 # lost node's place is healed the same way (world size 3 throughout): the run
-# ends with the bits of one that never stopped. With ZeRO-1 the lost node's
-# shard is nowhere else: the run resumes from --checkpoint-dir, said once.
-# timeout: 600
+# ends with the bits of one that never stopped. With ZeRO-1 each node keeps
+# a copy of the previous node's optimizer shards: the lost node's shard is
+# taken from its copy, the whole state gathered and resharded, and the run
+# ends with the bits of its replay likewise. When a shard has no good copy
+# left (its node and the one keeping its copy both lost; the copy damaged)
+# the run resumes from --checkpoint-dir, said once, with why.
+# timeout: 900
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
 . "$TOP/tests/lib/mn_lib.sh"
@@ -88,15 +92,64 @@ like "$log" "train: resumed from memory: rank [0-2]'s snapshot at world size 3 \
 unlike "$log" "resharding|warning: (no snapshot|not resuming)" "at the same world size, no fallback"
 is "$(hash_of "$T/a.out")" "$ref" "the run ends with the weights of one that never stopped, bit for bit"
 
-# ---- ZeRO-1: the lost node's shard is gone; the disk, said once ----
-three_up zloss --steps 80 --zero 1 --optimizer adamw --lr 0.001 --checkpoint-dir "$T/zk" \
-    --checkpoint-every 10
+# ---- ZeRO-1: the lost node's shard from the copy the next node keeps ----
+Z="--zero 1 --optimizer adamw --lr 0.001"
+three_up zloss --steps 80 $Z --checkpoint-dir "$T/zk" --checkpoint-every 10
+last=$(sed -n 's/^step \([0-9]*\)\/.*/\1/p' "$T/a.out" | tail -n 1) # the last step logged
 lose_c
 check_exits "ZeRO-1, a node lost: the two hosts left finish" "0 0" a b
 log="$(cat "$T/a.out" "$T/a.err")"
-like "$log" "warning: no snapshot in memory that every rank holds \(rank [01]: its memory held snapshots of another size \(a ZeRO-1 shard at another world size\), dropped\): resuming from --checkpoint-dir" \
+like "$log" "train: resumed from memory: the ZeRO-1 shards of world size 3 \(1 from a peer's copy\) \(step [3-9][0-9], epoch 1\)" \
+    "from memory: the lost node's shard from its copy, said once with the step"
+is "$(grep -c "resumed from" "$T/a.out" "$T/a.err" | awk -F: '{ n += $2 } END { print n }')" 1 "once"
+like "$log" "warning: resharding a checkpoint of 3 processes: world size 3 -> 2" "resharded as a checkpoint is"
+unlike "$log" "warning: (no snapshot|not resuming)" "no fallback from memory"
+S=$(sed -n "s/.*resumed from memory: .* (step \([0-9]*\), epoch.*/\1/p" "$T/a.out" | tail -n 1)
+DESC="at most one step redone (the last logged before the loss: $last, resumed at $S)" \
+    ok test "$((last - S))" -le 1
+lost=$(hash_of "$T/a.out")
+ok test -n "$lost"
+R="--nnodes 3 --rdzv_id zreplay1"
+node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W $Z --steps "$S" --checkpoint-dir "$T/zrp"
+node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W $Z --steps "$S" --checkpoint-dir "$T/zrp"
+node 2 c $C $R --rdzv_conf "$MN_HB$OTHER" $W $Z --steps "$S" --checkpoint-dir "$T/zrp"
+check_exits "the replay: 3 hosts up to step $S" "0 0 0" a b c
+ck=$(ls "$T"/zrp/ckpt-*.mgc | tail -n 1)
+R="--nnodes 2 --rdzv_id zreplay2"
+node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W $Z --steps 80 --resume "$ck"
+node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W $Z --steps 80 --resume "$ck"
+check_exits "then 2 hosts from it" "0 0" a b
+is "$(hash_of "$T/a.out")" "$lost" "ZeRO-1: the run that lost a node ends with the replay's weights, bit for bit"
+
+# ---- ZeRO-1: the copy damaged: the disk, said once, with why ----
+three_up zbad --steps 80 $Z --checkpoint-dir "$T/zb" --checkpoint-every 10
+pa=$(agent_pid a)
+ma=/proc/$pa/fd/$(ls -l "/proc/$pa/fd" 2>/dev/null | awk '/mg-snapshot-0/ { print $9; exit }')
+kill -STOP $(pgrep -P "$pa" -x train) # no new copy over the damage
+"$HELPERS/snaptool" corrupt-peer "$ma"
+DESC="the survivor's copies of the lost node's shard damaged, both slots" ok test $? = 0
+lose_c
+kill -CONT $(pgrep -P "$pa" -x train) 2>/dev/null
+check_exits "ZeRO-1, a node lost with its shard's copy damaged: the two left finish" "0 0" a b
+log="$(cat "$T/a.out" "$T/a.err")"
+like "$log" "warning: no snapshot in memory that every rank holds: rank 2's ZeRO-1 shard of step [0-9]+ is in no memory left \(rank [01]: peer slot [01]: (payload checksum mismatch|a copy was interrupted)[^)]*\)+: resuming from --checkpoint-dir" \
     "the fallback is said, with why"
 is "$(printf '%s\n' "$log" | grep -c "no snapshot in memory")" 1 "once"
-like "$log" "train: resumed from $T/zk/ckpt-0*[1-9]0.mgc" "from the newest checkpoint"
+like "$log" "train: resumed from $T/zb/ckpt-0*[1-9]0.mgc" "from the newest checkpoint"
 unlike "$log" "resumed from memory" "not from memory"
+
+# ---- ZeRO-1: a node and the one keeping its copy lost together ----
+EL="--nnodes 1:3"
+three_up ztwo --steps 60 $Z --checkpoint-dir "$T/zt" --checkpoint-every 10
+pb=$(agent_pid b)
+wb=$(pgrep -P "$pb" -x train | head -n 1)
+pc=$(agent_pid c)
+wc=$(pgrep -P "$pc" -x train | head -n 1)
+kill -KILL "$pb" $wb "$pc" $wc
+{ nodes_wait b c; } 2>/dev/null
+check_exits "ZeRO-1, two nodes lost: the host left finishes" "0" a
+log="$(cat "$T/a.out" "$T/a.err")"
+like "$log" "warning: no snapshot in memory that every rank holds: rank 1's ZeRO-1 shard of step [0-9]+ is in no memory left: resuming from --checkpoint-dir" \
+    "both copies of a shard lost: the disk, said with why"
+like "$log" "train: resumed from $T/zt/ckpt-0*[1-9]0.mgc" "from the newest checkpoint"
 done_testing

@@ -7,7 +7,9 @@
  * ZeRO-1: the shards cover the parameters once, the sharded update (SGD with
  * momentum, AdamW) leaves every rank with exactly the parameters of a whole
  * update, and the whole optimizer state gathered from the shards is the
- * whole update's, and shards back exactly.
+ * whole update's, and shards back exactly; a shard put back by the layout
+ * of its world size alone (mg_ddp_unshard) lands where the gathered state
+ * has it.
  * timeout: 120 */
 #include "tap.h"
 #include "comm_internal.h"
@@ -186,6 +188,23 @@ static int zero_main(int rank, int world, const char *shm_name, struct mg_model 
     h.shard_state(h.ctx, full, back, nvec);
     if (memcmp(back, shard.state, (size_t)nvec * len * sizeof(float)) != 0)
         return 26;
+    /* the layout computed for this world size without the communicator (a
+     * snapshot's shard read after a node loss) is this one: the shard lands
+     * where the gathered state has it */
+    if (mg_ddp_shard_len_at(m, &o, world) != len)
+        return 29;
+    float *put = calloc((size_t)nvec * m->nparams, sizeof(float));
+    if (!put || mg_ddp_unshard(m, &o, world, rank, shard.state, len, put, nvec) != 0)
+        return 30;
+    if (mg_ddp_unshard(m, &o, world, rank, shard.state, len + 1, put, nvec) != -MG_EFORMAT)
+        return 31; /* a shard of another length is refused */
+    for (int v = 0; v < nvec; v++)
+        for (int k = 0; k < nr; k++)
+            if (memcmp(put + (size_t)v * m->nparams + runs[k].offset,
+                       full + (size_t)v * m->nparams + runs[k].offset,
+                       runs[k].count * sizeof(float)) != 0)
+                return 32;
+    free(put);
     if (mg_ddp_check_replicas(d, 3) != 0)
         return 27;
     float *trained = malloc(m->nparams * sizeof(float));

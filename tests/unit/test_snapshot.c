@@ -63,7 +63,7 @@ int main(void)
         BAIL_OUT("memfd_create: %s", strerror(errno));
 
     /* ---- refused over the limit, before anything changes ---- */
-    int rc = mg_snap_open(&s, fd, CAP, 4096, err);
+    int rc = mg_snap_open(&s, fd, CAP, 0, 4096, err);
     is_int(rc, -MG_ETOOBIG, "a region over the limit is refused");
     ok(strstr(err, "more than the 4096 allowed") != NULL, "the refusal says the limit: %s", err);
     struct stat st;
@@ -71,12 +71,12 @@ int main(void)
     is_int((int)st.st_size, 0, "nothing was allocated for it");
 
     /* ---- a fresh region: both slots empty ---- */
-    rc = mg_snap_open(&s, fd, CAP, 0, err);
+    rc = mg_snap_open(&s, fd, CAP, 0, 0, err);
     is_int(rc, 0, "open a fresh region");
     ok(s.reset, "a fresh region is a reset one");
     ok(!s.dropped, "with nothing dropped: the memfd held none");
     fstat(fd, &st);
-    is_int((int)st.st_size, (int)mg_snap_region_bytes(CAP), "the region grew the memfd");
+    is_int((int)st.st_size, (int)mg_snap_region_bytes(CAP, 0), "the region grew the memfd");
     mg_snap_inspect(&s, 0, &a);
     ok(!a.valid && strcmp(a.why, "empty") == 0, "slot 0 is empty (%s)", a.why);
 
@@ -111,7 +111,7 @@ int main(void)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     mg_snap_close(&s);
-    rc = mg_snap_open(&s, fd, CAP, 0, err);
+    rc = mg_snap_open(&s, fd, CAP, 0, 0, err);
     ok(rc == 0 && !s.reset, "the next attempt reopens the same region");
     mg_snap_inspect(&s, 1, &b);
     ok(!b.valid && strstr(b.why, "interrupted"), "the slot being written says so: %s", b.why);
@@ -144,12 +144,53 @@ int main(void)
        "the checksum tells moved bytes apart");
     mg_snap_close(&s);
 
-    /* ---- another layout starts afresh ---- */
-    rc = mg_snap_open(&s, fd, CAP * 3, 0, err);
-    ok(rc == 0 && s.reset, "a region for a larger payload is started afresh");
+    /* ---- another layout: kept to be read, then started afresh ---- */
+    rc = mg_snap_open(&s, fd, CAP * 3, 0, 0, err);
+    ok(rc == 0 && s.stale && !s.reset, "a region for a larger payload maps the old one as it is");
+    mg_snap_inspect(&s, 0, &a);
+    ok(a.valid && a.step == 12, "whose slots can still be read (step %llu)",
+       (unsigned long long)a.step);
+    ok(mg_snap_peer_begin(&s) == NULL, "and never written");
+    rc = mg_snap_relayout(&s, err);
+    ok(rc == 0 && s.reset && !s.stale, "made the layout asked for");
     ok(s.dropped, "and says that it dropped the old one's slots (a restart tells why)");
     mg_snap_inspect(&s, 0, &a);
     ok(!a.valid, "with nothing of the old one");
+    fstat(fd, &st);
+    is_int((int)st.st_size, (int)mg_snap_region_bytes(CAP * 3, 0), "the memfd has its size");
+    mg_snap_close(&s);
+
+    /* ---- peer slots: a copy of another rank's state, checked the same way ---- */
+    rc = mg_snap_open(&s, fd, CAP, CAP, mg_snap_region_bytes(CAP, CAP) - 1, err);
+    is_int(rc, -MG_ETOOBIG, "own and peer slots over the limit are refused");
+    ok(strstr(err, "two of its peer's shard") != NULL, "saying what takes the room: %s", err);
+    rc = mg_snap_open(&s, fd, CAP, CAP / 2, 0, err);
+    ok(rc == 0 && s.stale, "a region with peer slots is another layout");
+    ok(mg_snap_relayout(&s, err) == 0 && s.peer_slot_bytes > 0, "laid out with peer slots");
+    mg_snap_inspect(&s, MG_SNAP_PEER, &a);
+    ok(!a.valid && strcmp(a.why, "empty") == 0, "the peer slots start empty");
+    is_int(write_one(&s, 20, 5, 5000), 0, "an own snapshot");
+    for (int k = 0; k < 3; k++) {
+        unsigned char *p = mg_snap_peer_begin(&s);
+        fill(p, 3000, 40 + k);
+        is_int(mg_snap_peer_commit(&s, 20 + (uint64_t)k, 77, 4, 2, 3000), 0, "peer copy %d", k);
+    }
+    is_int(mg_snap_peer_commit(&s, 30, 77, 4, 2, CAP), -EINVAL, "a commit without a begin fails");
+    mg_snap_inspect(&s, MG_SNAP_PEER, &a);
+    mg_snap_inspect(&s, MG_SNAP_PEER + 1, &b);
+    ok(a.valid && b.valid && a.step == 22 && b.step == 21 && a.rank == 2 && a.world == 4,
+       "the peer slots in turn, with their source rank and world size");
+    ok(a.generation == b.generation + 1, "with their own generations");
+    mg_snap_inspect(&s, 0, &a);
+    ok(a.valid && a.step == 20, "the own slots untouched");
+    mg_snap_close(&s);
+    rc = mg_snap_open(&s, fd, CAP, CAP / 2, 0, err);
+    ok(rc == 0 && !s.stale && !s.reset && s.peer_newest == MG_SNAP_PEER,
+       "reopened: the newest peer copy found");
+    unsigned char *ps = s.base + MG_SNAP_HEADER_BYTES + 2 * s.slot_bytes;
+    ps[MG_SNAP_SLOT_HDR + 7] ^= 0x40;
+    mg_snap_inspect(&s, MG_SNAP_PEER, &a);
+    ok(!a.valid && strstr(a.why, "payload checksum mismatch"), "a damaged peer copy: %s", a.why);
     mg_snap_close(&s);
 
     /* ---- payloads: sections in memory, framing checked ---- */
