@@ -205,7 +205,15 @@ __attribute__((format(printf, 3, 4))) void mg_agent_error(struct mg_agent *ag, i
  * classified after it. */
 void mg_agent_take_stop_signal(struct mg_agent *ag);
 
-/* ---- workers.c ---- */
+/* ---- workers_spawn.c ---- */
+
+/* <attempt_dir>/<local_rank>, and its error.json (TORCHELASTIC_ERROR_FILE) */
+void mg_worker_dir(const struct mg_agent *ag, int local_rank, char *buf, size_t cap);
+void mg_worker_errfile_path(const struct mg_agent *ag, int local_rank, char *buf, size_t cap);
+/* Frees what prepare built for w's spawn (its argv and environment). */
+void mg_worker_setup_release(struct worker *w);
+
+/* ---- workers.c (mg_workers_prepare and mg_workers_spawn: workers_spawn.c) ---- */
 
 /* Resets the workers for the attempt in ag->attempt_dir and builds, before
  * the first fork, everything each needs: environment, argv, console prefix,
