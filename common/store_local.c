@@ -30,18 +30,16 @@ static int local_value(const void *val, size_t len)
     return len && !val ? -EINVAL : 0;
 }
 
-/* After a local change: send what it queued for the clients it woke. A
- * serving thread may then need to watch for POLLOUT: wake it so it rebuilds
- * its pollfds (a caller's loop rebuilds them every turn anyway). */
+/* After a local change: send what it queued for the clients it woke, a
+ * turn's worth (mg_ss_settle). The rest is sent by the loop's next turns:
+ * wake it, in case it sleeps with a timeout reckoned before the change (a
+ * socket that would not take all of its replies is in the epoll set for
+ * output already, which wakes it by itself). */
 static void local_done(struct mg_store_server *s)
 {
     mg_ss_settle(s);
-    struct conn *c;
-    LIST_FOREACH(c, &s->conns, link)
-        if (c->ohead) {
-            mg_ss_wake_loop(s);
-            break;
-        }
+    if (!TAILQ_EMPTY(&s->dirty))
+        mg_ss_wake_loop(s);
 }
 
 static int copy_out(const struct blob *b, void **val, size_t *len)

@@ -607,6 +607,8 @@ static size_t reply_tail(const struct mg_sp_reply *y)
 {
     if (y->status != MG_SP_OK)
         return 0;
+    if (y->op == MG_SP_LIST)
+        return y->keys_len;
     return (y->op == MG_SP_GET || y->op == MG_SP_CAS || y->op == MG_SP_WATCH) ? y->vlen : 0;
 }
 
@@ -657,9 +659,11 @@ size_t mg_sp_reply_encode(uint8_t *out, const struct mg_sp_reply *y, int with_ta
     case MG_SP_LIST:
         mg_sp_put32(p, y->total);
         mg_sp_put32(p + 4, y->nkeys);
-        if (y->keys_len)
-            memcpy(p + 8, y->keys, y->keys_len);
-        p += 8 + y->keys_len;
+        p += 8;
+        if (with_tail && y->keys_len) {
+            memcpy(p, y->keys, y->keys_len);
+            p += y->keys_len;
+        }
         break;
     }
     return (size_t)(p - out);

@@ -181,6 +181,8 @@ struct mg_sp_reply {
 
 int mg_sp_reply_decode(const struct mg_sp_hdr *h, const uint8_t *body, struct mg_sp_reply *r);
 size_t mg_sp_reply_size(const struct mg_sp_reply *r);
+/* The head is all but the tail: a GET, CAS or WATCH reply's value, a LIST
+ * reply's keys (the server sends those from a blob it shares). */
 size_t mg_sp_reply_head_size(const struct mg_sp_reply *r);
 size_t mg_sp_reply_encode(uint8_t *out, const struct mg_sp_reply *r, int with_tail);
 

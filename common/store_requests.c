@@ -20,8 +20,7 @@ void mg_ss_mark_dirty(struct conn *c)
 {
     if (!c->dirty && c->closing != CL_DEAD) {
         c->dirty = 1;
-        c->dnext = c->srv->dirty;
-        c->srv->dirty = c;
+        TAILQ_INSERT_TAIL(&c->srv->dirty, c, dlink);
     }
 }
 
@@ -300,14 +299,6 @@ static int all_present(struct mg_store_server *s, const struct mg_sp_req *q)
     return 1;
 }
 
-static int key_cmp(const void *a, const void *b)
-{
-    const struct entry *x = *(struct entry *const *)a, *y = *(struct entry *const *)b;
-    size_t n = x->klen < y->klen ? x->klen : y->klen;
-    int c = memcmp(x->key, y->key, n);
-    return c ? c : (x->klen > y->klen) - (x->klen < y->klen);
-}
-
 /* The operations themselves, shared by the protocol's requests and the
  * hosting process's local calls, so that both see one set of rules. Each
  * returns a protocol status (MG_SP_OK or an error). */
@@ -317,28 +308,7 @@ static int key_cmp(const void *a, const void *b)
 uint16_t mg_ss_op_list(struct mg_store_server *s, const uint8_t *prefix, size_t plen,
                        struct entry ***out, size_t *total)
 {
-    struct entry **all = NULL;
-    size_t n = 0;
-    *out = NULL;
-    *total = 0;
-    if (s->nlive) {
-        all = malloc(s->nlive * sizeof(*all));
-        if (!all)
-            return MG_SP_NOSPACE;
-    }
-    for (size_t i = 0; i < s->nbuckets; i++)
-        for (struct entry *e = s->table[i]; e; e = e->hnext)
-            if (e->val && e->klen >= plen && memcmp(e->key, prefix, plen) == 0)
-                all[n++] = e;
-    if (n > 1)
-        qsort(all, n, sizeof(*all), key_cmp);
-    if (n == 0) {
-        free(all);
-        all = NULL;
-    }
-    *out = all;
-    *total = n;
-    return MG_SP_OK;
+    return mg_ss_index_prefix(s, prefix, plen, out, total) ? MG_SP_NOSPACE : MG_SP_OK;
 }
 
 /* owner: the connection for an ephemeral set, NULL for a persistent one.
@@ -429,38 +399,75 @@ int mg_ss_op_delete(struct mg_store_server *s, const uint8_t *key, size_t klen)
     return 1;
 }
 
+/* A LIST reply's keys, built once per prefix, limit and revision: the nodes
+ * of a round list the same members at the same revision, thousands of times,
+ * and each reply then sends the one blob, as a GET sends the stored value.
+ * NULL with *st set: no memory. */
+static struct blob *list_keys(struct mg_store_server *s, const struct mg_sp_req *q, uint32_t *total,
+                              uint32_t *take, uint16_t *st)
+{
+    struct mg_ss_list_cache *lc = &s->list_cache;
+    if (lc->keys && lc->rev == s->rev && lc->max == q->max && lc->plen == q->klen &&
+        memcmp(lc->prefix, q->key, q->klen) == 0) {
+        *total = lc->total;
+        *take = lc->take;
+        return lc->keys;
+    }
+    struct entry **all;
+    size_t n, bytes = 0;
+    if ((*st = mg_ss_op_list(s, q->key, q->klen, &all, &n)))
+        return NULL;
+    size_t k = n < q->max ? n : q->max;
+    for (size_t i = 0; i < k; i++)
+        bytes += 2 + all[i]->klen;
+    uint8_t *prefix = malloc(q->klen ? q->klen : 1);
+    struct blob *b = NULL;
+    if (prefix && !mg_ss_charge(s, sizeof(*b) + bytes)) {
+        b = malloc(sizeof(*b) + bytes);
+        if (!b)
+            mg_ss_uncharge(s, sizeof(*b) + bytes);
+    }
+    if (!b) {
+        free(prefix);
+        free(all);
+        *st = MG_SP_NOSPACE;
+        return NULL;
+    }
+    b->refs = 1;
+    b->len = bytes;
+    uint8_t *p = b->data;
+    for (size_t i = 0; i < k; i++)
+        p += mg_sp_keys_put(p, all[i]->key, all[i]->klen);
+    free(all);
+    mg_ss_blob_unref(s, lc->keys);
+    free(lc->prefix);
+    if (q->klen)
+        memcpy(prefix, q->key, q->klen);
+    *lc = (struct mg_ss_list_cache){.keys = b,
+                                    .prefix = prefix,
+                                    .plen = q->klen,
+                                    .rev = s->rev,
+                                    .max = q->max,
+                                    .total = (uint32_t)n,
+                                    .take = (uint32_t)k};
+    *total = lc->total;
+    *take = lc->take;
+    return b;
+}
+
 static void do_list(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)
 {
     struct mg_sp_reply y = {.op = MG_SP_LIST, .id = q->id};
-    struct entry **all;
-    uint8_t *keys = NULL;
-    size_t n, bytes = 0;
-    uint16_t st = mg_ss_op_list(s, q->key, q->klen, &all, &n);
-    if (st) {
+    uint16_t st = MG_SP_OK;
+    struct blob *keys = list_keys(s, q, &y.total, &y.nkeys, &st);
+    if (!keys) {
         mg_ss_reply_status(c, MG_SP_LIST, q->id, st);
         return;
     }
-    size_t take = n < q->max ? n : q->max;
-    for (size_t i = 0; i < take; i++)
-        bytes += 2 + all[i]->klen;
-    if (bytes) {
-        keys = malloc(bytes);
-        if (!keys) {
-            free(all);
-            mg_ss_reply_status(c, MG_SP_LIST, q->id, MG_SP_NOSPACE);
-            return;
-        }
-    }
-    uint8_t *p = keys;
-    for (size_t i = 0; i < take; i++)
-        p += mg_sp_keys_put(p, all[i]->key, all[i]->klen);
-    y.total = (uint32_t)n;
-    y.nkeys = (uint32_t)take;
-    y.keys = keys;
-    y.keys_len = bytes;
-    reply(c, &y, NULL);
-    free(keys);
-    free(all);
+    y.keys_len = keys->len;
+    uint8_t *p = queue_seg(c, mg_sp_reply_head_size(&y), keys->len ? keys : NULL);
+    if (p)
+        mg_sp_reply_encode(p, &y, 0);
 }
 
 static void do_set(struct mg_store_server *s, struct conn *c, const struct mg_sp_req *q)

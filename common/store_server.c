@@ -1,25 +1,23 @@
 /* The store server (store.h, docs/store-protocol.md): one event loop (an
  * epoll set, which the caller's poll() sees as one descriptor) over
  * non-blocking sockets, either driven by the caller's loop (the launcher) or
- * by a background thread (the runtime's rank 0). This part holds the
- * connections (accept, read, flush, the handshake), the loop, the thread and
- * the public API; the key table, the requests and the local calls are
- * store_table.c, store_requests.c and store_local.c. It keeps: one lock
- * around all the server's state; every buffer that grows on a client's input
- * is bounded (max_buffer, out_high, max_frame, the read budget,
- * MAX_HANDSHAKING); a misbehaving client is dropped alone, marked dead and
- * torn down by mg_ss_settle outside any walk over the connections; ephemeral
- * keys die with their connection or its lease. Where to listen is the
- * caller's choice, mg_store_bind_addr its usual answer. */
+ * by a background thread (the runtime's rank 0). This part holds the loop's
+ * turn, the timers (parked requests' deadlines, the connections' handshake,
+ * lease, frame and closing deadlines), the thread and the public API; the
+ * connections are store_conn.c, the key table, the requests and the local
+ * calls store_table.c, store_requests.c and store_local.c. It keeps: one lock
+ * around all the server's state; a turn costs what is ready, bounded (EV_BATCH
+ * events, REQS_PER_TURN requests each, FLUSH_PER_TURN woken connections),
+ * never what is connected, except one walk of the connections' timers every
+ * SCAN_MS; ephemeral keys die with their connection or its lease. Where to
+ * listen is the caller's choice, mg_store_bind_addr its usual answer. */
 #include "store_server_internal.h"
 #include "mg_err.h"
 #include "net.h"
-#include "sha256.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,483 +26,12 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
-
-/* ---- connections --------------------------------------------------------------------- */
 
 #define SCAN_MS  100 /* the longest between two walks of the connections' timers */
 #define EV_BATCH 256 /* events taken from the epoll set per turn */
 
-static int backpressured(const struct conn *c);
-
-/* Brings the epoll set's interest in c up to date: input unless its replies
- * pile up, output while some are queued. Level-triggered, so nothing is
- * missed between a change and the next turn. */
-static void conn_watch(struct conn *c)
-{
-    struct mg_store_server *s = c->srv;
-    if (c->fd < 0 || c->closing == CL_DEAD)
-        return;
-    uint32_t ev = (backpressured(c) ? 0 : EPOLLIN) | (c->ohead ? EPOLLOUT : 0);
-    if (ev == c->evmask)
-        return;
-    struct epoll_event e = {.events = ev, .data.fd = c->fd};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
-        c->evmask = ev;
-    else
-        mg_ss_conn_kill(c);
-}
-
-/* A deadline of c set or moved earlier: the next walk comes no later. */
-static void scan_by(struct mg_store_server *s, int64_t t)
-{
-    if (t < s->next_scan)
-        s->next_scan = t;
-}
-
-static void hs_unlink(struct conn *c)
-{
-    struct mg_store_server *s = c->srv;
-    if (!c->in_hs)
-        return;
-    c->in_hs = 0;
-    TAILQ_REMOVE(&s->hs, c, hslink);
-    s->nhs--;
-}
-
-/* Drops a connection now. The teardown (ephemeral keys, parked requests)
- * happens in mg_ss_settle(), outside whatever loop is running. */
-void mg_ss_conn_kill(struct conn *c)
-{
-    if (c->closing == CL_DEAD)
-        return;
-    c->closing = CL_DEAD;
-    c->knext = c->srv->dead;
-    c->srv->dead = c;
-}
-
-/* A protocol or policy failure: counted, then dropped. */
-static void conn_drop(struct conn *c)
-{
-    if (c->closing != CL_DEAD)
-        c->srv->dropped++;
-    mg_ss_conn_kill(c);
-}
-
-/* Sends what is queued, then closes. */
-static void conn_close_after_flush(struct conn *c)
-{
-    if (c->closing != CL_OPEN)
-        return;
-    c->srv->dropped++;
-    c->closing = CL_AFTER_FLUSH;
-    c->deadline_ms = mg_now_ms() + CLOSE_LINGER_MS;
-    scan_by(c->srv, c->deadline_ms);
-    mg_ss_mark_dirty(c);
-}
-
-static void conn_teardown(struct conn *c)
-{
-    struct mg_store_server *s = c->srv;
-    if (c->dirty) {
-        struct conn **pp = &s->dirty;
-        while (*pp != c)
-            pp = &(*pp)->dnext;
-        *pp = c->dnext;
-        c->dirty = 0;
-    }
-    while (!LIST_EMPTY(&c->eph))
-        mg_ss_entry_delete(s, LIST_FIRST(&c->eph));
-    while (!LIST_EMPTY(&c->waiters))
-        mg_ss_waiter_free(s, LIST_FIRST(&c->waiters));
-    for (struct oseg *o = c->ohead, *next; o; o = next) {
-        next = o->next;
-        s->buffered -= o->hlen;
-        mg_ss_blob_unref(s, o->blob);
-        free(o);
-    }
-    hs_unlink(c);
-    LIST_REMOVE(c, link);
-    s->nconns--;
-    s->buffered -= c->icap;
-    free(c->ibuf);
-    if (c->fd >= 0 && c->fd < s->byfd_cap)
-        s->byfd[c->fd] = NULL;
-    if (c->fd >= 0) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-        close(c->fd);
-    }
-    free(c);
-}
-
-static int backpressured(const struct conn *c)
-{
-    return c->obytes > c->srv->out_high || c->closing != CL_OPEN;
-}
-
-static size_t process_input(struct mg_store_server *s, struct conn *c);
-
-static void conn_flush(struct conn *c)
-{
-    struct iovec iov[64];
-    while (c->ohead && c->closing != CL_DEAD) {
-        int n = 0;
-        for (struct oseg *o = c->ohead; o && n < 62; o = o->next) {
-            size_t off = o->off;
-            if (off < o->hlen) {
-                iov[n].iov_base = o->data + off;
-                iov[n++].iov_len = o->hlen - off;
-                off = 0;
-            } else {
-                off -= o->hlen;
-            }
-            if (o->blob && off < o->blob->len) {
-                iov[n].iov_base = o->blob->data + off;
-                iov[n++].iov_len = o->blob->len - off;
-            }
-        }
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                mg_ss_conn_kill(c);
-            return;
-        }
-        c->obytes -= (size_t)w;
-        while (w > 0) {
-            struct oseg *o = c->ohead;
-            size_t total = o->hlen + (o->blob ? o->blob->len : 0), left = total - o->off;
-            if ((size_t)w < left) {
-                o->off += (size_t)w;
-                break;
-            }
-            w -= (ssize_t)left;
-            c->ohead = o->next;
-            if (!c->ohead)
-                c->otail = NULL;
-            c->srv->buffered -= o->hlen;
-            mg_ss_blob_unref(c->srv, o->blob);
-            free(o);
-        }
-    }
-    if (!c->ohead && c->closing == CL_AFTER_FLUSH)
-        mg_ss_conn_kill(c);
-    /* Requests that arrived while the replies were piling up wait in the
-     * input buffer: with room again, serve them now, not on the next read
-     * (the client may be sending nothing until it has its replies). */
-    if (c->ilen > c->ipos && !backpressured(c))
-        process_input(c->srv, c);
-    conn_watch(c);
-}
-
-static void send_shello(struct conn *c, uint16_t status, uint32_t flags)
-{
-    struct mg_sp_shello h = {.version = MG_SP_WIRE_VERSION, .status = status, .flags = flags};
-    uint8_t out[MG_SP_SHELLO_LEN];
-    memcpy(h.nonce, c->snonce, sizeof(h.nonce));
-    mg_sp_shello_encode(out, &h);
-    mg_ss_queue_raw(c, out, sizeof(out), NULL);
-}
-
-static void become_ready(struct conn *c)
-{
-    hs_unlink(c);
-    c->state = ST_READY;
-    c->last_rx_ms = mg_now_ms();
-    c->deadline_ms = 0;
-}
-
-static void handle_hello(struct mg_store_server *s, struct conn *c, const uint8_t *in)
-{
-    struct mg_sp_hello h;
-    if (mg_sp_hello_decode(in, &h)) {
-        conn_drop(c); /* not our protocol: no answer */
-        return;
-    }
-    memcpy(c->cnonce, h.nonce, sizeof(c->cnonce));
-    if (h.version != MG_SP_WIRE_VERSION) {
-        send_shello(c, MG_SP_VERSION, 0);
-        conn_close_after_flush(c);
-    } else if (h.lease_ms > MG_SP_MAX_LEASE_MS || (h.flags & ~MG_SP_HELLO_AUTH)) {
-        send_shello(c, MG_SP_INVAL, 0);
-        conn_close_after_flush(c);
-    } else if (s->token && !(h.flags & MG_SP_HELLO_AUTH)) {
-        send_shello(c, MG_SP_AUTH, MG_SP_HELLO_AUTH);
-        conn_close_after_flush(c);
-    } else if (s->token) {
-        c->lease_ms = h.lease_ms;
-        if (getrandom(c->snonce, sizeof(c->snonce), 0) != (ssize_t)sizeof(c->snonce)) {
-            conn_drop(c);
-            return;
-        }
-        send_shello(c, MG_SP_OK, MG_SP_HELLO_AUTH);
-        c->state = ST_AUTH;
-    } else {
-        c->lease_ms = h.lease_ms;
-        send_shello(c, MG_SP_OK, 0);
-        become_ready(c);
-    }
-}
-
-static void handle_auth(struct mg_store_server *s, struct conn *c, const uint8_t *in)
-{
-    uint8_t want[MG_SP_PROOF_LEN], out[MG_SP_AUTH_REPLY_LEN];
-    mg_sp_client_proof(s->token, c->cnonce, c->snonce, want);
-    if (!mg_memeq_ct(want, in, MG_SP_PROOF_LEN)) {
-        mg_sp_auth_reply_encode(out, MG_SP_AUTH, NULL);
-        mg_ss_queue_raw(c, out, sizeof(out), NULL);
-        conn_close_after_flush(c);
-        return;
-    }
-    mg_sp_server_proof(s->token, c->cnonce, c->snonce, want);
-    mg_sp_auth_reply_encode(out, MG_SP_OK, want);
-    mg_ss_queue_raw(c, out, sizeof(out), NULL);
-    become_ready(c);
-}
-
-/* A connection that speaks another protocol (its first bytes are not the
- * handshake's magic) goes to the server's foreign handler with what it sent
- * so far; this server forgets it without closing it. 1 when handed over. */
-static int hand_over(struct mg_store_server *s, struct conn *c, const uint8_t *p, size_t avail)
-{
-    static const uint8_t magic[4] = {'M', 'G', 'S', 'T'};
-    size_t k = avail < sizeof(magic) ? avail : sizeof(magic);
-    if (!s->foreign || c->state != ST_HELLO || c->ipos != 0 || memcmp(p, magic, k) == 0)
-        return 0;
-    int fd = c->fd;
-    if (fd < s->byfd_cap)
-        s->byfd[fd] = NULL;
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
-    c->fd = -1;
-    mg_ss_conn_kill(c); /* torn down in mg_ss_settle, the socket left alone */
-    s->foreign(s->foreign_ctx, fd, p, avail);
-    return 1;
-}
-
-/* Handles every complete message in the input buffer. Returns the bytes the
- * message in progress still needs (0 when unknown). */
-static size_t process_input(struct mg_store_server *s, struct conn *c)
-{
-    size_t need = 0;
-    while (c->closing == CL_OPEN && !backpressured(c)) {
-        size_t avail = c->ilen - c->ipos;
-        const uint8_t *p = c->ibuf + c->ipos;
-        if (avail && hand_over(s, c, p, avail))
-            return 0;
-        if (c->state == ST_HELLO || c->state == ST_AUTH) {
-            size_t len = c->state == ST_HELLO ? MG_SP_HELLO_LEN : MG_SP_AUTH_LEN;
-            if (avail < len) {
-                need = len - avail;
-                break;
-            }
-            if (c->state == ST_HELLO)
-                handle_hello(s, c, p);
-            else
-                handle_auth(s, c, p);
-            c->ipos += len;
-            continue;
-        }
-        if (avail < MG_SP_HDR_LEN) {
-            need = MG_SP_HDR_LEN - avail;
-            break;
-        }
-        struct mg_sp_hdr h;
-        mg_sp_hdr_decode(p, &h);
-        if (mg_sp_hdr_check(&h, 0) || h.len > s->max_frame) {
-            /* An oversized length: the stream cannot be followed any further. */
-            mg_ss_reply_status(c, MG_SP_ERROR, h.id, MG_SP_TOOBIG);
-            conn_close_after_flush(c);
-            break;
-        }
-        if (avail < MG_SP_HDR_LEN + (size_t)h.len) {
-            need = MG_SP_HDR_LEN + (size_t)h.len - avail;
-            break;
-        }
-        mg_ss_handle_request(s, c, &h, p + MG_SP_HDR_LEN);
-        c->ipos += MG_SP_HDR_LEN + h.len;
-        c->frame_start_ms = 0;
-    }
-    if (c->ipos == c->ilen) {
-        c->ipos = c->ilen = 0;
-    } else if (c->ipos > 0 && (need || c->ipos >= c->icap / 2)) {
-        memmove(c->ibuf, c->ibuf + c->ipos, c->ilen - c->ipos);
-        c->ilen -= c->ipos;
-        c->ipos = 0;
-    }
-    if (c->ilen > c->ipos && !c->frame_start_ms)
-        c->frame_start_ms = mg_now_ms();
-    else if (c->ilen == c->ipos)
-        c->frame_start_ms = 0;
-    return need;
-}
-
-static int ibuf_resize(struct mg_store_server *s, struct conn *c, size_t cap)
-{
-    if (cap > c->icap && s->buffered + (cap - c->icap) > s->max_buffer)
-        return -ENOSPC;
-    uint8_t *p = realloc(c->ibuf, cap);
-    if (!p)
-        return -ENOMEM;
-    s->buffered = s->buffered - c->icap + cap;
-    c->ibuf = p;
-    c->icap = cap;
-    return 0;
-}
-
-static void conn_read(struct mg_store_server *s, struct conn *c)
-{
-    size_t budget = s->read_budget, need = 0;
-    while (c->closing == CL_OPEN && !backpressured(c) && budget) {
-        if (c->ilen == c->icap) {
-            /* Grow only towards what the message in progress needs, and in
-             * steps, so a declared length costs nothing until bytes arrive. */
-            size_t want = c->ilen + (need ? need : IBUF_MIN);
-            size_t step = c->icap < 65536 ? 65536 : c->icap * 2;
-            if (want > step)
-                want = step;
-            if (ibuf_resize(s, c, want)) {
-                mg_ss_reply_status(c, MG_SP_ERROR, 0, MG_SP_NOSPACE);
-                conn_close_after_flush(c);
-                return;
-            }
-        }
-        size_t room = c->icap - c->ilen;
-        if (room > budget)
-            room = budget;
-        ssize_t n = recv(c->fd, c->ibuf + c->ilen, room, MSG_DONTWAIT);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                mg_ss_conn_kill(c);
-            break;
-        }
-        if (n == 0) {
-            mg_ss_conn_kill(c);
-            break;
-        }
-        c->ilen += (size_t)n;
-        budget -= (size_t)n;
-        c->last_rx_ms = mg_now_ms();
-        need = process_input(s, c);
-    }
-    conn_watch(c);
-    /* Give back a large buffer once its frame is done. */
-    if (c->closing != CL_DEAD && c->icap > IBUF_MIN && c->ilen - c->ipos <= IBUF_MIN / 2 && !need) {
-        if (c->ipos) {
-            memmove(c->ibuf, c->ibuf + c->ipos, c->ilen - c->ipos);
-            c->ilen -= c->ipos;
-            c->ipos = 0;
-        }
-        ibuf_resize(s, c, IBUF_MIN);
-    }
-}
-
-static int byfd_put(struct mg_store_server *s, int fd, struct conn *c)
-{
-    if (fd >= s->byfd_cap) {
-        int cap = s->byfd_cap ? s->byfd_cap : 64;
-        while (cap <= fd)
-            cap *= 2;
-        struct conn **t = realloc(s->byfd, (size_t)cap * sizeof(*t));
-        if (!t)
-            return -ENOMEM;
-        memset(t + s->byfd_cap, 0, (size_t)(cap - s->byfd_cap) * sizeof(*t));
-        s->byfd = t;
-        s->byfd_cap = cap;
-    }
-    s->byfd[fd] = c;
-    return 0;
-}
-
-/* Whether a new connection can be taken: below max_clients, or at it with a
- * connection still in the handshake to give way (a crowd of silent
- * connections must not lock the nodes of the job out until they time out). */
-static int can_accept(const struct mg_store_server *s)
-{
-    return s->nconns < s->max_clients || s->nhs > 0;
-}
-
-void mg_ss_accept_some(struct mg_store_server *s)
-{
-    for (int i = 0; i < ACCEPT_BURST && can_accept(s); i++) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
-                continue;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-                s->accept_pause_until = mg_now_ms() + 100;
-            return;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        struct conn *c = calloc(1, sizeof(*c));
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        if (byfd_put(s, fd, c) || ibuf_resize(s, c, IBUF_MIN)) {
-            if (fd < s->byfd_cap)
-                s->byfd[fd] = NULL;
-            s->buffered -= c->icap;
-            free(c->ibuf);
-            free(c);
-            close(fd);
-            continue;
-        }
-        /* Too many half-open handshakes, or no room: the oldest handshake
-         * makes room. */
-        if ((s->nhs >= MAX_HANDSHAKING || s->nconns >= s->max_clients) && !TAILQ_EMPTY(&s->hs)) {
-            struct conn *old = TAILQ_FIRST(&s->hs);
-            hs_unlink(old);
-            conn_drop(old);
-        }
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-            s->byfd[fd] = NULL;
-            s->buffered -= c->icap;
-            free(c->ibuf);
-            free(c);
-            close(fd);
-            s->accept_pause_until = mg_now_ms() + 100;
-            return;
-        }
-        c->evmask = EPOLLIN;
-        c->srv = s;
-        c->fd = fd;
-        c->state = ST_HELLO;
-        c->deadline_ms = mg_now_ms() + s->handshake_ms;
-        scan_by(s, c->deadline_ms);
-        LIST_INSERT_HEAD(&s->conns, c, link);
-        s->nconns++;
-        c->in_hs = 1;
-        TAILQ_INSERT_TAIL(&s->hs, c, hslink);
-        s->nhs++;
-    }
-}
-
-/* Flushes the connections that got output and tears down the dead ones, until
- * neither list has anything (a teardown wakes other connections' waiters). */
-void mg_ss_settle(struct mg_store_server *s)
-{
-    while (s->dirty || s->dead) {
-        while (s->dirty) {
-            struct conn *c = s->dirty;
-            s->dirty = c->dnext;
-            c->dirty = 0;
-            if (c->closing != CL_DEAD)
-                conn_flush(c);
-        }
-        while (s->dead) {
-            struct conn *c = s->dead;
-            s->dead = c->knext;
-            conn_teardown(c);
-        }
-    }
-}
+/* ---- timers --------------------------------------------------------------------------- */
 
 static void run_timers(struct mg_store_server *s)
 {
@@ -531,10 +58,10 @@ static void run_timers(struct mg_store_server *s)
             NOTE(c->deadline_ms);
         if (c->state == ST_READY && c->lease_ms)
             NOTE(c->last_rx_ms + (int64_t)c->lease_ms);
-        if (c->frame_start_ms && !backpressured(c))
+        if (c->frame_start_ms && !mg_ss_backpressured(c))
             NOTE(c->frame_start_ms + s->frame_ms);
         if (c->deadline_ms && now >= c->deadline_ms) {
-            conn_drop(c); /* handshake too slow, or a final error nobody reads */
+            mg_ss_conn_drop(c); /* handshake too slow, or a final error nobody reads */
         } else if (c->state == ST_READY && c->lease_ms &&
                    now - c->last_rx_ms >= (int64_t)c->lease_ms) {
             /* Bytes that arrived after poll() returned are not silence. */
@@ -544,10 +71,10 @@ static void run_timers(struct mg_store_server *s)
                 continue;
             }
             s->leases_expired++;
-            conn_drop(c);
-        } else if (c->frame_start_ms && !backpressured(c) &&
+            mg_ss_conn_drop(c);
+        } else if (c->frame_start_ms && !mg_ss_backpressured(c) &&
                    now - c->frame_start_ms >= s->frame_ms) {
-            conn_drop(c); /* a frame begun and never finished */
+            mg_ss_conn_drop(c); /* a frame begun and never finished */
         }
     }
 #undef NOTE
@@ -569,6 +96,8 @@ static int timeout_locked(const struct mg_store_server *s)
         CONSIDER(s->accept_pause_until);
     if (s->nconns)
         CONSIDER(s->next_scan); /* the connections' timers (run_timers) */
+    if (!TAILQ_EMPTY(&s->dirty) || !TAILQ_EMPTY(&s->backlog))
+        CONSIDER(now); /* a turn's work left over */
 #undef CONSIDER
     if (next < 0)
         return -1;
@@ -603,6 +132,8 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s->lfd = s->wakefd = s->epfd = -1;
     TAILQ_INIT(&s->tombs);
     TAILQ_INIT(&s->hs);
+    TAILQ_INIT(&s->dirty);
+    TAILQ_INIT(&s->backlog);
     s->max_clients = o->max_clients > 0 ? o->max_clients : DEF_MAX_CLIENTS;
     s->max_waiters = o->max_waiters > 0 ? o->max_waiters : DEF_MAX_WAITERS;
     s->max_store = o->max_store_bytes ? o->max_store_bytes : DEF_MAX_STORE;
@@ -778,7 +309,7 @@ int mg_store_server_nfds(const struct mg_store_server *s)
  * taken: level-triggered, a pending one would otherwise wake every turn. */
 static void watch_listen(struct mg_store_server *s)
 {
-    int want = can_accept(s) && mg_now_ms() >= s->accept_pause_until;
+    int want = mg_ss_can_accept(s) && mg_now_ms() >= s->accept_pause_until;
     if (want == s->lfd_watched)
         return;
     struct epoll_event e = {.events = EPOLLIN, .data.fd = s->lfd};
@@ -834,18 +365,19 @@ static void process_locked(struct mg_store_server *s, const struct pollfd *fds, 
         if (!c || c->closing == CL_DEAD)
             continue;
         if (re & POLLOUT)
-            conn_flush(c);
+            mg_ss_conn_flush(c);
         if (re & POLLERR) {
             mg_ss_conn_kill(c);
             continue;
         }
         if (re & (POLLIN | POLLHUP)) {
-            if (backpressured(c) && (re & POLLHUP))
+            if (mg_ss_backpressured(c) && (re & POLLHUP))
                 mg_ss_conn_kill(c);
             else
-                conn_read(s, c);
+                mg_ss_conn_read(s, c);
         }
     }
+    mg_ss_serve_backlog(s);
     if (accept_ready)
         mg_ss_accept_some(s);
     run_timers(s);
@@ -968,7 +500,7 @@ void mg_store_server_release(struct mg_store_server *s)
         while (!LIST_EMPTY(&c->waiters))
             mg_ss_waiter_free(s, LIST_FIRST(&c->waiters));
         c->closing = CL_DEAD;
-        conn_teardown(c);
+        mg_ss_conn_teardown(c);
     }
     for (size_t i = 0; i < s->nbuckets; i++) {
         for (struct entry *e = s->table[i], *next; e; e = next) {
@@ -977,6 +509,8 @@ void mg_store_server_release(struct mg_store_server *s)
             free(e);
         }
     }
+    mg_ss_blob_unref(s, s->list_cache.keys);
+    free(s->list_cache.prefix);
     free(s->local);
     free(s->table);
     free(s->heap);

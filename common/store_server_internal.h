@@ -1,8 +1,10 @@
-/* The store server's insides, shared by its four parts; not a public API
- * (store.h is). store_table.c holds the keys (hashing, memory accounting,
- * tombstones), store_requests.c what a request means (operations, replies,
- * parked requests), store_server.c the connections, the loop and the public
- * API, store_local.c the hosting process's direct calls; each says at its
+/* The store server's insides, shared by its five parts; not a public API
+ * (store.h is). store_table.c holds the keys (hashing, the ordered index
+ * LIST reads, memory accounting, tombstones), store_requests.c what a
+ * request means (operations, replies, parked requests), store_conn.c the
+ * connections (accept, handshake, frames, replies, fair turns),
+ * store_server.c the loop, the timers and the public API, store_local.c the
+ * hosting process's direct calls; each says at its
  * top which invariants it keeps. The bounds below are all in one place so
  * that a review of what a client can make the server hold starts here.
  * mg_ss_: store server, as mg_sp_ is the store protocol. */
@@ -31,6 +33,8 @@
 #define OUT_HIGH         (1u << 20) /* queued reply bytes above which input is not read (default) */
 #define READ_BUDGET      (4u << 20) /* bytes read from one connection per loop turn (default) */
 #define ACCEPT_BURST     64         /* connections accepted per loop turn */
+#define REQS_PER_TURN    16         /* requests served per connection per loop turn */
+#define FLUSH_PER_TURN   256        /* connections sent woken replies per loop turn */
 #define CLOSE_LINGER_MS  1000       /* to flush a final error before closing */
 #define ENTRY_OVERHEAD   64         /* charged per key besides its bytes */
 
@@ -38,6 +42,16 @@ struct blob {
     size_t refs;
     size_t len;
     uint8_t data[];
+};
+
+/* The keys of the last LIST reply (store_requests.c), shared by the replies
+ * to the same list at the same revision. */
+struct mg_ss_list_cache {
+    struct blob *keys; /* one reference held here */
+    uint8_t *prefix;
+    size_t plen;
+    int64_t rev;
+    uint32_t max, total, take;
 };
 
 struct entry;
@@ -74,6 +88,7 @@ struct entry {
     struct blob *val;
     int64_t rev;
     struct conn *owner;      /* of an ephemeral key */
+    struct entry *tl, *tr;   /* the ordered index of live keys (a treap on hash) */
     LIST_ENTRY(entry) olink; /* the owner's ephemeral keys */
     int tomb;
     TAILQ_ENTRY(entry) tlink; /* tombstones, oldest first */
@@ -122,8 +137,10 @@ struct conn {
     LIST_ENTRY(conn) link;    /* all live connections */
     TAILQ_ENTRY(conn) hslink; /* still handshaking, oldest first */
     int in_hs;
-    uint32_t evmask;    /* the events the epoll set watches for it */
-    struct conn *dnext; /* dirty list: has new output to flush */
+    uint32_t evmask;         /* the events the epoll set watches for it */
+    TAILQ_ENTRY(conn) dlink; /* dirty: replies a change woke, to send */
+    TAILQ_ENTRY(conn) blink; /* backlog: requests left for the next turn */
+    int in_backlog;
     struct conn *knext; /* dead list: to tear down */
 };
 
@@ -149,6 +166,8 @@ struct mg_store_server {
     uint64_t sipkey[2];
 
     struct entry **table;
+    struct entry *tree; /* the live keys in order, for LIST */
+    struct mg_ss_list_cache list_cache;
     size_t nbuckets, nentries, nlive;
     int64_t rev, compact_rev;
     TAILQ_HEAD(, entry) tombs;
@@ -163,7 +182,8 @@ struct mg_store_server {
     int nconns, nhs;
     struct conn **byfd;
     int byfd_cap;
-    struct conn *dirty, *dead;
+    TAILQ_HEAD(, conn) dirty, backlog;
+    struct conn *dead;
 
     size_t stored, buffered;
     uint64_t dropped, leases_expired, requests;
@@ -190,6 +210,10 @@ struct entry *mg_ss_lookup(struct mg_store_server *s, const uint8_t *key, size_t
 struct entry *mg_ss_entry_get(struct mg_store_server *s, const uint8_t *key, size_t klen);
 void mg_ss_entry_maybe_free(struct mg_store_server *s, struct entry *e);
 int64_t mg_ss_entry_rev(const struct mg_store_server *s, const struct entry *e);
+/* The live keys starting with prefix, in byte order (*out malloc'd, NULL
+ * when none); 0 or -ENOMEM. */
+int mg_ss_index_prefix(struct mg_store_server *s, const uint8_t *prefix, size_t plen,
+                       struct entry ***out, size_t *n);
 void mg_ss_owner_unlink(struct entry *e);
 void mg_ss_entry_store(struct mg_store_server *s, struct entry *e, struct blob *b,
                        struct conn *owner, int keep_owner);
@@ -219,11 +243,25 @@ int mg_ss_op_delete(struct mg_store_server *s, const uint8_t *key, size_t klen);
 void mg_ss_handle_request(struct mg_store_server *s, struct conn *c, const struct mg_sp_hdr *h,
                           const uint8_t *body);
 
-/* ---- store_server.c ----------------------------------------------------------------- */
+/* ---- store_conn.c ------------------------------------------------------------------- */
 
 void mg_ss_conn_kill(struct conn *c);
+/* A protocol or policy failure: counted, then dropped. */
+void mg_ss_conn_drop(struct conn *c);
+void mg_ss_conn_teardown(struct conn *c);
+void mg_ss_conn_read(struct mg_store_server *s, struct conn *c);
+void mg_ss_conn_flush(struct conn *c);
+int mg_ss_backpressured(const struct conn *c);
+/* A deadline of a connection set or moved earlier: the timers' next walk
+ * comes no later. */
+void mg_ss_scan_by(struct mg_store_server *s, int64_t t);
+int mg_ss_can_accept(const struct mg_store_server *s);
 void mg_ss_accept_some(struct mg_store_server *s);
 void mg_ss_settle(struct mg_store_server *s);
+void mg_ss_serve_backlog(struct mg_store_server *s);
+
+/* ---- store_server.c ----------------------------------------------------------------- */
+
 void mg_ss_lock(const struct mg_store_server *s);
 void mg_ss_unlock(const struct mg_store_server *s);
 void mg_ss_wake_loop(struct mg_store_server *s);

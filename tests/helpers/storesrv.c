@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int write_file(const char *path, const char *text)
@@ -36,6 +37,37 @@ static int write_file(const char *path, const char *text)
     return rename(tmp, path) ? -errno : 0;
 }
 
+/* How long the loop's own turns took and how late its timed wake-ups came
+ * (the machine's run queue, not the server): told apart in the stats. */
+static int64_t turn_max_us, turn_cpu_max_us, late_max_us;
+
+static int64_t cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The time this process's threads waited on a run queue (the kernel's
+ * schedstat), in ms; -1 when not available. */
+static double run_delay_ms(void)
+{
+    unsigned long long run = 0, wait = 0;
+    FILE *f = fopen("/proc/self/schedstat", "r");
+    if (!f)
+        return -1;
+    int ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+    fclose(f);
+    return ok ? (double)wait / 1e6 : -1;
+}
+
 static void write_stats(struct mg_store_server *srv, const char *path)
 {
     struct mg_store_server_stats s;
@@ -45,10 +77,13 @@ static void write_stats(struct mg_store_server *srv, const char *path)
     mg_store_server_stats(srv, &s);
     snprintf(line, sizeof(line),
              "clients=%d waiters=%d keys=%zu stored_bytes=%zu buffer_bytes=%zu revision=%lld "
-             "dropped=%llu leases_expired=%llu requests=%llu\n",
+             "dropped=%llu leases_expired=%llu requests=%llu turn_max_ms=%.1f turn_cpu_max_ms=%.1f "
+             "late_max_ms=%.1f "
+             "run_delay_ms=%.0f\n",
              s.clients, s.waiters, s.keys, s.stored_bytes, s.buffer_bytes, (long long)s.revision,
              (unsigned long long)s.dropped, (unsigned long long)s.leases_expired,
-             (unsigned long long)s.requests);
+             (unsigned long long)s.requests, (double)turn_max_us / 1000.0,
+             (double)turn_cpu_max_us / 1000.0, (double)late_max_us / 1000.0, run_delay_ms());
     write_file(path, line);
 }
 
@@ -168,12 +203,24 @@ int main(int argc, char **argv)
             n += k;
             timeout = mg_store_server_timeout_ms(srv);
         }
-        if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR) {
+        int64_t t0 = now_us();
+        int pr = poll(fds, (nfds_t)n, timeout);
+        if (pr < 0 && errno != EINTR) {
             fprintf(stderr, "storesrv: poll: %s\n", strerror(errno));
             return 1;
         }
-        if (!thread)
+        int64_t t1 = now_us();
+        if (pr == 0 && timeout >= 0 && t1 - t0 - (int64_t)timeout * 1000 > late_max_us)
+            late_max_us = t1 - t0 - (int64_t)timeout * 1000;
+        if (!thread) {
+            int64_t c1 = cpu_us();
             mg_store_server_process(srv, fds + 1, n - 1);
+            int64_t t2 = now_us(), c2 = cpu_us();
+            if (c2 - c1 > turn_cpu_max_us)
+                turn_cpu_max_us = c2 - c1;
+            if (t2 - t1 > turn_max_us)
+                turn_max_us = t2 - t1;
+        }
         unsigned char sig;
         while (read(sfd, &sig, 1) == 1) {
             if (sig == SIGUSR1)

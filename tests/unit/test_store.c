@@ -770,6 +770,69 @@ static void client_limit(void)
 
 /* Many keys: the table grows, deletions beyond the tombstone cap are
  * forgotten, and watches on forgotten keys answer at once. */
+/* LIST reads an ordered index that sets and deletes keep, and shares the
+ * keys of one reply with the same list at the same revision: keys set in a
+ * scrambled order, some deleted, come back sorted and complete for every
+ * prefix, and a change between two equal lists shows in the second. */
+static void list_index(void)
+{
+    struct mg_store_server *srv = server(NULL);
+    struct mg_store *st = conn(mg_store_server_port(srv), NULL, 0);
+    enum {
+        N = 3000
+    };
+    char key[48], want[48];
+    int bad = 0, deleted = 0;
+    /* 1777 is prime to N: every i once, in a scrambled order. */
+    for (int k = 0; k < N; k++) {
+        int i = (int)((k * 1777L) % N);
+        snprintf(key, sizeof(key), "ix/%c/%04d", 'a' + i % 3, i);
+        bad += mg_store_set(st, key, "v", 1, 0) != 0;
+    }
+    for (int i = 0; i < N; i += 7) { /* delete every 7th */
+        snprintf(key, sizeof(key), "ix/%c/%04d", 'a' + i % 3, i);
+        bad += mg_store_delete(st, key) != 1;
+        deleted++;
+    }
+    is_int(bad, 0, "%d keys set in a scrambled order, %d deleted", N, deleted);
+    mg_store_set(st, "ix", "v", 1, 0);   /* the prefix itself, shorter */
+    mg_store_set(st, "ix0", "v", 1, 0);  /* past the run of "ix/" */
+    mg_store_set(st, "iw/z", "v", 1, 0); /* before it */
+    for (int p = 0; p < 3; p++) {
+        char prefix[8], **keys;
+        int nk, n, expect = 0, order = 0;
+        snprintf(prefix, sizeof(prefix), "ix/%c/", 'a' + p);
+        n = mg_store_list(st, prefix, -1, &keys, &nk);
+        for (int i = p, j = 0; i < N; i += 3) {
+            if (i % 7 == 0)
+                continue;
+            snprintf(want, sizeof(want), "ix/%c/%04d", 'a' + p, i);
+            order += j < nk && strcmp(keys[j], want) == 0;
+            j++;
+            expect++;
+        }
+        ok(n == expect && nk == expect && order == expect, "prefix %s: %d keys, all, in order (%d)",
+           prefix, expect, n);
+        mg_store_free_list(keys, nk);
+    }
+    char **keys;
+    int nk;
+    int all = mg_store_list(st, "ix", -1, &keys, &nk);
+    ok(all == N - deleted + 2 && nk == all && !strcmp(keys[0], "ix") &&
+           !strcmp(keys[nk - 1], "ix0"),
+       "prefix \"ix\": the key equal to it first, the one past the run last (%d)", all);
+    mg_store_free_list(keys, nk);
+    int before = mg_store_list(st, "ix/a/", 5, &keys, &nk);
+    mg_store_free_list(keys, nk);
+    mg_store_set(st, "ix/a/0000x", "v", 1, 0);
+    int after = mg_store_list(st, "ix/a/", 5, &keys, &nk);
+    ok(after == before + 1 && nk == 5 && !strcmp(keys[0], "ix/a/0000x"),
+       "the same list after a change has the new key (%d, then %d)", before, after);
+    mg_store_free_list(keys, nk);
+    mg_store_release(st);
+    mg_store_server_release(srv);
+}
+
 static void many_keys(void)
 {
     struct mg_store_server *srv = server(NULL);
@@ -1049,6 +1112,7 @@ int main(void)
     server_goes_away();
     client_limit();
     many_keys();
+    list_index();
     given_socket();
     foreign_protocol();
     pipelined_backpressure();
