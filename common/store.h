@@ -256,4 +256,25 @@ void mg_store_free_list(char **keys, int nkeys);
 /* A round trip; keeps a lease alive. */
 int mg_store_ping(struct mg_store *st);
 
+/* Pipelined: n gets (no wait) or sets sent back to back, 64 at a time, their
+ * replies read after: a few round trips instead of n (the rendezvous' closer
+ * reads thousands of joins so). get_many: vals[i] (malloc'd) NULL and
+ * lens[i] untouched when keys[i] does not exist; lens and revs optional; on
+ * failure no value is kept. set_many: flags as mg_store_set's. */
+int mg_store_get_many(struct mg_store *st, const char *const *keys, int n, void **vals,
+                      size_t *lens, int64_t *revs);
+int mg_store_set_many(struct mg_store *st, const char *const *keys, const void *const *vals,
+                      const size_t *lens, int n, int flags);
+
+/* A watch parked on the server across calls: _begin sends it (the server
+ * answers when key's revision exceeds since_rev or at timeout_ms), _end waits
+ * at most wait_ms for its reply. -EAGAIN: not yet, still parked (call _end
+ * again); -ETIMEDOUT: the server's timeout passed; -EINTR: the abort fd,
+ * still parked; -ENOENT: no watch is parked, because another call on this
+ * connection dropped it (its late reply is skipped). Otherwise as
+ * mg_store_watch. So a caller that waits in short slices of its own loop
+ * sends one request per timeout_ms rather than one per slice. */
+int mg_store_watch_begin(struct mg_store *st, const char *key, int64_t since_rev, int timeout_ms);
+int mg_store_watch_end(struct mg_store *st, int wait_ms, int64_t *rev, void **val, size_t *len);
+
 #endif

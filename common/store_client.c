@@ -34,6 +34,11 @@ struct mg_store {
     int timeout_ms;
     uint32_t lease_ms;
     uint32_t next_id;
+    /* A watch left parked on the server (mg_store_watch_begin): its id, 0
+     * when none, and when the client stops waiting for its reply. Any other
+     * call drops it (its reply is then skipped by id). */
+    uint32_t pend_id;
+    int64_t pend_deadline;
     int64_t last_tx_ms;
     int err; /* sticky: the connection is gone (or its framing lost) */
     uint8_t *rbuf;
@@ -387,6 +392,7 @@ static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struc
     if (rc)
         return rc;
     consume(st);
+    st->pend_id = 0;
     if (++st->next_id == 0)
         ++st->next_id;
     q->id = st->next_id;
@@ -680,4 +686,232 @@ int mg_store_ping(struct mg_store *st)
     struct mg_sp_req q = {.op = MG_SP_PING};
     struct mg_sp_reply y;
     return call(st, &q, 0, &y);
+}
+
+/* ---- pipelined calls ------------------------------------------------------------------ */
+
+/* Requests sent back to back before their replies are read: at most this
+ * many at once, so that the replies queued on the server stay small. */
+#define PIPE_MAX 64
+
+/* Sends the n (<= PIPE_MAX) requests that enc (called with each index and a
+ * request to fill) describes, back to back, and hands each reply in turn to
+ * fn, which copies what it keeps (the reply lies in the read buffer). */
+static int call_many(struct mg_store *st, int n, int (*enc)(void *ctx, int i, struct mg_sp_req *q),
+                     int (*fn)(void *ctx, int i, int rc, const struct mg_sp_reply *y), void *ctx)
+{
+    uint32_t ids[PIPE_MAX];
+    uint8_t ops[PIPE_MAX];
+    size_t off = 0;
+    int rc;
+
+    if (st->err)
+        return st->err;
+    consume(st);
+    st->pend_id = 0;
+    for (int i = 0; i < n; i++) {
+        struct mg_sp_req q;
+        memset(&q, 0, sizeof(q));
+        if ((rc = enc(ctx, i, &q)) != 0 || (rc = mg_sp_req_check(&q)) != 0)
+            return rc;
+        if (++st->next_id == 0)
+            ++st->next_id;
+        q.id = ids[i] = st->next_id;
+        ops[i] = q.op;
+        size_t sz = mg_sp_req_size(&q);
+        if (off + sz > st->wcap) {
+            size_t cap = (off + sz) * 2;
+            uint8_t *p = realloc(st->wbuf, cap);
+            if (!p)
+                return -ENOMEM;
+            st->wbuf = p;
+            st->wcap = cap;
+        }
+        off += mg_sp_req_encode(st->wbuf + off, &q, 1);
+    }
+    struct iovec iov = {st->wbuf, off};
+    rc = send_iov(st, &iov, 1, mg_now_ms() + st->timeout_ms);
+    if (st->wcap > RBUF_MIN) {
+        free(st->wbuf);
+        st->wbuf = NULL;
+        st->wcap = 0;
+    }
+    if (rc)
+        return broken(st, rc); /* part of a frame may be out: framing is lost */
+    for (int i = 0; i < n; i++) {
+        struct mg_sp_reply y;
+        consume(st);
+        rc = read_reply(st, ids[i], mg_now_ms() + st->timeout_ms, &y);
+        if (rc)
+            return rc;
+        if (y.op != ops[i])
+            return broken(st, -MG_EPROTO);
+        rc = fn(ctx, i, mg_sp_status_err(y.status), &y);
+        if (rc)
+            return rc; /* the replies still to come are skipped by id */
+    }
+    return 0;
+}
+
+struct many {
+    struct mg_store *st;
+    const char *const *keys;
+    const void *const *vals;
+    const size_t *lens;
+    int flags;
+    void **out;
+    size_t *outlen;
+    int64_t *revs;
+};
+
+static int enc_get(void *ctx, int i, struct mg_sp_req *q)
+{
+    struct many *m = ctx;
+    q->op = MG_SP_GET;
+    return key_arg(m->st, m->keys[i], q) ? -EINVAL : 0;
+}
+
+static int got(void *ctx, int i, int rc, const struct mg_sp_reply *y)
+{
+    struct many *m = ctx;
+    if (rc == -MG_ENOKEY)
+        return 0; /* absent: out[i] stays NULL */
+    if (rc)
+        return rc;
+    if (m->revs)
+        m->revs[i] = y->rev;
+    return copy_value(y, &m->out[i], m->outlen ? &m->outlen[i] : NULL);
+}
+
+int mg_store_get_many(struct mg_store *st, const char *const *keys, int n, void **vals,
+                      size_t *lens, int64_t *revs)
+{
+    int rc = 0;
+    for (int i = 0; i < n; i++)
+        vals[i] = NULL;
+    for (int done = 0; done < n && !rc; done += PIPE_MAX) {
+        int k = n - done < PIPE_MAX ? n - done : PIPE_MAX;
+        struct many m = {.st = st,
+                         .keys = keys + done,
+                         .out = vals + done,
+                         .outlen = lens ? lens + done : NULL,
+                         .revs = revs ? revs + done : NULL};
+        rc = call_many(st, k, enc_get, got, &m);
+    }
+    if (rc) {
+        for (int i = 0; i < n; i++) {
+            free(vals[i]);
+            vals[i] = NULL;
+        }
+    }
+    return rc;
+}
+
+static int enc_set(void *ctx, int i, struct mg_sp_req *q)
+{
+    struct many *m = ctx;
+    q->op = MG_SP_SET;
+    q->val = m->vals[i];
+    q->vlen = m->lens[i];
+    if (m->flags & MG_STORE_EPHEMERAL)
+        q->flags = MG_SP_F_EPHEMERAL;
+    return key_arg(m->st, m->keys[i], q) || (q->vlen && !q->val) ? -EINVAL : 0;
+}
+
+static int was_set(void *ctx, int i, int rc, const struct mg_sp_reply *y)
+{
+    (void)ctx;
+    (void)i;
+    (void)y;
+    return rc;
+}
+
+int mg_store_set_many(struct mg_store *st, const char *const *keys, const void *const *vals,
+                      const size_t *lens, int n, int flags)
+{
+    int rc = 0;
+    if (flags & ~MG_STORE_EPHEMERAL)
+        return -EINVAL;
+    for (int done = 0; done < n && !rc; done += PIPE_MAX) {
+        int k = n - done < PIPE_MAX ? n - done : PIPE_MAX;
+        struct many m = {.st = st,
+                         .keys = keys + done,
+                         .vals = vals + done,
+                         .lens = lens + done,
+                         .flags = flags};
+        rc = call_many(st, k, enc_set, was_set, &m);
+    }
+    return rc;
+}
+
+/* ---- a watch parked across calls ------------------------------------------------------ */
+
+int mg_store_watch_begin(struct mg_store *st, const char *key, int64_t since_rev, int timeout_ms)
+{
+    struct mg_sp_req q = {.op = MG_SP_WATCH, .num = since_rev};
+    if (st->err)
+        return st->err;
+    if (key_arg(st, key, &q))
+        return -EINVAL;
+    q.timeout_ms = (uint32_t)wait_arg(st, timeout_ms);
+    int rc = mg_sp_req_check(&q);
+    if (rc)
+        return rc;
+    consume(st);
+    if (++st->next_id == 0)
+        ++st->next_id;
+    q.id = st->next_id;
+    size_t sz = mg_sp_req_size(&q);
+    if (sz > st->wcap) {
+        uint8_t *p = realloc(st->wbuf, sz);
+        if (!p)
+            return -ENOMEM;
+        st->wbuf = p;
+        st->wcap = sz;
+    }
+    mg_sp_req_encode(st->wbuf, &q, 1);
+    struct iovec iov = {st->wbuf, sz};
+    rc = send_iov(st, &iov, 1, mg_now_ms() + st->timeout_ms);
+    if (rc)
+        return broken(st, rc);
+    st->pend_id = q.id;
+    st->pend_deadline = mg_now_ms() + (since_rev < 0 ? 0 : q.timeout_ms) + st->timeout_ms;
+    return 0;
+}
+
+int mg_store_watch_end(struct mg_store *st, int wait_ms, int64_t *rev, void **val, size_t *len)
+{
+    struct mg_sp_reply y;
+    if (st->err)
+        return st->err;
+    if (!st->pend_id)
+        return -ENOENT;
+    consume(st);
+    int64_t deadline = mg_now_ms() + (wait_ms > 0 ? wait_ms : 0);
+    int late = deadline >= st->pend_deadline;
+    if (late)
+        deadline = st->pend_deadline;
+    int rc = read_reply(st, st->pend_id, deadline, &y);
+    if (rc == -ETIMEDOUT && !late)
+        return -EAGAIN; /* still parked: call again */
+    if (rc == -EINTR)
+        return rc; /* still parked; the caller acts on its signal */
+    st->pend_id = 0;
+    if (rc)
+        return rc;
+    if (y.op != MG_SP_WATCH)
+        return broken(st, -MG_EPROTO);
+    rc = mg_sp_status_err(y.status);
+    if (rc)
+        return rc;
+    if (rev)
+        *rev = y.rev;
+    if (val) {
+        *val = NULL;
+        if (len)
+            *len = 0;
+        if (y.flags & MG_SP_F_PRESENT)
+            return copy_value(&y, val, len);
+    }
+    return 0;
 }

@@ -59,6 +59,24 @@ struct mg_kv_ops {
      * deleted), at most timeout_ms. Returns 1 on a change, 0 on timeout.
      * since_rev 0: waits for the key to exist. */
     int (*wait)(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms);
+    /* Optional (NULL: one get or set per key, which mg_kv_get_many and
+     * mg_kv_set_many do): n keys read or written (persistent) in a few round
+     * trips. get_many: vals[i] NULL when keys[i] does not exist; revs
+     * optional. */
+    int (*get_many)(struct mg_kv *kv, const char *const *keys, int n, char **vals, size_t *lens,
+                    int64_t *revs);
+    int (*set_many)(struct mg_kv *kv, const char *const *keys, const char *const *vals,
+                    const size_t *lens, int n);
+    /* Optional (NULL: wait, then get): as wait, and on a change the key's
+     * value too (*val NULL when it does not exist). park_ms (at least
+     * timeout_ms) is how long the backend may keep the wait open on its
+     * side: a call that ends at timeout_ms leaves it there, and the next one
+     * for the same key and since_rev takes it up instead of asking anew
+     * (any other call on this client drops it). A node waiting in the short
+     * slices of the agent's loop so sends a request per park_ms, not per
+     * slice. */
+    int (*watch)(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms, int park_ms,
+                 char **val, size_t *len);
     /* Renews this client's lease (a heartbeat). -EKEYEXPIRED when the backend
      * already dropped it (and with it this client's ephemeral keys). */
     int (*keepalive)(struct mg_kv *kv);
@@ -81,6 +99,12 @@ void mg_kv_free_list(struct mg_kv_entry *e, int n);
 /* The end of a backend's list: entries for n listed keys (taking the malloc'd
  * keys array and its strings), with each value read through kv's get when
  * want_values; a key deleted since the listing is left out. */
+/* n gets or sets, through the backend's get_many / set_many where it has
+ * them. */
+int mg_kv_get_many(struct mg_kv *kv, const char *const *keys, int n, char **vals, size_t *lens,
+                   int64_t *revs);
+int mg_kv_set_many(struct mg_kv *kv, const char *const *keys, const char *const *vals,
+                   const size_t *lens, int n);
 int mg_kv_entries_from_keys(struct mg_kv *kv, char **keys, int n, int want_values,
                             struct mg_kv_entry **out, int *count);
 

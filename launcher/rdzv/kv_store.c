@@ -19,12 +19,18 @@ struct kv_store {
     char host[MG_HOST_MAX];
     char token[MG_STORE_MAX_TOKEN + 1];
     char where[MG_HOST_MAX + 32];
+    /* The watch kwatch left parked on the server, if any (see kv.h's watch):
+     * its key and revision, and until when it stays parked. */
+    int parked;
+    int64_t park_since, park_until;
+    char park_key[MG_KV_MAX_KEY + 1];
 };
 
 /* The client, told the current abort_fd. */
 static struct mg_store *client(struct kv_store *s)
 {
     mg_store_set_abort_fd(s->st, s->kv.abort_fd);
+    s->parked = 0; /* any call drops the parked watch */
     return s->st;
 }
 
@@ -149,6 +155,74 @@ static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeo
     }
 }
 
+static int kget_many(struct mg_kv *kv, const char *const *keys, int n, char **vals, size_t *lens,
+                     int64_t *revs)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_get_many(client(s), keys, n, (void **)vals, lens, revs);
+    return rc < 0 ? fail(s, "get", rc) : 0;
+}
+
+static int kset_many(struct mg_kv *kv, const char *const *keys, const char *const *vals,
+                     const size_t *lens, int n)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_set_many(client(s), keys, (const void *const *)vals, lens, n, 0);
+    return rc < 0 ? fail(s, "set", rc) : 0;
+}
+
+/* A wait that returns the value, and leaves its request parked on the
+ * server (until park_ms from when it was sent) for the next call to take up
+ * when this one's timeout_ms ends first. */
+static int kwatch(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms, int park_ms,
+                  char **val, size_t *len)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int64_t deadline = mg_now_ms() + timeout_ms;
+
+    *val = NULL;
+    for (;;) {
+        int64_t now = mg_now_ms();
+        if (!s->parked || s->park_since != since_rev || strcmp(s->park_key, key) != 0 ||
+            now >= s->park_until) {
+            int park = park_ms > timeout_ms ? park_ms : timeout_ms;
+            int rc = mg_store_watch_begin(client(s), key, since_rev, park);
+            if (rc < 0)
+                return fail(s, "watch", rc);
+            s->parked = 1;
+            s->park_since = since_rev;
+            s->park_until = now + park;
+            snprintf(s->park_key, sizeof(s->park_key), "%s", key);
+        }
+        int64_t rev = 0;
+        void *v = NULL;
+        size_t n = 0;
+        mg_store_set_abort_fd(s->st, s->kv.abort_fd);
+        int rc = mg_store_watch_end(s->st, mg_ms_until(deadline), &rev, &v, &n);
+        if (rc == -EAGAIN || rc == -EINTR)
+            return rc == -EINTR ? fail(s, "watch", rc) : 0; /* still parked */
+        s->parked = 0;
+        if (rc == -ETIMEDOUT) {
+            if (mg_now_ms() < deadline)
+                continue; /* the server's part ended first: ask again */
+            return 0;
+        }
+        if (rc < 0)
+            return fail(s, "watch", rc);
+        if (since_rev > 0 || v) {
+            *val = v;
+            if (len)
+                *len = n;
+            return 1;
+        }
+        /* Waiting for the key to exist, and it reported a past deletion. */
+        free(v);
+        since_rev = rev;
+        if (mg_now_ms() >= deadline)
+            return 0;
+    }
+}
+
 static int kkeepalive(struct mg_kv *kv)
 {
     struct kv_store *s = (struct kv_store *)kv;
@@ -189,6 +263,9 @@ static const struct mg_kv_ops store_ops = {
     .del = kdel,
     .list = klist,
     .wait = kwait,
+    .get_many = kget_many,
+    .set_many = kset_many,
+    .watch = kwatch,
     .keepalive = kkeepalive,
     .release = krelease,
 };

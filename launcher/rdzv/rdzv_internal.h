@@ -73,6 +73,9 @@ struct mg_rdzv {
      * has not within a grace that grows with their distance from it, so that
      * thousands of nodes do not all read every join to close one round. */
     int64_t jpos, min_seen, jat; /* jat: when it joined */
+    /* When this node may try to close the round again after it found
+     * another live node closing it (rdzv_round.c, claim_close). */
+    int64_t claim_retry_at;
     /* The state as the join saw it, and whether the next pass may take it
      * and jpos as the count instead of reading them again. */
     struct rdzv_state jst;
@@ -172,11 +175,14 @@ int rdzv_in_list(const struct mg_kv_entry *e, int n, size_t skip, const char *id
 
 /* The earlier of two deadlines, where a negative one is none. */
 int64_t rdzv_earlier(int64_t a, int64_t b);
+int64_t rdzv_later(int64_t a, int64_t b);
 /* The end of a step that found nothing to do: waits, at most max_block ms
  * and not past the step's deadlines, for key to change after since_rev
- * (0: to exist), and notes when the next step is due without a change.
- * 1 when it changed, 0 when not, < 0. */
+ * (0: to exist), and notes when the next step is due without a change; the
+ * backend may keep the wait parked until those deadlines for the next step
+ * to take up. *val (optional; NULL when absent or not read) is the key's
+ * value on a change. 1 when it changed, 0 when not, < 0. */
 int rdzv_wait_change(struct mg_rdzv *r, const char *k, int64_t since_rev, int64_t deadline,
-                     int64_t other, int max_block, const char *what);
+                     int64_t other, int max_block, const char *what, char **val, size_t *len);
 
 #endif

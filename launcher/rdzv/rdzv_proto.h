@@ -15,6 +15,8 @@
  *                       its descriptor. Its disappearance is a node's death.
  *   NS/r/ROUND/j/ID     agent ID joined the round (value: its descriptor).
  *   NS/r/ROUND/n        count of joins (atomic add).
+ *   NS/r/ROUND/closing  the agent id of the node closing the round: one at a
+ *                       time reads the joins (taken over when it died).
  *   NS/r/ROUND/close    the formed round: ranks, world size, master address;
  *                       written once, by compare-and-swap from absent. Above
  *                       128 nodes it holds the first block of members, and

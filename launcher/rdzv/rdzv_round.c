@@ -47,6 +47,7 @@
 struct close_hdr {
     int64_t round, restarts;
     int nnodes, world, block, tag;
+    int nproc; /* every member's nproc when they are all the same, else 0 */
 };
 
 static int nblocks(const struct close_hdr *h)
@@ -94,9 +95,17 @@ static int close_parse(const char *v, struct close_hdr *h, struct mg_rdzv_desc *
     h->restarts = k;
     h->block = h->nnodes;
     h->tag = 0;
-    if (v[used] == ' ' && (sscanf(v + used, " block=%d tag=%d", &h->block, &h->tag) != 2 ||
-                           h->block < 1 || h->block > h->nnodes))
-        return -MG_EFORMAT;
+    h->nproc = 0;
+    if (v[used] == ' ') {
+        int more = 0;
+        if (sscanf(v + used, " block=%d tag=%d%n", &h->block, &h->tag, &more) != 2 ||
+            h->block < 1 || h->block > h->nnodes)
+            return -MG_EFORMAT;
+        /* nproc= (absent from an older closer's record) */
+        if (sscanf(v + used + more, " nproc=%d", &h->nproc) != 1 || h->nproc < 1 ||
+            (int64_t)h->nproc * h->nnodes != h->world)
+            h->nproc = 0;
+    }
     int n = block_len(h, 0);
     struct mg_rdzv_desc *d = calloc((size_t)n, sizeof(*d));
     if (!d)
@@ -369,64 +378,96 @@ static int put_lines(char *buf, size_t cap, size_t *off, const struct mg_rdzv_de
  * swap decides, and the loser deletes its own. 1 when this call closed the
  * round, 0 when another closer did, < 0. */
 static int write_roster(struct mg_rdzv *r, int64_t round, int64_t restarts,
-                        const struct mg_rdzv_desc *d, int nd)
+                        const struct mg_rdzv_desc *d, int nd, struct close_hdr *hout)
 {
     struct close_hdr h = {.round = round, .restarts = restarts, .nnodes = nd, .tag = (int)r->jpos};
     char k[KEY_MAX];
-    char *buf = NULL;
-    int *bucket = NULL, rc = 0, world = 0, nb;
+    char *buf = NULL, **keys = NULL, **vals = NULL;
+    size_t *lens = NULL;
+    int *order = NULL, *start = NULL, rc = 0, world = 0, nb, nw = 0, same = 1;
     size_t off = 0, cap;
 
     h.block = nd <= ROSTER_INLINE ? nd : ROSTER_BLOCK;
     nb = nblocks(&h);
-    cap = 128 + (size_t)h.block * LINE_MAX_BYTES;
-    if (nb > 1 && (bucket = malloc((size_t)nd * sizeof(*bucket))) == NULL)
-        return -ENOMEM;
-    if ((buf = malloc(cap)) == NULL) {
-        free(bucket);
-        return -ENOMEM;
-    }
-    for (int i = 0; i < nd; i++)
+    for (int i = 0; i < nd; i++) {
         world += d[i].nproc;
+        same &= d[i].nproc == d[0].nproc;
+    }
     h.world = world;
+    /* nproc=K when every member has K workers: a node then knows its first
+     * global rank from its rank alone, without reading its block */
+    h.nproc = nb > 1 && same ? d[0].nproc : 0;
+    cap = 128 + (size_t)h.block * LINE_MAX_BYTES;
+    if ((buf = malloc(cap)) == NULL)
+        return -ENOMEM;
+    if (nb > 1) {
+        /* The blocks after the first and the index records, written in a few
+         * round trips (pipelined) rather than one per record. */
+        keys = calloc((size_t)nb * 2, sizeof(*keys));
+        vals = calloc((size_t)nb * 2, sizeof(*vals));
+        lens = calloc((size_t)nb * 2, sizeof(*lens));
+        order = malloc((size_t)nd * sizeof(*order));
+        start = calloc((size_t)nb + 1, sizeof(*start));
+        if (!keys || !vals || !lens || !order || !start) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
     for (int kb = 1, base = 0; kb < nb && rc >= 0; kb++) {
         for (int i = (kb - 1) * h.block; i < kb * h.block; i++)
             base += d[i].nproc;
         off = (size_t)snprintf(buf, cap, "base=%d", base);
         rc = put_lines(buf, cap, &off, d + kb * h.block, block_len(&h, kb));
         key(r, k, "r/%" PRId64 "/m/%d/%d", round, h.tag, kb);
-        if (rc >= 0 && (rc = r->kv->ops->set(r->kv, k, buf, off, 0)) < 0)
-            kvfail(r, "writing the round's members", rc);
-    }
-    for (int i = 0; i < nd && bucket; i++)
-        bucket[i] = index_of(d[i].id, nb);
-    for (int b = 0; b < nb && bucket && rc >= 0; b++) {
-        off = 0;
-        for (int i = 0; i < nd && rc >= 0; i++) {
-            if (bucket[i] != b)
-                continue;
-            if (off + LINE_MAX_BYTES > cap) {
-                size_t c2 = cap * 2;
-                char *nbuf = realloc(buf, c2);
-                if (!nbuf) {
-                    rc = -ENOMEM;
-                    break;
-                }
-                buf = nbuf;
-                cap = c2;
-            }
-            off += (size_t)snprintf(buf + off, cap - off, "%d %s\n", i, d[i].id);
+        if (rc >= 0 && (!(keys[nw] = strdup(k)) || !(vals[nw] = malloc(off + 1))))
+            rc = -ENOMEM;
+        if (rc >= 0) {
+            memcpy(vals[nw], buf, off);
+            lens[nw++] = off;
         }
-        key(r, k, "r/%" PRId64 "/i/%d/%d", round, h.tag, b);
-        if (rc >= 0 && off > 0 && (rc = r->kv->ops->set(r->kv, k, buf, off, 0)) < 0)
-            kvfail(r, "writing the round's index", rc);
     }
+    /* the index: the members by bucket (a counting sort; start[b] .. start[b + 1]
+     * of order are bucket b's, in rank order) */
+    for (int i = 0; i < nd && nb > 1; i++)
+        start[index_of(d[i].id, nb) + 1]++;
+    for (int b = 0; b < nb && nb > 1; b++)
+        start[b + 1] += start[b];
+    for (int i = 0; i < nd && nb > 1; i++)
+        order[start[index_of(d[i].id, nb)]++] = i; /* start[b] moves to bucket b's end */
+    for (int b = nb; b > 0 && nb > 1; b--)
+        start[b] = start[b - 1];
+    if (nb > 1)
+        start[0] = 0;
+    for (int b = 0; b < nb && nb > 1 && rc >= 0; b++) {
+        int lo = start[b], hi = start[b + 1];
+        if (lo == hi)
+            continue; /* no member hashes there */
+        char *v = malloc((size_t)(hi - lo) * (MG_RDZV_ID_MAX + 16));
+        if (!v) {
+            rc = -ENOMEM;
+            break;
+        }
+        off = 0;
+        for (int j = lo; j < hi; j++)
+            off += (size_t)sprintf(v + off, "%d %s\n", order[j], d[order[j]].id);
+        key(r, k, "r/%" PRId64 "/i/%d/%d", round, h.tag, b);
+        vals[nw] = v;
+        lens[nw] = off;
+        if (!(keys[nw++] = strdup(k)))
+            rc = -ENOMEM;
+    }
+    if (rc >= 0 && nw > 0 &&
+        (rc = mg_kv_set_many(r->kv, (const char *const *)keys, (const char *const *)vals, lens,
+                             nw)) < 0)
+        kvfail(r, "writing the round's members", rc);
     if (rc >= 0) {
         off =
             (size_t)snprintf(buf, cap, "round=%" PRId64 " restarts=%" PRId64 " nnodes=%d world=%d",
                              round, restarts, nd, world);
         if (nb > 1)
             off += (size_t)snprintf(buf + off, cap - off, " block=%d tag=%d", h.block, h.tag);
+        if (h.nproc)
+            off += (size_t)snprintf(buf + off, cap - off, " nproc=%d", h.nproc);
         rc = put_lines(buf, cap, &off, d, block_len(&h, 0));
         if (rc >= 0 && off >= CLOSE_MAX_BYTES)
             rc = -MG_ETOOBIG;
@@ -450,21 +491,80 @@ static int write_roster(struct mg_rdzv *r, int64_t round, int64_t restarts,
         key(r, k, "r/%" PRId64 "/i/%d/0", round, h.tag);
         r->kv->ops->del(r->kv, k);
     }
+    *hout = h;
+out:
+    for (int i = 0; keys && i < nb * 2; i++) {
+        free(keys[i]);
+        free(vals[i]);
+    }
+    free(keys);
+    free(vals);
+    free(lens);
+    free(order);
+    free(start);
     free(buf);
-    free(bucket);
+    return rc;
+}
+
+static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rdzv_desc *b0, int me,
+                      const struct mg_rdzv_desc *all, struct mg_rdzv_world *w);
+
+/* Claims the closing of round R (NS/r/R/closing: the closer's agent id),
+ * so that one node at a time reads the joins and writes the membership. A
+ * closer of a round of thousands reads and writes O(nodes); when it was
+ * slow, the nodes that step in for it after their grace all did the same
+ * at once, each slowing the store further (a 10,000-node round had dozens
+ * of closers and never formed). A claim whose holder is no longer alive
+ * (NS/a/ID gone) is taken over. 1 claimed (or held already), 0 another live
+ * node holds it, < 0. */
+static int claim_close(struct mg_rdzv *r, int64_t round)
+{
+    char k[KEY_MAX], ak[KEY_MAX], *cur = NULL;
+    size_t len, idl = strlen(r->id);
+    key(r, k, "r/%" PRId64 "/closing", round);
+    int rc = r->kv->ops->cas(r->kv, k, NULL, 0, r->id, idl, 0, &cur, &len);
+    for (int i = 0; rc == 0 && i < CAS_TRIES; i++) {
+        if (!cur || (len == idl && memcmp(cur, r->id, idl) == 0)) {
+            rc = 1; /* held already (a claim of an earlier pass) */
+            break;
+        }
+        key(r, ak, "a/%s", cur);
+        rc = r->kv->ops->get(r->kv, ak, NULL, NULL, NULL);
+        if (rc == 0)
+            break; /* alive: it goes on closing (rc 0: not ours) */
+        if (rc != -MG_ENOKEY)
+            break;
+        char *held = cur; /* the holder died: take it over */
+        size_t hl = len;
+        cur = NULL;
+        rc = r->kv->ops->cas(r->kv, k, held, hl, r->id, idl, 0, &cur, &len);
+        free(held);
+    }
+    free(cur);
+    if (rc < 0)
+        return kvfail(r, "claiming the round's close", rc);
     return rc;
 }
 
 /* Closes round R with the live agents that joined it, if there are enough.
- * Returns 0 (closed by us or someone else, or not closable yet), or < 0. */
-static int try_close(struct mg_rdzv *r, int64_t round, struct rdzv_state *st)
+ * Returns 1 when this call closed it and this node, a member, took it from
+ * what it wrote (*w filled: no need to read it back), CLOSE_BUSY when another
+ * live node is closing it, 0 (closed by another, or by us without us, or not
+ * closable yet), or < 0. */
+#define CLOSE_BUSY 2
+static int try_close(struct mg_rdzv *r, int64_t round, struct rdzv_state *st,
+                     struct mg_rdzv_world *w)
 {
     char k[KEY_MAX];
     struct mg_kv_entry *joined = NULL, *alive = NULL;
     struct mg_rdzv_desc *d = NULL;
-    int nj = 0, na = 0, nd = 0, rc;
+    int nj = 0, na = 0, nd = 0, rc, claimed = 0;
     size_t askip, jskip;
 
+    rc = claim_close(r, round);
+    if (rc <= 0)
+        return rc < 0 ? rc : CLOSE_BUSY; /* another live node is closing it */
+    claimed = 1;
     key(r, k, "r/%" PRId64 "/j/", round);
     jskip = strlen(k);
     rc = r->kv->ops->list(r->kv, k, MG_RDZV_MAX_NODES, 1, &joined, &nj);
@@ -517,12 +617,30 @@ static int try_close(struct mg_rdzv *r, int64_t round, struct rdzv_state *st)
             }
         }
     }
-    rc = write_roster(r, round, st->restarts, d, nd);
+    struct close_hdr h;
+    rc = write_roster(r, round, st->restarts, d, nd, &h);
     if (rc == 1 && round >= 2)
         forget_round(r, round - 2);
-    if (rc > 0)
+    if (rc == 1) {
+        int me = -1, n0 = block_len(&h, 0);
+        for (int i = 0; i < nd && me < 0; i++)
+            if (strcmp(d[i].id, r->id) == 0)
+                me = i;
+        struct mg_rdzv_desc *b0 = me < 0 ? NULL : malloc((size_t)n0 * sizeof(*b0));
         rc = 0;
+        if (b0) {
+            memcpy(b0, d, (size_t)n0 * sizeof(*b0));
+            rc = take_round(r, &h, b0, me, d, w);
+        }
+        claimed = 0; /* closed: the claim goes with the round's keys */
+    }
 out:
+    if (claimed) {
+        /* not closed (too few live joiners, or the state moved on): let
+         * another try later */
+        key(r, k, "r/%" PRId64 "/closing", round);
+        r->kv->ops->del(r->kv, k);
+    }
     free(d);
     mg_kv_free_list(joined, nj);
     mg_kv_free_list(alive, na);
@@ -532,14 +650,16 @@ out:
 /* ---- taking the formed round --------------------------------------------------- */
 
 /* Takes round h->round, whose close record gave h and block 0 (b0, which
- * this takes over), when this node is in it: finds its rank (block 0, else
- * the index), reads its own block, and holds the blocks it needs from now on
- * (its own and those of the members it watches). 1 (*w filled), 0 when this
- * node is not a member, < 0. */
-static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rdzv_desc *b0,
-                      struct mg_rdzv_world *w)
+ * this takes over), when this node is in it: finds its rank (me, when the
+ * caller knows it; else block 0, else the index), and its first global rank
+ * (all: every member, from the closer; else from nproc= in the record; else
+ * from its own block, read). Holds the blocks it has (the closer: its own
+ * and those of the members it watches); the others are read when first
+ * needed. 1 (*w filled), 0 when this node is not a member, < 0. */
+static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rdzv_desc *b0, int me,
+                      const struct mg_rdzv_desc *all, struct mg_rdzv_world *w)
 {
-    int nb = nblocks(h), me = -1, rc, n0 = block_len(h, 0);
+    int nb = nblocks(h), rc, n0 = block_len(h, 0);
     struct rdzv_block *blk;
 
     for (int i = 0; i < n0 && me < 0; i++)
@@ -562,29 +682,54 @@ static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rd
         return -ENOMEM;
     }
     blk[0] = (struct rdzv_block){.base = 0, .n = n0, .d = b0};
-    int mine = me / h->block;
-    if (mine > 0) {
-        rc = read_block(r, h, mine, &blk[mine]);
-        if (rc == 0 && strcmp(blk[mine].d[me % h->block].id, r->id) != 0) {
-            say(r, "round %" PRId64 ": its index and its members disagree", h->round);
-            rc = -MG_EFORMAT;
+    int mine = me / h->block, base = 0;
+    if (all) {
+        /* the closer: every member at hand */
+        for (int k = 1; k < nb; k++) {
+            int keep = 0;
+            for (int i = 0; i <= RDZV_WATCH_NEXT && i < h->nnodes; i++)
+                keep |= (me + i) % h->nnodes / h->block == k;
+            if (!keep)
+                continue;
+            blk[k].n = block_len(h, k);
+            blk[k].d = malloc((size_t)blk[k].n * sizeof(*blk[k].d));
+            if (!blk[k].d) {
+                rc = -ENOMEM;
+                goto fail;
+            }
+            memcpy(blk[k].d, all + k * h->block, (size_t)blk[k].n * sizeof(*blk[k].d));
+            for (int i = 0; i < k * h->block; i++)
+                blk[k].base += all[i].nproc;
         }
-        if (rc < 0) {
-            free(blk[mine].d);
-            free(b0);
-            free(blk);
-            return rc;
+        for (int i = 0; i < me; i++)
+            base += all[i].nproc;
+    } else if (h->nproc > 0) {
+        base = me * h->nproc; /* every member has nproc workers */
+    } else {
+        if (mine > 0) {
+            rc = read_block(r, h, mine, &blk[mine]);
+            if (rc < 0)
+                goto fail;
         }
+        base = blk[mine].base;
+        for (int i = mine * h->block; i < me; i++)
+            base += blk[mine].d[i % h->block].nproc;
     }
+    if (blk[mine].d && strcmp(blk[mine].d[me % h->block].id, r->id) != 0) {
+        say(r, "round %" PRId64 ": its index and its members disagree", h->round);
+        rc = -MG_EFORMAT;
+        goto fail;
+    }
+    for (int k = 0; k < nb; k++)
+        if (blk[k].d && !blk[k].n)
+            blk[k].n = block_len(h, k);
     memset(w, 0, sizeof(*w));
     w->round = (int)h->round;
     w->restart_count = (int)h->restarts;
     w->node_rank = me;
     w->nnodes = h->nnodes;
     w->world_size = h->world;
-    w->rank_base = blk[mine].base;
-    for (int i = mine * h->block; i < me; i++)
-        w->rank_base += blk[mine].d[i % h->block].nproc;
+    w->rank_base = base;
     snprintf(w->master_addr, sizeof(w->master_addr), "%s", b0[0].addr);
     w->master_port = b0[0].port;
     w->master_fd = -1;
@@ -616,6 +761,11 @@ static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rd
     r->last_ok = mg_now_ms();
     r->next_tick = r->last_ok + r->conf.heartbeat_interval_ms;
     return 1;
+fail:
+    for (int k = 0; k < nb; k++)
+        free(blk[k].d);
+    free(blk);
+    return rc;
 }
 
 /* ---- joining -------------------------------------------------------------------- */
@@ -702,7 +852,7 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        rc = take_round(r, &h, m, w);
+        rc = take_round(r, &h, m, -1, NULL, w);
         return rc == 0 ? STEP_AGAIN : rc;
     }
     rc = rdzv_state_read(r, &st);
@@ -724,7 +874,11 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     if (rc < 0)
         return rc;
     r->jst = st;
-    r->jquiet_until = mg_now_ms() + QUIET_MS;
+    /* Until the next heartbeat (at least QUIET_MS): the heartbeat's ping
+     * drops the wait parked on the store anyway, so the reads go with it,
+     * and a round of thousands costs the store a few requests per node and
+     * heartbeat_interval while it waits. */
+    r->jquiet_until = rdzv_later(mg_now_ms() + QUIET_MS, r->next_tick);
 decide:
     r->jcount = c;
     if (c < r->min && round > 0 && r->nmembers > 0 &&
@@ -775,7 +929,7 @@ decide:
         int64_t base = c < r->max && round == 0 ? r->last_call : r->min_seen;
         int64_t dist = c > r->jpos ? c - r->jpos : 0;
         fallback = base + CLOSE_GRACE_MS + dist * CLOSE_STAGGER_MS;
-        may_close = r->jpos == c || now >= fallback;
+        may_close = (r->jpos == c || now >= fallback) && now >= r->claim_retry_at;
     }
     int close_now = may_close && c >= r->max;
     if (!close_now && may_close && c >= r->min) {
@@ -791,26 +945,51 @@ decide:
         }
     }
     if (close_now) {
-        rc = try_close(r, round, &st);
-        if (rc < 0)
-            return rc;
-        rc = read_close(r, round, &h, &m);
-        if (rc < 0)
-            return rc;
-        if (rc == 1) {
-            free(m);
-            return STEP_AGAIN_SAME; /* formed: the next pass takes it */
+        rc = try_close(r, round, &st, w);
+        if (rc == 1 || rc < 0)
+            return rc; /* 1: closed it and took it */
+        if (rc == CLOSE_BUSY) {
+            /* Another live node is closing it: look again at the next
+             * heartbeat (the wait below sees the record as soon as it is
+             * written). */
+            r->claim_retry_at = rdzv_later(mg_now_ms() + CLOSE_GRACE_MS, r->next_tick);
+            may_close = 0;
+            fallback = r->claim_retry_at;
+        } else {
+            rc = read_close(r, round, &h, &m);
+            if (rc < 0)
+                return rc;
+            if (rc == 1) {
+                /* formed (by another closer, or without this node) */
+                r->jquiet_until = 0;
+                rc = take_round(r, &h, m, -1, NULL, w);
+                return rc == 0 ? STEP_AGAIN : rc;
+            }
+            /* Not enough live joiners: give the last call another period. */
+            r->last_call = mg_now_ms() + r->conf.last_call_timeout_ms;
         }
-        /* Not enough live joiners: give the last call another period. */
-        r->last_call = mg_now_ms() + r->conf.last_call_timeout_ms;
     }
     key(r, k, "r/%" PRId64 "/close", round);
     int64_t other = rdzv_earlier(r->last_call, r->next_tick);
     if (!may_close)
-        other = rdzv_earlier(other, fallback);
-    rc = rdzv_wait_change(r, k, 0, r->jdeadline, other, max_block, "waiting for the round to form");
+        other = rdzv_earlier(other, rdzv_later(fallback, r->claim_retry_at));
+    char *v = NULL;
+    size_t vlen = 0;
+    rc = rdzv_wait_change(r, k, 0, r->jdeadline, other, max_block, "waiting for the round to form",
+                          &v, &vlen);
     if (rc != 0)
         r->jquiet_until = 0; /* formed (or an error): the next pass reads */
+    if (rc == 1 && v) {
+        /* the record the wait returned: no need to read it again */
+        rc = close_parse(v, &h, &m);
+        free(v);
+        if (rc < 0) {
+            say(r, "round %" PRId64 ": malformed membership record", round);
+            return rc;
+        }
+        rc = take_round(r, &h, m, -1, NULL, w);
+        return rc == 0 ? STEP_AGAIN : rc;
+    }
     return rc < 0 ? rc : STEP_WAITED;
 }
 
@@ -849,7 +1028,7 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         return rc;
     if (rc == 1) {
         int n = h.nnodes;
-        rc = take_round(r, &h, m, w);
+        rc = take_round(r, &h, m, -1, NULL, w);
         if (rc != 0)
             return rc; /* 1: this node is in it */
         if (n < r->max) {
@@ -863,7 +1042,7 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
         /* Full: wait as a spare for the next round. */
         key(r, k, "state");
         rc = rdzv_wait_change(r, k, st.rev, r->jdeadline, r->next_tick, max_block,
-                              "waiting for a place in the job");
+                              "waiting for a place in the job", NULL, NULL);
         return rc < 0 ? rc : STEP_WAITED;
     }
     /* Round st.round is open: join it, unless this agent already did (a join
@@ -894,6 +1073,7 @@ static int join_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
     r->live_at = -1;
     r->jquiet_until = 0;
     r->jat = mg_now_ms();
+    r->claim_retry_at = -1;
     r->min_seen = -1;
     r->last_call = -1;
     r->jstate = J_ROUND;

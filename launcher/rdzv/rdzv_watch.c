@@ -423,7 +423,7 @@ int mg_rdzv_finish_step(struct mg_rdzv *r, int max_block_ms)
     }
     key(r, k, "state");
     rc = rdzv_wait_change(r, k, st.rev, r->bdeadline, r->next_tick, max_block_ms,
-                          "waiting in the exit barrier");
+                          "waiting in the exit barrier", NULL, NULL);
     return rc < 0 ? rc : MG_RDZV_NONE;
 }
 

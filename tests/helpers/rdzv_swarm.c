@@ -25,7 +25,10 @@
  * at the store without reading a reply from when the nodes join to the end,
  * and the store serves the others meanwhile.
  * Prints key=value lines: times, the store's CPU, RSS and requests, the
- * probe's worst latency, and check=ok when every node got a distinct rank
+ * requests the nodes made by kind (form_ops, reform_ops: calls of the
+ * backend's operations and their mean latency, counted by a wrapper around
+ * them; and every 5 s on stderr while a phase lasts), the probe's worst
+ * latency, and check=ok when every node got a distinct rank
  * in one round of N - L (then N - L - K) nodes with the same master, else
  * check=FAIL with the reason. Exit 0 only with check=ok. */
 #include "kv_open.h"
@@ -66,8 +69,32 @@ struct node_res {
     char msg[200];
 };
 
+/* Requests each node made through the rendezvous' key-value backend, by
+ * operation and by phase, with the time they took (a wrapper around the
+ * backend's ops: see counting_ops). A list that reads values (the closer's
+ * listing of the joins) counts its gets too, as they are requests. */
+enum kv_op {
+    OP_GET,
+    OP_SET,
+    OP_CAS,
+    OP_ADD,
+    OP_DEL,
+    OP_LIST,
+    OP_WAIT,
+    OP_PING,
+    OP_N
+};
+static const char *const op_names[OP_N] = {"get", "set",  "cas",  "add",
+                                           "del", "list", "wait", "ping"};
+#define NPHASE 5
+
+struct opstat {
+    _Atomic uint64_t n, us;
+};
+
 struct shared {
     _Atomic int phase;
+    struct opstat ops[NPHASE][OP_N];
     _Atomic int connected, formed, reformed, failed, exited, left;
     _Atomic uint64_t host_requests; /* --hosted: the hosted server's count */
     _Atomic int64_t host_rss_kb;
@@ -110,6 +137,156 @@ struct node {
     struct mg_rdzv *rdzv;
     struct mg_kv_host *host;
 };
+
+/* ---- counting the backend's requests ------------------------------------------- */
+
+static const struct mg_kv_ops *real_ops; /* the backend's own (one kind per process) */
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void count(enum kv_op op, int64_t t0)
+{
+    struct opstat *o = &sh->ops[atomic_load(&sh->phase)][op];
+    atomic_fetch_add(&o->n, 1);
+    atomic_fetch_add(&o->us, (uint64_t)(now_us() - t0));
+}
+
+static int c_get(struct mg_kv *kv, const char *key, char **val, size_t *len, int64_t *rev)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->get(kv, key, val, len, rev);
+    count(OP_GET, t0);
+    return rc;
+}
+
+static int c_set(struct mg_kv *kv, const char *key, const void *val, size_t len, int flags)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->set(kv, key, val, len, flags);
+    count(OP_SET, t0);
+    return rc;
+}
+
+static int c_cas(struct mg_kv *kv, const char *key, const void *expected, size_t elen,
+                 const void *desired, size_t dlen, int flags, char **cur, size_t *curlen)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->cas(kv, key, expected, elen, desired, dlen, flags, cur, curlen);
+    count(OP_CAS, t0);
+    return rc;
+}
+
+static int c_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->add(kv, key, delta, result);
+    count(OP_ADD, t0);
+    return rc;
+}
+
+static int c_del(struct mg_kv *kv, const char *key)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->del(kv, key);
+    count(OP_DEL, t0);
+    return rc;
+}
+
+static int c_list(struct mg_kv *kv, const char *prefix, int max, int want_values,
+                  struct mg_kv_entry **out, int *n)
+{
+    /* the list itself; the gets of its values go through c_get */
+    int64_t t0 = now_us();
+    int rc = real_ops->list(kv, prefix, max, want_values, out, n);
+    count(OP_LIST, t0);
+    return rc;
+}
+
+static int c_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->wait(kv, key, since_rev, timeout_ms);
+    count(OP_WAIT, t0);
+    return rc;
+}
+
+static int c_watch(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms,
+                   int park_ms, char **val, size_t *len)
+{
+    /* counted per call: a call that takes up the parked watch of the last
+     * one sends nothing (the store's own count, form_requests, is exact) */
+    int64_t t0 = now_us();
+    int rc = real_ops->watch(kv, key, since_rev, timeout_ms, park_ms, val, len);
+    count(OP_WAIT, t0);
+    return rc;
+}
+
+/* n requests, pipelined: each counted, with their share of the time */
+static void count_n(enum kv_op op, int64_t t0, int n)
+{
+    struct opstat *o = &sh->ops[atomic_load(&sh->phase)][op];
+    atomic_fetch_add(&o->n, (uint64_t)n);
+    atomic_fetch_add(&o->us, (uint64_t)(now_us() - t0));
+}
+
+static int c_get_many(struct mg_kv *kv, const char *const *keys, int n, char **vals, size_t *lens,
+                      int64_t *revs)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->get_many(kv, keys, n, vals, lens, revs);
+    count_n(OP_GET, t0, n);
+    return rc;
+}
+
+static int c_set_many(struct mg_kv *kv, const char *const *keys, const char *const *vals,
+                      const size_t *lens, int n)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->set_many(kv, keys, vals, lens, n);
+    count_n(OP_SET, t0, n);
+    return rc;
+}
+
+static int c_keepalive(struct mg_kv *kv)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->keepalive(kv);
+    count(OP_PING, t0);
+    return rc;
+}
+
+/* Puts the counting wrapper in front of kv's backend. Every node of a
+ * process has the same kind (with --hosted, node 0 has a process of its
+ * own), so one table serves them. */
+static void count_requests(struct mg_kv *kv)
+{
+    static struct mg_kv_ops c;
+    static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lk);
+    if (!real_ops) {
+        real_ops = kv->ops;
+        c = *real_ops;
+        c.get = c_get;
+        c.set = c_set;
+        c.cas = c_cas;
+        c.add = c_add;
+        c.del = c_del;
+        c.list = c_list;
+        c.wait = c_wait;
+        c.keepalive = c_keepalive;
+        c.watch = real_ops->watch ? c_watch : NULL;
+        c.get_many = real_ops->get_many ? c_get_many : NULL;
+        c.set_many = real_ops->set_many ? c_set_many : NULL;
+    }
+    if (kv->ops == real_ops)
+        kv->ops = &c;
+    pthread_mutex_unlock(&lk);
+}
 
 static void note_err(struct node_res *res, int rc, const char *what, const char *msg)
 {
@@ -172,6 +349,7 @@ static void *node_main(void *arg)
         atomic_fetch_add(&sh->connected, 1);
         return NULL;
     }
+    count_requests(kv);
     snprintf(name, sizeof(name), "n%05d", nd->idx);
     struct mg_rdzv_opts o = {
         .kv = kv,
@@ -507,12 +685,40 @@ static void *flood_main(void *arg)
     return NULL;
 }
 
-/* Waits until *ctr reaches want, at most until deadline; 0 or -ETIMEDOUT. */
-static int wait_count(_Atomic int *ctr, int want, int64_t deadline)
+/* "get=N/AVGus ..." for the requests of phase p, and their total. */
+static uint64_t ops_line(int p, char *buf, size_t cap)
 {
+    uint64_t total = 0;
+    size_t off = 0;
+    buf[0] = 0;
+    for (int op = 0; op < OP_N; op++) {
+        uint64_t n = atomic_load(&sh->ops[p][op].n), us = atomic_load(&sh->ops[p][op].us);
+        total += n;
+        if (n && off < cap)
+            off +=
+                (size_t)snprintf(buf + off, cap - off, "%s%s=%llu/%lluus", off ? " " : "",
+                                 op_names[op], (unsigned long long)n, (unsigned long long)(us / n));
+    }
+    return total;
+}
+
+/* Waits until *ctr reaches want, at most until deadline; 0 or -ETIMEDOUT.
+ * Says on stderr every 5 s how far it got, and the requests so far. */
+static int wait_count(_Atomic int *ctr, int want, int64_t deadline, const char *what)
+{
+    int64_t t0 = mg_now_ms(), next = t0 + 5000;
     while (atomic_load(ctr) + atomic_load(&sh->failed) < want) {
-        if (mg_now_ms() >= deadline)
+        int64_t now = mg_now_ms();
+        if (now >= deadline)
             return -ETIMEDOUT;
+        if (now >= next) {
+            char ops[512];
+            uint64_t n = ops_line(atomic_load(&sh->phase), ops, sizeof(ops));
+            fprintf(stderr, "rdzv_swarm: %s: %d of %d after %.1f s; %llu requests: %s\n", what,
+                    atomic_load(ctr), want, (double)(now - t0) / 1000.0, (unsigned long long)n,
+                    ops);
+            next = now + 5000;
+        }
         usleep(1000);
     }
     return atomic_load(&sh->failed) ? -EIO : 0;
@@ -694,7 +900,7 @@ int main(int argc, char **argv)
     char pep[64];
     int have_probe = 0, nflooders = 0, nform = nnodes - nleave;
 
-    rc = wait_count(&sh->connected, nnodes, deadline);
+    rc = wait_count(&sh->connected, nnodes, deadline, "connected");
     if (rc < 0) {
         snprintf(why, sizeof(why), "connecting: %s", rc == -EIO ? "a node failed" : "timed out");
         fail = 1;
@@ -712,7 +918,7 @@ int main(int argc, char **argv)
         if (pthread_create(&flooders[nflooders], NULL, flood_main, pep) == 0)
             nflooders++;
     atomic_store(&sh->phase, P_JOIN);
-    rc = wait_count(&sh->formed, nform, deadline);
+    rc = wait_count(&sh->formed, nform, deadline, "formed");
     if (rc < 0) {
         snprintf(why, sizeof(why), "forming: %s (%d of %d formed)",
                  rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->formed), nform);
@@ -734,6 +940,11 @@ int main(int argc, char **argv)
     printf("form_ms=%lld form_requests=%llu form_store_cpu_s=%.2f\n",
            (long long)(last_formed - last_join), (unsigned long long)(s1.requests - s0.requests),
            s1.cpu_s - s0.cpu_s);
+    {
+        char ops[512];
+        uint64_t n = ops_line(P_JOIN, ops, sizeof(ops));
+        printf("form_ops=%llu per_node=%.1f %s\n", (unsigned long long)n, (double)n / nform, ops);
+    }
 
     atomic_store(&sh->phase, P_STEADY);
     usleep((useconds_t)steady_ms * 1000);
@@ -745,7 +956,7 @@ int main(int argc, char **argv)
     if (nkill > 0) {
         int64_t tk = mg_now_ms();
         atomic_store(&sh->phase, P_KILL);
-        rc = wait_count(&sh->reformed, nform - nkill, deadline);
+        rc = wait_count(&sh->reformed, nform - nkill, deadline, "re-formed");
         if (rc < 0) {
             snprintf(why, sizeof(why), "re-forming: %s (%d of %d re-formed)",
                      rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->reformed),
@@ -764,6 +975,10 @@ int main(int argc, char **argv)
         take(&s3);
         printf("killed=%d reform_ms=%lld reform_requests=%llu\n", nkill, (long long)(last - tk),
                (unsigned long long)(s3.requests - s2.requests));
+        char ops[512];
+        uint64_t n = ops_line(P_KILL, ops, sizeof(ops));
+        printf("reform_ops=%llu per_node=%.1f %s\n", (unsigned long long)n,
+               (double)n / (nform - nkill), ops);
     }
     take(&s3);
     printf("store_rss_kb=%ld store_hwm_kb=%ld store_cpu_s=%.2f requests=%llu\n", s3.rss_kb,

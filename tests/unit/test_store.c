@@ -1091,6 +1091,67 @@ static void prefixed_client(int port)
     mg_store_release(plain);
 }
 
+/* mg_store_get_many / _set_many (pipelined, more than one batch of 64) and
+ * a watch parked across calls (mg_store_watch_begin / _end). */
+static void pipelined_and_parked(struct mg_store_server *srv, int port)
+{
+    struct mg_store *st = conn(port, NULL, 0);
+    enum {
+        N = 150
+    };
+    char kb[N][32], vb[N][32];
+    const char *keys[N];
+    const void *vals[N];
+    size_t lens[N], glens[N];
+    void *got[N];
+    int64_t revs[N];
+
+    for (int i = 0; i < N; i++) {
+        snprintf(kb[i], sizeof(kb[i]), "many/%03d", i);
+        snprintf(vb[i], sizeof(vb[i]), "value %d", i * 7);
+        keys[i] = kb[i];
+        vals[i] = vb[i];
+        lens[i] = strlen(vb[i]);
+    }
+    is_int(mg_store_set_many(st, keys, vals, lens, N - 1, 0), 0, "set_many: 149 keys");
+    is_int(mg_store_get_many(st, keys, N, got, glens, revs), 0, "get_many: 150 keys, one absent");
+    int right = 1;
+    for (int i = 0; i < N - 1; i++)
+        right &= got[i] && glens[i] == lens[i] && !memcmp(got[i], vb[i], lens[i]) && revs[i] > 0;
+    ok(right, "get_many: every value and revision, in order");
+    ok(got[N - 1] == NULL, "get_many: the absent key's value is NULL");
+    for (int i = 0; i < N; i++)
+        free(got[i]);
+    is_int(mg_store_ping(st), 0, "the connection is usable after them");
+
+    /* a parked watch: not there yet, still parked, then woken by a set */
+    void *v = NULL;
+    size_t len = 0;
+    int64_t rev = 0;
+    is_int(mg_store_watch_end(st, 0, &rev, &v, &len), -ENOENT, "watch_end without a watch: ENOENT");
+    is_int(mg_store_watch_begin(st, "parked", 0, 5000), 0, "watch_begin");
+    is_int(mg_store_watch_end(st, 50, &rev, &v, &len), -EAGAIN, "not yet: EAGAIN, still parked");
+    struct later l = {.srv = srv, .key = "parked", .val = "here", .delay_ms = 50};
+    later_start(&l);
+    is_int(mg_store_watch_end(st, 3000, &rev, &v, &len), 0, "the set wakes it");
+    ok(v && len == 4 && !strcmp(v, "here") && rev > 0, "with the value and its revision");
+    free(v);
+    later_join(&l);
+    /* another call drops a parked watch; its late reply is skipped */
+    is_int(mg_store_watch_begin(st, "parked2", 0, 200), 0, "a second watch_begin");
+    is_int(mg_store_set(st, "other", "x", 1, 0), 0, "another call meanwhile");
+    is_int(mg_store_watch_end(st, 0, &rev, &v, &len), -ENOENT, "the parked watch was dropped");
+    poll(NULL, 0, 300); /* its TIMEDOUT reply arrives, to be skipped */
+    v = NULL;
+    is_int(mg_store_get(st, "other", &v, &len, 0), 0, "the next call skips the late reply");
+    ok(v && !strcmp(v, "x"), "and gets its own");
+    free(v);
+    /* the server's timeout ends a parked watch with ETIMEDOUT */
+    is_int(mg_store_watch_begin(st, "never", 0, 100), 0, "a watch of 100 ms");
+    is_int(mg_store_watch_end(st, 3000, &rev, &v, &len), -ETIMEDOUT, "ETIMEDOUT at its timeout");
+    mg_store_release(st);
+}
+
 int main(void)
 {
     struct mg_store_server *srv = server(NULL);
@@ -1103,6 +1164,7 @@ int main(void)
     bounds(port);
     local_access(srv, port);
     many_clients(srv, port);
+    pipelined_and_parked(srv, port);
     mg_store_server_release(srv);
     handshakes();
     connect_retry();
