@@ -204,6 +204,10 @@ __attribute__((format(printf, 3, 4))) void mg_agent_error(struct mg_agent *ag, i
  * pending for mglaunch and not read yet, so that a worker exit it caused is
  * classified after it. */
 void mg_agent_take_stop_signal(struct mg_agent *ag);
+/* Sets up ag's loop: the signals it handles (blocked, read from a
+ * signalfd) and the workers' pipes, first in every poll. 0, or a negative
+ * code with err set. */
+int mg_agent_loop_init(struct mg_agent *ag, char *err, size_t errcap);
 
 /* ---- workers_spawn.c ---- */
 
