@@ -20,6 +20,13 @@ const char *mg_progress_op_name(unsigned op)
     return op < MG_PROG_OP_COUNT ? ops[op] : "collective";
 }
 
+const char *mg_progress_from_name(unsigned from)
+{
+    static const char *const names[] = {
+        [MG_FROM_START] = "start", [MG_FROM_MEMORY] = "memory", [MG_FROM_DISK] = "disk"};
+    return from > MG_FROM_UNSAID && from <= MG_FROM_DISK ? names[from] : NULL;
+}
+
 const struct mg_progress_coll *mg_progress_coll_find(const struct mg_progress *p, uint64_t seq)
 {
     if (seq == 0)

@@ -62,6 +62,30 @@ struct mg_progress_coll {
     int64_t start_us, end_us;
 };
 
+/* Where the worker resumed from (mg_progress_resumed), for the agent's event
+ * log ("resume", docs/logs.md): from is stored last, with release. */
+enum mg_progress_from {
+    MG_FROM_UNSAID, /* not said yet (setting up), or a program that does not say */
+    MG_FROM_START,  /* step 0: nothing to resume from */
+    MG_FROM_MEMORY, /* an in-memory snapshot (docs/train.md, "Snapshots in memory") */
+    MG_FROM_DISK,   /* a checkpoint file */
+};
+
+#define MG_PROGRESS_PATH_MAX 512
+#define MG_RESUME_OWN        (-1) /* each rank its own snapshot */
+#define MG_RESUME_SHARDS     (-2) /* ZeRO-1: the shards gathered from the ranks' memory */
+
+struct mg_progress_resume {
+    uint32_t from;     /* enum mg_progress_from */
+    int32_t src_rank;  /* memory: the rank whose snapshot every rank took, or MG_RESUME_OWN,
+                          MG_RESUME_SHARDS */
+    int32_t src_world; /* the world size the state was written at (0: not known) */
+    uint32_t reserved;
+    int64_t step;                    /* the step training goes on from */
+    int64_t epoch;                   /* 1-based */
+    char path[MG_PROGRESS_PATH_MAX]; /* disk: the checkpoint file, cut to fit */
+};
+
 struct mg_progress {
     uint64_t magic; /* written last at start: the record is live */
     uint32_t version;
@@ -80,9 +104,14 @@ struct mg_progress {
     int32_t coll_bucket; /* bucket of the next collective (set by DDP), -1 none */
     uint32_t reserved;
     struct mg_progress_coll ring[MG_PROGRESS_RING]; /* by seq % MG_PROGRESS_RING */
+    struct mg_progress_resume resume; /* once, after the resume (or the start from step 0) */
 };
 
 _Static_assert(sizeof(struct mg_progress) <= MG_PROGRESS_BYTES, "progress record too large");
+
+/* The name of a resume source in the event log: "start", "memory", "disk";
+ * NULL for MG_FROM_UNSAID or a value no version wrote. */
+const char *mg_progress_from_name(unsigned from);
 
 /* Names for messages ("forward/backward", "allreduce"). */
 const char *mg_progress_phase_name(unsigned phase);

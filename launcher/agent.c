@@ -160,6 +160,7 @@ static void record_attempt(struct mg_agent *ag)
         .world_size = g->world_size,
         .group_rank = g->group_rank,
         .group_world_size = g->group_world_size,
+        .first_rank = g->rank_offset,
         .master_addr = g->master_addr,
         .master_port = g->master_port,
         .dir = ag->attempt_dir,
@@ -217,6 +218,7 @@ static void end_attempt(struct mg_agent *ag)
 
     mg_workers_end(ag, &t);
     int64_t ran = mg_now_ms() - ag->attempt_start_ms;
+    mg_watch_resume_event(ag, &ag->watch); /* a worker that said it and died at once */
     if (ag->round < ag->attempts_cap) {
         struct mg_attempt_summary *a = &ag->res.attempts[ag->round];
         a->nfailed = t.nfailed;
@@ -235,6 +237,7 @@ static void end_attempt(struct mg_agent *ag)
         .failed = t.nfailed,
         .stopped = t.nstopped,
         .duration_ms = ran,
+        .step = mg_watch_lowest_step(ag, &ag->watch),
     };
     mg_event_attempt_end(&ag->rd, &e);
     ag->round++;

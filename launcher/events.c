@@ -104,6 +104,8 @@ void mg_event_attempt_start(struct mg_rundir *rd, const struct mg_ev_attempt_sta
     mg_jsonw_kint(&e.w, "world_size", x->world_size);
     mg_jsonw_kint(&e.w, "group_rank", x->group_rank);
     mg_jsonw_kint(&e.w, "group_world_size", x->group_world_size);
+    if (x->first_rank >= 0)
+        mg_jsonw_kint(&e.w, "first_rank", x->first_rank);
     mg_jsonw_kstr(&e.w, "master_addr", x->master_addr);
     mg_jsonw_kint(&e.w, "master_port", x->master_port);
     mg_jsonw_kstr(&e.w, "dir", x->dir);
@@ -193,6 +195,27 @@ void mg_event_attempt_end(struct mg_rundir *rd, const struct mg_ev_attempt_end *
     mg_jsonw_kint(&e.w, "failed", x->failed);
     mg_jsonw_kint(&e.w, "stopped", x->stopped);
     mg_jsonw_kint(&e.w, "duration_ms", x->duration_ms);
+    if (x->step >= 0)
+        mg_jsonw_kint(&e.w, "step", x->step);
+    ev_end(rd, &e);
+}
+
+void mg_event_resume(struct mg_rundir *rd, const struct mg_ev_resume *x)
+{
+    struct ev e;
+    ev_begin(&e, "resume");
+    mg_jsonw_kint(&e.w, "attempt", x->attempt);
+    mg_jsonw_kint(&e.w, "rank", x->rank);
+    mg_jsonw_kint(&e.w, "world_size", x->world_size);
+    mg_jsonw_kstr(&e.w, "from", x->from);
+    mg_jsonw_kint(&e.w, "step", x->step);
+    mg_jsonw_kint(&e.w, "epoch", x->epoch);
+    opt_str(&e, "source", x->source);
+    if (x->source_rank >= 0)
+        mg_jsonw_kint(&e.w, "source_rank", x->source_rank);
+    if (x->source_world_size > 0)
+        mg_jsonw_kint(&e.w, "source_world_size", x->source_world_size);
+    opt_str(&e, "checkpoint", x->checkpoint);
     ev_end(rd, &e);
 }
 
@@ -207,6 +230,38 @@ void mg_event_restart(struct mg_rundir *rd, const struct mg_ev_restart *x)
     ev_end(rd, &e);
 }
 
+/* The fields root_cause and remote_cause share, in one writer: attempt < 0
+ * (remote: not this node's attempt), node NULL and nranks 0 are left out. */
+struct cause {
+    int attempt, rank, local_rank, pid, exit_code;
+    const char *signal, *host, *node;
+    int64_t time_ms;
+    int first_rank, nranks;
+    const char *message;
+};
+
+static void cause_fields(struct ev *e, const char *key, const struct cause *c)
+{
+    mg_jsonw_key(&e->w, key);
+    mg_jsonw_obj_begin(&e->w);
+    if (c->attempt >= 0)
+        mg_jsonw_kint(&e->w, "attempt", c->attempt);
+    mg_jsonw_kint(&e->w, "rank", c->rank);
+    mg_jsonw_kint(&e->w, "local_rank", c->local_rank);
+    mg_jsonw_kint(&e->w, "pid", c->pid);
+    mg_jsonw_kint(&e->w, "exit_code", c->exit_code);
+    opt_str(e, "signal", c->signal);
+    mg_jsonw_kstr(&e->w, "host", c->host);
+    opt_str(e, "node", c->node);
+    mg_jsonw_kint(&e->w, "time_ms", c->time_ms);
+    if (c->nranks > 0) {
+        mg_jsonw_kint(&e->w, "first_rank", c->first_rank);
+        mg_jsonw_kint(&e->w, "nranks", c->nranks);
+    }
+    opt_str(e, "message", c->message);
+    mg_jsonw_obj_end(&e->w);
+}
+
 void mg_event_run_end(struct mg_rundir *rd, const struct mg_ev_run_end *x)
 {
     struct ev e;
@@ -219,37 +274,17 @@ void mg_event_run_end(struct mg_rundir *rd, const struct mg_ev_run_end *x)
     opt_str(&e, "error", x->error);
     if (x->has_root) {
         const struct mg_ev_root_cause *rc = &x->root;
-        mg_jsonw_key(&e.w, "root_cause");
-        mg_jsonw_obj_begin(&e.w);
-        mg_jsonw_kint(&e.w, "attempt", rc->attempt);
-        mg_jsonw_kint(&e.w, "rank", rc->rank);
-        mg_jsonw_kint(&e.w, "local_rank", rc->local_rank);
-        mg_jsonw_kint(&e.w, "pid", rc->pid);
-        mg_jsonw_kint(&e.w, "exit_code", rc->exit_code);
-        opt_str(&e, "signal", rc->signal);
-        mg_jsonw_kstr(&e.w, "host", rc->host);
-        mg_jsonw_kint(&e.w, "time_ms", rc->time_ms);
-        opt_str(&e, "message", rc->message);
-        mg_jsonw_obj_end(&e.w);
+        struct cause c = {rc->attempt, rc->rank,   rc->local_rank, rc->pid,     rc->exit_code,
+                          rc->signal,  rc->host,   NULL,           rc->time_ms, 0,
+                          0,           rc->message};
+        cause_fields(&e, "root_cause", &c);
     }
     if (x->has_remote) {
         const struct mg_ev_remote_cause *rc = &x->remote;
-        mg_jsonw_key(&e.w, "remote_cause");
-        mg_jsonw_obj_begin(&e.w);
-        mg_jsonw_kint(&e.w, "rank", rc->rank);
-        mg_jsonw_kint(&e.w, "local_rank", rc->local_rank);
-        mg_jsonw_kint(&e.w, "pid", rc->pid);
-        mg_jsonw_kint(&e.w, "exit_code", rc->exit_code);
-        opt_str(&e, "signal", rc->signal);
-        mg_jsonw_kstr(&e.w, "host", rc->host);
-        opt_str(&e, "node", rc->node);
-        mg_jsonw_kint(&e.w, "time_ms", rc->time_ms);
-        if (rc->nranks > 0) {
-            mg_jsonw_kint(&e.w, "first_rank", rc->first_rank);
-            mg_jsonw_kint(&e.w, "nranks", rc->nranks);
-        }
-        opt_str(&e, "message", rc->message);
-        mg_jsonw_obj_end(&e.w);
+        struct cause c = {-1,         rc->rank,   rc->local_rank, rc->pid,     rc->exit_code,
+                          rc->signal, rc->host,   rc->node,       rc->time_ms, rc->first_rank,
+                          rc->nranks, rc->message};
+        cause_fields(&e, "remote_cause", &c);
     }
     ev_end(rd, &e);
 }
@@ -352,6 +387,7 @@ static void read_attempt_start(struct parse *p, struct mg_ev_attempt_start *x)
     x->world_size = inum(p, 0, "world_size", 0);
     x->group_rank = inum(p, 0, "group_rank", 0);
     x->group_world_size = inum(p, 0, "group_world_size", 0);
+    x->first_rank = inum(p, 0, "first_rank", -1);
     x->master_addr = str(p, 0, "master_addr");
     x->master_port = inum(p, 0, "master_port", 0);
     x->dir = str(p, 0, "dir");
@@ -420,6 +456,7 @@ static const char *const kind_names[] = {
     [MG_EV_RESTART] = "restart",
     [MG_EV_RUN_END] = "run_end",
     [MG_EV_WORKER_LOGS] = "worker_logs",
+    [MG_EV_RESUME] = "resume",
 };
 
 /* One line, without its '\n': 0, or -MG_EFORMAT when it is not a JSON object. */
@@ -465,7 +502,22 @@ static int parse_line(struct mg_event_reader *r, const char *line, size_t len, s
         ev->u.attempt_end.failed = inum(&p, 0, "failed", 0);
         ev->u.attempt_end.stopped = inum(&p, 0, "stopped", 0);
         ev->u.attempt_end.duration_ms = num(&p, 0, "duration_ms", 0);
+        ev->u.attempt_end.step = num(&p, 0, "step", -1);
         break;
+    case MG_EV_RESUME: {
+        struct mg_ev_resume *x = &ev->u.resume;
+        x->attempt = attempt_of(&p, 0);
+        x->rank = inum(&p, 0, "rank", -1);
+        x->world_size = inum(&p, 0, "world_size", 0);
+        x->from = str(&p, 0, "from");
+        x->step = num(&p, 0, "step", -1);
+        x->epoch = num(&p, 0, "epoch", 0);
+        x->source = str(&p, 0, "source");
+        x->source_rank = inum(&p, 0, "source_rank", -1);
+        x->source_world_size = inum(&p, 0, "source_world_size", 0);
+        x->checkpoint = str(&p, 0, "checkpoint");
+        break;
+    }
     case MG_EV_RESTART:
         ev->u.restart.restart_count = inum(&p, 0, "restart_count", 0);
         ev->u.restart.max_restarts = inum(&p, 0, "max_restarts", 0);

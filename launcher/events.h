@@ -34,6 +34,7 @@ enum mg_event_kind {
     MG_EV_RESTART,
     MG_EV_RUN_END,
     MG_EV_WORKER_LOGS,
+    MG_EV_RESUME,
 };
 
 struct mg_ev_run_start {
@@ -51,6 +52,7 @@ struct mg_ev_run_start {
 struct mg_ev_attempt_start {
     int attempt, restart_count, round, nproc;
     int world_size, group_rank, group_world_size;
+    int first_rank; /* this node's ranks: first_rank .. first_rank + nproc - 1 (-1: not known) */
     const char *master_addr;
     int master_port;
     const char *dir;
@@ -96,6 +98,22 @@ struct mg_ev_attempt_end {
     const char *result; /* "succeeded", "failed", "stopped" */
     int failed, stopped;
     int64_t duration_ms;
+    int64_t step; /* the steps this node's ranks had done at the end (the lowest); -1: not known */
+};
+
+/* resume: where an attempt's training went on from, as its ranks said
+ * (the progress record, progress_rec.h), once per attempt per node: the
+ * step every rank goes on from, and the state's source. */
+struct mg_ev_resume {
+    int attempt, rank;      /* the rank that said: this node's first that did */
+    int world_size;         /* the attempt's */
+    const char *from;       /* "start", "memory", "disk" */
+    int64_t step, epoch;    /* the step it goes on from; its 1-based epoch */
+    const char *source;     /* memory: "own" (each rank its own snapshot), "rank" (source_rank's,
+                           sent to every rank), "shards" (ZeRO-1 shards gathered) */
+    int source_rank;        /* "rank": the rank whose snapshot every rank took; else -1 */
+    int source_world_size;  /* the world size the state was written at; 0: not known */
+    const char *checkpoint; /* disk: the checkpoint file */
 };
 
 struct mg_ev_restart {
@@ -145,6 +163,7 @@ void mg_event_signal(struct mg_rundir *rd, const struct mg_ev_signal *e);
 void mg_event_kill(struct mg_rundir *rd, const struct mg_ev_kill *e);
 void mg_event_attempt_end(struct mg_rundir *rd, const struct mg_ev_attempt_end *e);
 void mg_event_restart(struct mg_rundir *rd, const struct mg_ev_restart *e);
+void mg_event_resume(struct mg_rundir *rd, const struct mg_ev_resume *e);
 void mg_event_run_end(struct mg_rundir *rd, const struct mg_ev_run_end *e);
 
 /* What worker_logs' stdout and stderr say, as one note for a person:
@@ -169,6 +188,7 @@ struct mg_event {
         struct mg_ev_restart restart;
         struct mg_ev_run_end run_end;
         struct mg_ev_worker_logs worker_logs;
+        struct mg_ev_resume resume;
     } u;
 };
 

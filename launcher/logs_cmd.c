@@ -30,12 +30,15 @@ static const char logs_usage[] =
     "                     [--grep REGEX]\n"
     "       mglaunch logs [LOG_DIR] [PROGRAM] [--cmd TEXT] [--run ID] [--attempt N|last|all]\n"
     "                     --plot FILE.svg\n"
+    "       mglaunch logs [LOG_DIR] [PROGRAM] [--cmd TEXT] [--run ID] --schedule\n"
     "Without selectors: lists the runs in LOG_DIR with their commands, the attempts and ranks\n"
     "of the latest run (or --run), and its root cause. PROGRAM (ddp.py, ddp, train, a -m\n"
     "module) and --cmd TEXT (text in the command) keep only the runs that match, and the\n"
     "latest of those is the one shown. With --rank/--stream/--tail/--follow/--grep: prints the\n"
     "log lines of the last attempt (or --attempt). --plot draws the run's loss and accuracy\n"
     "(train's metrics of every attempt, or --attempt's) into FILE.svg (- for stdout).\n"
+    "--schedule prints which steps ran at which world size and where each attempt went on\n"
+    "from (scripts/replay.sh replays it).\n"
     "LOG_DIR defaults to mglaunch's private directory ${TMPDIR:-/tmp}/mglaunch-<uid>.\n";
 
 static int parse_long(const char *s, long min, long max, long *out)
@@ -77,12 +80,14 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         if (eq)
             val = eq + 1;
         int flag = !strcmp(name, "follow") || !strcmp(name, "f") || !strcmp(name, "help") ||
-                   !strcmp(name, "h");
+                   !strcmp(name, "h") || !strcmp(name, "schedule");
         if (flag) {
             if (val)
                 return mg_seterr(err, cap, -EINVAL, "option %s takes no value", a);
             if (name[0] == 'f')
                 lo->follow = lo->content = 1;
+            else if (name[0] == 's')
+                lo->schedule = 1;
             else
                 lo->help = 1;
             continue;
@@ -173,6 +178,10 @@ static int parse_logs_opts(struct logs_opts *lo, int argc, char **argv, char *er
         lo->dir = NULL;
         lo->program_only = 1;
     }
+    if (lo->schedule && (lo->plot || lo->content || lo->attempt_given))
+        return mg_seterr(err, cap, -EINVAL,
+                         "--schedule prints a whole run's schedule; it does not go with --plot, "
+                         "--attempt, --rank, --stream, --tail, --grep or --follow");
     if (lo->plot && lo->content)
         return mg_seterr(err, cap, -EINVAL,
                          "--plot draws metrics; it does not go with --rank, --stream, --tail, "
@@ -451,7 +460,8 @@ int mg_logs_main(int argc, char **argv, FILE *out, char *err, size_t errcap)
         }
         dir = defdir;
     }
-    rc = lo.plot      ? mg_logs_plot(out, &lo, dir, err, errcap)
+    rc = lo.schedule  ? mg_logs_schedule(out, &lo, dir, err, errcap)
+         : lo.plot    ? mg_logs_plot(out, &lo, dir, err, errcap)
          : lo.content ? mg_logs_content(out, &lo, dir, err, errcap)
                       : do_list(out, &lo, dir, err, errcap);
     /* No run of that program: the argument may have been meant as LOG_DIR. */

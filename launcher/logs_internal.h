@@ -160,6 +160,7 @@ struct logs_opts {
     const char *grep;
     int content;
     const char *plot; /* --plot FILE.svg ("-": stdout) */
+    int schedule;     /* --schedule */
     int help;
     const char *program; /* runs of this program only (the argument after LOG_DIR) */
     const char *cmd;     /* --cmd TEXT: runs whose command contains TEXT */
@@ -173,6 +174,10 @@ int mg_logs_content(FILE *out, const struct logs_opts *lo, const char *dir, char
 /* --plot: the run's metrics (every attempt's, or --attempt's) as an SVG file
  * (logs_plot.c). Returns 0, or a negative code with err set. */
 int mg_logs_plot(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
+
+/* --schedule: the membership schedule of the run's event log, a segment a
+ * line (logs_schedule.c). Returns 0, or a negative code with err set. */
+int mg_logs_schedule(FILE *out, const struct logs_opts *lo, const char *dir, char *err, size_t cap);
 
 /* ---- a job's earlier runs on the plot (logs_plot.c; the dashboard's too) ---- */
 

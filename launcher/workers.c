@@ -287,6 +287,7 @@ void mg_workers_excuse_recent(struct mg_agent *ag)
                     .failed = 0,
                     .stopped = a->nstopped,
                     .duration_ms = a->duration_ms,
+                    .step = -1,
                 };
                 mg_event_attempt_end(&ag->rd, &ae);
             }

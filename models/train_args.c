@@ -87,6 +87,8 @@ void train_usage(FILE *f)
             "                          TORCHELASTIC_RUN_ID, or without one the same settings)\n"
             "                          resumes without it; another world size reshards\n"
             "                          (docs/train.md)\n"
+            "  --stop-at-step N        stop after step N with a checkpoint, the run's length\n"
+            "                          and schedule unchanged (a replay's segment)\n"
             "distributed (under mglaunch or torchrun; see docs/distributed.md):\n"
             "  --global-batch-size G   total batch per optimizer micro-step: each of the W\n"
             "                          processes takes ceil(G / W) (instead of --batch-size)\n"
@@ -247,6 +249,7 @@ enum flag_id {
     F_KEEP,
     F_SNAP_EVERY,
     F_RESUME,
+    F_STOP_AT,
     F_GLOBAL_BATCH,
     F_SCALE_LR,
     F_CHECK_REPLICAS,
@@ -306,6 +309,7 @@ static const struct {
     {"keep-checkpoints", F_KEEP, 1},
     {"snapshot-every", F_SNAP_EVERY, 1},
     {"resume", F_RESUME, 1},
+    {"stop-at-step", F_STOP_AT, 1},
     {"global-batch-size", F_GLOBAL_BATCH, 1},
     {"scale-lr", F_SCALE_LR, 1},
     {"check-replicas", F_CHECK_REPLICAS, 1},
@@ -491,6 +495,8 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
             return bad(p, "--resume: empty path");
         o->resume = v;
         return 0;
+    case F_STOP_AT:
+        return parse_long(p, flag, v, 1, LONG_MAX / 2, &o->stop_at);
     case F_GLOBAL_BATCH:
         return parse_long(p, flag, v, 1, (long)TRAIN_MAX_BATCH * 65536, &o->global_batch);
     case F_SCALE_LR:

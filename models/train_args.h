@@ -46,6 +46,7 @@ struct train_options {
     long snapshot_every; /* in-memory snapshots every N steps, 0 off, -1 auto (train_snapshot.c) */
     int snapshot_set;
     const char *resume;
+    long stop_at; /* --stop-at-step: the run ends after this step (0: at its end) */
     long log_every;
     int profile_startup; /* --profile-startup: where the time to the first step goes */
     const char *metrics;

@@ -17,6 +17,7 @@
 #include "dist.h"
 #include "mg_err.h"
 #include "model.h"
+#include "progress_rec.h"
 #include "train_args.h"
 #include "train_ckpt.h"
 #include "train_out.h"
@@ -104,6 +105,10 @@ struct run {
     int snap_peer_src;       /* the rank whose shard this rank keeps, or -1: no copies */
     uint64_t snap_shard;     /* bytes of a shard */
     unsigned char *snap_all; /* room for every rank's shard: the exchange's */
+    /* where this attempt resumed from, for mglaunch's event log (resume_record) */
+    int res_from;                    /* enum mg_progress_from; MG_FROM_UNSAID: step 0 */
+    int res_src_rank, res_src_world; /* memory: whose snapshot (-1: each its own), at */
+    char res_path[MG_CKPT_PATH_MAX]; /* disk: the checkpoint */
 };
 
 /* ---- train.c ---- */
@@ -145,6 +150,10 @@ int resume(struct run *r);
  * (after "continuing this job's checkpoints" when continued). */
 void resume_said(struct run *r, const char *what, int continued);
 int check_resume(struct run *r);
+/* Tells mglaunch (the progress record, MG_PROGRESS_FD) where this attempt
+ * went on from, for its event log's "resume" event (docs/logs.md); once
+ * every rank checked the resume (check_resume). */
+void resume_record(struct run *r);
 
 /* ---- train_snapshot.c ---- */
 

@@ -453,6 +453,7 @@ int run(struct run *r)
     rc = check_resume(r);
     if (rc < 0)
         return rc;
+    resume_record(r);
     /* a checkpoint of an earlier run of the job: its start record says
      * which, for the plot to draw that run's records first */
     const struct mg_resume_info *ri = &t->resumed;
@@ -461,7 +462,14 @@ int run(struct run *r)
     if (r->out.metrics)
         check_output(r, mg_metrics_start_resumed(r->out.metrics, t->step, from));
     profile_mark(PH_SYNC);
-    while (t->step < r->total_steps) {
+    /* --stop-at-step: a segment of a replay (docs/train.md, "Replaying a
+     * schedule"): the same run, cut after that step */
+    long end = o->stop_at > 0 && o->stop_at < r->total_steps ? o->stop_at : r->total_steps;
+    if (end < r->total_steps && t->step >= end) {
+        fail("--stop-at-step %ld: this run is already at step %ld", end, t->step);
+        return -EINVAL;
+    }
+    while (t->step < end) {
         struct mg_step_stats st;
         double s0 = mg_seconds();
         rc = train_step(r, &st);
@@ -473,7 +481,7 @@ int run(struct run *r)
             if ((rc = train_read_sums(r, &sums, 0)) < 0)
                 return rc;
         }
-        int last = t->step == r->total_steps;
+        int last = t->step == end;
         /* not the last: a restart from it would skip the final checkpoint */
         if (!last && (rc = snapshot_take(r, mg_seconds() - s0)) < 0)
             return rc;
@@ -516,6 +524,14 @@ int run(struct run *r)
         rc = checkpoint(r);
         if (rc < 0)
             return rc;
+    }
+    if (end < r->total_steps) { /* nothing evaluated: a replay compares the weights */
+        if (r->dist.rank == 0)
+            say(&r->prog,
+                TRAIN_PROG
+                ": stopped after step %ld of %ld (--stop-at-step), param hash %016" PRIx64,
+                t->step, r->total_steps, mg_model_param_hash(&r->model));
+        return 0;
     }
     if (!evaluated_now) {
         rc = evaluate(r, &ev);

@@ -4,6 +4,7 @@
  * none), the claim on that directory, and what changed when the world size
  * did. */
 #include "train_internal.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -183,8 +184,20 @@ static int load_checkpoint(struct run *r, const char *what, const struct mg_ckpt
     const struct mg_resume_info *ri = &r->trainer.resumed;
     *continued = other_run || (claim == TRAIN_DIR_TAKE_OVER && !explicit_path && ri->has_config &&
                                !ri->config_diff[0]);
+    r->res_from = MG_FROM_DISK;
+    r->res_src_world = ri->world;
+    snprintf(r->res_path, sizeof(r->res_path), "%s", what);
     resume_said(r, what, *continued);
     return 0;
+}
+
+void resume_record(struct run *r)
+{
+    const struct mg_trainer *t = &r->trainer;
+    int from = r->res_from == MG_FROM_UNSAID ? MG_FROM_START : r->res_from;
+    mg_progress_resumed((enum mg_progress_from)from, t->step,
+                        from == MG_FROM_START ? 1 : t->resumed.epoch + 1, r->res_src_rank,
+                        r->res_src_world, from == MG_FROM_DISK ? r->res_path : NULL);
 }
 
 void resume_said(struct run *r, const char *what, int continued)

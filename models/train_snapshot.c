@@ -585,6 +585,9 @@ static int resume_from_peer(struct run *r, struct offer *all, int src, int k, ui
         goto out;
     }
     *resumed = 1;
+    r->res_from = MG_FROM_MEMORY;
+    r->res_src_rank = full ? MG_RESUME_SHARDS : (int)was_rank;
+    r->res_src_world = (int)was_world;
     resume_said(r, from, 0);
     rc = 0;
     goto out;
@@ -872,6 +875,9 @@ int snapshot_resume(struct run *r, int *resumed)
         goto out;
     }
     *resumed = 1;
+    r->res_from = MG_FROM_MEMORY;
+    r->res_src_rank = MG_RESUME_OWN;
+    r->res_src_world = world;
     if (r->dist.rank == 0)
         say(&r->prog,
             TRAIN_PROG ": resumed from memory (the snapshot of step %ld, epoch %ld), param hash "

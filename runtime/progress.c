@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -62,6 +63,21 @@ void mg_progress_identify(int rank, int coll_timeout_ms)
         return;
     PUT(g_rec->rank, rank);
     PUT(g_rec->coll_timeout_ms, coll_timeout_ms);
+}
+
+void mg_progress_resumed(enum mg_progress_from from, int64_t step, int64_t epoch, int src_rank,
+                         int src_world, const char *path)
+{
+    struct mg_progress_resume *x = g_rec ? &g_rec->resume : NULL;
+    if (!x || __atomic_load_n(&x->from, __ATOMIC_RELAXED) != MG_FROM_UNSAID)
+        return;
+    x->step = step;
+    x->epoch = epoch;
+    x->src_rank = src_rank;
+    x->src_world = src_world;
+    snprintf(x->path, sizeof(x->path), "%s", path ? path : "");
+    PUT(g_rec->step, step); /* the steps done, before the first of this attempt */
+    __atomic_store_n(&x->from, (uint32_t)from, __ATOMIC_RELEASE);
 }
 
 void mg_progress_phase(enum mg_progress_phase ph)

@@ -25,6 +25,11 @@ void mg_progress_step_end(int64_t steps_done);
 /* Progress without a change of phase (an evaluation batch, a checkpoint's
  * section). */
 void mg_progress_beat(void);
+/* Where this attempt's training goes on from, once, after the resume:
+ * src_rank / src_world / path as struct mg_progress_resume has them (path
+ * NULL unless from disk). The agent writes it into its event log. */
+void mg_progress_resumed(enum mg_progress_from from, int64_t step, int64_t epoch, int src_rank,
+                         int src_world, const char *path);
 /* DDP's bucket of the next collective (-1: none). */
 void mg_progress_next_bucket(int bucket);
 /* A collective starts: its sequence number for mg_progress_coll_end (0

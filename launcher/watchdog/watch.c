@@ -69,8 +69,65 @@ void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd)
             __atomic_store_n(&((struct mg_progress *)m->map)->magic, 0, __ATOMIC_RELEASE);
     }
     wd->said_remote = 0;
+    wd->said_resume = 0;
     mg_ticker_reset(&wd->ticker);
     arm(ag, wd);
+}
+
+/* Local rank i's record when its worker of this attempt started it (the
+ * agent voids them at the attempt's start), else NULL. */
+static const struct mg_progress *record(struct mg_agent *ag, const struct mg_watch *wd, int i)
+{
+    struct mg_rankmem *m = wd->kind >= 0 ? mg_agent_rankmem(ag, wd->kind, i) : NULL;
+    if (!m || !m->map)
+        return NULL;
+    const struct mg_progress *p = m->map;
+    return __atomic_load_n(&p->magic, __ATOMIC_ACQUIRE) == MG_PROGRESS_MAGIC ? p : NULL;
+}
+
+void mg_watch_resume_event(struct mg_agent *ag, struct mg_watch *wd)
+{
+    for (int i = 0; i < ag->nproc && !wd->said_resume; i++) {
+        const struct mg_progress *p = record(ag, wd, i);
+        if (!p)
+            continue;
+        unsigned from = __atomic_load_n(&p->resume.from, __ATOMIC_ACQUIRE);
+        const char *name = mg_progress_from_name(from);
+        if (!name)
+            continue;
+        char path[MG_PROGRESS_PATH_MAX];
+        memcpy(path, p->resume.path, sizeof(path));
+        path[sizeof(path) - 1] = '\0';
+        struct mg_ev_resume e = {
+            .attempt = ag->attempt,
+            .rank = ag->w[i].rank,
+            .world_size = ag->group.world_size,
+            .from = name,
+            .step = p->resume.step,
+            .epoch = p->resume.epoch,
+            .source = from != MG_FROM_MEMORY                   ? NULL
+                      : p->resume.src_rank >= 0                ? "rank"
+                      : p->resume.src_rank == MG_RESUME_SHARDS ? "shards"
+                                                               : "own",
+            .source_rank = from == MG_FROM_MEMORY ? p->resume.src_rank : -1,
+            .source_world_size = p->resume.src_world,
+            .checkpoint = from == MG_FROM_DISK && path[0] ? path : NULL,
+        };
+        mg_event_resume(&ag->rd, &e);
+        wd->said_resume = 1;
+    }
+}
+
+int64_t mg_watch_lowest_step(struct mg_agent *ag, const struct mg_watch *wd)
+{
+    int64_t step = -1;
+    for (int i = 0; i < ag->nproc; i++) {
+        const struct mg_progress *p = record(ag, wd, i);
+        int64_t s = p ? __atomic_load_n(&p->step, __ATOMIC_RELAXED) : -1;
+        if (s >= 0 && (step < 0 || s < step))
+            step = s;
+    }
+    return step;
 }
 
 int mg_watch_ticker_setup(struct mg_agent *ag, struct mg_watch *wd, char *err, size_t cap)
@@ -174,6 +231,8 @@ static void check(struct mg_agent *ag, void *ctx)
         check_progress(ag, wd);
     if (wd->kind >= 0 && !ag->stopping && !wd->dump.active)
         tick(ag, wd);
+    if (!wd->said_resume)
+        mg_watch_resume_event(ag, wd);
     arm(ag, wd);
 }
 

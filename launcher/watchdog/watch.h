@@ -23,6 +23,7 @@ struct mg_watch {
     double floor_s;          /* --hang-timeout */
     int armed;               /* a check is scheduled */
     int said_remote;         /* this attempt's wait for another node was reported */
+    int said_resume;         /* this attempt's resume event was written */
     struct mg_filetimer ft;  /* torch's file timer; ft.fd -1: off */
     int ft_poller;           /* its FIFO's poller id, -1: none */
     int ft_bad_said;         /* bad requests told this attempt */
@@ -61,6 +62,14 @@ void mg_watch_release(struct mg_agent *ag, struct mg_watch *wd);
 /* Before an attempt's workers start: the old records are void; checks
  * begin. */
 void mg_watch_attempt_start(struct mg_agent *ag, struct mg_watch *wd);
+/* The event log's "resume" (events.h): once an attempt's first local rank
+ * that says so has said where its training went on from (progress_rec.h),
+ * once per attempt. Called from the check timer and at the attempt's end. */
+void mg_watch_resume_event(struct mg_agent *ag, struct mg_watch *wd);
+/* The lowest step this node's ranks had done by their records (the
+ * attempt's end), or -1 when the watchdog is off or no rank kept one. */
+int64_t mg_watch_lowest_step(struct mg_agent *ag, const struct mg_watch *wd);
+
 /* For Python workers (the program runs under Python), unless
  * MG_PYTHON_TRACEBACKS=0: the hook's directory, a rank memory per local
  * rank and the workers' variables (pytb.h). A failure leaves Python

@@ -49,7 +49,7 @@ _mglaunch_logs() {
     --rank | --tail | -n | --grep | --cmd) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--run --attempt --rank --stream --tail --follow --grep --cmd --plot --help" -- "$cur"))
+        COMPREPLY=($(compgen -W "--run --attempt --rank --stream --tail --follow --grep --cmd --plot --schedule --help" -- "$cur"))
     else
         COMPREPLY=($(compgen -d -- "$cur"))
     fi

@@ -67,6 +67,11 @@ diag "steps redone per failure: $(tr '\n' ' ' <"$T/redone")"
 DESC="at most one step redone per failure" ok awk 'NF && $1 > 1 { bad = 1 } END { exit bad }' "$T/redone"
 DESC="each failure measured" ok test -s "$T/redone"
 is "$(ls "$T/ck_kill" | grep -c '\.mgc$')" 1 "no checkpoint but the final one was written"
+# the event log records each attempt's start: step 0 first, then each resume's step from memory
+ev=$(find "$T/klogs" -name events.jsonl)
+froms=$(sed -n 's/.*"event":"resume".*"from":"\([a-z]*\)","step":\([0-9]*\).*/\1 \2/p' "$ev" | tr '\n' ' ')
+said=$(sed -n "s/.*resumed from memory.*[ (]step \([0-9]*\), epoch.*/memory \1/p" "$T/console" | tr '\n' ' ')
+is "$froms" "start 0 $said" "events.jsonl: a resume event per attempt, with its source and step"
 is "$(hash_of "$T/console")" "$ref" "the resumed run ends with the reference run's weights, bit for bit"
 unlike "$(cat "$T/console")" "warning" "and nothing to warn about"
 

@@ -1,19 +1,21 @@
 #!/bin/sh
 # A node lost, and the in-memory snapshots of the survivors (docs/train.md,
 # "Snapshots in memory"): three agents on three test hosts, one worker each,
-# --nnodes 2:3; the third agent SIGKILLed with its worker mid-run. The two
-# left re-form at world size 2 and resume from memory: one survivor's copy of
-# the newest step, sent to the other and resharded as a checkpoint of another
-# world size is (plain DDP: every rank holds the whole model and optimizer
-# state). The run ends with the bits of a run that replays its schedule: 3
-# hosts up to that step, then 2 from its checkpoint. A spare that takes the
-# lost node's place is healed the same way (world size 3 throughout): the run
-# ends with the bits of one that never stopped. With ZeRO-1 each node keeps
-# a copy of the previous node's optimizer shards: the lost node's shard is
-# taken from its copy, the whole state gathered and resharded, and the run
-# ends with the bits of its replay likewise. When a shard has no good copy
-# left (its node and the one keeping its copy both lost; the copy damaged)
-# the run resumes from --checkpoint-dir, said once, with why.
+# --nnodes 2:3. A worker is SIGKILLed (all three resume from memory), then the
+# third agent SIGKILLed with its worker mid-run. The two left re-form at world
+# size 2 and resume from memory: one survivor's copy of the newest step, sent
+# to the other and resharded as a checkpoint of another world size is (plain
+# DDP: every rank holds the whole model and optimizer state). The schedule
+# the first agent's event log records (mglaunch logs --schedule: 3 hosts, 3
+# again, then 2), replayed on this machine by scripts/replay.sh, ends with the
+# run's bits. A spare that takes the lost node's place is healed the same way
+# (world size 3 throughout): the run ends with the bits of one that never
+# stopped. With ZeRO-1 each node keeps a copy of the previous node's optimizer
+# shards: the lost node's shard is taken from its copy, the whole state
+# gathered and resharded, and the run ends with the bits of its recorded
+# schedule's replay likewise. When a shard has no good copy left (its node and
+# the one keeping its copy both lost; the copy damaged) the run resumes from
+# --checkpoint-dir, said once, with why.
 # timeout: 900
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
@@ -31,7 +33,7 @@ EL="--nnodes 2:3"
 three_up() {
     _id=$1
     shift
-    node 0 a $C $EL --rdzv_id "$_id" --rdzv_conf "$MN_HB$HOST0" $W "$@"
+    node 0 a $C $EL $LA --rdzv_id "$_id" --rdzv_conf "$MN_HB$HOST0" $W "$@"
     node 1 b $C $EL --rdzv_id "$_id" --rdzv_conf "$MN_HB$OTHER" $W "$@"
     node 2 c $C $EL --rdzv_id "$_id" --rdzv_conf "$MN_HB$OTHER" $W "$@"
     ok wait_for 90 out_has a "^step 30/"
@@ -44,35 +46,43 @@ lose_c() {
     { nodes_wait c; } 2>/dev/null # (the shell would say "Killed")
 }
 
-# ---- plain DDP: resumed from a survivor's memory ----
-three_up loss --steps 100
+# ---- plain DDP: a worker killed, then a node lost; the replay of its recorded schedule ----
+LA="--log_dir $T/la"
+three_up loss --steps 150
+kill -KILL "$(pgrep -P "$(agent_pid b)" -x train | head -n 1)"
+ok wait_for 60 out_has a "resumed from memory" # the worker killed: all three from memory
+ok wait_for 90 out_has a "^step (6[0-9]|[7-9][0-9])/"
+LA=
 lose_c
-check_exits "a node lost: the two hosts left finish" "0 0" a b
+check_exits "a worker killed, then a node lost: the two hosts left finish" "0 0" a b
 log="$(cat "$T/a.out" "$T/a.err")"
 like "$log" "re-forming the group" "the group re-formed without the lost node"
 like "$log" "train: 2 processes" "at world size 2"
-like "$log" "train: resumed from memory: rank [0-2]'s snapshot at world size 3 \(step [3-9][0-9], epoch 1\)" \
-    "from memory: a survivor's copy, said once with its source and step"
-is "$(grep -c "resumed from" "$T/a.out" "$T/a.err" | awk -F: '{ n += $2 } END { print n }')" 1 "once"
+like "$log" "train: resumed from memory: rank [0-2]'s snapshot at world size 3 \(step ([6-9][0-9]|1[0-4][0-9]), epoch 1\)" \
+    "after the node loss, from memory: a survivor's copy, said with its source and step"
+is "$(grep -c "resumed from" "$T/a.out" "$T/a.err" | awk -F: '{ n += $2 } END { print n }')" 2 "once a failure"
 like "$log" "warning: resharding a checkpoint of 3 processes: world size 3 -> 2" "resharded as a checkpoint is"
 unlike "$log" "warning: (no snapshot|not resuming)" "no fallback from memory"
-S=$(sed -n "s/.*resumed from memory: .* (step \([0-9]*\), epoch.*/\1/p" "$T/a.out" | tail -n 1)
 lost=$(hash_of "$T/a.out")
 ok test -n "$lost"
-
-# the replay of its schedule: 3 hosts for S steps (its last checkpoint), then 2 from there
-R="--nnodes 3 --rdzv_id replay1"
-node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W --steps "$S" --checkpoint-dir "$T/rp"
-node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W --steps "$S" --checkpoint-dir "$T/rp"
-node 2 c $C $R --rdzv_conf "$MN_HB$OTHER" $W --steps "$S" --checkpoint-dir "$T/rp"
-check_exits "the replay: 3 hosts up to step $S" "0 0 0" a b c
-ck=$(ls "$T"/rp/ckpt-*.mgc | tail -n 1)
-like "$ck" "ckpt-0*$S.mgc" "its checkpoint of step $S"
-R="--nnodes 2 --rdzv_id replay2"
-node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W --steps 100 --resume "$ck"
-node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W --steps 100 --resume "$ck"
-check_exits "then 2 hosts from it" "0 0" a b
-is "$(hash_of "$T/a.out")" "$lost" "the run that lost a node ends with the replay's weights, bit for bit"
+# the membership schedule node a's event log recorded: 3 hosts, 3 again from memory, 2 from a survivor's copy
+sched=$("$MGLAUNCH" logs "$T/la" --run loss --schedule)
+like "$sched" "^attempt 0: world size 3 \(3 nodes; here node 0, ranks 0-0\), steps 0-[1-9][0-9]*, from the start" \
+    "the schedule: the first attempt at world size 3"
+like "$sched" "
+attempt [0-9]+: world size 3 \(3 nodes; .*\), steps [1-9][0-9]*-[1-9][0-9]*, from memory \((each rank its own snapshot|rank [0-2]'s snapshot at world size 3)\)
+" "then 3 again from memory after the worker's kill"
+like "$sched" "
+attempt [0-9]+: world size 2 \(2 nodes; here node 0, ranks 0-0\), steps [1-9][0-9]*-end, from memory \(rank [0-2]'s snapshot at world size 3\)$" \
+    "then 2 to the end from a survivor's copy"
+is "$(printf '%s\n' "$sched" | grep -c '^attempt')" 3 "three segments"
+# its replay on this machine: each segment at its world size (one TCP ring, as over hosts)
+"$TOP/scripts/replay.sh" "$T/la" loss "$T/rp" $W --steps 150 >"$T/replay.out" 2>&1
+rc=$?
+is "$rc" 0 "scripts/replay.sh replays the recorded schedule"
+[ "$rc" = 0 ] || diag "$(cat "$T/replay.out")"
+is "$(sed -n 's/^replay: param hash //p' "$T/replay.out")" "$lost" \
+    "the run that survived a worker kill and a node loss ends with its replay's weights, bit for bit"
 
 # ---- a spare takes the lost node's place: healed from a survivor's memory ----
 R="--nnodes 3 --rdzv_id ref3"
@@ -94,7 +104,9 @@ is "$(hash_of "$T/a.out")" "$ref" "the run ends with the weights of one that nev
 
 # ---- ZeRO-1: the lost node's shard from the copy the next node keeps ----
 Z="--zero 1 --optimizer adamw --lr 0.001"
+LA="--log_dir $T/lz"
 three_up zloss --steps 80 $Z --checkpoint-dir "$T/zk" --checkpoint-every 10
+LA=
 last=$(sed -n 's/^step \([0-9]*\)\/.*/\1/p' "$T/a.out" | tail -n 1) # the last step logged
 lose_c
 check_exits "ZeRO-1, a node lost: the two hosts left finish" "0 0" a b
@@ -109,17 +121,17 @@ DESC="at most one step redone (the last logged before the loss: $last, resumed a
     ok test "$((last - S))" -le 1
 lost=$(hash_of "$T/a.out")
 ok test -n "$lost"
-R="--nnodes 3 --rdzv_id zreplay1"
-node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W $Z --steps "$S" --checkpoint-dir "$T/zrp"
-node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W $Z --steps "$S" --checkpoint-dir "$T/zrp"
-node 2 c $C $R --rdzv_conf "$MN_HB$OTHER" $W $Z --steps "$S" --checkpoint-dir "$T/zrp"
-check_exits "the replay: 3 hosts up to step $S" "0 0 0" a b c
-ck=$(ls "$T"/zrp/ckpt-*.mgc | tail -n 1)
-R="--nnodes 2 --rdzv_id zreplay2"
-node 0 a $C $R --rdzv_conf "$MN_HB$HOST0" $W $Z --steps 80 --resume "$ck"
-node 1 b $C $R --rdzv_conf "$MN_HB$OTHER" $W $Z --steps 80 --resume "$ck"
-check_exits "then 2 hosts from it" "0 0" a b
-is "$(hash_of "$T/a.out")" "$lost" "ZeRO-1: the run that lost a node ends with the replay's weights, bit for bit"
+sched=$("$MGLAUNCH" logs "$T/lz" --run zloss --schedule)
+like "$sched" "
+attempt [0-9]+: world size 2 \(2 nodes; here node 0, ranks 0-0\), steps $S-end, from memory \(the ZeRO-1 shards of world size 3, gathered\)$" \
+    "the schedule: then 2 from the shards gathered"
+"$TOP/scripts/replay.sh" "$T/lz" zloss "$T/zrp" $W $Z --steps 80 --checkpoint-dir "$T/zk" \
+    --checkpoint-every 10 >"$T/zreplay.out" 2>&1
+rc=$?
+is "$rc" 0 "scripts/replay.sh replays it"
+[ "$rc" = 0 ] || diag "$(cat "$T/zreplay.out")"
+is "$(sed -n 's/^replay: param hash //p' "$T/zreplay.out")" "$lost" \
+    "ZeRO-1: the run that lost a node ends with its replay's weights, bit for bit"
 
 # ---- ZeRO-1: the copy damaged: the disk, said once, with why ----
 three_up zbad --steps 80 $Z --checkpoint-dir "$T/zb" --checkpoint-every 10

@@ -45,6 +45,7 @@ static void write_all(struct mg_rundir *rd)
         .world_size = 16,
         .group_rank = 1,
         .group_world_size = 2,
+        .first_rank = 8,
         .master_addr = "10.0.0.7",
         .master_port = 29500,
         .dir = "/logs/job-1/attempt_4",
@@ -72,8 +73,29 @@ static void write_all(struct mg_rundir *rd)
     struct mg_ev_signal sg = {.signal = "SIGTERM"};
     struct mg_ev_signal sg_fwd = {.signal = "SIGUSR1", .forwarded_only = 1};
     struct mg_ev_kill k = {.attempt = 4, .workers = 7, .reason = "grace period over"};
-    struct mg_ev_attempt_end ae = {
-        .attempt = 4, .result = "failed", .failed = 1, .stopped = 7, .duration_ms = 12400};
+    struct mg_ev_attempt_end ae = {.attempt = 4,
+                                   .result = "failed",
+                                   .failed = 1,
+                                   .stopped = 7,
+                                   .duration_ms = 12400,
+                                   .step = 41};
+    struct mg_ev_resume rs_mem = {.attempt = 4,
+                                  .rank = 8,
+                                  .world_size = 16,
+                                  .from = "memory",
+                                  .source = "rank",
+                                  .step = 33,
+                                  .epoch = 2,
+                                  .source_rank = 3,
+                                  .source_world_size = 24};
+    struct mg_ev_resume rs_disk = {.attempt = 4,
+                                   .rank = 8,
+                                   .world_size = 16,
+                                   .from = "disk",
+                                   .step = 30,
+                                   .epoch = 1,
+                                   .source_rank = -1,
+                                   .checkpoint = ODD};
     struct mg_ev_restart r = {
         .restart_count = 3, .max_restarts = 5, .backoff_ms = 200, .reason = "worker failed"};
     struct mg_ev_run_end re = {
@@ -116,6 +138,8 @@ static void write_all(struct mg_rundir *rd)
     mg_event_signal(rd, &sg);
     mg_event_signal(rd, &sg_fwd);
     mg_event_kill(rd, &k);
+    mg_event_resume(rd, &rs_mem);
+    mg_event_resume(rd, &rs_disk);
     mg_event_attempt_end(rd, &ae);
     mg_event_restart(rd, &r);
     mg_event_run_end(rd, &re);
@@ -170,6 +194,7 @@ static void read_all(struct mg_event_reader *r)
         is_int(x->world_size, 16, "  world_size");
         is_int(x->group_rank, 1, "  group_rank");
         is_int(x->group_world_size, 2, "  group_world_size");
+        is_int(x->first_rank, 8, "  first_rank");
         is_str(x->master_addr, "10.0.0.7", "  master_addr");
         is_int(x->master_port, 29500, "  master_port");
         is_str(x->dir, "/logs/job-1/attempt_4", "  dir");
@@ -223,6 +248,28 @@ static void read_all(struct mg_event_reader *r)
         is_int(ev.u.kill.workers, 7, "  workers");
         is_str(ev.u.kill.reason, "grace period over", "  reason");
     }
+    if (next(r, &ev, MG_EV_RESUME, "resume", ", from memory")) {
+        const struct mg_ev_resume *x = &ev.u.resume;
+        is_int(x->attempt, 4, "  attempt");
+        is_int(x->rank, 8, "  rank");
+        is_int(x->world_size, 16, "  world_size");
+        is_str(x->from, "memory", "  from");
+        is_int(x->step, 33, "  step");
+        is_int(x->epoch, 2, "  epoch");
+        is_str(x->source, "rank", "  source");
+        is_int(x->source_rank, 3, "  source_rank");
+        is_int(x->source_world_size, 24, "  source_world_size");
+        ok(!x->checkpoint, "  no checkpoint");
+    }
+    if (next(r, &ev, MG_EV_RESUME, "resume", ", from disk")) {
+        const struct mg_ev_resume *x = &ev.u.resume;
+        is_str(x->from, "disk", "  from");
+        is_int(x->step, 30, "  step");
+        ok(!x->source, "  source absent");
+        is_int(x->source_rank, -1, "  source_rank absent: -1");
+        is_int(x->source_world_size, 0, "  source_world_size absent: 0");
+        is_str(x->checkpoint, ODD, "  checkpoint, escaped and back");
+    }
     if (next(r, &ev, MG_EV_ATTEMPT_END, "attempt_end", "")) {
         const struct mg_ev_attempt_end *x = &ev.u.attempt_end;
         is_int(x->attempt, 4, "  attempt");
@@ -230,6 +277,7 @@ static void read_all(struct mg_event_reader *r)
         is_int(x->failed, 1, "  failed");
         is_int(x->stopped, 7, "  stopped");
         is_int(x->duration_ms, 12400, "  duration_ms");
+        is_int(x->step, 41, "  step");
     }
     if (next(r, &ev, MG_EV_RESTART, "restart", "")) {
         const struct mg_ev_restart *x = &ev.u.restart;
