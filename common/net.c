@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -353,4 +354,22 @@ int mg_resolve_numeric(const char *host, char *buf, size_t len)
     rc = sockaddr_text(&ss, pick->ai_addrlen, buf, len);
     freeaddrinfo(res);
     return rc;
+}
+
+int mg_nofile_raise(unsigned long need, unsigned long *soft, unsigned long *hard)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return -errno;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    if (soft)
+        *soft = rl.rlim_cur == RLIM_INFINITY ? ULONG_MAX : (unsigned long)rl.rlim_cur;
+    if (hard)
+        *hard = rl.rlim_max == RLIM_INFINITY ? ULONG_MAX : (unsigned long)rl.rlim_max;
+    return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need ? 0 : -EMFILE;
 }

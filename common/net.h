@@ -53,6 +53,13 @@ int mg_sock_local_addr(int fd, char *buf, size_t len);
 /* The local port of a bound socket, or -errno. */
 int mg_sock_local_port(int fd);
 
+/* Open files: raises the soft RLIMIT_NOFILE to at least need when the hard
+ * limit allows (a server of thousands of connections needs one each; the
+ * soft limit is often 1024 under a hard one of 512 Ki). 0 when the soft limit
+ * is now at least need; -EMFILE when the hard limit is lower (the soft one is
+ * then raised to it). *soft and *hard (either may be NULL) tell the limits
+ * as they are afterwards. */
+int mg_nofile_raise(unsigned long need, unsigned long *soft, unsigned long *hard);
 /* Resolves host to its first numeric address (IPv4 preferred). */
 int mg_resolve_numeric(const char *host, char *buf, size_t len);
 

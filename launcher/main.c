@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,12 +147,7 @@ static void self_dir(char *buf, size_t cap)
 /* Each worker needs three descriptors; raise the soft limit when needed. */
 static void raise_fd_limit(int nproc)
 {
-    struct rlimit rl;
-    rlim_t need = (rlim_t)nproc * 4 + 64;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
-        rl.rlim_cur = rl.rlim_max < need ? rl.rlim_max : need;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    mg_nofile_raise((unsigned long)nproc * 4 + 64, NULL, NULL);
 }
 
 /* What one `mglaunch PROGRAM` invocation holds until it exits. */

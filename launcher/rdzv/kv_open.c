@@ -216,13 +216,40 @@ static void host_limits(int max_nodes, struct mg_store_server_opts *so)
         value = MG_KV_MAX_VALUE;
     frame = 2 * value + 4096;
     so->max_value_bytes = value;
-    so->max_clients = n > 2000 ? 4096 : (int)(2 * n + 32);
+    so->max_clients = (int)(2 * n + 32);
     so->max_store_bytes = (256u << 10) + n * (16u << 10) + 4 * value;
     if (so->max_store_bytes > (1u << 30))
         so->max_store_bytes = 1u << 30;
     /* Each connection holds a 4 KiB input buffer; a few frames may be in flight. */
     so->max_buffer_bytes = (size_t)so->max_clients * 8192 + 4 * frame;
     so->max_waiters = so->max_clients * 8;
+}
+
+/* Open files the agent needs besides the store's connections: its own, its
+ * workers' pipes and log files. */
+#define FD_HEADROOM 256
+
+/* The store takes a descriptor per connection: the soft open-file limit is
+ * raised to what max_clients needs; past the hard limit, one warning says
+ * which limit, what it needs and how to raise it (an agent past the limit
+ * would otherwise only wait to connect, its store unable to accept it). */
+static void host_nofile(const struct mg_kv_open_opts *s, int max_clients)
+{
+    unsigned long soft = 0, hard = 0, need = (unsigned long)max_clients + FD_HEADROOM;
+    char msg[640];
+    if (s->max_nodes <= 0 || mg_nofile_raise(need, &soft, &hard) != -EMFILE || !s->progress)
+        return;
+    snprintf(msg, sizeof(msg),
+             "warning: the rendezvous store takes up to %d connections (2 per node of --nnodes "
+             "%d, and spares), an open file each, %lu in all with this agent's own, but this "
+             "process may open only %lu (RLIMIT_NOFILE, hard limit %lu): the store can then serve "
+             "about %lu nodes, and the others wait to connect. Raise it before mglaunch starts: "
+             "`ulimit -n %lu` in its "
+             "shell, LimitNOFILE=%lu in its systemd unit, or the container's nofile ulimit "
+             "(docs/rendezvous.md, Beyond 1,000 nodes)",
+             max_clients, s->max_nodes, need, soft, hard,
+             (soft - (soft / 2 < FD_HEADROOM ? soft / 2 : FD_HEADROOM)) / 2, need, need);
+    s->progress(s->progress_ctx, msg);
 }
 
 /* Hosts the store on this agent: served from the caller's poll loop
@@ -247,6 +274,7 @@ static int host_store(const struct mg_kv_open_opts *s, const struct mg_hostport 
                                       .foreign = s->foreign,
                                       .foreign_ctx = s->foreign_ctx};
     host_limits(s->max_nodes, &so);
+    host_nofile(s, so.max_clients);
     rc = mg_store_server_start(&h->srv, &so);
     if (rc < 0) {
         snprintf(err, errlen, "cannot host the rendezvous store on %s port %d: %s",
