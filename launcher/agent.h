@@ -18,8 +18,9 @@
  * (docs/rendezvous.md, "The agent's loop"). The rendezvous store the agent
  * may host is one of the loop's pollers: there is no other thread.
  *
- * agent.c holds the rounds and this API, workers.c the worker processes,
- * relay.c their output (agent_internal.h), events.c the event log it writes. */
+ * agent.c holds the rounds and this API, agent_setup.c its creation and
+ * release, workers_spawn.c and workers.c the worker processes, relay.c their
+ * output (agent_internal.h), events.c the event log it writes. */
 #ifndef MG_AGENT_H
 #define MG_AGENT_H
 

@@ -1,9 +1,10 @@
 /* What the parts of the agent share, and nobody else: struct mg_agent with
  * its workers and their output streams. agent.c runs the rounds (the state
- * machine, restarts, results, the backend API, the life cycle); workers.c
- * runs the processes of an attempt (setup, spawn, reap, stop, exit
- * bookkeeping); relay.c routes their output to the log files and the
- * console, and the keyboard to a worker on a pseudo-terminal. */
+ * machine, restarts, results, the backend API), agent_setup.c creates and
+ * releases the agent; workers_spawn.c prepares and spawns the processes of an
+ * attempt, workers.c reaps and stops them and keeps their exits; relay.c
+ * routes their output to the log files and the console, and the keyboard to
+ * a worker on a pseudo-terminal. */
 #ifndef MG_AGENT_INTERNAL_H
 #define MG_AGENT_INTERNAL_H
 

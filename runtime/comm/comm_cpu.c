@@ -16,7 +16,7 @@
  * its host: the bits are the same on every rank and fixed for a given layout.
  *
  * Registered memory (mem_alloc) comes from the shared memory segment when the
- * job is on one host, so allreduces on it are zero-copy (comm_shm.c); in the
+ * job is on one host, so allreduces on it are zero-copy (comm_shm_coll.c); in the
  * other layouts, and with MG_COMM_ZEROCOPY=0, it is ordinary memory. */
 #include "comm.h"
 #include "comm_internal.h"

@@ -1,6 +1,6 @@
 /* Fuzz harness: the event log as `mglaunch logs` reads it
- * (launcher/events.c's reader, launcher/logs_cmd.c, the root-cause renderer
- * in launcher/summary.c): the input is a run's events.jsonl, and the command
+ * (launcher/events.c's reader, launcher/logs_read.c and logs_cmd.c, the
+ * root-cause renderer in launcher/summary.c): the input is a run's events.jsonl, and the command
  * lists the run, every attempt and the error summary. A launcher killed
  * mid-write, a disk that filled up or a hand edit can leave anything there. */
 #include "fuzz.h"
