@@ -11,6 +11,8 @@
 # the time from the kill to the end of the survivor's first step. Sides:
 #   - mg, snapshots in memory (the default): the survivor's copy, resharded;
 #   - mg, disk only (--snapshot-every 0): the last checkpoint (none yet);
+#   - the same two with --zero 1: the lost node's optimizer shard from the
+#     copy the survivor keeps, gathered and resharded; and the disk only;
 #   - torchrun + PyTorch (tests/bench/startup_ref.py, Debian's torch 1.13,
 #     c10d rendezvous, a checkpoint per epoch likewise).
 # Targets: at most 1 step redone and under 2 s from the kill to the next step
@@ -44,18 +46,6 @@ export OMP_NUM_THREADS=1
 fail=0
 ARGS="--model cnn --batch-size 64 --log-every 1 --test-samples 100 --profile-startup"
 
-ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.1f\n", (b - a) * 1000; else print "" }'; }
-# wait_steps SECS CMD N: until CMD (a count) prints N or more
-wait_steps() {
-    _w=$(($1 * 50))
-    while [ $_w -gt 0 ]; do
-        [ "$(eval "$2" 2>/dev/null || echo 0)" -ge "$3" ] 2>/dev/null && return 0
-        sleep 0.02
-        _w=$((_w - 1))
-    done
-    return 1
-}
-loss_step() { awk -v s="$$$1" 'BEGIN { srand(s); printf "%d", 60 + rand() * 80 }'; }
 # the largest N of "PATTERN N" in the files
 last_of() {
     _p=$1
@@ -79,23 +69,19 @@ mg_loss() {
     lb=$!
     SPAWNED="$SPAWNED $la $lb"
     _logs="$_d/la/*/attempt_0/0/stdout.log $_d/lb/*/attempt_0/0/stdout.log"
-    _at=$(loss_step "$_rep")
+    _at=$(rand_step "$_rep")
     _v=""
     if wait_steps 180 "cat $_logs | grep -c '^step '" "$_at"; then
         _ns=$(grep -c 'startup: rank 0' "$_d/a.out")
-        "$HELPERS/stampexec" "$T/tk" kill -KILL "$lb" $(pgrep -P "$lb" -x train)
-        if wait_steps 60 "grep -c 'startup: rank 0' $_d/a.out" $((_ns + 1)); then
-            _t=$(sed -n 's/.*startup: rank 0: .*first step done at \([0-9.]*\),.*/\1/p' "$_d/a.out" |
-                sed -n "$((_ns + 1))p")
-            _v=$(ms_between "$(cat "$T/tk")" "$_t")
-        fi
+        _v=$(kill_and_time mg_done_at "$_d/a.out" $((_ns + 1)) 60 \
+            kill -KILL "$lb" $(pgrep -P "$lb" -x train))
     fi
     kill -TERM "$la" 2>/dev/null
     reap
     [ -n "$_v" ] || { diag "$_side run $_rep failed:"; tail -n 5 "$_d/a.out" >&2; return 1; }
     _last=$(last_of '^step \([0-9]*\)\/.*' $_logs)
     _from=$(sed -n 's/.*resumed from .*step \([0-9]*\)[,)].*/\1/p' "$_d/a.out" | head -n 1)
-    if [ "$_side" = memory ] && ! grep -q "resumed from memory" "$_d/a.out"; then
+    if [ "${_side#z}" = memory ] && ! grep -q "resumed from memory" "$_d/a.out"; then
         diag "memory run $_rep did not resume from memory:"
         grep "warning\|resumed" "$_d/a.out" >&2
         return 1
@@ -119,7 +105,7 @@ tr_loss() { # REP: prints "redone ms"
         eval "t$_h=\$!"
         SPAWNED="$SPAWNED $!"
     done
-    _at=$(loss_step "$1")
+    _at=$(rand_step "$1")
     _v=""
     if wait_steps 180 "cat $_d/a.out $_d/b.out | grep -c '\"step\"'" "$_at"; then
         _ns=$(grep -c first_step_done "$_d/a.out")
@@ -127,8 +113,7 @@ tr_loss() { # REP: prints "redone ms"
         sleep 0.3 # the killed group's last lines
         _last=$(last_of '.*"step": \([0-9]*\).*' "$_d/a.out" "$_d/b.out")
         if wait_steps 180 "grep -c first_step_done $_d/a.out" $((_ns + 1)); then
-            _t=$(sed -n 's/.*"first_step_done": \([0-9.]*\),.*/\1/p' "$_d/a.out" | sed -n "$((_ns + 1))p")
-            _v=$(ms_between "$(cat "$T/tk")" "$_t")
+            _v=$(ms_between "$(cat "$T/tk")" "$(tr_done_at "$_d/a.out" $((_ns + 1)))")
             _from=$(grep '"first_step_done"' "$_d/a.out" | sed -n "$((_ns + 1))p" |
                 sed -n 's/.*"resumed_step": \([0-9]*\).*/\1/p')
         fi
@@ -142,22 +127,11 @@ tr_loss() { # REP: prints "redone ms"
         d = l - f; if (d < 0) d = 0; printf "%d %s\n", d, v }'
 }
 
-# series NAME FUNC COUNT [ARGS]: FUNC REP ARGS, COUNT times, into $T/NAME
-series() {
-    _n=$1
-    _f=$2
-    _c=$3
-    shift 3
-    : >"$T/$_n"
-    _i=0
-    while [ "$_i" -lt "$_c" ]; do
-        _rep=$_i
-        $_f "$@" "$_i" >>"$T/$_n" || fail=1
-        _i=$((_i + 1))
-    done
-}
 mg_mem() { mg_loss memory "$1"; }
 mg_disk() { mg_loss disk "$1" --snapshot-every 0; }
+# ZeRO-1: each node keeps a copy of the other's optimizer shards
+mg_zmem() { mg_loss zmemory "$1" --zero 1; }
+mg_zdisk() { mg_loss zdisk "$1" --zero 1 --snapshot-every 0; }
 
 {
 versions_line
@@ -168,6 +142,8 @@ echo "   per epoch (469 steps); $LOSSES losses a side, medians"
 } | tee "$OUT/nodeloss.txt"
 series mem mg_mem "$LOSSES"
 series disk mg_disk "$LOSSES"
+series zmem mg_zmem "$LOSSES"
+series zdisk mg_zdisk "$LOSSES"
 [ $use_torch = 1 ] && series torch tr_loss "$LOSSES"
 row() { # LABEL FILE
     [ -s "$2" ] || { printf '   %-30s %s\n' "$1" "-"; return; }
@@ -180,9 +156,11 @@ row() { # LABEL FILE
 printf '   %-30s %8s %15s\n' "" "redone" "kill->1st step"
 row "mg, snapshots in memory" "$T/mem"
 row "mg, disk only" "$T/disk"
+row "mg --zero 1, memory + copies" "$T/zmem"
+row "mg --zero 1, disk only" "$T/zdisk"
 [ $use_torch = 1 ] && row "torchrun + PyTorch" "$T/torch"
 [ $use_torch = 1 ] || echo "   (PyTorch or torchrun not installed, or --mg-only: mg only)"
-[ -s "$T/mem" ] && awk -v r="$(cut -d' ' -f1 "$T/mem" | sort -n | tail -n 1)" -v m="$(cut -d' ' -f2 "$T/mem" | sort -n | tail -n 1)" 'BEGIN {
+[ -s "$T/mem" ] && awk -v r="$(cut -d' ' -f1 "$T/mem" "$T/zmem" | sort -n | tail -n 1)" -v m="$(cut -d' ' -f2 "$T/mem" "$T/zmem" | sort -n | tail -n 1)" 'BEGIN {
     printf "   targets: at most 1 step redone (worst: %s, %s), kill to next step under 2 s (worst: %.0f ms, %s)\n",
         r, (r <= 1 ? "met" : "MISSED"), m, (m < 2000 ? "met" : "MISSED") }'
 } | tee -a "$OUT/nodeloss.txt"

@@ -24,13 +24,17 @@
 #    steps) is listed too: it is what the noise of a shared machine touches
 #    least. Target: every-step snapshots under 3% for the CNN; auto under 3%
 #    for both.
+# 3. The same for ZeRO-1 over two nodes, where each snapshot's optimizer
+#    shard is also copied to the other node: the CNN (200 steps) with AdamW,
+#    two agents on loopback (c10d, --nnodes 2, 1 process each), --zero 1,
+#    --snapshot-every 0, 1 and auto, alternating, medians.
 #
 # Checks its own results: every recovery must resume (from memory for the
 # first side), every healthy run on a model must end with the same parameter
 # hash (snapshots never change the training).
 #
-#   tests/bench/snapshot.sh [--repeat N] [--kills N] [--mg-only]
-#   (defaults: 5 healthy runs a side, 3 kills a side)
+#   tests/bench/snapshot.sh [--repeat N] [--kills N] [--mg-only] [--parts "1 2 3"]
+#   (defaults: 5 healthy runs a side, 3 kills a side, every part)
 . "$(dirname "$0")/../lib/bench.sh"
 need "$MGLAUNCH" "$TRAIN"
 DATA=/usr/share/datasets/fashion-mnist
@@ -38,13 +42,15 @@ DATA=/usr/share/datasets/fashion-mnist
     { diag "Fashion-MNIST missing (apt-get install dataset-fashion-mnist)"; exit 2; }
 REPS=5
 KILLS=3
+PARTS="1 2 3"
 MG_ONLY=0
 while [ $# -gt 0 ]; do
     case $1 in
     --repeat) REPS=${2:-}; shift ;;
     --kills) KILLS=${2:-}; shift ;;
+    --parts) PARTS=${2:-}; shift ;;
     --mg-only) MG_ONLY=1 ;;
-    *) echo "usage: snapshot.sh [--repeat N] [--kills N] [--mg-only]" >&2; exit 2 ;;
+    *) echo "usage: snapshot.sh [--repeat N] [--kills N] [--mg-only] [--parts LIST]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -54,21 +60,6 @@ use_torch=0
 export OMP_NUM_THREADS=1
 fail=0
 ARGS="--model cnn --batch-size 64 --log-every 1 --test-samples 100 --profile-startup"
-
-ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.1f\n", (b - a) * 1000; else print "" }'; }
-mg_done_at() { sed -n 's/.*startup: rank 0: .*first step done at \([0-9.]*\),.*/\1/p' "$1" | sed -n "${2}p"; }
-tr_done_at() { sed -n 's/.*"first_step_done": \([0-9.]*\),.*/\1/p' "$1" | sed -n "${2}p"; }
-# wait_steps SECS CMD N: until CMD (a step count) prints N or more
-wait_steps() {
-    _w=$(($1 * 50))
-    while [ $_w -gt 0 ]; do
-        [ "$(eval "$2" 2>/dev/null || echo 0)" -ge "$3" ] 2>/dev/null && return 0
-        sleep 0.02
-        _w=$((_w - 1))
-    done
-    return 1
-}
-kill_step() { awk -v s="$$$1" 'BEGIN { srand(s); printf "%d", 60 + rand() * 80 }'; }
 
 # mg_kill SIDE REP [ARGS]: prints "redone ms step_s"
 mg_kill() {
@@ -80,14 +71,11 @@ mg_kill() {
         $ARGS --checkpoint-dir "$_d/ck" "$@" >"$_d.out" 2>&1 &
     lp=$!
     SPAWNED="$SPAWNED $lp"
-    _at=$(kill_step "$_rep")
+    _at=$(rand_step "$_rep")
     _v=""
     if wait_steps 120 "grep -c '^step ' $_d/logs/*/attempt_0/0/stdout.log" "$_at"; then
         w=$(pgrep -P "$lp" -x train | shuf -n 1)
-        "$HELPERS/stampexec" "$T/tk" kill -KILL "$w"
-        if wait_steps 60 "grep -c 'startup: rank 0' $_d.out" 2; then
-            _v=$(ms_between "$(cat "$T/tk")" "$(mg_done_at "$_d.out" 2)")
-        fi
+        _v=$(kill_and_time mg_done_at "$_d.out" 2 60 kill -KILL "$w")
     fi
     kill -TERM "$lp" 2>/dev/null
     reap
@@ -113,7 +101,7 @@ tr_kill() { # REP: prints "redone ms step_s"
         --checkpoint-every 469 --print-steps >"$_d.out" 2>&1 &
     tp=$!
     SPAWNED="$SPAWNED $tp"
-    _at=$(kill_step "$1")
+    _at=$(rand_step "$1")
     _v=""
     _t0=""
     if wait_steps 180 "grep -c '\"step\"' $_d.out" "$_at"; then
@@ -138,28 +126,19 @@ tr_kill() { # REP: prints "redone ms step_s"
         d = l - f; if (d < 0) d = 0; printf "%d %s %.4f\n", d, v, (l > 1 ? (b - a) / (l - 1) : 0) }'
 }
 
-# series NAME FUNC COUNT [ARGS]: FUNC REP ARGS, COUNT times, into $T/NAME
-series() {
-    _n=$1
-    _f=$2
-    _c=$3
-    shift 3
-    : >"$T/$_n"
-    _i=0
-    while [ "$_i" -lt "$_c" ]; do
-        $_f "$@" "$_i" >>"$T/$_n" || fail=1
-        _i=$((_i + 1))
-    done
-}
 mg_mem() { mg_kill memory "$1"; }
 mg_disk() { mg_kill disk "$1" --snapshot-every 0; }
 
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 {
 versions_line
 machine_line
+} | tee "$OUT/snapshot.txt"
+if part 1; then
+{
 echo "1. a worker SIGKILLed at a random step in 60..140: CNN, Fashion-MNIST, 2 processes x batch 64,"
 echo "   1 thread each, a checkpoint per epoch (469 steps); $KILLS kills a side, medians"
-} | tee "$OUT/snapshot.txt"
+} | tee -a "$OUT/snapshot.txt"
 "$MGLAUNCH" --nproc_per_node 2 "$TRAIN" --steps 1 $ARGS >"$T/warm.out" 2>&1 ||
     { diag "warm-up run failed"; tail -n 5 "$T/warm.out" >&2; exit 1; }
 series mem mg_mem "$KILLS"
@@ -184,6 +163,7 @@ awk -v r="$(cut -d' ' -f1 "$T/mem" | sort -n | tail -n 1)" -v m="$(cut -d' ' -f2
         r, (r <= 1 ? "met" : "MISSED"), (m < 500 ? "met" : "MISSED") }'
 echo
 } | tee -a "$OUT/snapshot.txt"
+fi
 
 # ---- 2. the cost on a healthy run ----
 # hrun MODEL STEPS EVERY K: "samples/s hash share%"
@@ -197,39 +177,72 @@ hrun() {
     _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o")
     echo "$_r ${_p:-0}"
 }
-echo "2. a healthy run: 2 processes under mglaunch, $REPS runs a side, alternating; medians" |
-    tee -a "$OUT/snapshot.txt"
-for spec in "cnn 200" "mlp 2000"; do
-    set -- $spec
-    for e in 0 1 auto; do : >"$T/c.$1.$e"; done
+# hzrun MODEL STEPS EVERY K: the same over two agents on loopback with --zero 1
+hzrun() {
+    _o=$T/hz.$1.$3.$4
+    _ep="127.0.0.1:$(free_port)"
+    _rz="--rdzv_backend c10d --rdzv_endpoint $_ep --rdzv_id hz$$$4$3 --nnodes 2 --nproc_per_node 1"
+    for _h in a b; do
+        _host=1
+        [ $_h = a ] || _host=0
+        "$MGLAUNCH" $_rz --rdzv_conf is_host=$_host "$TRAIN" --model "$1" --steps "$2" \
+            --batch-size 64 --log-every 100000 --test-samples 100 --zero 1 --optimizer adamw \
+            --lr 0.001 --snapshot-every "$3" >"$_o.$_h" 2>&1 &
+        SPAWNED="$SPAWNED $!"
+    done
+    reap || { diag "healthy ZeRO-1 run $1 $3 $4 failed: $(tail -n 3 "$_o.a" "$_o.b")"; return 1; }
+    _r=$(sed -n 's/.*done: .*(\([0-9]*\) samples\/s), wall time [0-9.]* s; param hash \([0-9a-f]*\).*/\1 \2/p' "$_o.a" "$_o.b")
+    [ -n "$_r" ] || { diag "no summary line in $_o.a"; return 1; }
+    _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o.a" "$_o.b")
+    echo "$_r ${_p:-0}"
+}
+# cost_table NAME STEPS FUNC: part 2's runs and table for one model
+cost_table() {
+    _cn=$1
+    _cs=$2
+    _cf=$3
+    for e in 0 1 auto; do : >"$T/c.$_cn.$e"; done
     k=0
     while [ $k -lt "$REPS" ]; do
-        for e in 0 1 auto; do hrun "$1" "$2" "$e" "$k" >>"$T/c.$1.$e" || fail=1; done
+        for e in 0 1 auto; do $_cf "${_cn%%.*}" "$_cs" "$e" "$k" >>"$T/c.$_cn.$e" || fail=1; done
         k=$((k + 1))
     done
-    if [ "$(cut -d' ' -f2 "$T/c.$1.0" "$T/c.$1.1" "$T/c.$1.auto" | sort -u | wc -l)" -ne 1 ]; then
-        diag "$1: the runs ended with different weights"
+    if [ "$(cut -d' ' -f2 "$T/c.$_cn.0" "$T/c.$_cn.1" "$T/c.$_cn.auto" | sort -u | wc -l)" -ne 1 ]; then
+        diag "$_cn: the runs ended with different weights"
         fail=1
     fi
-    off=$(cut -d' ' -f1 "$T/c.$1.0" | median)
+    off=$(cut -d' ' -f1 "$T/c.$_cn.0" | median)
     {
-    echo "   $1, $2 steps:"
+    echo "   $_cn, $_cs steps:"
     printf '     %-26s %10s %10s %22s\n' "--snapshot-every" "samples/s" "vs off" "copies (train's own)"
     for e in 0 1 auto; do
-        v=$(cut -d' ' -f1 "$T/c.$1.$e" | median)
-        p=$(cut -d' ' -f3 "$T/c.$1.$e" | median)
+        v=$(cut -d' ' -f1 "$T/c.$_cn.$e" | median)
+        p=$(cut -d' ' -f3 "$T/c.$_cn.$e" | median)
         awk -v e="$e" -v v="$v" -v o="$off" -v p="$p" 'BEGIN {
             printf "     %-26s %10d %9.2f%% %21s\n", e, v, (o - v) / o * 100,
                 (e == "0" ? "-" : sprintf("%.1f%% of step time", p)) }'
     done
-    odd=$(awk 'NR % 2 == 1 { print $1 }' "$T/c.$1.0" | median)
-    even=$(awk 'NR % 2 == 0 { print $1 }' "$T/c.$1.0" | median)
+    odd=$(awk 'NR % 2 == 1 { print $1 }' "$T/c.$_cn.0" | median)
+    even=$(awk 'NR % 2 == 0 { print $1 }' "$T/c.$_cn.0" | median)
     [ -n "$even" ] && awk -v a="$odd" -v b="$even" 'BEGIN {
         d = (a - b) / (a > b ? a : b) * 100; if (d < 0) d = -d
         printf "     noise floor: the odd off runs against the even ones, %.2f%% apart\n", d }'
-    grep -h "snapshots in memory every" "$T/h.$1.auto.0" | sed 's/^train: /     auto chose: /'
-    echo "     runs (samples/s): off $(cut -d' ' -f1 "$T/c.$1.0" | tr '\n' ' ')| 1 $(cut -d' ' -f1 "$T/c.$1.1" | tr '\n' ' ')| auto $(cut -d' ' -f1 "$T/c.$1.auto" | tr '\n' ' ')"
+    cat "$T/${_cf%run}.${_cn%%.*}.auto.0"* 2>/dev/null | grep -h "snapshots in memory every" | head -n 1 |
+        sed 's/^train: /     auto chose: /'
+    echo "     runs (samples/s): off $(cut -d' ' -f1 "$T/c.$_cn.0" | tr '\n' ' ')| 1 $(cut -d' ' -f1 "$T/c.$_cn.1" | tr '\n' ' ')| auto $(cut -d' ' -f1 "$T/c.$_cn.auto" | tr '\n' ' ')"
     } | tee -a "$OUT/snapshot.txt"
-done
+}
+if part 2; then
+echo "2. a healthy run: 2 processes under mglaunch, $REPS runs a side, alternating; medians" |
+    tee -a "$OUT/snapshot.txt"
+cost_table cnn 200 hrun
+cost_table mlp 2000 hrun
+fi
+if part 3; then
+echo "3. ZeRO-1 over two nodes (2 agents on loopback x 1 process, AdamW), each snapshot's shard copied" |
+    tee -a "$OUT/snapshot.txt"
+echo "   to the other node; $REPS runs a side, alternating; medians" | tee -a "$OUT/snapshot.txt"
+cost_table cnn.zero1 200 hzrun
+fi
 [ $fail = 0 ] || diag "FAILED (a run did not succeed or did not check out; see above)"
 exit $fail

@@ -45,26 +45,11 @@ export OMP_NUM_THREADS=1
 fail=0
 ARGS="--model cnn --batch-size 64 --log-every 1000000 --test-samples 100 --profile-startup"
 
-ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.1f\n", (b - a) * 1000; else print "" }'; }
-mg_done_at() { # FILE N: rank 0's Nth "first step done at"
-    sed -n 's/.*startup: rank 0: .*first step done at \([0-9.]*\),.*/\1/p' "$1" | sed -n "${2}p"
-}
-tr_done_at() { sed -n 's/.*"first_step_done": \([0-9.]*\),.*/\1/p' "$1" | sed -n "${2}p"; }
 # wait_file SECS DIR REGEX: until DIR holds a file whose name matches REGEX
 wait_file() {
     _w=$(($1 * 50))
     while [ $_w -gt 0 ]; do
         ls "$2" 2>/dev/null | grep -q "$3" && return 0
-        sleep 0.02
-        _w=$((_w - 1))
-    done
-    return 1
-}
-# wait_lines SECS FILE PATTERN N: until FILE has N lines matching PATTERN
-wait_lines() {
-    _w=$(($1 * 50))
-    while [ $_w -gt 0 ]; do
-        [ "$(grep -c "$3" "$2" 2>/dev/null)" -ge "$4" ] && return 0
         sleep 0.02
         _w=$((_w - 1))
     done
@@ -90,10 +75,7 @@ mg_recover() { # REP
     if wait_file 60 "$ck" '\.done$'; then
         rand_sleep "$1"
         w=$(pgrep -P "$lp" -x train | shuf -n 1)
-        "$HELPERS/stampexec" "$T/tk" kill -KILL "$w"
-        if wait_lines 60 "$T/mgr.out" "startup: rank 0" 2; then
-            v=$(ms_between "$(cat "$T/tk")" "$(mg_done_at "$T/mgr.out" 2)")
-        fi
+        v=$(kill_and_time mg_done_at "$T/mgr.out" 2 60 kill -KILL "$w")
     fi
     kill -TERM "$lp" 2>/dev/null
     reap
@@ -128,10 +110,7 @@ tr_recover() { # REP
     if wait_file 120 "$ck" '^ckpt-.*\.pt$'; then
         rand_sleep "$1"
         w=$(pgrep -P "$tp" -f startup_ref.py | shuf -n 1)
-        "$HELPERS/stampexec" "$T/tk" kill -KILL "$w"
-        if wait_lines 120 "$T/trr.out" '"first_step_done"' 2; then
-            v=$(ms_between "$(cat "$T/tk")" "$(tr_done_at "$T/trr.out" 2)")
-        fi
+        v=$(kill_and_time tr_done_at "$T/trr.out" 2 120 kill -KILL "$w")
     fi
     kill -TERM "$tp" 2>/dev/null
     sleep 0.5
@@ -141,16 +120,6 @@ tr_recover() { # REP
         { diag "PyTorch did not resume"; v=""; }
     [ -n "$v" ] || { diag "torchrun recovery run failed:"; tail -n 5 "$T/trr.out" >&2; return 1; }
     echo "$v"
-}
-
-# series NAME FUNC COUNT: runs FUNC COUNT times; the values in $T/NAME
-series() {
-    : >"$T/$1"
-    _i=0
-    while [ "$_i" -lt "$3" ]; do
-        "$2" "$_i" >>"$T/$1" || fail=1
-        _i=$((_i + 1))
-    done
 }
 
 {

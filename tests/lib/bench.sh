@@ -23,6 +23,21 @@
 #   cpu_ghz              the core's clock as it runs (turbo included), measured
 #                        by tests/helpers/blas_info --clock; /proc/cpuinfo's
 #                        nominal "cpu MHz" where that cannot measure
+#
+# What the recovery benchmarks (startup.sh, snapshot.sh, nodeloss.sh) share, the
+# kill-and-measure loop:
+#   series NAME FUNC COUNT [ARGS]  FUNC ARGS REP for REP = 0..COUNT-1 ($_rep too),
+#                        the lines into $T/NAME; a failed one sets fail=1
+#   rand_step REP        a step in 60..140, random per script run and REP
+#   wait_steps SECS CMD N  until CMD (a count, eval'ed) prints N or more; 1 at SECS
+#   kill_and_time DONE FILE N SECS CMD...  runs CMD (the kill) through stampexec,
+#                        waits up to SECS for DONE FILE N (mg_done_at, tr_done_at:
+#                        the Nth first step's time in FILE), prints the ms from the
+#                        kill to it; 1 when it never came
+#   mg_done_at FILE N    the time of rank 0's Nth "first step done at" (train's
+#                        --profile-startup lines); tr_done_at: startup_ref.py's
+#   ms_between A B       milliseconds from time A to B (seconds), "" when one is 0
+#
 #   peak_gflops N [VAR=VALUE]  the hardware's FP32 peak for N cores: N x clock x
 #                        FLOP per cycle of the CPU's best ISA (tests/helpers/
 #                        blas_info, under the setting given); prints "GFLOP/s ISA
@@ -123,4 +138,41 @@ peak_gflops() {
     _ghz=$(cpu_ghz)
     env "$@" "$HELPERS/blas_info" 2>/dev/null | sed -n 3p |
         awk -v n="$_pn" -v ghz="$_ghz" '{ printf "%.1f %s %s %s %s\n", n * ghz * $4, $3, $4, $5, $1 }'
+}
+
+# ---- the kill-and-measure loop of the recovery benchmarks ----
+ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.1f\n", (b - a) * 1000; else print "" }'; }
+mg_done_at() { sed -n 's/.*startup: rank 0: .*first step done at \([0-9.]*\),.*/\1/p' "$1" | sed -n "${2}p"; }
+tr_done_at() { sed -n 's/.*"first_step_done": \([0-9.]*\),.*/\1/p' "$1" | sed -n "${2}p"; }
+wait_steps() {
+    _w=$(($1 * 50))
+    while [ $_w -gt 0 ]; do
+        [ "$(eval "$2" 2>/dev/null || echo 0)" -ge "$3" ] 2>/dev/null && return 0
+        sleep 0.02
+        _w=$((_w - 1))
+    done
+    return 1
+}
+rand_step() { awk -v s="$$$1" 'BEGIN { srand(s); printf "%d", 60 + rand() * 80 }'; }
+kill_and_time() {
+    _kt_done=$1
+    _kt_file=$2
+    _kt_n=$3
+    _kt_secs=$4
+    shift 4
+    "$HELPERS/stampexec" "$T/tk" "$@"
+    wait_steps "$_kt_secs" "[ -n \"\$($_kt_done '$_kt_file' $_kt_n)\" ] && echo 1" 1 || return 1
+    ms_between "$(cat "$T/tk")" "$($_kt_done "$_kt_file" "$_kt_n")"
+}
+series() {
+    _sn=$1
+    _sf=$2
+    _sc=$3
+    shift 3
+    : >"$T/$_sn"
+    _rep=0
+    while [ "$_rep" -lt "$_sc" ]; do
+        $_sf "$@" "$_rep" >>"$T/$_sn" || fail=1
+        _rep=$((_rep + 1))
+    done
 }
