@@ -18,7 +18,10 @@
 # benchmark fails when one does not. Run it under `flock /work/locks/heavy`.
 # Knobs: MG_SCALE_NS ("128 1024 4096 10000"), MG_SCALE_STORES ("own hosted"),
 # MG_SCALE_TORCH_MAX (10000), MG_SCALE_STEADY_MS (3000), MG_SCALE_TIMEOUT (240 s
-# per run), MG_SCALE_CONF (--rdzv_conf for every node, "").
+# per run), MG_SCALE_CONF (--rdzv_conf for every node, ""), MG_SCALE_ARRIVE_MS
+# (0: every node begins its join at once; W: node i at i/N of a window of W ms,
+# as the nodes of a large job arrive over time; "form ms" is counted from the
+# last node's join either way).
 . "$(dirname "$0")/../lib/bench.sh"
 SW=$HELPERS/rdzv_swarm
 NS=${MG_SCALE_NS:-"128 1024 4096 10000"}
@@ -27,6 +30,7 @@ TORCH_MAX=${MG_SCALE_TORCH_MAX:-10000}
 STEADY=${MG_SCALE_STEADY_MS:-3000}
 TMO=${MG_SCALE_TIMEOUT:-240}
 CONF=${MG_SCALE_CONF:-}
+ARRIVE=${MG_SCALE_ARRIVE_MS:-0}
 need "$SW" "$HELPERS/storesrv" "$HELPERS/freeport"
 fail=0
 
@@ -60,14 +64,14 @@ swarm() {
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --endpoint "127.0.0.1:$(cat "$T/port")" --server-pid "$spid" \
             --stats-file "$T/stats" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
-            --timeout-s "$TMO" >"$out" 2>"$out.err"
+            --arrive-ms "$ARRIVE" --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
         kill "$spid" 2>/dev/null
         wait "$spid" 2>/dev/null
     else
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --hosted "$(free_port)" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
-            --timeout-s "$TMO" >"$out" 2>"$out.err"
+            --arrive-ms "$ARRIVE" --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
     fi
     if [ $rc != 0 ] || ! grep -q '^check=ok' "$out"; then
@@ -123,7 +127,8 @@ echo
 echo "rendezvous at scale: simulated nodes (one thread each, real rendezvous client, own socket),"
 echo "1% killed after ${STEADY} ms of heartbeats (default heartbeat_interval 1 s, timeout 5 s)"
 [ -n "$CONF" ] && echo "--rdzv_conf $CONF"
-printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' N store "form ms" "form req" \
+[ "$ARRIVE" != 0 ] && echo "nodes begin their joins over $ARRIVE ms"
+printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' N store "form ms" "req/node" \
     "hb req/s" "hb cpu" "reform ms" "rss MB" "cpu s" "probe ms" "torch ms"
 } | tee "$OUT/scale.txt"
 
@@ -138,7 +143,9 @@ for n in $NS; do
             f=$T/sw.$st.$n
             hwm=$(val "$f" store_hwm_kb)
             printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' "$n" "$st" \
-                "$(val "$f" form_ms)" "$(val "$f" form_requests)" "$(val "$f" hb_requests_per_s)" \
+                "$(val "$f" form_ms)" \
+                "$(awk -v r="$(val "$f" form_requests)" -v n="$n" 'BEGIN { printf "%.1f", r / n }')" \
+                "$(val "$f" hb_requests_per_s)" \
                 "$(val "$f" hb_store_cpu)" "$(val "$f" reform_ms)" \
                 "$(awk -v k="$hwm" 'BEGIN { printf "%.1f", k / 1024 }')" "$(val "$f" store_cpu_s)" \
                 "$(val "$f" probe_max_ms)" "${tr:--}" | tee -a "$OUT/scale.txt"
@@ -150,7 +157,8 @@ for n in $NS; do
 done
 {
 echo
-echo "form ms: last node's join began -> last node knew its rank.  hb: steady-state heartbeat"
+echo "form ms: last node's join began -> last node knew its rank.  req/node: the store's requests"
+echo "while forming, per node (the closer's reads of every join included).  hb: steady-state heartbeat"
 echo "requests/s and the store's CPU share (1.0 = one core).  reform ms: deaths -> last survivor"
 echo "in the new round.  rss: the store process's peak (hosted: the agent hosting it).  probe:"
 echo "worst GET latency of an extra client.  torch: TCPStore, same join-and-read-roster work."
