@@ -5,10 +5,16 @@
 #   - own:    mg's store server as its own process (storesrv, its poll loop);
 #   - hosted: the c10d store that the agent on the endpoint host serves from its
 #             loop (node 0 of the swarm, in a process of its own);
-#   - torch:  Debian's torch.distributed.TCPStore (1.13) driven from Python
-#             threads with the same work: N clients add themselves to a count,
-#             the last one writes the roster, every client waits for it and
-#             reads it (no heartbeats: TCPStore has none).
+#   - torch:  Debian's torch 1.13 (tests/bench/scale_torch.py), two columns:
+#             "torch rdzv", its real rendezvous, what `torchrun --rdzv_backend
+#             c10d` runs (DynamicRendezvousHandler over C10dRendezvousBackend
+#             and a TCPStore, N nodes as threads across processes of 256, each
+#             with its own TCPStore client), timed from the last node's
+#             next_rendezvous() call to the last one returning; and "torch kv",
+#             a floor rather than what torchrun does: N TCPStore clients add
+#             themselves to a count, the last writes the roster, all wait for
+#             it and read it. Each is bounded by MG_SCALE_TORCH_TIMEOUT and
+#             says "timeout" when it did not finish.
 # Per N: time from the last join to every node knowing its rank; the store's
 # requests, CPU and peak RSS; the heartbeat load at steady state (requests/s and
 # the store's CPU share); the time for the survivors to re-form after 1% of the
@@ -17,16 +23,18 @@
 # Every run checks its result (distinct ranks, one round, one master), and the
 # benchmark fails when one does not. Run it under `flock /work/locks/heavy`.
 # Knobs: MG_SCALE_NS ("128 1024 4096 10000"), MG_SCALE_STORES ("own hosted"),
-# MG_SCALE_TORCH_MAX (10000), MG_SCALE_STEADY_MS (3000), MG_SCALE_TIMEOUT (240 s
-# per run), MG_SCALE_CONF (--rdzv_conf for every node, ""), MG_SCALE_ARRIVE_MS
-# (0: every node begins its join at once; W: node i at i/N of a window of W ms,
-# as the nodes of a large job arrive over time; "form ms" is counted from the
-# last node's join either way).
+# MG_SCALE_TORCH_MAX (10000), MG_SCALE_TORCH_TIMEOUT (120 s per N and column),
+# MG_SCALE_STEADY_MS (3000), MG_SCALE_TIMEOUT (240 s per run), MG_SCALE_CONF
+# (--rdzv_conf for every node, ""), MG_SCALE_ARRIVE_MS (0: every node begins
+# its join at once; W: node i at i/N of a window of W ms, as the nodes of a
+# large job arrive over time; "form ms" is counted from the last node's join
+# either way).
 . "$(dirname "$0")/../lib/bench.sh"
 SW=$HELPERS/rdzv_swarm
 NS=${MG_SCALE_NS:-"128 1024 4096 10000"}
 STORES=${MG_SCALE_STORES:-"own hosted"}
 TORCH_MAX=${MG_SCALE_TORCH_MAX:-10000}
+TORCH_TMO=${MG_SCALE_TORCH_TIMEOUT:-120}
 STEADY=${MG_SCALE_STEADY_MS:-3000}
 TMO=${MG_SCALE_TIMEOUT:-240}
 CONF=${MG_SCALE_CONF:-}
@@ -80,44 +88,16 @@ swarm() {
     fi
 }
 
-# torch's TCPStore: "torch N form_ms" lines, or "torch N fail WHY".
-torch_runs() {
-    $PY - "$@" <<'PYEOF'
-import datetime, sys, threading, time
-import torch.distributed as dist
-TO = datetime.timedelta(seconds=int(sys.argv[1]))
-for n in map(int, sys.argv[2:]):
-    try:
-        master = dist.TCPStore("127.0.0.1", 0, None, True, TO, wait_for_workers=False)
-        cls = [dist.TCPStore("127.0.0.1", master.port, None, False, TO) for _ in range(n)]
-        joined, ranks, errs = [0.0] * n, [None] * n, []
-        bar = threading.Barrier(n)
-        def agent(i):
-            try:
-                c = cls[i]
-                bar.wait()
-                joined[i] = time.perf_counter()
-                c.set("j/%d" % i, "id=n%05d addr=127.0.0.1 port=%d nproc=1" % (i, 30000 + i))
-                if c.add("n", 1) == n:
-                    c.set("close", "\n".join("n%05d" % k for k in range(n)))
-                c.wait(["close"])
-                roster = c.get("close").decode().split("\n")
-                ranks[i] = (roster.index("n%05d" % i), time.perf_counter())
-            except Exception as e:
-                errs.append(str(e))
-        ths = [threading.Thread(target=agent, args=(i,)) for i in range(n)]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        if errs or sorted(r[0] for r in ranks if r) != list(range(n)):
-            print("torch %d fail %s" % (n, (errs or ["ranks wrong"])[0].replace(" ", "_")[:80]), flush=True)
-            continue
-        print("torch %d %.1f" % (n, (max(r[1] for r in ranks) - max(joined)) * 1000), flush=True)
-        del cls, master
-    except Exception as e:
-        print("torch %d fail %s" % (n, str(e).replace(" ", "_")[:80]), flush=True)
-PYEOF
+# torch MODE N: the form time in ms, "timeout" or "fail" (why on stderr).
+torch_run() {
+    r=$(timeout $((TORCH_TMO + 30)) $PY "$(dirname "$0")/scale_torch.py" "$1" "$2" "$TORCH_TMO" \
+        2>>"$T/torch.err")
+    case $r in
+    "torch $1 $2 fail timeout"*) echo "timeout" ;;
+    "torch $1 $2 fail"*) diag "torch $1, $2 nodes: $r" && echo fail ;;
+    "torch $1 $2 "*) echo "${r##* }" ;;
+    *) diag "torch $1, $2 nodes: no result" && echo fail ;;
+    esac
 }
 
 {
@@ -128,27 +108,27 @@ echo "rendezvous at scale: simulated nodes (one thread each, real rendezvous cli
 echo "1% killed after ${STEADY} ms of heartbeats (default heartbeat_interval 1 s, timeout 5 s)"
 [ -n "$CONF" ] && echo "--rdzv_conf $CONF"
 [ "$ARRIVE" != 0 ] && echo "nodes begin their joins over $ARRIVE ms"
-printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' N store "form ms" "req/node" \
-    "hb req/s" "hb cpu" "reform ms" "rss MB" "cpu s" "probe ms" "torch ms"
+printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %11s %9s\n' N store "form ms" "req/node" \
+    "hb req/s" "hb cpu" "reform ms" "rss MB" "cpu s" "probe ms" "torch rdzv" "torch kv"
 } | tee "$OUT/scale.txt"
 
 for n in $NS; do
-    tr=""
+    tr="" tk=""
     if have_torch && [ "$n" -le "$TORCH_MAX" ]; then
-        tr=$(torch_runs "$TMO" "$n" 2>"$T/torch.err" | awk '{ print $3 }')
-        [ -z "$tr" ] && tr="fail"
+        tr=$(torch_run rdzv "$n")
+        tk=$(torch_run kv "$n")
     fi
     for st in $STORES; do
         if swarm "$st" "$n"; then
             f=$T/sw.$st.$n
             hwm=$(val "$f" store_hwm_kb)
-            printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n' "$n" "$st" \
+            printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %11s %9s\n' "$n" "$st" \
                 "$(val "$f" form_ms)" \
                 "$(awk -v r="$(val "$f" form_requests)" -v n="$n" 'BEGIN { printf "%.1f", r / n }')" \
                 "$(val "$f" hb_requests_per_s)" \
                 "$(val "$f" hb_store_cpu)" "$(val "$f" reform_ms)" \
                 "$(awk -v k="$hwm" 'BEGIN { printf "%.1f", k / 1024 }')" "$(val "$f" store_cpu_s)" \
-                "$(val "$f" probe_max_ms)" "${tr:--}" | tee -a "$OUT/scale.txt"
+                "$(val "$f" probe_max_ms)" "${tr:--}" "${tk:--}" | tee -a "$OUT/scale.txt"
         else
             printf '  %-6s %-6s  FAILED (see above)\n' "$n" "$st" | tee -a "$OUT/scale.txt"
             fail=1
@@ -161,6 +141,9 @@ echo "form ms: last node's join began -> last node knew its rank.  req/node: the
 echo "while forming, per node (the closer's reads of every join included).  hb: steady-state heartbeat"
 echo "requests/s and the store's CPU share (1.0 = one core).  reform ms: deaths -> last survivor"
 echo "in the new round.  rss: the store process's peak (hosted: the agent hosting it).  probe:"
-echo "worst GET latency of an extra client.  torch: TCPStore, same join-and-read-roster work."
+echo "worst GET latency of an extra client.  torch rdzv: torch 1.13's c10d rendezvous"
+echo "(DynamicRendezvousHandler, what torchrun runs), last next_rendezvous() call -> last return."
+echo "torch kv: bare TCPStore, add to a count, last writes the roster, all wait and read it."
+echo "timeout: torch did not finish within ${TORCH_TMO} s (MG_SCALE_TORCH_TIMEOUT)."
 } | tee -a "$OUT/scale.txt"
 exit $fail
