@@ -4,7 +4,10 @@
 # over TCP. A worker SIGKILLed on the second host restarts both hosts' workers;
 # each resumes from its own host's memory, and the run ends with the weights of
 # a 2-host run that never stopped. (A whole node lost: snapshot_nodeloss.t.)
-# timeout: 180
+# With --zero 1 over two hosts each rank also keeps two copies of the other
+# host's optimizer shard: they count in MG_SNAPSHOT_MAX_BYTES, and a limit one
+# byte short of the region with them stops the run at its start, saying so.
+# timeout: 240
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
 . "$TOP/tests/lib/mn_lib.sh"
@@ -33,4 +36,27 @@ ok out_has a "2 processes, cpu: .*2 ranks on 2 hosts"
 ok out_has a "train: resumed from memory.*[ (]step [3-9][0-9], epoch"
 unlike "$(cat "$T/a.out" "$T/a.err")" "warning: (no snapshot|not resuming)" "no fallback from memory"
 is "$(hash_of "$T/a.out")" "$ref" "the weights of the run that never stopped, bit for bit"
+
+# ---- ZeRO-1: the peer copies count in the memory limit ----
+Z="--rdzv_backend c10d --rdzv_endpoint $EP --nnodes 2 --nproc_per_node 1 --max_restarts 0"
+# zlim ID LIMIT: both hosts with MG_SNAPSHOT_MAX_BYTES=LIMIT, 5 steps of ZeRO-1
+zlim() {
+    export MG_SNAPSHOT_MAX_BYTES="$2"
+    node 0 a $Z --rdzv_id "$1" --rdzv_conf "$MN_HB$HOST0" $W --zero 1 --optimizer adamw --steps 5
+    node 1 b $Z --rdzv_id "$1" --rdzv_conf "$MN_HB$OTHER" $W --zero 1 --optimizer adamw --steps 5
+    unset MG_SNAPSHOT_MAX_BYTES
+}
+zlim z1 1
+nodes_wait a b
+need=$(sed -n "s/.*two copies of this rank's state and two of its peer's shard take \([0-9]*\) bytes.*/\1/p" \
+    "$T/a.out" "$T/a.err" | head -n 1)
+DESC="a limit too small: refused at the start, naming the peer's copies ($need bytes)" ok test -n "$need"
+zlim z2 $((need - 1))
+nodes_wait a b
+like "$(cat "$T/a.out" "$T/a.err")" "cannot keep snapshots in memory: two copies of this rank's state and two of its peer's shard take $need bytes of memory, more than the $((need - 1)) allowed \(MG_SNAPSHOT_MAX_BYTES\)" \
+    "one byte short of own and peer slots: refused, saying what takes the room"
+is "$RCS" "1 1" "both hosts stop at the start"
+zlim z3 "$need"
+check_exits "exactly the room for own and peer slots: the run goes" "0 0" a b
+unlike "$(cat "$T/a.out" "$T/a.err")" "cannot keep|not keeping|no memory" "with snapshots, nothing to say about them"
 done_testing
