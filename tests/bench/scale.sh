@@ -28,7 +28,10 @@
 # (--rdzv_conf for every node, ""), MG_SCALE_ARRIVE_MS (0: every node begins
 # its join at once; W: node i at i/N of a window of W ms, as the nodes of a
 # large job arrive over time; "form ms" is counted from the last node's join
-# either way).
+# either way), MG_SCALE_NICE (0; N: the simulated nodes' threads run at nice
+# N, the store and the probe client not, as a store on a host of its own
+# would be: on 2 cores, thousands of node threads otherwise starve the store;
+# the table's header says so).
 . "$(dirname "$0")/../lib/bench.sh"
 SW=$HELPERS/rdzv_swarm
 NS=${MG_SCALE_NS:-"128 1024 4096 10000"}
@@ -39,6 +42,7 @@ STEADY=${MG_SCALE_STEADY_MS:-3000}
 TMO=${MG_SCALE_TIMEOUT:-240}
 CONF=${MG_SCALE_CONF:-}
 ARRIVE=${MG_SCALE_ARRIVE_MS:-0}
+NICE=${MG_SCALE_NICE:-0}
 need "$SW" "$HELPERS/storesrv" "$HELPERS/freeport"
 fail=0
 
@@ -72,14 +76,14 @@ swarm() {
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --endpoint "127.0.0.1:$(cat "$T/port")" --server-pid "$spid" \
             --stats-file "$T/stats" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
-            --arrive-ms "$ARRIVE" --timeout-s "$TMO" >"$out" 2>"$out.err"
+            --arrive-ms "$ARRIVE" --nice "$NICE" --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
         kill "$spid" 2>/dev/null
         wait "$spid" 2>/dev/null
     else
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --hosted "$(free_port)" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
-            --arrive-ms "$ARRIVE" --timeout-s "$TMO" >"$out" 2>"$out.err"
+            --arrive-ms "$ARRIVE" --nice "$NICE" --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
     fi
     if [ $rc != 0 ] || ! grep -q '^check=ok' "$out"; then
@@ -108,6 +112,7 @@ echo "rendezvous at scale: simulated nodes (one thread each, real rendezvous cli
 echo "1% killed after ${STEADY} ms of heartbeats (default heartbeat_interval 1 s, timeout 5 s)"
 [ -n "$CONF" ] && echo "--rdzv_conf $CONF"
 [ "$ARRIVE" != 0 ] && echo "nodes begin their joins over $ARRIVE ms"
+[ "$NICE" != 0 ] && echo "node threads at nice $NICE, the store and the probe at 0: a store on its own host, not starved by the nodes"
 printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %11s %9s\n' N store "form ms" "req/node" \
     "hb req/s" "hb cpu" "reform ms" "rss MB" "cpu s" "probe ms" "torch rdzv" "torch kv"
 } | tee "$OUT/scale.txt"

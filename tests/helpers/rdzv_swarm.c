@@ -11,6 +11,7 @@
  *              [--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN]
  *              [--server-pid PID] [--stats-file F] [--timeout-s S]
  *              [--join-twice 0|1] [--leave L] [--flood F] [--arrive-ms MS]
+ *              [--nice N]
  *
  * Phases (shared memory between the processes): every node connects; all
  * join at once (--arrive-ms W: node i begins its join at i/N of a window of
@@ -18,6 +19,10 @@
  * still counted from the last node's join); steady state for --steady-ms (heartbeats only); K nodes
  * die (their connections close, no goodbye, as a SIGKILLed agent's do); the
  * survivors re-form. A probe client does a GET every 10 ms throughout.
+ * --nice N: the node threads run at nice N, the store (storesrv, or node 0's
+ * thread hosting it), the probe and the main thread at the caller's: the
+ * store as on a host of its own, not starved by thousands of node threads
+ * on the same cores (scale.sh says so when it is used).
  * Misbehaving nodes and clients, as docs/rendezvous.md and
  * docs/store-protocol.md say they are handled: --join-twice 1: node 1 joins
  * the open round, then begins its join again before the round closes (a
@@ -108,6 +113,7 @@ struct shared {
 static struct shared *sh;
 static struct mg_rdzv_conf conf;
 static const char *endpoint, *run_id = "swarm";
+static int node_nice;
 static int hosted_port, nnodes, nkill, join_twice, nleave, nflood, arrive_ms;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -336,6 +342,8 @@ static void *node_main(void *arg)
     else
         snprintf(ep, sizeof(ep), "%s", endpoint);
     c.is_host = hosted_port && nd->idx == 0;
+    if (node_nice && !c.is_host)
+        setpriority(PRIO_PROCESS, (id_t)gettid(), node_nice); /* this thread only */
     struct mg_kv_open_opts s = {
         .backend = MG_RDZV_C10D,
         .endpoint = ep,
@@ -755,7 +763,7 @@ static void usage(void)
     fprintf(stderr, "usage: rdzv_swarm --nodes N [--procs P] (--endpoint H:P | --hosted PORT) "
                     "[--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN] [--server-pid PID] "
                     "[--stats-file F] [--timeout-s S] [--join-twice 1] [--leave L] [--flood F] "
-                    "[--arrive-ms MS]\n");
+                    "[--arrive-ms MS] [--nice N]\n");
     exit(2);
 }
 
@@ -846,6 +854,8 @@ int main(int argc, char **argv)
             nflood = atoi(v);
         else if (!strcmp(a, "--arrive-ms"))
             arrive_ms = atoi(v);
+        else if (!strcmp(a, "--nice"))
+            node_nice = atoi(v);
         else
             usage();
     }
