@@ -67,6 +67,9 @@ struct mg_kv_ops {
                     int64_t *revs);
     int (*set_many)(struct mg_kv *kv, const char *const *keys, const char *const *vals,
                     const size_t *lens, int n);
+    /* Optional (NULL: list them): how many keys start with prefix, without
+     * their names: O(1) bytes where a listing of thousands is O(nodes). */
+    int (*count)(struct mg_kv *kv, const char *prefix, int *n);
     /* Optional (NULL: wait, then get): as wait, and on a change the key's
      * value too (*val NULL when it does not exist). park_ms (at least
      * timeout_ms) is how long the backend may keep the wait open on its

@@ -101,6 +101,19 @@ static int llist(struct mg_kv *kv, const char *prefix, int max, int want_values,
     return mg_kv_entries_from_keys(kv, keys, n, want_values, out, count);
 }
 
+static int lcount(struct mg_kv *kv, const char *prefix, int *n)
+{
+    struct kv_hosted *l = (struct kv_hosted *)kv;
+    char **keys = NULL;
+    int got = 0;
+    int rc = mg_store_server_local_list(l->srv, prefix, 0, &keys, &got); /* the total only */
+    mg_store_free_list(keys, got);
+    if (rc < 0)
+        return fail(l, "list", rc);
+    *n = rc;
+    return 0;
+}
+
 /* Never blocks, whatever timeout_ms says: the caller's loop serves the
  * store, and calls again when it changed. */
 static int lwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms)
@@ -138,6 +151,7 @@ static const struct mg_kv_ops hosted_ops = {
     .del = ldel,
     .list = llist,
     .wait = lwait,
+    .count = lcount,
     .keepalive = lkeepalive,
     .release = lrelease,
 };

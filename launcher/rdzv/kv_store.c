@@ -155,6 +155,19 @@ static int kwait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeo
     }
 }
 
+static int kcount(struct mg_kv *kv, const char *prefix, int *n)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    char **keys = NULL;
+    int got = 0;
+    int rc = mg_store_list(client(s), prefix, 0, &keys, &got); /* max 0: the total only */
+    mg_store_free_list(keys, got);
+    if (rc < 0)
+        return fail(s, "list", rc);
+    *n = rc;
+    return 0;
+}
+
 static int kget_many(struct mg_kv *kv, const char *const *keys, int n, char **vals, size_t *lens,
                      int64_t *revs)
 {
@@ -266,6 +279,7 @@ static const struct mg_kv_ops store_ops = {
     .get_many = kget_many,
     .set_many = kset_many,
     .watch = kwatch,
+    .count = kcount,
     .keepalive = kkeepalive,
     .release = krelease,
 };

@@ -261,6 +261,14 @@ static int c_set_many(struct mg_kv *kv, const char *const *keys, const char *con
     return rc;
 }
 
+static int c_count(struct mg_kv *kv, const char *prefix, int *n)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->count(kv, prefix, n);
+    count(OP_LIST, t0);
+    return rc;
+}
+
 static int c_keepalive(struct mg_kv *kv)
 {
     int64_t t0 = now_us();
@@ -291,6 +299,7 @@ static void count_requests(struct mg_kv *kv)
         c.watch = real_ops->watch ? c_watch : NULL;
         c.get_many = real_ops->get_many ? c_get_many : NULL;
         c.set_many = real_ops->set_many ? c_set_many : NULL;
+        c.count = real_ops->count ? c_count : NULL;
     }
     if (kv->ops == real_ops)
         kv->ops = &c;
