@@ -166,12 +166,23 @@ int snapshot_open(struct run *r)
     if (sharded && local > 0 && world > local && world % local == 0 && r->snap_shard)
         r->snap_peer_src = (r->dist.rank - local + world) % world;
     uint64_t peer_cap = r->snap_peer_src >= 0 ? r->snap_shard : 0;
-    rc = mg_snap_open(&r->snap, (int)fd, bytes, peer_cap, limit, err);
-    if (rc == 0 && r->snap_peer_src >= 0 &&
-        !(r->snap_all = malloc((size_t)r->snap_shard * (size_t)world)))
+    /* the exchange's room (every rank's shard) is host memory too: counted, and
+     * touched now, so that a limit is met at the start and not by an OOM later */
+    uint64_t exch = peer_cap * (uint64_t)world, need = mg_snap_region_bytes(bytes, peer_cap) + exch;
+    if (exch && limit && need > limit)
+        rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
+                       "two copies of this rank's state, two of its peer's shard and room to "
+                       "exchange every rank's shard take %" PRIu64
+                       " bytes of memory, more than the %" PRIu64 " allowed",
+                       need, limit);
+    else
+        rc = mg_snap_open(&r->snap, (int)fd, bytes, peer_cap, limit, err);
+    if (rc == 0 && exch && !(r->snap_all = malloc((size_t)exch)))
         rc = mg_seterr(err, MG_ERRMSG_LEN, -ENOMEM,
                        "out of memory for the exchange of the shards' copies (%" PRIu64 " bytes)",
-                       r->snap_shard * (uint64_t)world);
+                       exch);
+    if (rc == 0 && exch)
+        memset(r->snap_all, 0, (size_t)exch);
     if (rc == -MG_ETOOBIG && !o->snapshot_set && !lim) {
         /* not asked for: a large model trains as it did before snapshots, told why */
         snprintf(r->snap_off, sizeof(r->snap_off), "%.300s, half the available memory", err);
