@@ -265,6 +265,8 @@ int mg_store_get_many(struct mg_store *st, const char *const *keys, int n, void 
                       size_t *lens, int64_t *revs);
 int mg_store_set_many(struct mg_store *st, const char *const *keys, const void *const *vals,
                       const size_t *lens, int n, int flags);
+/* Deletes n keys so (a key that does not exist is no error). */
+int mg_store_delete_many(struct mg_store *st, const char *const *keys, int n);
 
 /* A watch parked on the server across calls: _begin sends it (the server
  * answers when key's revision exceeds since_rev or at timeout_ms), _end waits

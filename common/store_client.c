@@ -844,6 +844,24 @@ int mg_store_set_many(struct mg_store *st, const char *const *keys, const void *
     return rc;
 }
 
+static int enc_del(void *ctx, int i, struct mg_sp_req *q)
+{
+    struct many *m = ctx;
+    q->op = MG_SP_DELETE;
+    return key_arg(m->st, m->keys[i], q) ? -EINVAL : 0;
+}
+
+int mg_store_delete_many(struct mg_store *st, const char *const *keys, int n)
+{
+    int rc = 0;
+    for (int done = 0; done < n && !rc; done += PIPE_MAX) {
+        int k = n - done < PIPE_MAX ? n - done : PIPE_MAX;
+        struct many m = {.st = st, .keys = keys + done};
+        rc = call_many(st, k, enc_del, was_set, &m);
+    }
+    return rc;
+}
+
 /* ---- a watch parked across calls ------------------------------------------------------ */
 
 int mg_store_watch_begin(struct mg_store *st, const char *key, int64_t since_rev, int timeout_ms)

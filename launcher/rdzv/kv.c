@@ -56,6 +56,18 @@ int mg_kv_set_many(struct mg_kv *kv, const char *const *keys, const char *const 
     return 0;
 }
 
+int mg_kv_del_many(struct mg_kv *kv, const char *const *keys, int n)
+{
+    if (kv->ops->del_many)
+        return kv->ops->del_many(kv, keys, n);
+    for (int i = 0; i < n; i++) {
+        int rc = kv->ops->del(kv, keys[i]);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int mg_kv_entries_from_keys(struct mg_kv *kv, char **keys, int n, int want_values,
                             struct mg_kv_entry **out, int *count)
 {

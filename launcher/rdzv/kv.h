@@ -67,6 +67,7 @@ struct mg_kv_ops {
                     int64_t *revs);
     int (*set_many)(struct mg_kv *kv, const char *const *keys, const char *const *vals,
                     const size_t *lens, int n);
+    int (*del_many)(struct mg_kv *kv, const char *const *keys, int n);
     /* Optional (NULL: list them): how many keys start with prefix, without
      * their names: O(1) bytes where a listing of thousands is O(nodes). */
     int (*count)(struct mg_kv *kv, const char *prefix, int *n);
@@ -102,12 +103,13 @@ void mg_kv_free_list(struct mg_kv_entry *e, int n);
 /* The end of a backend's list: entries for n listed keys (taking the malloc'd
  * keys array and its strings), with each value read through kv's get when
  * want_values; a key deleted since the listing is left out. */
-/* n gets or sets, through the backend's get_many / set_many where it has
- * them. */
+/* n gets, sets or deletes, through the backend's get_many / set_many /
+ * del_many where it has them. */
 int mg_kv_get_many(struct mg_kv *kv, const char *const *keys, int n, char **vals, size_t *lens,
                    int64_t *revs);
 int mg_kv_set_many(struct mg_kv *kv, const char *const *keys, const char *const *vals,
                    const size_t *lens, int n);
+int mg_kv_del_many(struct mg_kv *kv, const char *const *keys, int n);
 int mg_kv_entries_from_keys(struct mg_kv *kv, char **keys, int n, int want_values,
                             struct mg_kv_entry **out, int *count);
 

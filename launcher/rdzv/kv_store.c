@@ -184,6 +184,13 @@ static int kset_many(struct mg_kv *kv, const char *const *keys, const char *cons
     return rc < 0 ? fail(s, "set", rc) : 0;
 }
 
+static int kdel_many(struct mg_kv *kv, const char *const *keys, int n)
+{
+    struct kv_store *s = (struct kv_store *)kv;
+    int rc = mg_store_delete_many(client(s), keys, n);
+    return rc < 0 ? fail(s, "delete", rc) : 0;
+}
+
 /* A wait that returns the value, and leaves its request parked on the
  * server (until park_ms from when it was sent) for the next call to take up
  * when this one's timeout_ms ends first. */
@@ -278,6 +285,7 @@ static const struct mg_kv_ops store_ops = {
     .wait = kwait,
     .get_many = kget_many,
     .set_many = kset_many,
+    .del_many = kdel_many,
     .watch = kwatch,
     .count = kcount,
     .keepalive = kkeepalive,

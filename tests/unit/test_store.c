@@ -1122,6 +1122,12 @@ static void pipelined_and_parked(struct mg_store_server *srv, int port)
     ok(got[N - 1] == NULL, "get_many: the absent key's value is NULL");
     for (int i = 0; i < N; i++)
         free(got[i]);
+    is_int(mg_store_delete_many(st, keys, N), 0, "delete_many: 150 keys, one absent");
+    is_int(mg_store_get_many(st, keys, N, got, glens, NULL), 0, "get_many after it");
+    right = 1;
+    for (int i = 0; i < N; i++)
+        right &= got[i] == NULL;
+    ok(right, "every key is gone");
     is_int(mg_store_ping(st), 0, "the connection is usable after them");
 
     /* a parked watch: not there yet, still parked, then woken by a set */
