@@ -261,6 +261,14 @@ static int c_set_many(struct mg_kv *kv, const char *const *keys, const char *con
     return rc;
 }
 
+static int c_del_many(struct mg_kv *kv, const char *const *keys, int n)
+{
+    int64_t t0 = now_us();
+    int rc = real_ops->del_many(kv, keys, n);
+    count_n(OP_DEL, t0, n);
+    return rc;
+}
+
 static int c_count(struct mg_kv *kv, const char *prefix, int *n)
 {
     int64_t t0 = now_us();
@@ -300,6 +308,7 @@ static void count_requests(struct mg_kv *kv)
         c.get_many = real_ops->get_many ? c_get_many : NULL;
         c.set_many = real_ops->set_many ? c_set_many : NULL;
         c.count = real_ops->count ? c_count : NULL;
+        c.del_many = real_ops->del_many ? c_del_many : NULL;
     }
     if (kv->ops == real_ops)
         kv->ops = &c;
@@ -496,6 +505,13 @@ static void *node_main(void *arg)
             await_phase(atomic_load(&sh->phase) + 1, t);
         }
         enum mg_rdzv_event ev = mg_rdzv_tick(nd->rdzv);
+        if (ev == MG_RDZV_RESTART && res->victim && atomic_load(&sh->phase) >= P_KILL) {
+            /* A victim whose thread ran late (the others' deaths moved the
+             * round before it got to its own): it dies now, rather than join
+             * the new round and die in it. */
+            res->dead = 1;
+            goto out;
+        }
         if (ev == MG_RDZV_RESTART) {
             rc = join(nd, &w);
             if (rc < 0) {
