@@ -858,13 +858,19 @@ static int round_iter(struct mg_rdzv *r, struct mg_rdzv_world *w, int max_block)
          * ago: thousands of nodes waiting for the last ones to join would
          * otherwise read both and the record again every slice (about 20
          * requests a second each). A change of the state (a failure, the
-         * job ended) is seen within QUIET_MS. Small rounds, where that load
-         * does not matter, read in every pass as before. */
+         * job ended) is seen within a heartbeat interval (at least
+         * QUIET_MS). Small rounds, where that load does not matter, read in
+         * every pass as before. */
         st = r->jst;
         c = r->jcount;
         goto decide;
     }
-    rc = read_close(r, round, &h, &m);
+    /* The close record: not in a large round with a backend whose wait
+     * returns it (the wait at the end of this pass answers at once when it
+     * exists), one request a node and heartbeat fewer. */
+    rc = max_block > 0 && r->jcount >= QUIET_MIN_NODES && r->kv->ops->watch
+             ? 0
+             : read_close(r, round, &h, &m);
     if (rc < 0)
         return rc;
     if (rc == 1) {
