@@ -537,6 +537,10 @@ int mg_ckpt_parse_payload(unsigned char *raw, uint64_t len, const char *what,
     memset(out, 0, sizeof(*out));
     out->raw = raw;
     out->info.raw_bytes = len;
+    /* a payload in memory has no header to say its version: it is this build's,
+     * every field of the current version written (without it, the position of
+     * a pass that began mid-epoch, after a reshard, read as 0) */
+    out->info.version = MG_CKPT_VERSION;
     int rc = parse_sections(out, len, what, err);
     if (rc < 0)
         mg_ckpt_file_release(out);

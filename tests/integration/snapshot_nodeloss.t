@@ -5,10 +5,11 @@
 # third agent SIGKILLed with its worker mid-run. The two left re-form at world
 # size 2 and resume from memory: one survivor's copy of the newest step, sent
 # to the other and resharded as a checkpoint of another world size is (plain
-# DDP: every rank holds the whole model and optimizer state). The schedule
-# the first agent's event log records (mglaunch logs --schedule: 3 hosts, 3
-# again, then 2), replayed on this machine by scripts/replay.sh, ends with the
-# run's bits. A spare that takes the lost node's place is healed the same way
+# DDP: every rank holds the whole model and optimizer state); then a worker
+# is killed again, its snapshot one of the resharded pass that began
+# mid-epoch. The schedule the first agent's event log records (mglaunch logs
+# --schedule: 3 hosts, 3 again, 2, 2 again), replayed on this machine by
+# scripts/replay.sh, ends with the run's bits. A spare that takes the lost node's place is healed the same way
 # (world size 3 throughout): the run ends with the bits of one that never
 # stopped. With ZeRO-1 each node keeps a copy of the previous node's optimizer
 # shards: the lost node's shard is taken from its copy, the whole state
@@ -46,26 +47,31 @@ lose_c() {
     { nodes_wait c; } 2>/dev/null # (the shell would say "Killed")
 }
 
-# ---- plain DDP: a worker killed, then a node lost; the replay of its recorded schedule ----
+# ---- plain DDP: a worker killed, a node lost, a worker killed; the replay of the schedule ----
 LA="--log_dir $T/la"
-three_up loss --steps 150
+three_up loss --steps 200
 kill -KILL "$(pgrep -P "$(agent_pid b)" -x train | head -n 1)"
 ok wait_for 60 out_has a "resumed from memory" # the worker killed: all three from memory
 ok wait_for 90 out_has a "^step (6[0-9]|[7-9][0-9])/"
 LA=
 lose_c
-check_exits "a worker killed, then a node lost: the two hosts left finish" "0 0" a b
+ok wait_for 60 out_has a "resumed from memory: rank" # the two left, from a survivor's copy
+# a snapshot of the pass that began mid-epoch (resharded) must keep its place in the epoch
+ok wait_for 90 out_has a "^step 1[2-9][0-9]/"
+kill -KILL "$(pgrep -P "$(agent_pid b)" -x train | head -n 1)"
+check_exits "a worker killed, a node lost, a worker killed: the two hosts left finish" "0 0" a b
 log="$(cat "$T/a.out" "$T/a.err")"
 like "$log" "re-forming the group" "the group re-formed without the lost node"
 like "$log" "train: 2 processes" "at world size 2"
 like "$log" "train: resumed from memory: rank [0-2]'s snapshot at world size 3 \(step ([6-9][0-9]|1[0-4][0-9]), epoch 1\)" \
     "after the node loss, from memory: a survivor's copy, said with its source and step"
-is "$(grep -c "resumed from" "$T/a.out" "$T/a.err" | awk -F: '{ n += $2 } END { print n }')" 2 "once a failure"
+is "$(grep -c "resumed from" "$T/a.out" "$T/a.err" | awk -F: '{ n += $2 } END { print n }')" 3 "once a failure"
 like "$log" "warning: resharding a checkpoint of 3 processes: world size 3 -> 2" "resharded as a checkpoint is"
 unlike "$log" "warning: (no snapshot|not resuming)" "no fallback from memory"
 lost=$(hash_of "$T/a.out")
 ok test -n "$lost"
-# the membership schedule node a's event log recorded: 3 hosts, 3 again from memory, 2 from a survivor's copy
+# the membership schedule node a's event log recorded: 3 hosts, 3 again from memory, 2 from a
+# survivor's copy, 2 again from memory
 sched=$("$MGLAUNCH" logs "$T/la" --run loss --schedule)
 like "$sched" "^attempt 0: world size 3 \(3 nodes; here node 0, ranks 0-0\), steps 0-[1-9][0-9]*, from the start" \
     "the schedule: the first attempt at world size 3"
@@ -73,16 +79,17 @@ like "$sched" "
 attempt [0-9]+: world size 3 \(3 nodes; .*\), steps [1-9][0-9]*-[1-9][0-9]*, from memory \((each rank its own snapshot|rank [0-2]'s snapshot at world size 3)\)
 " "then 3 again from memory after the worker's kill"
 like "$sched" "
-attempt [0-9]+: world size 2 \(2 nodes; here node 0, ranks 0-0\), steps [1-9][0-9]*-end, from memory \(rank [0-2]'s snapshot at world size 3\)$" \
-    "then 2 to the end from a survivor's copy"
-is "$(printf '%s\n' "$sched" | grep -c '^attempt')" 3 "three segments"
+attempt [0-9]+: world size 2 \(2 nodes; here node 0, ranks 0-0\), steps [1-9][0-9]*-[1-9][0-9]*, from memory \(rank [0-2]'s snapshot at world size 3\)
+attempt [0-9]+: world size 2 \(2 nodes; .*\), steps [1-9][0-9]*-end, from memory \((each rank its own snapshot|rank [01]'s snapshot at world size 2)\)$" \
+    "then 2 from a survivor's copy, and 2 again to the end"
+is "$(printf '%s\n' "$sched" | grep -c '^attempt')" 4 "four segments"
 # its replay on this machine: each segment at its world size (one TCP ring, as over hosts)
-"$TOP/scripts/replay.sh" "$T/la" loss "$T/rp" $W --steps 150 >"$T/replay.out" 2>&1
+"$TOP/scripts/replay.sh" "$T/la" loss "$T/rp" $W --steps 200 >"$T/replay.out" 2>&1
 rc=$?
 is "$rc" 0 "scripts/replay.sh replays the recorded schedule"
 [ "$rc" = 0 ] || diag "$(cat "$T/replay.out")"
 is "$(sed -n 's/^replay: param hash //p' "$T/replay.out")" "$lost" \
-    "the run that survived a worker kill and a node loss ends with its replay's weights, bit for bit"
+    "the run that survived two worker kills and a node loss ends with its replay's weights, bit for bit"
 
 # ---- a spare takes the lost node's place: healed from a survivor's memory ----
 R="--nnodes 3 --rdzv_id ref3"
