@@ -6,7 +6,8 @@
 #                   (builds only mglaunch and train)
 #   make bench      benchmarks against torchrun / PyTorch DDP / memcpy (tests/bench/)
 #   make fuzz       libFuzzer over every parser of outside input (clang; FUZZ_SECONDS=60 each)
-#   make soak       workers killed at random during training (SOAK_FAULTS=100); checks the outcome
+#   make soak       workers killed at random during training (SOAK_FAULTS=100), then
+#                   worker kills and node losses of a 3-node job (SOAK_NODE_FAULTS=20); checks the outcome
 #   make install    PREFIX=/usr/local (DESTDIR=, COMPLETIONDIR=): programs, man pages, bash completions
 #   make clean
 #
@@ -429,11 +430,14 @@ fuzz:
 fuzz-bins: $(FUZZ_BIN)
 
 # The fault-injection soak (scripts/soak.sh): SOAK_FAULTS random SIGKILL,
-# SIGSEGV and SIGTERM of training workers under mglaunch with restarts.
+# SIGSEGV and SIGTERM of training workers under mglaunch with restarts, then
+# SOAK_NODE_FAULTS worker kills and node losses (with rejoins) of an elastic
+# job of three agents, each run checked against the replay of its schedule.
 SOAK_FAULTS ?= 100
+SOAK_NODE_FAULTS ?= 20
 soak:
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)MG_BUILD=$(BUILD) scripts/soak.sh $(SOAK_FAULTS)
+	$(Q)MG_BUILD=$(BUILD) scripts/soak.sh $(SOAK_FAULTS) $(SOAK_NODE_FAULTS)
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all

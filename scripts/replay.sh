@@ -97,7 +97,9 @@ while read -r line; do
         [ "$last" = end ] || set -- "$@" --stop-at-step "$last"
         [ -z "$resume" ] || set -- "$@" --resume "$resume"
         [ -z "$comm" ] || export MG_COMM="$comm"
-        "$MGLAUNCH" --nproc_per_node "$world" --max_restarts 0 \
+        # (a restart, after a launch failure such as a port taken meanwhile, starts the
+        # segment again from the same checkpoint: the same bits)
+        "$MGLAUNCH" --nproc_per_node "$world" --max_restarts 2 \
             --log_dir "$out/logs" --rdzv_id "replay-$run" \
             "$train" "$@" --snapshot-every 0 --checkpoint-dir "$seg"
     ) </dev/null >"$out/segment_$i.out" 2>&1 || {

@@ -1,8 +1,10 @@
 #!/bin/sh
-# The fault-injection soak (make soak; docs/development.md): train runs under
-# mglaunch with checkpoints and restarts while this script SIGKILLs, SIGSEGVs
-# and SIGTERMs random workers at random moments, until FAULTS faults were
-# delivered. Every run must end as an uninterrupted run does:
+# The fault-injection soak (make soak; docs/development.md), in two parts.
+#
+# Workers: train runs under mglaunch with checkpoints and restarts while this
+# script SIGKILLs, SIGSEGVs and SIGTERMs random workers at random moments,
+# until FAULTS faults were delivered. Every run must end as an uninterrupted
+# run does:
 #   hang      mglaunch exits within its time limit
 #   orphan    no process of the run outlives mglaunch
 #   log       every attempt's rank-0 log has its step lines without a gap, the
@@ -10,11 +12,29 @@
 #   mismatch  exit 0 and the final weights' hash of the uninterrupted run
 #   leak      nothing of the run left in /dev/shm, no temporary file in its
 #             TMPDIR or checkpoint directory
+#
+# Nodes: an elastic job of three agents on loopback (c10d, --nnodes 2:3, one
+# worker each, snapshots in memory every step, no checkpoint directory) while
+# this script SIGKILLs a worker, or a whole node (an agent other than the
+# store's host, with its worker, as a machine that dies), and starts a new
+# agent in a lost one's place (a rejoin, healed from a live peer's snapshot),
+# until NODE_FAULTS worker kills and node losses were delivered. Every run
+# must, besides no hang, no orphan and a complete event log:
+#   lost      resume from memory after every failure and re-formation, with at
+#             most one step trained again (the step the first agent's event
+#             log says its rank had done, less the step the next attempt went
+#             on from)
+#   mismatch  exit 0 on every agent left, with the bits of the replay of the
+#             schedule its event log recorded (scripts/replay.sh; the workers
+#             use MG_COMM=tcp, a ring as over hosts, and so does the replay)
+#
 # Prints one line per run and a summary; exits 1 on any problem (the failed
 # runs' directories are kept under build/soak/).
 #
-#   scripts/soak.sh [FAULTS]      (default 100; SOAK_SEED=N for a repeatable run)
-# Knobs: SOAK_STEPS (300), SOAK_NPROC (2), SOAK_MAX_FAULTS_PER_RUN (6), MG_BUILD.
+#   scripts/soak.sh [FAULTS [NODE_FAULTS]]   (default 100 and 20; SOAK_SEED=N for a
+#                                            repeatable run)
+# Knobs: SOAK_STEPS (300), SOAK_NPROC (2), SOAK_MAX_FAULTS_PER_RUN (6),
+# SOAK_NODE_STEPS (240), MG_BUILD.
 set -u
 cd "$(dirname "$0")/.."
 TOP=$(pwd)
@@ -23,6 +43,8 @@ case $B in /*) ;; *) B=$TOP/$B ;; esac
 MGLAUNCH=$B/bin/mglaunch
 TRAIN=$B/bin/train
 FAULTS=${1:-${SOAK_FAULTS:-100}}
+NODE_FAULTS=${2:-${SOAK_NODE_FAULTS:-20}}
+NODE_STEPS=${SOAK_NODE_STEPS:-240}
 STEPS=${SOAK_STEPS:-300}
 NPROC=${SOAK_NPROC:-2}
 PER_RUN=${SOAK_MAX_FAULTS_PER_RUN:-6}
@@ -35,6 +57,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d "${TMPDIR:-/tmp}/mgsoak.XXXXXX")
 cleanup() {
     [ -n "${LPID:-}" ] && kill -KILL "$LPID" 2>/dev/null
+    for p in ${NODE_PIDS:-}; do kill -KILL -- "-$p" "$p" 2>/dev/null; done
     rm -rf "$W"
 }
 trap cleanup EXIT
@@ -201,7 +224,12 @@ done
 
 echo "soak: $faults faults (SIGKILL $n_kill, SIGSEGV $n_segv, SIGTERM $n_term) over $runs runs:" \
     "$hangs hangs, $orphans orphans, $lost lost log lines, $mismatches mismatches, $leaks leaks"
-[ $((hangs + orphans + lost + mismatches + leaks)) = 0 ] || {
+problems_workers=$((hangs + orphans + lost + mismatches + leaks))
+
+. "$TOP/scripts/soak_nodes.sh"
+soak_nodes
+
+[ $((problems_workers + problems_nodes)) = 0 ] || {
     echo "soak: the failed runs are in $OUT/"
     exit 1
 }
