@@ -52,6 +52,7 @@ try:
         v = b"y" * (1 << 20)
         for n in range(100):
             s.set(f"mb/{n}", v)
+            s.num_keys()  # a reply: the refusal shows at the set that met it
         s.get("mb/0")
     elif what == "conns":    # connections until refused (a get waits for its reply)
         keep = []
