@@ -453,21 +453,48 @@ static void start_sentinel_again(struct mg_agent *ag)
             mg_sentinel_add(&ag->sent, ag->w[i].pid);
 }
 
+static void reaped(struct mg_agent *ag, pid_t pid, int st)
+{
+    if (pid == ag->sent.pid) {
+        start_sentinel_again(ag);
+        return;
+    }
+    for (int i = 0; i < ag->nproc; i++)
+        if (ag->w[i].outcome == W_RUNNING && ag->w[i].pid == pid) {
+            worker_exited(ag, &ag->w[i], st);
+            return;
+        }
+}
+
 void mg_workers_reap(struct mg_agent *ag)
 {
-    int st;
-    pid_t pid;
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-        if (pid == ag->sent.pid) {
-            start_sentinel_again(ag);
-            continue;
+    /* Every child that has exited is collected before any is acted on, and
+     * the ones a signal ended go first: a SIGKILLed rank and the rank whose
+     * collective then failed are usually both waiting here, and waitpid
+     * returns them in the order they were started, so the first failure
+     * named (and the console's "stopping the other workers" line) would
+     * otherwise be the survivor's exit code instead of the cause. */
+    enum {
+        BATCH = 64
+    };
+    struct {
+        pid_t pid;
+        int st;
+    } got[BATCH];
+    int n;
+    do {
+        n = 0;
+        pid_t pid;
+        int st;
+        while (n < BATCH && (pid = waitpid(-1, &st, WNOHANG)) > 0) {
+            got[n].pid = pid;
+            got[n++].st = st;
         }
-        for (int i = 0; i < ag->nproc; i++)
-            if (ag->w[i].outcome == W_RUNNING && ag->w[i].pid == pid) {
-                worker_exited(ag, &ag->w[i], st);
-                break;
-            }
-    }
+        for (int pass = 0; pass < 2; pass++)
+            for (int k = 0; k < n; k++)
+                if (!!WIFSIGNALED(got[k].st) == !pass)
+                    reaped(ag, got[k].pid, got[k].st);
+    } while (n == BATCH);
 }
 /* ---- the end of an attempt -------------------------------------------------------------- */
 
