@@ -97,6 +97,13 @@ torch_run() {
     r=$(timeout $((TORCH_TMO + 30)) $PY "$(dirname "$0")/scale_torch.py" "$1" "$2" "$TORCH_TMO" \
         2>>"$T/torch.err")
     case $r in
+    *"fail a_node_process_exited"*) # torch 1.13 crashes now and then (SIGSEGV): once more
+        diag "torch $1, $2 nodes: $r; running it again"
+        r=$(timeout $((TORCH_TMO + 30)) $PY "$(dirname "$0")/scale_torch.py" "$1" "$2" \
+            "$TORCH_TMO" 2>>"$T/torch.err")
+        ;;
+    esac
+    case $r in
     "torch $1 $2 fail timeout"*) echo "timeout" ;;
     "torch $1 $2 fail"*) diag "torch $1, $2 nodes: $r" && echo fail ;;
     "torch $1 $2 "*) echo "${r##* }" ;;
