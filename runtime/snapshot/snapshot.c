@@ -225,11 +225,13 @@ int mg_snap_open(struct mg_snap *s, int fd, uint64_t payload_cap, uint64_t peer_
     /* lent to this worker alone: its children must not keep the memory alive */
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     uint64_t size = (uint64_t)st.st_size, cap = 0, pcap = 0;
-    if (size != need && size >= MG_SNAP_HEADER_BYTES) {
-        /* another layout: kept as it is when it is one, for the restart to read */
+    if (size >= MG_SNAP_HEADER_BYTES) {
+        /* another layout: kept as it is when it is one, for the restart to
+         * read. Its header says so, not the file's size: two layouts can
+         * round up to the same number of pages. */
         unsigned char h[64];
         if (pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
-            region_header_caps(h, size, &cap, &pcap)) {
+            region_header_caps(h, size, &cap, &pcap) && (cap != payload_cap || pcap != peer_cap)) {
             set_layout(s, cap, pcap);
             int rc = map_region(s, size, err);
             if (rc < 0)
