@@ -87,8 +87,9 @@ void train_usage(FILE *f)
             "                          TORCHELASTIC_RUN_ID, or without one the same settings)\n"
             "                          resumes without it; another world size reshards\n"
             "                          (docs/train.md)\n"
-            "  --stop-at-step N        stop after step N with a checkpoint, the run's length\n"
-            "                          and schedule unchanged (a replay's segment)\n"
+            "  --stop-at-step N        stop after step N with a checkpoint in --checkpoint-dir,\n"
+            "                          the run's length and schedule unchanged (a replay's\n"
+            "                          segment)\n"
             "distributed (under mglaunch or torchrun; see docs/distributed.md):\n"
             "  --global-batch-size G   total batch per optimizer micro-step: each of the W\n"
             "                          processes takes ceil(G / W) (instead of --batch-size)\n"
@@ -489,7 +490,9 @@ static int apply_flag(struct parse *p, struct train_options *o, enum flag_id id,
             o->snapshot_every = -1;
             return 0;
         }
-        return parse_long(p, flag, v, 0, LONG_MAX / 2, &o->snapshot_every);
+        if (parse_long(p, flag, v, 0, LONG_MAX / 2, &o->snapshot_every) < 0)
+            return bad(p, "%s: '%s' is neither auto nor a number of steps (0: none)", flag, v);
+        return 0;
     case F_RESUME:
         if (!*v)
             return bad(p, "--resume: empty path");
@@ -554,6 +557,9 @@ static int check(struct parse *p, struct train_options *o, int epochs_set, int s
         return bad(p, "--nesterov needs a momentum > 0");
     if (o->resume && !strcmp(o->resume, "auto") && !o->checkpoint_dir)
         return bad(p, "--resume auto needs --checkpoint-dir");
+    if (o->stop_at && !o->checkpoint_dir)
+        return bad(p, "--stop-at-step needs --checkpoint-dir: the step it stops after is "
+                      "saved there for the next segment to resume from");
     if (strcmp(o->model, "mlp") && (o->model_opts.nhidden || o->model_opts.dropout > 0.0f))
         return bad(p, "--hidden and --dropout apply to the mlp model");
     if (o->device == MG_DEVICE_CUDA && !mg_device_available(MG_DEVICE_CUDA))

@@ -464,7 +464,13 @@ int run(struct run *r)
     profile_mark(PH_SYNC);
     /* --stop-at-step: a segment of a replay (docs/train.md, "Replaying a
      * schedule"): the same run, cut after that step */
-    long end = o->stop_at > 0 && o->stop_at < r->total_steps ? o->stop_at : r->total_steps;
+    if (o->stop_at > r->total_steps) {
+        fail("--stop-at-step %ld is past this run's last step, %ld; leave it out to train to the "
+             "end",
+             o->stop_at, r->total_steps);
+        return -EINVAL;
+    }
+    long end = o->stop_at > 0 ? o->stop_at : r->total_steps;
     if (end < r->total_steps && t->step >= end) {
         fail("--stop-at-step %ld: this run is already at step %ld", end, t->step);
         return -EINVAL;

@@ -150,6 +150,13 @@ int snapshot_open(struct run *r)
         fail("%s='%s': expected a number of bytes", SNAP_MAX_ENV, getenv(SNAP_MAX_ENV));
         return -EINVAL;
     }
+    if (lim && limit == 0) {
+        /* not "no limit", and not "no snapshots" either: said, not guessed */
+        fail("%s=0: expected a number of bytes above 0; to keep no snapshots, use "
+             "--snapshot-every 0",
+             SNAP_MAX_ENV);
+        return -EINVAL;
+    }
     if (!lim)
         limit = default_limit(r->dist.d ? r->dist.d->local_world : 1);
     int rc = mg_trainer_snapshot_bytes(&r->trainer, &bytes);

@@ -69,6 +69,16 @@ is "$(hash_of "$T/rest")" "$(hash_of "$T/whole")" \
 out=$("$TRAIN" $A --checkpoint-dir "$T/c1" --stop-at-step 20 2>&1)
 is "$?" 1 "--stop-at-step before the step resumed from: an error"
 like "$out" "train: --stop-at-step 20: this run is already at step 25" "said"
+out=$("$TRAIN" $A --checkpoint-dir "$T/c3" --stop-at-step 61 2>&1)
+is "$?" 1 "--stop-at-step past the run's last step: an error"
+like "$out" "train: --stop-at-step 61 is past this run's last step, 60; leave it out to train to the end" "said"
+ok test ! -e "$T/c3/ckpt-000000000060.mgc"
+out=$("$TRAIN" $A --stop-at-step 5 2>&1)
+is "$?" 2 "--stop-at-step without --checkpoint-dir: a usage error"
+like "$out" "--stop-at-step needs --checkpoint-dir" "said"
+out=$("$TRAIN" $A --snapshot-every abc 2>&1)
+is "$?" 2 "--snapshot-every abc: a usage error"
+like "$out" "--snapshot-every: 'abc' is neither auto nor a number of steps \\(0: none\\)" "naming both forms"
 
 # ---- a run with two workers killed, and its replay ----
 ARGS="--data synthetic --train-samples 12800 --test-samples 500 --model cnn --steps 150 --batch-size 32 --log-every 1 --seed 6 --snapshot-every 1"

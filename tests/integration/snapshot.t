@@ -151,6 +151,9 @@ like "$(cat "$T/console")" "cannot keep snapshots in memory: two copies of this 
     "refused at start, saying what and what to do"
 MG_SNAPSHOT_MAX_BYTES=lots launch 1 "$TRAIN" $ARGS
 like "$(cat "$T/console")" "MG_SNAPSHOT_MAX_BYTES='lots': expected a number of bytes" "a bad limit is named"
+MG_SNAPSHOT_MAX_BYTES=0 launch 1 "$TRAIN" $ARGS
+like "$(cat "$T/console")" "MG_SNAPSHOT_MAX_BYTES=0: expected a number of bytes above 0; to keep no snapshots, use --snapshot-every 0" \
+    "a limit of 0 is neither no limit nor no snapshots: refused"
 "$TRAIN" $DATA --model mlp --steps 3 --snapshot-every 2 >"$T/alone" 2>&1
 is "$?" 0 "without mglaunch"
 like "$(cat "$T/alone")" "--snapshot-every: no memory to keep snapshots in" "an explicit --snapshot-every says it has none"
