@@ -356,6 +356,13 @@ int mg_resolve_numeric(const char *host, char *buf, size_t len)
     return rc;
 }
 
+static unsigned long nofile_given; /* the soft limit before the first raise */
+
+unsigned long mg_nofile_given(void)
+{
+    return nofile_given;
+}
+
 int mg_nofile_raise(unsigned long need, unsigned long *soft, unsigned long *hard)
 {
     struct rlimit rl;
@@ -364,8 +371,11 @@ int mg_nofile_raise(unsigned long need, unsigned long *soft, unsigned long *hard
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         struct rlimit up = rl;
         up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+        if (up.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0) {
+            if (!nofile_given)
+                nofile_given = (unsigned long)rl.rlim_cur;
             rl = up;
+        }
     }
     if (soft)
         *soft = rl.rlim_cur == RLIM_INFINITY ? ULONG_MAX : (unsigned long)rl.rlim_cur;

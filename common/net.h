@@ -60,6 +60,10 @@ int mg_sock_local_port(int fd);
  * then raised to it). *soft and *hard (either may be NULL) tell the limits
  * as they are afterwards. */
 int mg_nofile_raise(unsigned long need, unsigned long *soft, unsigned long *hard);
+/* The soft open-file limit this process was given, when mg_nofile_raise
+ * raised it; 0 when it never did. Children that do not serve the store get
+ * it back (a program using select() breaks on descriptors past 1024). */
+unsigned long mg_nofile_given(void);
 /* Resolves host to its first numeric address (IPv4 preferred). */
 int mg_resolve_numeric(const char *host, char *buf, size_t len);
 

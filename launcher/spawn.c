@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* The child side, between vfork and exec: system calls only. It shares the
@@ -62,6 +63,13 @@ static __attribute__((noinline, noreturn)) void spawn_child(const struct mg_spaw
             sigaction(s, &dfl, NULL);
     if (req->numa)
         mg_numa_apply(req->numa);
+    if (req->nofile_soft) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > req->nofile_soft) {
+            rl.rlim_cur = req->nofile_soft;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (!req->path || !*req->path) {

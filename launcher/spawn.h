@@ -33,6 +33,9 @@ struct mg_spawn_req {
      * this worker (rankmem.h). NULL or nkeep 0: none. */
     const int *keep_fds;
     int nkeep;
+    /* > 0: the soft open-file limit the child gets back (mglaunch raised
+     * its own for the store it hosts: mg_nofile_given); 0: inherited. */
+    unsigned long nofile_soft;
 };
 
 struct mg_spawned {
@@ -43,7 +46,8 @@ struct mg_spawned {
 /* vforks and execs. In the child: own process group (own session with
  * tty_fd), PR_SET_PDEATHSIG
  * SIGKILL, signal mask, SIGPIPE and the reset signals restored, CPU
- * affinity and memory node set (numa), group announced to the sentinel,
+ * affinity and memory node set (numa), the soft open-file limit given back
+ * (nofile_soft), group announced to the sentinel,
  * stdio set up, keep_fds made inheritable, execve. When exec fails, the child stores the errno
  * in the parent's memory (vfork shares it until exec) and exits 127 (not
  * found) or 126 (cannot execute); mg_spawn returns with exec_errno set. */

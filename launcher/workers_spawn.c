@@ -6,6 +6,7 @@
 #include "events.h"
 #include "gpus.h"
 #include "mg_err.h"
+#include "net.h"
 #include "proc.h"
 #include "spawn.h"
 #include "workerenv.h"
@@ -225,6 +226,7 @@ static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
         .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
         .keep_fds = keep,
         .nkeep = nkeep,
+        .nofile_soft = mg_nofile_given(),
     };
     rc = mg_spawn(&req, &sp);
     mg_pty_close_slave(&w->pty[0]);
@@ -282,6 +284,7 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
         .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
         .keep_fds = keep,
         .nkeep = nkeep,
+        .nofile_soft = mg_nofile_given(),
     };
     int rc = mg_spawn(&req, &sp);
     close(out[1]);

@@ -243,8 +243,8 @@ static void host_nofile(const struct mg_kv_open_opts *s, int max_clients)
              "warning: the rendezvous store takes up to %d connections (2 per node of --nnodes "
              "%d, and spares), an open file each, %lu in all with this agent's own, but this "
              "process may open only %lu (RLIMIT_NOFILE, hard limit %lu): the store can then serve "
-             "about %lu nodes, and the others wait to connect. Raise it before mglaunch starts: "
-             "`ulimit -n %lu` in its "
+             "about %lu nodes, and the others wait to connect. Raise the hard limit (it takes "
+             "privilege) before mglaunch starts: `ulimit -n %lu` as root in its "
              "shell, LimitNOFILE=%lu in its systemd unit, or the container's nofile ulimit "
              "(docs/rendezvous.md, Beyond 1,000 nodes)",
              max_clients, s->max_nodes, need, soft, hard,
