@@ -4,7 +4,8 @@
 # then trains each segment on this machine under mglaunch at its world size,
 # from the checkpoint the segment before it ended with (train --stop-at-step),
 # and prints the final weights' hash. A run that survived failures from memory
-# ends with the same bits as its replay.
+# ends with the same bits as its replay: the script compares the two when the
+# run's rank 0 logged in LOG_DIR, and exits 1 when they differ.
 #
 #   scripts/replay.sh LOG_DIR RUN_ID OUT_DIR TRAIN [TRAIN_ARGS...]
 #
@@ -111,3 +112,15 @@ done <"$out/segments"
 hash=$(sed -n 's/.*param hash \([0-9a-f]*\).*/\1/p' "$out/segment_$i.out" | tail -n 1)
 [ -n "$hash" ] || die "the last segment printed no param hash ($out/segment_$i.out)"
 echo "$me: param hash $hash"
+# The run's own final hash, when its rank 0 logged here: a replay with other
+# TRAIN_ARGS than the run's trains something else, and says so.
+theirs=$("$MGLAUNCH" logs "$logdir" --run "$run" --attempt last --rank 0 --grep '; param hash ' 2>/dev/null |
+    sed -n 's/.*; param hash \([0-9a-f]*\).*/\1/p' | tail -n 1)
+if [ -z "$theirs" ]; then
+    echo "$me: the run's own final hash is not in $logdir (its rank 0 logged elsewhere): compare it by hand"
+elif [ "$theirs" = "$hash" ]; then
+    echo "$me: the same as the run's"
+else
+    echo "$me: the run ended with param hash $theirs, not $hash: were TRAIN_ARGS the run's own? (its command line: the run_start event's argv in $logdir)" >&2
+    exit 1
+fi

@@ -102,4 +102,10 @@ is "$rc" 0 "scripts/replay.sh"
 [ "$rc" = 0 ] || diag "$(cat "$T/replay.out")"
 is "$(sed -n 's/^replay: param hash //p' "$T/replay.out")" "$(hash_of "$T/console")" \
     "the run ends with its replay's weights, bit for bit"
+like "$(cat "$T/replay.out")" "^replay: the same as the run's$" "  and the script says so itself"
+# Other train arguments than the run's: another result, said, exit 1.
+"$TOP/scripts/replay.sh" "$T/klogs" kills "$T/rp2" "$TRAIN" $ARGS --seed 7 >"$T/replay2.out" 2>&1
+is "$?" 1 "a replay with other TRAIN_ARGS: exit 1"
+like "$(cat "$T/replay2.out")" "the run ended with param hash $(hash_of "$T/console"), not [0-9a-f]+: were TRAIN_ARGS the run's own" \
+    "  saying the run's hash and what to check"
 done_testing
