@@ -384,13 +384,11 @@ static int read_reply(struct mg_store *st, uint32_t id, int64_t deadline, struct
 
 /* Sends q and waits for its reply. wait_ms: how long the server may park the
  * request (it answers by then); the client allows its own timeout on top. */
-static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struct mg_sp_reply *y)
+/* Sends one checked request under the next id (q->id), its value straight
+ * from the caller's memory; what a parked watch had left unread is dropped
+ * first. The send's result: any error leaves the framing unknown. */
+static int send_req(struct mg_store *st, struct mg_sp_req *q)
 {
-    if (st->err)
-        return st->err;
-    int rc = mg_sp_req_check(q);
-    if (rc)
-        return rc;
     consume(st);
     st->pend_id = 0;
     if (++st->next_id == 0)
@@ -408,12 +406,25 @@ static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struc
     mg_sp_req_encode(st->wbuf, q, 0);
     struct iovec iov[2] = {{st->wbuf, head},
                            {(void *)(q->op == MG_SP_SET ? q->val : q->val2), tail}};
-    rc = send_iov(st, iov, tail ? 2 : 1, mg_now_ms() + st->timeout_ms);
+    int rc = send_iov(st, iov, tail ? 2 : 1, mg_now_ms() + st->timeout_ms);
     if (st->wcap > RBUF_MIN) { /* a large compare_set: give the memory back */
         free(st->wbuf);
         st->wbuf = NULL;
         st->wcap = 0;
     }
+    return rc;
+}
+
+static int call(struct mg_store *st, struct mg_sp_req *q, int64_t wait_ms, struct mg_sp_reply *y)
+{
+    if (st->err)
+        return st->err;
+    int rc = mg_sp_req_check(q);
+    if (rc)
+        return rc;
+    rc = send_req(st, q);
+    if (rc == -ENOMEM)
+        return rc; /* nothing was sent */
     if (rc == -MG_ECLOSED) {
         /* The server may have refused the frame from its header (too big)
          * and closed before reading the rest: its ERROR reply, sent first,
@@ -614,6 +625,22 @@ int mg_store_delete(struct mg_store *st, const char *key)
     return rc ? rc : (y.flags & MG_SP_F_PRESENT) ? 1 : 0;
 }
 
+/* A watch's answer (mg_store_watch, mg_store_watch_end): the revision, and
+ * the value when the key is there. */
+static int watch_result(const struct mg_sp_reply *y, int64_t *rev, void **val, size_t *len)
+{
+    if (rev)
+        *rev = y->rev;
+    if (val) {
+        *val = NULL;
+        if (len)
+            *len = 0;
+        if (y->flags & MG_SP_F_PRESENT)
+            return copy_value(y, val, len);
+    }
+    return 0;
+}
+
 int mg_store_watch(struct mg_store *st, const char *key, int64_t since_rev, int timeout_ms,
                    int64_t *rev, void **val, size_t *len)
 {
@@ -625,16 +652,7 @@ int mg_store_watch(struct mg_store *st, const char *key, int64_t since_rev, int 
     int rc = call(st, &q, since_rev < 0 ? 0 : q.timeout_ms, &y);
     if (rc)
         return rc;
-    if (rev)
-        *rev = y.rev;
-    if (val) {
-        *val = NULL;
-        if (len)
-            *len = 0;
-        if (y.flags & MG_SP_F_PRESENT)
-            return copy_value(&y, val, len);
-    }
-    return 0;
+    return watch_result(&y, rev, val, len);
 }
 
 int mg_store_list(struct mg_store *st, const char *prefix, int max, char ***keys, int *nkeys)
@@ -875,23 +893,9 @@ int mg_store_watch_begin(struct mg_store *st, const char *key, int64_t since_rev
     int rc = mg_sp_req_check(&q);
     if (rc)
         return rc;
-    consume(st);
-    if (++st->next_id == 0)
-        ++st->next_id;
-    q.id = st->next_id;
-    size_t sz = mg_sp_req_size(&q);
-    if (sz > st->wcap) {
-        uint8_t *p = realloc(st->wbuf, sz);
-        if (!p)
-            return -ENOMEM;
-        st->wbuf = p;
-        st->wcap = sz;
-    }
-    mg_sp_req_encode(st->wbuf, &q, 1);
-    struct iovec iov = {st->wbuf, sz};
-    rc = send_iov(st, &iov, 1, mg_now_ms() + st->timeout_ms);
+    rc = send_req(st, &q);
     if (rc)
-        return broken(st, rc);
+        return rc == -ENOMEM ? rc : broken(st, rc);
     st->pend_id = q.id;
     st->pend_deadline = mg_now_ms() + (since_rev < 0 ? 0 : q.timeout_ms) + st->timeout_ms;
     return 0;
@@ -922,14 +926,5 @@ int mg_store_watch_end(struct mg_store *st, int wait_ms, int64_t *rev, void **va
     rc = mg_sp_status_err(y.status);
     if (rc)
         return rc;
-    if (rev)
-        *rev = y.rev;
-    if (val) {
-        *val = NULL;
-        if (len)
-            *len = 0;
-        if (y.flags & MG_SP_F_PRESENT)
-            return copy_value(&y, val, len);
-    }
-    return 0;
+    return watch_result(&y, rev, val, len);
 }

@@ -158,6 +158,10 @@ int mg_logs_schedule(FILE *out, const struct logs_opts *lo, const char *dir, cha
         free(seg);
         goto out;
     }
+    /* scripts/replay.sh reads these lines (the "# ... did not succeed" header,
+     * and "attempt A: world size W (N node...), steps F-L, from ..." with the
+     * disk source's path in parentheses last): a change here changes it too,
+     * and tests/integration/replay.t runs both. */
     fprintf(out, "# run %s: %d segment%s%s\n", sel, ns, ns == 1 ? "" : "s",
             succeeded ? "" : " (the run did not succeed: its last segment ends where it stopped)");
     for (int i = 0; i < ns; i++) {
