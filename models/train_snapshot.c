@@ -424,6 +424,19 @@ static int holder_of(const struct offer *all, int world, uint64_t step, uint32_t
     return -1;
 }
 
+/* Whether an earlier own slot (of an earlier rank, or of rank h before k)
+ * holds the same step at the same world size: its shards were looked for
+ * once already, and looking again for each of thousands of ranks would cost
+ * world^2 x old world when one is lost. */
+static int seen_before(const struct offer *all, int h, int k)
+{
+    for (int g = 0; g <= h; g++)
+        for (int j = 0; j < (g < h ? MG_SNAP_SLOTS : k); j++)
+            if (all[g].any[j] == all[h].any[k] && all[g].world[j] == all[h].world[k])
+                return 1;
+    return 0;
+}
+
 /* ZeRO-1: the newest step of which every old rank's shard is in some
  * survivor's memory (its own slot, or a peer slot), with the own snapshot
  * of a survivor (its parameters and position) in *src, *src_slot, the old
@@ -441,7 +454,7 @@ static uint64_t shards_step(const struct offer *all, int world, int *src, int *s
         for (int k = 0; k < MG_SNAP_SLOTS; k++) {
             uint64_t s = all[h].any[k];
             uint32_t w = all[h].world[k], q = 0;
-            if (!newer(s, chosen) || w == 0 || w > (1u << 20))
+            if (!newer(s, chosen) || w == 0 || w > (1u << 20) || seen_before(all, h, k))
                 continue;
             while (q < w && holder_of(all, world, s, w, q, &slot) >= 0)
                 q++;
