@@ -194,41 +194,20 @@ void mg_workers_prepare(struct mg_agent *ag)
         prepare_worker(ag, &ag->w[i]);
 }
 
-/* The descriptors of the memories w's rank is lent, into keep; how many. */
-static int lent_fds(const struct mg_agent *ag, const struct worker *w, int *keep)
-{
-    for (int k = 0; k < ag->nrankmem; k++)
-        keep[k] = ag->rankmem[k].m[w->local_rank].fd;
-    return ag->nrankmem;
-}
-
-/* Starts a worker on two pseudo-terminals: stdin+stdout and stderr. */
-static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
+/* Starts a worker on two pseudo-terminals: stdin+stdout and stderr. req:
+ * all but its standard streams. */
+static int spawn_on_pty(struct mg_agent *ag, struct worker *w, struct mg_spawn_req *req)
 {
     struct mg_spawned sp;
-    int rc, keep[MG_AGENT_RANKMEM_MAX];
-    int nkeep = lent_fds(ag, w, keep);
+    int rc;
     if ((rc = mg_pty_open(&w->pty[0], ag->tty.fd)) || (rc = mg_pty_open(&w->pty[1], ag->tty.fd))) {
         mg_pty_close(&w->pty[0]);
         mg_agent_error(ag, rc, "cannot open a pseudo-terminal for local rank %d", w->local_rank);
         return rc;
     }
-    struct mg_spawn_req req = {
-        .path = ag->cfg.exec_path,
-        .argv = w->argv ? w->argv : ag->cfg.argv,
-        .envp = w->envp,
-        .tty_fd = w->pty[0].slave,
-        .stdin_fd = -1,
-        .stdout_fd = -1,
-        .stderr_fd = w->pty[1].slave,
-        .sentinel_fd = ag->sent.fd,
-        .reset = &ag->reset_set,
-        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
-        .keep_fds = keep,
-        .nkeep = nkeep,
-        .nofile_soft = mg_nofile_given(),
-    };
-    rc = mg_spawn(&req, &sp);
+    req->tty_fd = w->pty[0].slave;
+    req->stderr_fd = w->pty[1].slave;
+    rc = mg_spawn(req, &sp);
     mg_pty_close_slave(&w->pty[0]);
     mg_pty_close_slave(&w->pty[1]);
     if (rc) {
@@ -254,11 +233,27 @@ static int spawn_on_pty(struct mg_agent *ag, struct worker *w)
 static int spawn_worker(struct mg_agent *ag, struct worker *w)
 {
     int out[2], err[2], keep[MG_AGENT_RANKMEM_MAX];
-    int nkeep = lent_fds(ag, w, keep);
     struct mg_spawned sp;
+    /* the memories this rank is lent stay open across exec */
+    for (int k = 0; k < ag->nrankmem; k++)
+        keep[k] = ag->rankmem[k].m[w->local_rank].fd;
+    struct mg_spawn_req req = {
+        .path = ag->cfg.exec_path,
+        .argv = w->argv ? w->argv : ag->cfg.argv,
+        .envp = w->envp,
+        .stdin_fd = -1,
+        .stdout_fd = -1,
+        .stderr_fd = -1,
+        .sentinel_fd = ag->sent.fd,
+        .reset = &ag->reset_set,
+        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
+        .keep_fds = keep,
+        .nkeep = ag->nrankmem,
+        .nofile_soft = mg_nofile_given(),
+    };
 
     if (w->has_pty) {
-        int rc = spawn_on_pty(ag, w);
+        int rc = spawn_on_pty(ag, w, &req);
         if (rc)
             return rc;
         goto started;
@@ -272,20 +267,9 @@ static int spawn_worker(struct mg_agent *ag, struct worker *w)
         errno = e;
         goto no_pipes;
     }
-    struct mg_spawn_req req = {
-        .path = ag->cfg.exec_path,
-        .argv = w->argv ? w->argv : ag->cfg.argv,
-        .envp = w->envp,
-        .stdin_fd = ag->cfg.stdin_fd,
-        .stdout_fd = out[1],
-        .stderr_fd = err[1],
-        .sentinel_fd = ag->sent.fd,
-        .reset = &ag->reset_set,
-        .numa = ag->cfg.numa ? &ag->cfg.numa[w->local_rank] : NULL,
-        .keep_fds = keep,
-        .nkeep = nkeep,
-        .nofile_soft = mg_nofile_given(),
-    };
+    req.stdin_fd = ag->cfg.stdin_fd;
+    req.stdout_fd = out[1];
+    req.stderr_fd = err[1];
     int rc = mg_spawn(&req, &sp);
     close(out[1]);
     close(err[1]);
