@@ -295,6 +295,8 @@ $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(TEST_LINK)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MG_LIBS) $(LAUNCH_LIBS)
+# A helper of several files keeps the rest in a folder of its own.
+$(BUILD)/tests/helpers/rdzv_swarm: $(call obj,$(wildcard tests/helpers/swarm/*.c))
 
 # ---- CUDA: the plugin, and its kernels built for the host tests (docs/gpu.md) ----
 # Everything that includes a CUDA header is in runtime/cuda/ and goes into
