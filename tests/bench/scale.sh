@@ -5,6 +5,12 @@
 #   - own:    mg's store server as its own process (storesrv, its poll loop);
 #   - hosted: the c10d store that the agent on the endpoint host serves from its
 #             loop (node 0 of the swarm, in a process of its own);
+#   - etcd:   a real etcd (Debian's etcd-server, started on loopback for each
+#             run by tests/lib/etcd.sh, data in the run's temporary directory)
+#             through mg's etcd backend, as `--rdzv_backend etcd` uses it:
+#             its JSON gateway, a lease per node; a dead node's key goes when
+#             its lease runs out (heartbeat_timeout). Its requests are the
+#             gRPC calls etcd's /metrics counts; skipped, said, without etcd;
 #   - torch:  Debian's torch 1.13 (tests/bench/scale_torch.py), two columns:
 #             "torch rdzv", its real rendezvous, what `torchrun --rdzv_backend
 #             c10d` runs (DynamicRendezvousHandler over C10dRendezvousBackend
@@ -22,7 +28,7 @@
 # latency a probe client saw (a GET every 10 ms throughout).
 # Every run checks its result (distinct ranks, one round, one master), and the
 # benchmark fails when one does not. Run it under `flock /work/locks/heavy`.
-# Knobs: MG_SCALE_NS ("128 1024 4096 10000"), MG_SCALE_STORES ("own hosted"),
+# Knobs: MG_SCALE_NS ("128 1024 4096 10000"), MG_SCALE_STORES ("own hosted etcd"),
 # MG_SCALE_TORCH_MAX (10000), MG_SCALE_TORCH_TIMEOUT (120 s per N and column),
 # MG_SCALE_STEADY_MS (3000), MG_SCALE_TIMEOUT (240 s per run), MG_SCALE_CONF
 # (--rdzv_conf for every node, ""), MG_SCALE_ARRIVE_MS (0: every node begins
@@ -33,9 +39,18 @@
 # would be: on 2 cores, thousands of node threads otherwise starve the store;
 # the table's header says so).
 . "$(dirname "$0")/../lib/bench.sh"
+. "$(dirname "$0")/../lib/etcd.sh"
 SW=$HELPERS/rdzv_swarm
 NS=${MG_SCALE_NS:-"128 1024 4096 10000"}
-STORES=${MG_SCALE_STORES:-"own hosted"}
+STORES=${MG_SCALE_STORES:-"own hosted etcd"}
+case " $STORES " in
+*" etcd "*)
+    if ! etcd_have; then
+        diag "etcd is not installed ($ETCD; scripts/deps.sh installs etcd-server): no etcd column"
+        STORES=$(echo " $STORES " | sed 's/ etcd / /; s/^ *//; s/ *$//')
+    fi
+    ;;
+esac
 TORCH_MAX=${MG_SCALE_TORCH_MAX:-10000}
 TORCH_TMO=${MG_SCALE_TORCH_TIMEOUT:-120}
 STEADY=${MG_SCALE_STEADY_MS:-3000}
@@ -80,12 +95,23 @@ swarm() {
         rc=$?
         kill "$spid" 2>/dev/null
         wait "$spid" 2>/dev/null
+    elif [ "$st" = etcd ]; then
+        # a fresh etcd per run: its memory and requests are this run's alone
+        etcd_start || { diag "etcd did not start"; return 1; }
+        timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
+            --etcd "$ETCD_EP" --server-pid "$ETCD_PID" --kill "$kill" --steady-ms "$STEADY" \
+            --conf "$conf" --arrive-ms "$ARRIVE" --nice "$NICE" --timeout-s "$TMO" \
+            >"$out" 2>"$out.err"
+        rc=$?
+        etcd_stop
+        rm -rf "$T"/etcd.*
     else
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --hosted "$(free_port)" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
             --arrive-ms "$ARRIVE" --nice "$NICE" --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
     fi
+    cat "$out" "$out.err" >"$OUT/scale.$st.$n.txt" 2>/dev/null # the requests by kind, for a reader
     if [ $rc != 0 ] || ! grep -q '^check=ok' "$out"; then
         diag "$st store, $n nodes: $(grep -h 'check=\|first_error' "$out" "$out.err" | tr '\n' ' ')"
         return 1
@@ -150,9 +176,10 @@ done
 {
 echo
 echo "form ms: last node's join began -> last node knew its rank.  req/node: the store's requests"
+echo "(etcd: the gRPC calls its /metrics counts, one per request of its JSON gateway)"
 echo "while forming, per node (the closer's reads of every join included).  hb: steady-state heartbeat"
 echo "requests/s and the store's CPU share (1.0 = one core).  reform ms: deaths -> last survivor"
-echo "in the new round.  rss: the store process's peak (hosted: the agent hosting it).  probe:"
+echo "in the new round.  rss: the store process's peak (hosted: the agent hosting it; etcd: etcd's).  probe:"
 echo "worst GET latency of an extra client.  torch rdzv: torch 1.13's c10d rendezvous"
 echo "(DynamicRendezvousHandler, what torchrun runs), last next_rendezvous() call -> last return."
 echo "torch kv: bare TCPStore, add to a count, last writes the roster, all wait and read it."

@@ -5,10 +5,13 @@
  * watches the members, re-forming on a death) over its own socket, against
  * a real store: mg's store server (storesrv) at --endpoint, or, with
  * --hosted, the store that node 0 hosts in its own process from its loop,
- * as the c10d agent on the endpoint host does. The worker side is left out.
+ * as the c10d agent on the endpoint host does; or, with --etcd, an etcd
+ * server through mg's etcd backend (launcher/rdzv/kv_etcd.c: the JSON
+ * gateway, a lease per node for its ephemeral keys). The worker side is left
+ * out.
  * What it measures, and how, is swarm/swarm_measure.c's.
  *
- *   rdzv_swarm --nodes N [--procs P] [--endpoint H:P | --hosted PORT]
+ *   rdzv_swarm --nodes N [--procs P] [--endpoint H:P | --hosted PORT | --etcd H:P]
  *              [--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN]
  *              [--server-pid PID] [--stats-file F] [--timeout-s S]
  *              [--join-twice 0|1] [--leave L] [--flood F] [--arrive-ms MS]
@@ -64,7 +67,7 @@
 
 struct shared *sh;
 static struct mg_rdzv_conf conf;
-static const char *endpoint, *run_id = "swarm";
+static const char *endpoint, *etcd_ep, *run_id = "swarm";
 static int node_nice;
 static int hosted_port, nnodes, nkill, join_twice, nleave, nflood, arrive_ms;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -142,12 +145,12 @@ static void *node_main(void *arg)
     if (hosted_port)
         snprintf(ep, sizeof(ep), "127.0.0.1:%d", hosted_port);
     else
-        snprintf(ep, sizeof(ep), "%s", endpoint);
+        snprintf(ep, sizeof(ep), "%s", etcd_ep ? etcd_ep : endpoint);
     c.is_host = hosted_port && nd->idx == 0;
     if (node_nice && !c.is_host)
         setpriority(PRIO_PROCESS, (id_t)gettid(), node_nice); /* this thread only */
     struct mg_kv_open_opts s = {
-        .backend = MG_RDZV_C10D,
+        .backend = etcd_ep ? MG_RDZV_ETCD : MG_RDZV_C10D,
         .endpoint = ep,
         .run_id = run_id,
         .conf = &c,
@@ -324,6 +327,12 @@ out:
         mg_kv_host_serve(nd->host, 10);
         host_stats(nd);
     }
+    /* A SIGKILLed agent revokes nothing: with etcd its lease (and so its
+     * key) lives until it runs out, heartbeat_timeout after the last
+     * keepalive. Releasing it now would revoke the lease, as an agent's
+     * orderly exit does, so a dead node's client waits for the end. */
+    if (res->dead && etcd_ep)
+        await_phase(P_STOP, -1);
     mg_rdzv_release(nd->rdzv);
     mg_kv_host_release(nd->host);
     nd->rdzv = NULL;
@@ -402,10 +411,11 @@ static int wait_count(_Atomic int *ctr, int want, int64_t deadline, const char *
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: rdzv_swarm --nodes N [--procs P] (--endpoint H:P | --hosted PORT) "
-                    "[--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN] [--server-pid PID] "
-                    "[--stats-file F] [--timeout-s S] [--join-twice 1] [--leave L] [--flood F] "
-                    "[--arrive-ms MS] [--nice N]\n");
+    fprintf(stderr,
+            "usage: rdzv_swarm --nodes N [--procs P] (--endpoint H:P | --hosted PORT | --etcd H:P) "
+            "[--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN] [--server-pid PID] "
+            "[--stats-file F] [--timeout-s S] [--join-twice 1] [--leave L] [--flood F] "
+            "[--arrive-ms MS] [--nice N]\n");
     exit(2);
 }
 
@@ -474,6 +484,8 @@ int main(int argc, char **argv)
             endpoint = v;
         else if (!strcmp(a, "--hosted"))
             hosted_port = atoi(v);
+        else if (!strcmp(a, "--etcd"))
+            etcd_ep = v;
         else if (!strcmp(a, "--kill"))
             nkill = atoi(v);
         else if (!strcmp(a, "--steady-ms"))
@@ -503,23 +515,25 @@ int main(int argc, char **argv)
     }
     if (nnodes < 2 || nnodes > MG_RDZV_MAX_NODES || procs < 1 || nkill < 0 || nleave < 0 ||
         nflood < 0 || nflood > 64 || arrive_ms < 0 || nkill + nleave >= nnodes - 2 ||
-        (!endpoint == !hosted_port))
+        (!endpoint + !hosted_port + !etcd_ep) != 2 || (etcd_ep && nflood))
         usage();
     if (procs > nnodes)
         procs = nnodes;
     mg_rdzv_conf_init(&conf);
     if (mg_rdzv_conf_parse(&conf, conf_text, err, sizeof(err)) < 0 ||
-        mg_rdzv_conf_finish(&conf, MG_RDZV_C10D, NULL, err, sizeof(err)) < 0) {
+        mg_rdzv_conf_finish(&conf, etcd_ep ? MG_RDZV_ETCD : MG_RDZV_C10D, NULL, err, sizeof(err)) <
+            0) {
         fprintf(stderr, "rdzv_swarm: %s\n", err);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    /* Per process: a socket and a reserved MASTER_PORT per node, and the
-     * hosted store's connections in the process of node 0. */
+    /* Per process: a socket and a reserved MASTER_PORT per node (etcd: two
+     * sockets, the requests' and the watches'), and the hosted store's
+     * connections in the process of node 0. */
     int per = (nnodes + procs - 1) / procs;
-    rlim_t need = (rlim_t)(hosted_port ? nnodes + 2 * per : 2 * per) + 64;
+    rlim_t need = (rlim_t)(hosted_port ? nnodes + 2 * per : (etcd_ep ? 3 : 2) * per) + 64;
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < need) {
@@ -574,7 +588,7 @@ int main(int argc, char **argv)
         first += cnt;
     }
 
-    measure_target(server_pid, stats_file, hosted_port);
+    measure_target(server_pid, stats_file, hosted_port, etcd_ep);
     int64_t deadline = mg_now_ms() + (int64_t)timeout_s * 1000;
     int rc = 0, fail = 0;
     char why[512] = "";
@@ -592,7 +606,7 @@ int main(int argc, char **argv)
     if (hosted_port)
         snprintf(pep, sizeof(pep), "127.0.0.1:%d", hosted_port);
     else
-        snprintf(pep, sizeof(pep), "%s", endpoint);
+        snprintf(pep, sizeof(pep), "%s", etcd_ep ? etcd_ep : endpoint);
     have_probe = pthread_create(&probe, NULL, probe_main, pep) == 0;
     usleep(100000);
     take(&s0);

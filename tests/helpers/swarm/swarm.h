@@ -75,17 +75,20 @@ struct sample {
     int64_t t;
 };
 
-/* Whose figures take() reads: the store process's pid (0: none), the file
- * storesrv writes its statistics to on SIGUSR1 (NULL: none), or, with
- * hosted, the count node 0 keeps in sh. */
-void measure_target(pid_t server_pid, const char *stats_file, int hosted);
+/* Whose figures take() reads: the store process's pid (0: none), and its
+ * request count from the file storesrv writes its statistics to on SIGUSR1
+ * (NULL: none), or, with hosted, the count node 0 keeps in sh, or, with
+ * etcd ("host:port"), the gRPC calls etcd's /metrics counts (its JSON
+ * gateway makes one of each request). The probe then asks etcd too. */
+void measure_target(pid_t server_pid, const char *stats_file, int hosted, const char *etcd);
 void take(struct sample *s);
 
 /* "get=N/AVGus ..." for the requests of phase p; returns their total. */
 uint64_t ops_line(int p, char *buf, size_t cap);
 
 /* The probe: one more client, a GET every 10 ms until probe_stop; the
- * worst latency it saw. The argument is the store's "host:port". */
+ * worst latency it saw. The argument is the store's "host:port" (etcd's
+ * with measure_target's etcd: a GET through mg's etcd backend). */
 void *probe_main(void *endpoint);
 extern _Atomic int probe_stop;
 extern _Atomic int64_t probe_max_us, probe_count, probe_errors;

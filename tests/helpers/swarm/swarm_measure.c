@@ -3,6 +3,8 @@
  * store's CPU, memory and requests; the probe client's latency; and the
  * flooding clients. */
 #include "swarm.h"
+#include "http.h"
+#include "kv_etcd.h"
 #include "net.h"
 #include "store.h"
 
@@ -186,20 +188,52 @@ void count_requests(struct mg_kv *kv)
 /* ---- the measurements ---------------------------------------------------------- */
 
 static pid_t server_pid;
-static const char *stats_file;
+static const char *stats_file, *etcd_ep;
 static int hosted_port;
 
-void measure_target(pid_t pid, const char *file, int hosted)
+void measure_target(pid_t pid, const char *file, int hosted, const char *etcd)
 {
     server_pid = pid;
     stats_file = file;
     hosted_port = hosted;
+    etcd_ep = etcd;
+}
+
+/* etcd's count of the gRPC calls it began (grpc_server_started_total, every
+ * method summed), from its /metrics; 0 when that cannot be read. Only the
+ * main thread samples, so one client serves. */
+static uint64_t etcd_requests(void)
+{
+    static struct mg_http *h;
+    char url[128], err[256];
+    struct mg_http_response res;
+    static const char name[] = "grpc_server_started_total{";
+    struct mg_http_opts ho = {.proxy = ""};
+    if (!h && mg_http_open(&h, &ho, err, sizeof(err)) < 0)
+        return 0;
+    snprintf(url, sizeof(url), "http://%s/metrics", etcd_ep);
+    struct mg_http_request req = {.url = url, .timeout_ms = 5000, .abort_fd = -1};
+    if (mg_http_request(h, &req, &res) < 0 || res.status != 200)
+        return 0;
+    double total = 0;
+    for (const char *p = res.body; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        if (!strncmp(p, name, sizeof(name) - 1)) {
+            const char *v = strchr(p, '}');
+            if (v && (!nl || v < nl))
+                total += strtod(v + 1, NULL);
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    return (uint64_t)total;
 }
 
 static uint64_t read_requests(void)
 {
     if (hosted_port)
         return atomic_load(&sh->host_requests);
+    if (etcd_ep)
+        return etcd_requests();
     if (!stats_file || server_pid <= 0)
         return 0;
     unlink(stats_file);
@@ -257,11 +291,55 @@ void take(struct sample *s)
 _Atomic int probe_stop;
 _Atomic int64_t probe_max_us, probe_count, probe_errors;
 
+/* One probe GET's latency, from a. */
+static void probe_took(const struct timespec *a)
+{
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    int64_t us = (b.tv_sec - a->tv_sec) * 1000000 + (b.tv_nsec - a->tv_nsec) / 1000;
+    if (us > atomic_load(&probe_max_us))
+        atomic_store(&probe_max_us, us);
+    atomic_fetch_add(&probe_count, 1);
+}
+
+/* The probe of an etcd: a GET through the rendezvous' own etcd backend. */
+static void *probe_etcd(const char *ep)
+{
+    struct mg_kv *kv;
+    char err[512];
+    struct mg_kv_etcd_opts o = {.endpoints = ep, .timeout_ms = 5000, .lease_ttl_ms = 5000};
+    if (mg_kv_etcd_open(&kv, &o, err, sizeof(err)) < 0 ||
+        kv->ops->set(kv, "/mg/probe", "x", 1, 0) < 0) {
+        atomic_fetch_add(&probe_errors, 1);
+        if (kv)
+            kv->ops->release(kv);
+        return NULL;
+    }
+    while (!atomic_load(&probe_stop)) {
+        struct timespec a;
+        char *v = NULL;
+        size_t len;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int rc = kv->ops->get(kv, "/mg/probe", &v, &len, NULL);
+        free(v);
+        if (rc < 0) {
+            atomic_fetch_add(&probe_errors, 1);
+            break;
+        }
+        probe_took(&a);
+        usleep(10000);
+    }
+    kv->ops->release(kv);
+    return NULL;
+}
+
 void *probe_main(void *arg)
 {
     const char *ep = arg;
     struct mg_hostport hp;
     struct mg_store *st = NULL;
+    if (etcd_ep)
+        return probe_etcd(ep);
     if (mg_parse_hostport(ep, 0, &hp) < 0)
         return NULL;
     struct mg_store_opts o = {.host = hp.host, .port = hp.port, .timeout_ms = 5000};
@@ -271,21 +349,17 @@ void *probe_main(void *arg)
     }
     mg_store_set(st, "probe", "x", 1, 0);
     while (!atomic_load(&probe_stop)) {
-        struct timespec a, b;
+        struct timespec a;
         void *v = NULL;
         size_t len;
         clock_gettime(CLOCK_MONOTONIC, &a);
         int rc = mg_store_get(st, "probe", &v, &len, 0);
-        clock_gettime(CLOCK_MONOTONIC, &b);
         free(v);
         if (rc < 0) {
             atomic_fetch_add(&probe_errors, 1);
             break;
         }
-        int64_t us = (b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000;
-        if (us > atomic_load(&probe_max_us))
-            atomic_store(&probe_max_us, us);
-        atomic_fetch_add(&probe_count, 1);
+        probe_took(&a);
         usleep(10000);
     }
     mg_store_release(st);
