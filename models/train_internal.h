@@ -90,7 +90,7 @@ struct run {
     char auto_why[MG_ERRMSG_LEN];            /* --device auto chose the CPU: why */
     struct train_out out;                    /* metrics and remote copies (train_out.h) */
     int out_failed;                          /* an output was lost (said once) */
-    /* in-memory snapshots (train_snapshot.c) */
+    /* in-memory snapshots (train_snapshot*.c) */
     struct mg_snap snap;
     int snap_on;
     char snap_off[400];  /* when not on: why (told to the other ranks) */
@@ -155,7 +155,7 @@ int check_resume(struct run *r);
  * every rank checked the resume (check_resume). */
 void resume_record(struct run *r);
 
-/* ---- train_snapshot.c ---- */
+/* ---- train_snapshot.c (and train_snapshot_resume.c, train_snapshot_zero.c) ---- */
 
 /* Maps the memory mglaunch lends this rank for snapshots, when --snapshot-every
  * is on and there is some; refuses (an error said) when two copies would be
