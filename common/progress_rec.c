@@ -7,8 +7,8 @@ static const char *const phases[MG_PH_COUNT] = {"startup",           "setup",
                                                 "evaluation",        "a checkpoint",
                                                 "the finish"};
 
-static const char *const ops[MG_PROG_OP_COUNT] = {"allreduce", "broadcast", "allgather",
-                                                  "reduce-scatter", "barrier"};
+static const char *const ops[MG_PROG_OP_COUNT] = {"allreduce",      "broadcast", "allgather",
+                                                  "reduce-scatter", "barrier",   "shift"};
 
 const char *mg_progress_phase_name(unsigned phase)
 {

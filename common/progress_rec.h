@@ -42,6 +42,7 @@ enum mg_progress_op {
     MG_PROG_ALLGATHER,
     MG_PROG_REDUCE_SCATTER,
     MG_PROG_BARRIER,
+    MG_PROG_SHIFT,
     MG_PROG_OP_COUNT,
 };
 

@@ -138,6 +138,10 @@ void mg_opdesc_text(const struct mg_opdesc *d, char *buf, size_t len)
     case MG_OP_ALLGATHER:
         snprintf(buf, len, "allgather of %llu byte%s per rank", n, n == 1 ? "" : "s");
         break;
+    case MG_OP_SHIFT:
+        snprintf(buf, len, "shift of %llu byte%s per rank by %d", n, n == 1 ? "" : "s",
+                 (int)d->root);
+        break;
     case MG_OP_BARRIER:
         snprintf(buf, len, "barrier");
         break;
@@ -263,6 +267,38 @@ int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t le
     rc = c->ops->allgather(c, send, recv, len, resolve_timeout(c, timeout_ms));
     mg_progress_coll_end(seq, rc);
     return rc;
+}
+
+int mg_comm_shift(struct mg_comm *c, const void *send, void *recv, size_t len, int k,
+                  int timeout_ms)
+{
+    int rc = precheck(c);
+    if (rc)
+        return rc;
+    if ((len && (!send || !recv)) || len > SIZE_MAX / 2)
+        return -EINVAL;
+    uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv;
+    if (len && s0 < r0 + len && r0 < s0 + len)
+        return -EINVAL;
+    k %= c->world;
+    if (k < 0)
+        k += c->world;
+    if (k == 0) {
+        if (len)
+            memcpy(recv, send, len);
+        return 0;
+    }
+    if (!c->ops->shift)
+        return -MG_EUNSUPPORTED;
+    uint64_t seq = mg_progress_coll_begin(MG_PROG_SHIFT, len);
+    rc = c->ops->shift(c, send, recv, len, k, resolve_timeout(c, timeout_ms));
+    mg_progress_coll_end(seq, rc);
+    return rc;
+}
+
+int mg_comm_has_shift(const struct mg_comm *c)
+{
+    return c && (c->world == 1 || c->ops->shift);
 }
 
 int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,

@@ -93,6 +93,15 @@ struct mg_comm_ops {
      * overlap. Nothing else of send changes. */
     int (*reduce_scatter)(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
                           enum mg_reduce_op op, int timeout_ms);
+    /* Optional (NULL: mg_comm_shift says -MG_EUNSUPPORTED; NCCL has none, and
+     * its callers use allgather instead). A ring shift: every rank's len
+     * bytes of send land in the recv of rank (rank + k) mod world, so each
+     * rank receives those of rank (rank - k) mod world; 0 < k < world, len
+     * the same on every rank (checked, as a collective's size is). Only what
+     * the shift moves crosses hosts: one block per rank, relayed over the
+     * TCP ring where it has no direct link. send and recv do not overlap. */
+    int (*shift)(struct mg_comm *c, const void *send, void *recv, size_t len, int k,
+                 int timeout_ms);
     /* Returns once every rank has entered the barrier. */
     int (*barrier)(struct mg_comm *c, int timeout_ms);
     void (*release)(struct mg_comm *c);
@@ -217,6 +226,13 @@ int mg_comm_allgather(struct mg_comm *c, const void *send, void *recv, size_t le
  * from a backend without it. */
 int mg_comm_reduce_scatter(struct mg_comm *c, const float *send, float *recv, size_t recv_count,
                            enum mg_reduce_op op, int timeout_ms);
+/* k is taken mod world (a negative k shifts the other way); a shift by 0
+ * copies send to recv on every rank without communication. -EINVAL for
+ * overlapping buffers; -MG_EUNSUPPORTED from a backend without shift. */
+int mg_comm_shift(struct mg_comm *c, const void *send, void *recv, size_t len, int k,
+                  int timeout_ms);
+/* Whether the communicator has a shift (mg_comm_shift, not -MG_EUNSUPPORTED). */
+int mg_comm_has_shift(const struct mg_comm *c);
 int mg_comm_barrier(struct mg_comm *c, int timeout_ms);
 /* allreduce_queue, or allreduce where the backend has none (then it is done
  * when this returns); wait_queued (0 at once without one). */

@@ -28,25 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum layout {
-    L_SHM,  /* one host */
-    L_RING, /* every rank in the ring */
-    L_HIER, /* shm per host + ring of leaders */
-};
-
-struct cpu_comm {
-    struct mg_comm base;
-    enum layout layout;
-    struct mg_shm *shm;   /* NULL when alone on the host (or L_RING) */
-    struct mg_ring *ring; /* NULL unless this rank is a ring member */
-    int host;             /* my host index; hosts ordered by their lowest rank */
-    int no_zerocopy;
-    int *host_of;    /* [world] */
-    int *local_of;   /* [world] index within its host */
-    int *host_start; /* [nhosts + 1] into members */
-    int *members;    /* [world] ranks grouped by host, ascending within */
-};
-
 /* ---- failures ---------------------------------------------------------------------- */
 
 static void format_seconds(int ms, char *buf, size_t len)
@@ -57,9 +38,8 @@ static void format_seconds(int ms, char *buf, size_t len)
         snprintf(buf, len, "%.3g s", ms / 1000.0);
 }
 
-/* Records the fault as the communicator's message; the communicator is broken. */
-static int comm_fail(struct cpu_comm *cc, const struct mg_opdesc *d, const struct mg_fault *f,
-                     int timeout_ms)
+int mg_cpu_fail(struct cpu_comm *cc, const struct mg_opdesc *d, const struct mg_fault *f,
+                int timeout_ms)
 {
     struct mg_comm *c = &cc->base;
     char what[96], theirs[96], secs[32];
@@ -129,7 +109,7 @@ static int comm_fail(struct cpu_comm *cc, const struct mg_opdesc *d, const struc
 
 /* ---- collectives --------------------------------------------------------------------- */
 
-static int64_t deadline_of(int timeout_ms)
+int64_t mg_cpu_deadline(int timeout_ms)
 {
     return timeout_ms < 0 ? -1 : mg_now_ms() + timeout_ms;
 }
@@ -142,7 +122,7 @@ static int cpu_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_re
                           .root = -1,
                           .len = (uint64_t)count * sizeof(float)};
     struct mg_fault f = {0};
-    int64_t deadline = deadline_of(timeout_ms);
+    int64_t deadline = mg_cpu_deadline(timeout_ms);
     int div = op == MG_REDUCE_AVG ? c->world : 1, rc = 0;
 
     switch (cc->layout) {
@@ -162,7 +142,7 @@ static int cpu_allreduce(struct mg_comm *c, float *buf, size_t count, enum mg_re
             rc = mg_shm_broadcast(cc->shm, buf, count * sizeof(float), 0, &d, deadline, &f);
         break;
     }
-    return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+    return rc ? mg_cpu_fail(cc, &d, &f, timeout_ms) : 0;
 }
 
 static int cpu_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int timeout_ms)
@@ -170,7 +150,7 @@ static int cpu_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int
     struct cpu_comm *cc = (struct cpu_comm *)c;
     struct mg_opdesc d = {.kind = MG_OP_BROADCAST, .root = root, .len = len};
     struct mg_fault f = {0};
-    int64_t deadline = deadline_of(timeout_ms);
+    int64_t deadline = mg_cpu_deadline(timeout_ms);
     int rc = 0, root_host = cc->host_of[root];
 
     switch (cc->layout) {
@@ -189,7 +169,7 @@ static int cpu_broadcast(struct mg_comm *c, void *buf, size_t len, int root, int
             rc = mg_shm_broadcast(cc->shm, buf, len, 0, &d, deadline, &f);
         break;
     }
-    return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+    return rc ? mg_cpu_fail(cc, &d, &f, timeout_ms) : 0;
 }
 
 static int cpu_allgather(struct mg_comm *c, const void *send, void *recv, size_t len,
@@ -198,7 +178,7 @@ static int cpu_allgather(struct mg_comm *c, const void *send, void *recv, size_t
     struct cpu_comm *cc = (struct cpu_comm *)c;
     struct mg_opdesc d = {.kind = MG_OP_ALLGATHER, .root = -1, .len = len};
     struct mg_fault f = {0};
-    int64_t deadline = deadline_of(timeout_ms);
+    int64_t deadline = mg_cpu_deadline(timeout_ms);
     int rc = 0, nh = c->nhosts;
     char *out = recv, *local = NULL, *hostbuf = NULL;
     size_t *lens = NULL;
@@ -261,7 +241,7 @@ static int cpu_allgather(struct mg_comm *c, const void *send, void *recv, size_t
     free(local);
     free(hostbuf);
     free(lens);
-    return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+    return rc ? mg_cpu_fail(cc, &d, &f, timeout_ms) : 0;
 }
 
 /* Whether the ring's allreduce of n chunks of count floats cuts them where
@@ -294,7 +274,7 @@ static int cpu_reduce_scatter(struct mg_comm *c, const float *send, float *recv,
                           .root = -1,
                           .len = (uint64_t)count * sizeof(float)};
     struct mg_fault f = {0};
-    int64_t deadline = deadline_of(timeout_ms);
+    int64_t deadline = mg_cpu_deadline(timeout_ms);
     int div = op == MG_REDUCE_AVG ? c->world : 1, rc = 0;
     size_t total = count * (size_t)c->world;
     float *work = NULL;
@@ -302,13 +282,13 @@ static int cpu_reduce_scatter(struct mg_comm *c, const float *send, float *recv,
     if (cc->layout == L_SHM) {
         rc = mg_shm_reduce_scatter(cc->shm, send, recv, count, div, &d, deadline, &f);
         c->zerocopy = mg_shm_zerocopy_count(cc->shm);
-        return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+        return rc ? mg_cpu_fail(cc, &d, &f, timeout_ms) : 0;
     }
     /* the ring and the host reduce overwrite their buffer: a copy of send */
     work = malloc(total * sizeof(float) + 1);
     if (!work) {
         f = (struct mg_fault){.kind = MG_FAULT_LOCAL, .peer = c->rank, .err = -ENOMEM};
-        return comm_fail(cc, &d, &f, timeout_ms);
+        return mg_cpu_fail(cc, &d, &f, timeout_ms);
     }
     memcpy(work, send, total * sizeof(float));
     if (cc->layout == L_RING && ring_chunks_match(count, c->world)) {
@@ -328,13 +308,13 @@ static int cpu_reduce_scatter(struct mg_comm *c, const float *send, float *recv,
             memmove(recv, work + (size_t)c->rank * count, count * sizeof(float));
     }
     free(work);
-    return rc ? comm_fail(cc, &d, &f, timeout_ms) : 0;
+    return rc ? mg_cpu_fail(cc, &d, &f, timeout_ms) : 0;
 }
 
 static int cpu_barrier_desc(struct cpu_comm *cc, const struct mg_opdesc *d, int timeout_ms)
 {
     struct mg_fault f = {0};
-    int64_t deadline = deadline_of(timeout_ms);
+    int64_t deadline = mg_cpu_deadline(timeout_ms);
     int rc = 0;
     switch (cc->layout) {
     case L_SHM:
@@ -353,7 +333,7 @@ static int cpu_barrier_desc(struct cpu_comm *cc, const struct mg_opdesc *d, int 
             rc = mg_shm_barrier(cc->shm, d, deadline, &f);
         break;
     }
-    return rc ? comm_fail(cc, d, &f, timeout_ms) : 0;
+    return rc ? mg_cpu_fail(cc, d, &f, timeout_ms) : 0;
 }
 
 static int cpu_barrier(struct mg_comm *c, int timeout_ms)
@@ -368,9 +348,9 @@ static int cpu_mem_alloc(struct mg_comm *c, size_t bytes, void **out, int timeou
     if (cc->layout == L_SHM && !cc->no_zerocopy) {
         struct mg_opdesc d = {.kind = MG_OP_REGISTER, .root = -1, .len = bytes};
         struct mg_fault f = {0};
-        int rc = mg_shm_mem_alloc(cc->shm, bytes, out, &d, deadline_of(timeout_ms), &f);
+        int rc = mg_shm_mem_alloc(cc->shm, bytes, out, &d, mg_cpu_deadline(timeout_ms), &f);
         if (rc)
-            return comm_fail(cc, &d, &f, timeout_ms);
+            return mg_cpu_fail(cc, &d, &f, timeout_ms);
         if (*out)
             return 0;
     }
@@ -405,6 +385,7 @@ static const struct mg_comm_ops cpu_ops = {
     .broadcast = cpu_broadcast,
     .allgather = cpu_allgather,
     .reduce_scatter = cpu_reduce_scatter,
+    .shift = mg_cpu_shift,
     .barrier = cpu_barrier,
     .release = cpu_release,
     .mem_alloc = cpu_mem_alloc,

@@ -23,11 +23,12 @@ enum mg_opkind {
     MG_OP_REGISTER, /* mg_comm_mem_alloc: len = bytes per rank */
     MG_OP_REDUCE_SCATTER_SUM,
     MG_OP_REDUCE_SCATTER_AVG,
+    MG_OP_SHIFT, /* root = k */
 };
 
 struct mg_opdesc {
     uint32_t kind; /* enum mg_opkind */
-    int32_t root;  /* broadcast root (global rank), else -1 */
+    int32_t root;  /* broadcast root (global rank), shift's k, else -1 */
     uint64_t len;  /* bytes (allreduce: 4 * floats; allgather, reduce-scatter: per rank) */
 };
 
@@ -143,6 +144,19 @@ int mg_shm_allgather(struct mg_shm *g, const void *send, void *recv, size_t len,
 int mg_shm_barrier(struct mg_shm *g, const struct mg_opdesc *d, int64_t deadline_ms,
                    struct mg_fault *f);
 
+/* A range of a peer's published block, and where it goes. */
+struct mg_shm_pick {
+    int from; /* local index of the publisher (not this rank) */
+    size_t off, len;
+    void *dst;
+};
+/* Every rank publishes plen bytes of pub (the same plen on every rank; pub
+ * NULL: nothing that anyone picks) and copies its picks out of the others'
+ * publications: a shift is one pick each, a gather to one rank that rank's
+ * picks of every other, a scatter each rank's pick of its range of one. */
+int mg_shm_pick(struct mg_shm *g, const void *pub, size_t plen, const struct mg_shm_pick *picks,
+                int npicks, const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f);
+
 /* ---- TCP ring (one rank per host, or every rank with MG_COMM=tcp) ------------ */
 
 struct mg_ring;
@@ -173,6 +187,14 @@ int mg_ring_allgatherv(struct mg_ring *r, void *buf, const size_t *lens, const s
                        int64_t deadline_ms, struct mg_fault *f);
 int mg_ring_barrier(struct mg_ring *r, const struct mg_opdesc *d, int64_t deadline_ms,
                     struct mg_fault *f);
+/* Data passed on around the ring in rounds (a shift's blocks, each to a
+ * member some hops on): round 0 sends slen[0] bytes of bufs[0] to the next
+ * member; round t (1..rounds) receives rlen[t] bytes from the previous one
+ * into bufs[t] and, below rounds, sends the first slen[t] of them on, as
+ * they arrive. slen[t] <= rlen[t]; rounds < the ring's size. */
+int mg_ring_relay(struct mg_ring *r, int rounds, char *const *bufs, const size_t *slen,
+                  const size_t *rlen, const struct mg_opdesc *d, int64_t deadline_ms,
+                  struct mg_fault *f);
 
 /* ---- the CPU communicator from its pieces -------------------------------------- */
 
@@ -185,6 +207,34 @@ struct mg_cpu_parts {
     int timeout_ms;       /* the default collective timeout */
     int no_zerocopy;      /* mem_alloc gives ordinary memory */
 };
+
+enum mg_cpu_layout {
+    L_SHM,  /* one host */
+    L_RING, /* every rank in the ring */
+    L_HIER, /* shm per host + ring of leaders */
+};
+
+struct cpu_comm {
+    struct mg_comm base;
+    enum mg_cpu_layout layout;
+    struct mg_shm *shm;   /* NULL when alone on the host (or L_RING) */
+    struct mg_ring *ring; /* NULL unless this rank is a ring member */
+    int host;             /* my host index; hosts ordered by their lowest rank */
+    int no_zerocopy;
+    int *host_of;    /* [world] */
+    int *local_of;   /* [world] index within its host */
+    int *host_start; /* [nhosts + 1] into members */
+    int *members;    /* [world] ranks grouped by host, ascending within */
+};
+
+/* Records the fault as the communicator's message; the communicator is broken. */
+int mg_cpu_fail(struct cpu_comm *cc, const struct mg_opdesc *d, const struct mg_fault *f,
+                int timeout_ms);
+/* The deadline of a collective that may take timeout_ms (-1: none). */
+int64_t mg_cpu_deadline(int timeout_ms);
+/* The shift (comm_cpu_shift.c): see struct mg_comm_ops. */
+int mg_cpu_shift(struct mg_comm *c, const void *send, void *recv, size_t len, int k,
+                 int timeout_ms);
 
 /* Takes ownership of shm and ring on success only. -EINVAL when the pieces do
  * not fit the layout. */

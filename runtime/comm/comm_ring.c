@@ -167,6 +167,8 @@ static int ring_run(struct mg_ring *r, int nsu, int nru, int64_t deadline_ms, st
             size_t limit = u->len;
             if (u->dep >= 0)
                 limit = ri > u->dep ? u->len : ri == u->dep ? rdone : 0;
+            if (limit > u->len) /* a relay sends on only the head of what it receives */
+                limit = u->len;
             if (soff == u->len) {
                 si++;
                 soff = 0;
@@ -402,4 +404,21 @@ int mg_ring_barrier(struct mg_ring *r, const struct mg_opdesc *d, int64_t deadli
     free(tok);
     free(lens);
     return rc;
+}
+
+int mg_ring_relay(struct mg_ring *r, int rounds, char *const *bufs, const size_t *slen,
+                  const size_t *rlen, const struct mg_opdesc *d, int64_t deadline_ms,
+                  struct mg_fault *f)
+{
+    int nsu, nru;
+    if (rounds < 1 || rounds >= r->n || rounds + 1 > r->cap)
+        return fault(f, MG_FAULT_LOCAL, r->ranks[r->idx], -EINVAL);
+    start_schedule(r, d, &nsu, &nru);
+    for (int t = 0; t < rounds; t++) {
+        /* round t > 0 forwards the head of what round t brings, as it comes */
+        r->su[nsu++] = (struct unit){bufs[t], slen[t], .dep = t == 0 ? -1 : nru + t - 1};
+    }
+    for (int t = 1; t <= rounds; t++)
+        r->ru[nru++] = (struct unit){bufs[t], rlen[t], .mode = U_COPY};
+    return ring_run(r, nsu, nru, deadline_ms, f);
 }

@@ -470,3 +470,59 @@ static int staged_allgather(struct mg_shm *g, char *out, size_t len, int64_t dea
     mg_shm_finish_steps(g, base + nsteps);
     return 0;
 }
+
+/* ---- picks: each rank reads chosen ranges of chosen peers' blocks ------------------ */
+
+int mg_shm_pick(struct mg_shm *g, const void *pub, size_t plen, const struct mg_shm_pick *picks,
+                int npicks, const struct mg_opdesc *d, int64_t deadline_ms, struct mg_fault *f)
+{
+    int me = g->me, rc;
+    if (plen <= g->small_max) {
+        uint32_t seq = g->round;
+        rc = mg_shm_round(g, d, pub, pub ? plen : 0, deadline_ms, f);
+        if (rc)
+            return rc;
+        for (int i = 0; i < npicks; i++)
+            if (picks[i].len)
+                memcpy(picks[i].dst, small_slot(g, picks[i].from, seq) + SMALL_HDR + picks[i].off,
+                       picks[i].len);
+        return 0;
+    }
+    rc = mg_shm_round(g, d, NULL, 0, deadline_ms, f);
+    if (rc)
+        return rc;
+    /* staged_allgather's pipeline, reading only the picked ranges: every rank
+     * still posts each step, staged or not, so the slots' counters agree */
+    size_t step = g->step_bytes;
+    uint32_t nsteps = (uint32_t)((plen + step - 1) / step), base = g->steps;
+    const char *mine = pub;
+    for (uint32_t k = 0; k <= nsteps; k++) {
+        if (k < nsteps) {
+            rc = mg_shm_wait_slot_free(g, base, k, 0, deadline_ms, f);
+            if (rc)
+                return rc;
+            if (mine)
+                memcpy(large_slot(g, me, base + k), mine + (size_t)k * step,
+                       piece_len(plen, k, step));
+            post(&g->ctl[me].posted, base + k + 1);
+        }
+        if (k == 0)
+            continue;
+        uint32_t j = k - 1;
+        size_t lo = (size_t)j * step, hi = lo + piece_len(plen, j, step);
+        for (int i = 0; i < npicks; i++) {
+            const struct mg_shm_pick *p = &picks[i];
+            size_t a = p->off > lo ? p->off : lo, b = p->off + p->len < hi ? p->off + p->len : hi;
+            if (a >= b)
+                continue;
+            rc = mg_shm_wait(g, p->from, &g->ctl[p->from].posted, base + j + 1, deadline_ms, f);
+            if (rc)
+                return rc;
+            memcpy((char *)p->dst + (a - p->off), large_slot(g, p->from, base + j) + (a - lo),
+                   b - a);
+        }
+        post(&g->ctl[me].consumed, base + j + 1);
+    }
+    mg_shm_finish_steps(g, base + nsteps);
+    return 0;
+}
