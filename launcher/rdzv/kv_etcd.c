@@ -18,6 +18,7 @@
 #define WATCH_MSG_MAX (4u << 20)  /* largest single watch message */
 #define ADD_MAX_TRIES 10000       /* compare-and-swap retries of one add under contention */
 #define URL_MAX       (MG_HOST_MAX + 64)
+#define TXN_OPS       64 /* operations in one transaction: etcd's default limit is 128 */
 
 struct buf {
     char *p;
@@ -486,6 +487,77 @@ static int etcd_cas(struct mg_kv *kv, const char *key, const void *expected, siz
     return txn((struct kv_etcd *)kv, key, expected, elen, -1, desired, dlen, flags, cur, curlen);
 }
 
+/* An add of 1, the rendezvous' join count, which thousands of nodes make
+ * at once. Read-then-swap (below) lets one of them win per round trip and
+ * the rest read and try again: 128 nodes took 2 s each to join, and the
+ * requests grow as nodes squared. etcd has no atomic add, but a put bumps
+ * the key's version, and returns the version it replaced (prev_kv): a put
+ * to KEY#seq hands every adder its own place, at once and in one request.
+ * The adder then raises KEY's value to its place unless a later one did
+ * already (a swap that only adders placed between a read and the swap can
+ * make fail, and each of those leaves a larger value): readers of KEY see
+ * the count, and it is at least the place an add returned. So on etcd a
+ * key advanced by adds of 1 must be counted by those alone (the join count
+ * is). */
+static int add_one(struct kv_etcd *e, const char *key, int64_t *result)
+{
+    char seq[MG_KV_MAX_KEY + 8], num[32], *cur = NULL;
+    size_t sl, len;
+    struct body b;
+    int rc;
+
+    sl = (size_t)snprintf(seq, sizeof(seq), "%s#seq", key);
+    if (sl >= sizeof(seq) || strlen(key) > MG_KV_MAX_KEY)
+        return -MG_ETOOBIG;
+    if (body_begin(&b, sl) < 0)
+        return -ENOMEM;
+    kb64(&b.w, "key", seq, sl, b.tmp);
+    mg_jsonw_kbool(&b.w, "prev_kv", 1);
+    rc = body_call(e, &b, "kv/put");
+    if (rc < 0)
+        return rc;
+    int prev = mg_json_get(&e->doc, 0, "prev_kv");
+    int64_t place = (prev >= 0 ? member_int(e, prev, "version") : 0) + 1;
+    int n = snprintf(num, sizeof(num), "%" PRId64, place);
+
+    /* KEY := place, unless it holds a count that large already. */
+    rc = txn(e, key, NULL, 0, -1, num, (size_t)n, 0, &cur, &len);
+    for (int tries = 0; rc == 0 && tries < ADD_MAX_TRIES; tries++) {
+        char *end;
+        if (!cur) /* deleted meanwhile: create it again */
+            rc = txn(e, key, NULL, 0, -1, num, (size_t)n, 0, &cur, &len);
+        else {
+            errno = 0;
+            long long v = strtoll(cur, &end, 10);
+            if (errno || end == cur || *end) {
+                free(cur);
+                snprintf(e->kv.err, sizeof(e->kv.err), "etcd %s: add to %s: not an integer",
+                         e->url[e->cur], key);
+                return -EINVAL;
+            }
+            if (v >= place) {
+                rc = 1; /* a later adder's count is there */
+                break;
+            }
+            char *was = cur;
+            cur = NULL;
+            rc = txn(e, key, was, len, -1, num, (size_t)n, 0, &cur, &len);
+            free(was);
+        }
+    }
+    free(cur);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        snprintf(e->kv.err, sizeof(e->kv.err), "etcd %s: add to %s: lost %d races in a row",
+                 e->url[e->cur], key, ADD_MAX_TRIES);
+        return -EAGAIN;
+    }
+    if (result)
+        *result = place;
+    return 0;
+}
+
 static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *result)
 {
     struct kv_etcd *e = (struct kv_etcd *)kv;
@@ -494,6 +566,8 @@ static int etcd_add(struct mg_kv *kv, const char *key, int64_t delta, int64_t *r
     size_t len;
     int rc;
 
+    if (delta == 1)
+        return add_one(e, key, result);
     /* No atomic add in etcd: read, then swap on the modification revision. */
     for (int tries = 0; tries < ADD_MAX_TRIES; tries++) {
         long long v = 0;
@@ -590,6 +664,84 @@ static int etcd_list(struct mg_kv *kv, const char *prefix, int max, int want_val
     }
     *out = v;
     *count = total;
+    return 0;
+}
+
+/* Puts (vals) or deletes (vals NULL) of n keys in transactions of TXN_OPS
+ * operations without a comparison: the closer of a round of thousands
+ * writes its membership blocks and their index, and deletes an old round's
+ * keys, in a few requests instead of one each (each a commit of etcd's). */
+static int etcd_many(struct kv_etcd *e, const char *const *keys, const char *const *vals,
+                     const size_t *lens, int n)
+{
+    for (int lo = 0; lo < n; lo += TXN_OPS) {
+        int hi = lo + TXN_OPS < n ? lo + TXN_OPS : n;
+        size_t payload = 0;
+        for (int i = lo; i < hi; i++) {
+            size_t kl = strlen(keys[i]);
+            if (kl > MG_KV_MAX_KEY || (vals && lens[i] > MG_KV_MAX_VALUE))
+                return -MG_ETOOBIG;
+            payload += kl + (vals ? lens[i] : 0) + 64; /* base64 of each, and its JSON */
+        }
+        struct body b;
+        if (body_begin(&b, payload) < 0)
+            return -ENOMEM;
+        mg_jsonw_key(&b.w, "success");
+        mg_jsonw_arr_begin(&b.w);
+        for (int i = lo; i < hi; i++) {
+            size_t kl = strlen(keys[i]);
+            mg_jsonw_obj_begin(&b.w);
+            mg_jsonw_key(&b.w, vals ? "request_put" : "request_delete_range");
+            mg_jsonw_obj_begin(&b.w);
+            kb64(&b.w, "key", keys[i], kl, b.tmp);
+            if (vals)
+                kb64(&b.w, "value", vals[i], lens[i], b.tmp);
+            mg_jsonw_obj_end(&b.w);
+            mg_jsonw_obj_end(&b.w);
+        }
+        mg_jsonw_arr_end(&b.w);
+        int rc = body_call(e, &b, "kv/txn");
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int etcd_set_many(struct mg_kv *kv, const char *const *keys, const char *const *vals,
+                         const size_t *lens, int n)
+{
+    return etcd_many((struct kv_etcd *)kv, keys, vals, lens, n);
+}
+
+static int etcd_del_many(struct mg_kv *kv, const char *const *keys, int n)
+{
+    return etcd_many((struct kv_etcd *)kv, keys, NULL, NULL, n);
+}
+
+/* The number of keys under prefix, without them (count_only): a node that
+ * counts the live agents of a job of thousands gets a number, where a
+ * listing is every agent's key, base64 in JSON, to each node. */
+static int etcd_count(struct mg_kv *kv, const char *prefix, int *n)
+{
+    struct kv_etcd *e = (struct kv_etcd *)kv;
+    struct body b;
+    size_t kl = strlen(prefix);
+    char end[MG_KV_MAX_KEY + 1];
+
+    *n = 0;
+    if (kl > MG_KV_MAX_KEY)
+        return -EINVAL;
+    if (body_begin(&b, 2 * kl) < 0)
+        return -ENOMEM;
+    kb64(&b.w, "key", prefix, kl, b.tmp);
+    size_t el = prefix_end(prefix, end);
+    kb64(&b.w, "range_end", end, el, b.tmp);
+    mg_jsonw_kbool(&b.w, "count_only", 1);
+    int rc = body_call(e, &b, "kv/range");
+    if (rc < 0)
+        return rc;
+    int64_t c = member_int(e, 0, "count"); /* proto3 JSON omits a count of 0 */
+    *n = c > MG_KV_MAX_LIST ? MG_KV_MAX_LIST : (int)c;
     return 0;
 }
 
@@ -774,6 +926,9 @@ static const struct mg_kv_ops etcd_ops = {
     .add = etcd_add,
     .del = etcd_del,
     .list = etcd_list,
+    .count = etcd_count,
+    .set_many = etcd_set_many,
+    .del_many = etcd_del_many,
     .wait = etcd_wait,
     .keepalive = etcd_keepalive,
     .release = etcd_release,

@@ -168,12 +168,50 @@ static void kv_cases(const struct kv_fixture *f, const char *prefix)
         e = (struct mg_kv_entry *)1;
         rc = kv->ops->list(kv, kvc_key(prefix, "nothing/"), 10, 1, &e, &n);
         ok(rc == 0 && n == 0 && e == NULL, "%s: an empty list", N);
+        if (kv->ops->count) {
+            int c = -1;
+            rc = kv->ops->count(kv, kvc_key(prefix, "l/"), &c);
+            ok(rc == 0 && c == 3, "%s: count by prefix: 3 keys (%d)", N, c);
+            rc = kv->ops->count(kv, kvc_key(prefix, "nothing/"), &c);
+            ok(rc == 0 && c == 0, "%s: count of an empty prefix: 0 (%d)", N, c);
+        }
     }
 
     /* delete */
     is_int(kv->ops->del(kv, kvc_key(prefix, "l/b")), 1, "%s: delete an existing key", N);
     is_int(kv->ops->del(kv, kvc_key(prefix, "l/b")), 0, "%s: delete a missing key", N);
     ok(kvc_is_val(other, kvc_key(prefix, "l/b"), NULL), "%s: gone for the others too", N);
+
+    /* many at once: more than one batch of a backend that batches (etcd: 64) */
+    {
+        enum {
+            NM = 70
+        };
+        char *keys[NM], *vals[NM];
+        size_t lens[NM];
+        int bad = 0, cnt = -1;
+        for (int i = 0; i < NM; i++) {
+            char k[32];
+            snprintf(k, sizeof(k), "m/%03d", i);
+            keys[i] = strdup(kvc_key(prefix, k));
+            vals[i] = malloc(16);
+            lens[i] = (size_t)snprintf(vals[i], 16, "v%d", i);
+        }
+        is_int(mg_kv_set_many(kv, (const char *const *)keys, (const char *const *)vals, lens, NM),
+               0, "%s: set_many of %d keys", N, NM);
+        for (int i = 0; i < NM; i++)
+            bad += !kvc_is_val(other, keys[i], vals[i]);
+        is_int(bad, 0, "%s: each of them reads back", N);
+        is_int(mg_kv_del_many(kv, (const char *const *)keys, NM), 0, "%s: del_many of them", N);
+        struct mg_kv_entry *e = NULL;
+        rc = other->ops->list(other, kvc_key(prefix, "m/"), 100, 0, &e, &cnt);
+        ok(rc == 0 && cnt == 0, "%s: and none is left (%d)", N, cnt);
+        mg_kv_free_list(e, cnt);
+        for (int i = 0; i < NM; i++) {
+            free(keys[i]);
+            free(vals[i]);
+        }
+    }
 
     /* wait */
     kv->ops->set(kv, kvc_key(prefix, "w"), "1", 1, 0);
