@@ -517,6 +517,7 @@ void mg_ss_accept_some(struct mg_store_server *s)
         c->in_hs = 1;
         TAILQ_INSERT_TAIL(&s->hs, c, hslink);
         s->nhs++;
+        s->turn.accepted++;
     }
 }
 
@@ -535,6 +536,7 @@ void mg_ss_settle(struct mg_store_server *s)
             else
                 mg_ss_conn_flush(c);
             flushed++;
+            s->turn.flushed++;
         }
         if (!s->dead)
             break;
@@ -542,6 +544,7 @@ void mg_ss_settle(struct mg_store_server *s)
             c = s->dead;
             s->dead = c->knext;
             mg_ss_conn_teardown(c);
+            s->turn.closed++;
         }
     }
 }

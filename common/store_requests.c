@@ -202,6 +202,7 @@ void mg_ss_wake(struct mg_store_server *s, struct entry *e)
         ready = w->rnext;
         mg_ss_answer(s, w->conn, w->op, w->id, w->keys[0].e, MG_SP_OK);
         mg_ss_waiter_free(s, w);
+        s->turn.woken++;
     }
 }
 
@@ -533,6 +534,7 @@ void mg_ss_handle_request(struct mg_store_server *s, struct conn *c, const struc
 {
     struct mg_sp_req q;
     s->requests++;
+    s->turn.requests++;
     int rc = mg_sp_req_decode(h, body, &q);
     if (rc) {
         mg_ss_reply_status(c, h->op, h->id, mg_sp_err_status(rc));

@@ -40,6 +40,7 @@ static void run_timers(struct mg_store_server *s)
         struct waiter *w = s->heap[0];
         mg_ss_answer(s, w->conn, w->op, w->id, NULL, MG_SP_TIMEDOUT);
         mg_ss_waiter_free(s, w);
+        s->turn.timed_out++;
     }
     if (now < s->next_scan)
         return;
@@ -52,6 +53,7 @@ static void run_timers(struct mg_store_server *s)
     } while (0)
     struct conn *c;
     LIST_FOREACH(c, &s->conns, link) {
+        s->turn.scanned++;
         if (c->closing == CL_DEAD)
             continue;
         if (c->deadline_ms)
@@ -340,10 +342,12 @@ static void process_locked(struct mg_store_server *s, const struct pollfd *fds, 
 {
     struct epoll_event ev[EV_BATCH];
     int accept_ready = 0, ready = 0;
+    int64_t t0 = mg_now_us();
     for (int i = 0; i < n; i++)
         if (fds[i].fd == s->epfd && fds[i].revents)
             ready = 1;
     int k = ready ? epoll_wait(s->epfd, ev, EV_BATCH, 0) : 0;
+    s->turn.events = k > 0 ? k : 0;
     for (int i = 0; i < k; i++) {
         uint32_t e = ev[i].events;
         int fd = ev[i].data.fd;
@@ -383,6 +387,12 @@ static void process_locked(struct mg_store_server *s, const struct pollfd *fds, 
     run_timers(s);
     mg_ss_settle(s);
     watch_listen(s);
+    s->turn.us = mg_now_us() - t0;
+    s->turn_last = s->turn;
+    if (s->turn.us > s->turn_max.us)
+        s->turn_max = s->turn;
+    s->turns++;
+    memset(&s->turn, 0, sizeof(s->turn));
 }
 
 int mg_store_server_process(struct mg_store_server *s, const struct pollfd *fds, int n)
@@ -478,6 +488,9 @@ void mg_store_server_stats(struct mg_store_server *s, struct mg_store_server_sta
     st->dropped = s->dropped;
     st->leases_expired = s->leases_expired;
     st->requests = s->requests;
+    st->turns = s->turns;
+    st->turn_last = s->turn_last;
+    st->turn_max = s->turn_max;
     mg_ss_unlock(s);
 }
 

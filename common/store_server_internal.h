@@ -186,7 +186,10 @@ struct mg_store_server {
     struct conn *dead;
 
     size_t stored, buffered;
-    uint64_t dropped, leases_expired, requests;
+    uint64_t dropped, leases_expired, requests, turns;
+    /* What the turn under way did (counted where it happens; local calls
+     * between turns count into the next), the last whole one, the longest. */
+    struct mg_store_server_turn turn, turn_last, turn_max;
     int64_t accept_pause_until;
 
     struct conn *local; /* owns the hosting process's ephemeral keys (never polled) */

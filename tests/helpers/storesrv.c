@@ -5,10 +5,14 @@
  *   storesrv [--host H] [--port P] [--token T] [--port-file F] [--stats-file F]
  *            [--max-clients N] [--max-waiters N] [--max-store-bytes N]
  *            [--max-buffer-bytes N] [--handshake-timeout MS] [--frame-timeout MS]
- *            [--thread]
+ *            [--thread] [--turn-log F] [--turn-log-ms MS]
  *
  * Writes the port to --port-file once listening. SIGUSR1 writes the server's
- * statistics to --stats-file (key=value, one line); SIGTERM / SIGINT stop it.
+ * statistics to --stats-file (key=value, one line; the longest turn's work
+ * as turn_max_*); SIGTERM / SIGINT stop it. --turn-log F: a line for every
+ * turn of the loop that took --turn-log-ms (20) or more, with what it did and
+ * its CPU time (a turn whose wall time far exceeds its CPU time waited for a
+ * core), to find where a client's latency goes.
  * Signals reach the loop through a self-pipe rather than a signalfd: sanitizer
  * builds run a thread of their own that does not block signals, so a signalfd
  * would let SIGUSR1 kill the process there. */
@@ -68,23 +72,48 @@ static double run_delay_ms(void)
     return ok ? (double)wait / 1e6 : -1;
 }
 
+/* A turn's work, as key=value pairs with a prefix. */
+static int turn_text(char *out, size_t cap, const char *p, const struct mg_store_server_turn *t)
+{
+    return snprintf(out, cap,
+                    "%sms=%.1f %sevents=%d %srequests=%d %swoken=%d %stimed_out=%d %sflushed=%d "
+                    "%sscanned=%d %saccepted=%d %sclosed=%d",
+                    p, (double)t->us / 1000.0, p, t->events, p, t->requests, p, t->woken, p,
+                    t->timed_out, p, t->flushed, p, t->scanned, p, t->accepted, p, t->closed);
+}
+
 static void write_stats(struct mg_store_server *srv, const char *path)
 {
     struct mg_store_server_stats s;
-    char line[512];
+    char line[1024], mx[400];
     if (!path)
         return;
     mg_store_server_stats(srv, &s);
+    turn_text(mx, sizeof(mx), "srv_turn_max_", &s.turn_max);
     snprintf(line, sizeof(line),
              "clients=%d waiters=%d keys=%zu stored_bytes=%zu buffer_bytes=%zu revision=%lld "
-             "dropped=%llu leases_expired=%llu requests=%llu turn_max_ms=%.1f turn_cpu_max_ms=%.1f "
-             "late_max_ms=%.1f "
-             "run_delay_ms=%.0f\n",
+             "dropped=%llu leases_expired=%llu requests=%llu turns=%llu turn_max_ms=%.1f "
+             "turn_cpu_max_ms=%.1f late_max_ms=%.1f run_delay_ms=%.0f %s\n",
              s.clients, s.waiters, s.keys, s.stored_bytes, s.buffer_bytes, (long long)s.revision,
              (unsigned long long)s.dropped, (unsigned long long)s.leases_expired,
-             (unsigned long long)s.requests, (double)turn_max_us / 1000.0,
-             (double)turn_cpu_max_us / 1000.0, (double)late_max_us / 1000.0, run_delay_ms());
+             (unsigned long long)s.requests, (unsigned long long)s.turns,
+             (double)turn_max_us / 1000.0, (double)turn_cpu_max_us / 1000.0,
+             (double)late_max_us / 1000.0, run_delay_ms(), mx);
     write_file(path, line);
+}
+
+/* --turn-log: one line per slow turn (t: ms since the start; gap: ms since
+ * the previous turn ended, in poll or waiting for a core). */
+static void log_turn(FILE *f, struct mg_store_server *srv, int64_t t_start, int64_t t1,
+                     int64_t t2, int64_t gap_us, int64_t cpu_us_)
+{
+    struct mg_store_server_stats s;
+    char text[400];
+    mg_store_server_stats(srv, &s);
+    turn_text(text, sizeof(text), "", &s.turn_last);
+    fprintf(f, "t=%.0f wall_ms=%.1f cpu_ms=%.1f gap_ms=%.1f clients=%d waiters=%d %s\n",
+            (double)(t1 - t_start) / 1000.0, (double)(t2 - t1) / 1000.0, (double)cpu_us_ / 1000.0,
+            (double)gap_us / 1000.0, s.clients, s.waiters, text);
 }
 
 static int sig_w = -1;
@@ -103,15 +132,15 @@ static void usage(void)
     fprintf(stderr, "usage: storesrv [--host H] [--port P] [--token T] [--port-file F] "
                     "[--stats-file F] [--max-clients N] [--max-waiters N] [--max-store-bytes N] "
                     "[--max-buffer-bytes N] [--handshake-timeout MS] [--frame-timeout MS] "
-                    "[--thread]\n");
+                    "[--thread] [--turn-log F] [--turn-log-ms MS]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     struct mg_store_server_opts o = {.host = "127.0.0.1"};
-    const char *port_file = NULL, *stats_file = NULL;
-    int thread = 0, rc;
+    const char *port_file = NULL, *stats_file = NULL, *turn_log = NULL;
+    int thread = 0, rc, turn_log_ms = 20;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -144,8 +173,17 @@ int main(int argc, char **argv)
             o.handshake_timeout_ms = atoi(v);
         else if (!strcmp(a, "--frame-timeout"))
             o.frame_timeout_ms = atoi(v);
+        else if (!strcmp(a, "--turn-log"))
+            turn_log = v;
+        else if (!strcmp(a, "--turn-log-ms"))
+            turn_log_ms = atoi(v);
         else
             usage();
+    }
+    FILE *tlog = NULL;
+    if (turn_log && !(tlog = fopen(turn_log, "w"))) {
+        fprintf(stderr, "storesrv: cannot write '%s': %s\n", turn_log, strerror(errno));
+        return 1;
     }
 
     int sp[2];
@@ -182,6 +220,7 @@ int main(int argc, char **argv)
 
     struct pollfd *fds = NULL;
     int cap = 0, done = 0;
+    int64_t t_start = now_us(), t_prev = t_start;
     while (!done) {
         int n = 1, timeout = -1;
         int need = 1 + (thread ? 0 : mg_store_server_nfds(srv));
@@ -220,6 +259,9 @@ int main(int argc, char **argv)
                 turn_cpu_max_us = c2 - c1;
             if (t2 - t1 > turn_max_us)
                 turn_max_us = t2 - t1;
+            if (tlog && t2 - t1 >= (int64_t)turn_log_ms * 1000)
+                log_turn(tlog, srv, t_start, t1, t2, t1 - t_prev, c2 - c1);
+            t_prev = t2;
         }
         unsigned char sig;
         while (read(sfd, &sig, 1) == 1) {
@@ -231,6 +273,8 @@ int main(int argc, char **argv)
     }
     write_stats(srv, stats_file);
     mg_store_server_release(srv);
+    if (tlog)
+        fclose(tlog);
     free(fds);
     close(sfd);
     close(sig_w);
