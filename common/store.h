@@ -147,15 +147,15 @@ struct mg_store_server_stats {
     uint64_t requests; /* requests answered or parked since the start (all opcodes) */
     uint64_t turns;    /* turns of the loop (mg_store_server_process calls, or the thread's) */
     struct mg_store_server_turn {
-        int64_t us;    /* wall time of the turn, as the server measures it */
-        int events;    /* descriptors the epoll set reported ready */
-        int requests;  /* requests served */
-        int woken;     /* parked requests a change answered */
-        int timed_out; /* parked requests whose timeout passed */
-        int flushed;   /* connections sent the replies others' changes woke */
-        int scanned;   /* connections whose own timers were looked at */
-        int accepted;  /* new connections */
-        int closed;    /* connections torn down */
+        int64_t us;        /* wall time of the turn, as the server measures it */
+        int events;        /* descriptors the epoll set reported ready */
+        int requests;      /* requests served */
+        int woken;         /* parked requests a change answered */
+        int timed_out;     /* parked requests whose timeout passed */
+        int flushed;       /* connections sent the replies others' changes woke */
+        int scanned;       /* connections whose own timers were looked at */
+        int accepted;      /* new connections */
+        int closed;        /* connections torn down */
     } turn_last, turn_max; /* the last turn, and the longest one so far */
 };
 void mg_store_server_stats(struct mg_store_server *srv, struct mg_store_server_stats *st);

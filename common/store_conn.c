@@ -14,11 +14,13 @@
 #include "sha256.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -33,6 +35,7 @@ static void conn_watch(struct conn *c)
     if (c->fd < 0 || c->closing == CL_DEAD)
         return;
     uint32_t ev = (mg_ss_backpressured(c) ? 0 : EPOLLIN) | (c->ohead ? EPOLLOUT : 0);
+    mg_ss_conn_arm(c); /* a frame begun, a handshake done: a deadline may apply now */
     if (ev == c->evmask)
         return;
     struct epoll_event e = {.events = ev, .data.fd = c->fd};
@@ -42,11 +45,65 @@ static void conn_watch(struct conn *c)
         mg_ss_conn_kill(c);
 }
 
-/* A deadline of c set or moved earlier: the next walk comes no later. */
-void mg_ss_scan_by(struct mg_store_server *s, int64_t t)
+#define BACKPRESSURED_RECHECK_MS 100 /* a stalled frame of a connection not read from */
+
+/* The earliest of c's deadlines, INT64_MAX when none applies. */
+static int64_t conn_due(const struct conn *c)
 {
-    if (t < s->next_scan)
-        s->next_scan = t;
+    int64_t t = INT64_MAX;
+    if (c->closing == CL_DEAD || c->fd < 0)
+        return t;
+    if (c->deadline_ms)
+        t = c->deadline_ms;
+    if (c->state == ST_READY && c->lease_ms && c->last_rx_ms + (int64_t)c->lease_ms < t)
+        t = c->last_rx_ms + (int64_t)c->lease_ms;
+    if (c->frame_start_ms && c->frame_start_ms + c->srv->frame_ms < t)
+        t = c->frame_start_ms + c->srv->frame_ms;
+    return t;
+}
+
+void mg_ss_conn_arm(struct conn *c)
+{
+    struct mg_store_server *s = c->srv;
+    int64_t t = conn_due(c);
+    if (t == INT64_MAX)
+        return; /* a timer left in the heap finds nothing due and goes */
+    if (c->timer.idx == MG_THEAP_NONE)
+        mg_theap_push(&s->ctimers, &c->timer, t); /* room reserved at accept */
+    else if (t < c->timer.deadline)
+        mg_theap_move(&s->ctimers, &c->timer, t);
+}
+
+void mg_ss_conn_timer(struct mg_store_server *s, struct conn *c, int64_t now)
+{
+    if (c->closing == CL_DEAD)
+        return;
+    if (c->deadline_ms && now >= c->deadline_ms) {
+        mg_ss_conn_drop(c); /* handshake too slow, or a final error nobody reads */
+        return;
+    }
+    if (c->state == ST_READY && c->lease_ms && now - c->last_rx_ms >= (int64_t)c->lease_ms) {
+        /* Bytes that arrived after the epoll set was read are not silence. */
+        int pending = 0;
+        if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0) {
+            c->last_rx_ms = now;
+        } else {
+            s->leases_expired++;
+            mg_ss_conn_drop(c);
+            return;
+        }
+    }
+    if (c->frame_start_ms && now - c->frame_start_ms >= s->frame_ms) {
+        if (!mg_ss_backpressured(c)) {
+            mg_ss_conn_drop(c); /* a frame begun and never finished */
+            return;
+        }
+        /* Not read from while its replies pile up: the frame cannot finish,
+         * and counts against it once reading resumes. */
+        mg_theap_push(&s->ctimers, &c->timer, now + BACKPRESSURED_RECHECK_MS);
+        return;
+    }
+    mg_ss_conn_arm(c);
 }
 
 static void hs_unlink(struct conn *c)
@@ -86,7 +143,7 @@ static void conn_close_after_flush(struct conn *c)
     c->srv->dropped++;
     c->closing = CL_AFTER_FLUSH;
     c->deadline_ms = mg_now_ms() + CLOSE_LINGER_MS;
-    mg_ss_scan_by(c->srv, c->deadline_ms);
+    mg_ss_conn_arm(c);
     mg_ss_mark_dirty(c);
 }
 
@@ -131,6 +188,7 @@ void mg_ss_conn_teardown(struct conn *c)
         free(o);
     }
     hs_unlink(c);
+    mg_theap_remove(&s->ctimers, &c->timer);
     LIST_REMOVE(c, link);
     s->nconns--;
     s->buffered -= c->icap;
@@ -480,7 +538,9 @@ void mg_ss_accept_some(struct mg_store_server *s)
             close(fd);
             continue;
         }
-        if (byfd_put(s, fd, c) || ibuf_resize(s, c, IBUF_MIN)) {
+        mg_theap_node_init(&c->timer);
+        if (byfd_put(s, fd, c) || mg_theap_reserve(&s->ctimers, (size_t)s->nconns + 1) ||
+            ibuf_resize(s, c, IBUF_MIN)) {
             if (fd < s->byfd_cap)
                 s->byfd[fd] = NULL;
             s->buffered -= c->icap;
@@ -511,7 +571,7 @@ void mg_ss_accept_some(struct mg_store_server *s)
         c->fd = fd;
         c->state = ST_HELLO;
         c->deadline_ms = mg_now_ms() + s->handshake_ms;
-        mg_ss_scan_by(s, c->deadline_ms);
+        mg_ss_conn_arm(c);
         LIST_INSERT_HEAD(&s->conns, c, link);
         s->nconns++;
         c->in_hs = 1;

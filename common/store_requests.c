@@ -3,7 +3,7 @@
  * calls share, the replies, and the parked requests (GET, WAIT, WATCH that
  * must wait) with their deadline heap. It keeps: one set of rules for remote
  * and local callers; a parked request is charged against max_store, bounded
- * per connection and per server, linked into its connection, the heap and
+ * per connection and per server, linked into its connection, the timer heap and
  * each of its keys, and leaves all of them at once, answered exactly once;
  * a reply's value goes out from the stored blob, never copied. */
 #include "store_server_internal.h"
@@ -83,56 +83,6 @@ void mg_ss_reply_status(struct conn *c, uint8_t op, uint32_t id, uint16_t status
 
 /* ---- parked requests -------------------------------------------------------------- */
 
-static int heap_less(struct waiter *a, struct waiter *b)
-{
-    return a->deadline_ms < b->deadline_ms;
-}
-
-static void heap_set(struct mg_store_server *s, size_t i, struct waiter *w)
-{
-    s->heap[i] = w;
-    w->heap_idx = i;
-}
-
-static void heap_up(struct mg_store_server *s, size_t i)
-{
-    struct waiter *w = s->heap[i];
-    while (i > 0 && heap_less(w, s->heap[(i - 1) / 2])) {
-        heap_set(s, i, s->heap[(i - 1) / 2]);
-        i = (i - 1) / 2;
-    }
-    heap_set(s, i, w);
-}
-
-static void heap_down(struct mg_store_server *s, size_t i)
-{
-    struct waiter *w = s->heap[i];
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        struct waiter *mw = w;
-        if (l < s->nheap && heap_less(s->heap[l], mw))
-            m = l, mw = s->heap[l];
-        if (l + 1 < s->nheap && heap_less(s->heap[l + 1], mw))
-            m = l + 1, mw = s->heap[l + 1];
-        if (m == i)
-            break;
-        heap_set(s, i, mw);
-        i = m;
-    }
-    heap_set(s, i, w);
-}
-
-static void heap_remove(struct mg_store_server *s, struct waiter *w)
-{
-    size_t i = w->heap_idx;
-    struct waiter *last = s->heap[--s->nheap];
-    if (last != w) {
-        heap_set(s, i, last);
-        heap_up(s, i);
-        heap_down(s, last->heap_idx);
-    }
-}
-
 /* Unlinks the first n keys of w, one at a time: a key named twice keeps its
  * entry alive until its last link goes. */
 static void wkeys_release(struct mg_store_server *s, struct waiter *w, int n)
@@ -147,7 +97,7 @@ static void wkeys_release(struct mg_store_server *s, struct waiter *w, int n)
 void mg_ss_waiter_free(struct mg_store_server *s, struct waiter *w)
 {
     wkeys_release(s, w, w->nkeys);
-    heap_remove(s, w);
+    mg_theap_remove(&s->wtimers, &w->timer);
     LIST_REMOVE(w, clink);
     w->conn->nwaiters--;
     s->nwaiters--;
@@ -213,14 +163,8 @@ static uint16_t park(struct mg_store_server *s, struct conn *c, const struct mg_
     size_t size = sizeof(struct waiter) + (size_t)nkeys * sizeof(struct wkey);
     if (c->nwaiters >= MAX_CONN_WAITERS || s->nwaiters >= s->max_waiters)
         return MG_SP_BUSY;
-    if (s->nheap == s->heapcap) {
-        size_t cap = s->heapcap ? s->heapcap * 2 : 64;
-        struct waiter **h = realloc(s->heap, cap * sizeof(*h));
-        if (!h)
-            return MG_SP_NOSPACE;
-        s->heap = h;
-        s->heapcap = cap;
-    }
+    if (mg_theap_reserve(&s->wtimers, s->wtimers.n + 1))
+        return MG_SP_NOSPACE; /* so that the push below cannot fail */
     if (mg_ss_charge(s, size))
         return MG_SP_NOSPACE;
     struct waiter *w = calloc(1, size);
@@ -233,7 +177,6 @@ static uint16_t park(struct mg_store_server *s, struct conn *c, const struct mg_
     w->op = q->op;
     w->since = q->num;
     w->charge = size;
-    w->deadline_ms = mg_now_ms() + q->timeout_ms;
     /* GET and WATCH carry one key and no packed list (q->keys is NULL, and
      * NULL + 0 is undefined behaviour). */
     const uint8_t *p = q->keys, *end = q->nkeys ? q->keys + q->keys_len : NULL;
@@ -259,9 +202,7 @@ static uint16_t park(struct mg_store_server *s, struct conn *c, const struct mg_
     LIST_INSERT_HEAD(&c->waiters, w, clink);
     c->nwaiters++;
     s->nwaiters++;
-    s->heap[s->nheap] = w;
-    w->heap_idx = s->nheap++;
-    heap_up(s, w->heap_idx);
+    mg_theap_push(&s->wtimers, &w->timer, mg_now_ms() + q->timeout_ms);
     return MG_SP_OK;
 }
 

@@ -8,8 +8,8 @@
  * calls store_table.c, store_requests.c and store_local.c. It keeps: one lock
  * around all the server's state; a turn costs what is ready, bounded (EV_BATCH
  * events, REQS_PER_TURN requests each, FLUSH_PER_TURN woken connections),
- * never what is connected, except one walk of the connections' timers every
- * SCAN_MS; ephemeral keys die with their connection or its lease. Where to
+ * never what is connected (the timers are heaps: a turn costs those that
+ * fall due); ephemeral keys die with their connection or its lease. Where to
  * listen is the caller's choice, mg_store_bind_addr its usual answer. */
 #include "store_server_internal.h"
 #include "mg_err.h"
@@ -18,17 +18,16 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SCAN_MS  100 /* the longest between two walks of the connections' timers */
 #define EV_BATCH 256 /* events taken from the epoll set per turn */
 
 /* ---- timers --------------------------------------------------------------------------- */
@@ -36,51 +35,19 @@
 static void run_timers(struct mg_store_server *s)
 {
     int64_t now = mg_now_ms();
-    while (s->nheap && s->heap[0]->deadline_ms <= now) {
-        struct waiter *w = s->heap[0];
+    struct mg_theap_node *x;
+    while ((x = mg_theap_top(&s->wtimers)) && x->deadline <= now) {
+        struct waiter *w = (struct waiter *)((char *)x - offsetof(struct waiter, timer));
         mg_ss_answer(s, w->conn, w->op, w->id, NULL, MG_SP_TIMEDOUT);
         mg_ss_waiter_free(s, w);
         s->turn.timed_out++;
     }
-    if (now < s->next_scan)
-        return;
-    /* The walk notes the earliest deadline it sees for the next one. */
-    int64_t next = now + SCAN_MS;
-#define NOTE(t)                                                                                    \
-    do {                                                                                           \
-        if ((t) < next)                                                                            \
-            next = (t);                                                                            \
-    } while (0)
-    struct conn *c;
-    LIST_FOREACH(c, &s->conns, link) {
+    while ((x = mg_theap_top(&s->ctimers)) && x->deadline <= now) {
+        struct conn *c = (struct conn *)((char *)x - offsetof(struct conn, timer));
+        mg_theap_remove(&s->ctimers, x);
         s->turn.scanned++;
-        if (c->closing == CL_DEAD)
-            continue;
-        if (c->deadline_ms)
-            NOTE(c->deadline_ms);
-        if (c->state == ST_READY && c->lease_ms)
-            NOTE(c->last_rx_ms + (int64_t)c->lease_ms);
-        if (c->frame_start_ms && !mg_ss_backpressured(c))
-            NOTE(c->frame_start_ms + s->frame_ms);
-        if (c->deadline_ms && now >= c->deadline_ms) {
-            mg_ss_conn_drop(c); /* handshake too slow, or a final error nobody reads */
-        } else if (c->state == ST_READY && c->lease_ms &&
-                   now - c->last_rx_ms >= (int64_t)c->lease_ms) {
-            /* Bytes that arrived after poll() returned are not silence. */
-            int pending = 0;
-            if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0) {
-                c->last_rx_ms = now;
-                continue;
-            }
-            s->leases_expired++;
-            mg_ss_conn_drop(c);
-        } else if (c->frame_start_ms && !mg_ss_backpressured(c) &&
-                   now - c->frame_start_ms >= s->frame_ms) {
-            mg_ss_conn_drop(c); /* a frame begun and never finished */
-        }
+        mg_ss_conn_timer(s, c, now);
     }
-#undef NOTE
-    s->next_scan = next;
 }
 
 static int timeout_locked(const struct mg_store_server *s)
@@ -92,12 +59,12 @@ static int timeout_locked(const struct mg_store_server *s)
         if (next < 0 || t_ < next)                                                                 \
             next = t_;                                                                             \
     } while (0)
-    if (s->nheap)
-        CONSIDER(s->heap[0]->deadline_ms);
+    if (mg_theap_top(&s->wtimers))
+        CONSIDER(mg_theap_top(&s->wtimers)->deadline);
+    if (mg_theap_top(&s->ctimers))
+        CONSIDER(mg_theap_top(&s->ctimers)->deadline); /* the connections' own */
     if (s->accept_pause_until > now)
         CONSIDER(s->accept_pause_until);
-    if (s->nconns)
-        CONSIDER(s->next_scan); /* the connections' timers (run_timers) */
     if (!TAILQ_EMPTY(&s->dirty) || !TAILQ_EMPTY(&s->backlog))
         CONSIDER(now); /* a turn's work left over */
 #undef CONSIDER
@@ -182,6 +149,7 @@ int mg_store_server_start(struct mg_store_server **out, const struct mg_store_se
     s->local->srv = s;
     s->local->fd = -1;
     s->local->state = ST_READY;
+    mg_theap_node_init(&s->local->timer);
     s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->wakefd < 0) {
         rc = -errno;
@@ -526,7 +494,8 @@ void mg_store_server_release(struct mg_store_server *s)
     free(s->list_cache.prefix);
     free(s->local);
     free(s->table);
-    free(s->heap);
+    mg_theap_release(&s->wtimers);
+    mg_theap_release(&s->ctimers);
     free(s->byfd);
     free(s->tfds);
     free(s->token);

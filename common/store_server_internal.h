@@ -13,6 +13,7 @@
 
 #include "store.h"
 #include "store_proto.h"
+#include "timer_heap.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -70,9 +71,8 @@ struct waiter {
     uint32_t id;
     uint8_t op;
     int ready;
-    int64_t since; /* WATCH */
-    int64_t deadline_ms;
-    size_t heap_idx;
+    int64_t since;              /* WATCH */
+    struct mg_theap_node timer; /* its timeout, in the server's wtimers */
     size_t charge;
     LIST_ENTRY(waiter) clink; /* the connection's parked requests */
     struct waiter *rnext;     /* satisfied, to answer */
@@ -127,6 +127,11 @@ struct conn {
     int64_t last_rx_ms;
     int64_t deadline_ms; /* handshake, or lingering close */
     int64_t frame_start_ms;
+    /* The earliest of its deadlines (handshake or closing, lease, frame), in
+     * the server's ctimers, or an earlier time: a deadline that moves later
+     * (a lease renewed by every byte) leaves it there, and when it falls due
+     * the connection is looked at and put back at its true one. */
+    struct mg_theap_node timer;
     uint8_t *ibuf;
     size_t ipos, ilen, icap;
     struct oseg *ohead, *otail;
@@ -152,10 +157,6 @@ struct mg_store_server {
      * is ready, not what is connected: pollfds hands the caller this one
      * descriptor. */
     int epfd, lfd_watched;
-    /* The connections' timers (handshake, lease, frame, lingering close) are
-     * walked at most every SCAN_MS, and when the earliest one found falls
-     * due, rather than on every turn: a walk costs every connection. */
-    int64_t next_scan;
     char *token;
     int max_clients, max_waiters, handshake_ms, frame_ms;
     int (*foreign)(void *ctx, int fd, const void *bytes, size_t n);
@@ -173,8 +174,10 @@ struct mg_store_server {
     TAILQ_HEAD(, entry) tombs;
     size_t ntombs;
 
-    struct waiter **heap;
-    size_t nheap, heapcap;
+    /* The parked requests' timeouts, and the connections' own timers: a
+     * turn costs the timers that fall due, never a walk of every connection
+     * (which took an eighth of the server's CPU at 10,000 nodes). */
+    struct mg_theap wtimers, ctimers;
     int nwaiters;
 
     LIST_HEAD(, conn) conns;
@@ -255,9 +258,12 @@ void mg_ss_conn_teardown(struct conn *c);
 void mg_ss_conn_read(struct mg_store_server *s, struct conn *c);
 void mg_ss_conn_flush(struct conn *c);
 int mg_ss_backpressured(const struct conn *c);
-/* A deadline of a connection set or moved earlier: the timers' next walk
- * comes no later. */
-void mg_ss_scan_by(struct mg_store_server *s, int64_t t);
+/* After a deadline of c was set, moved earlier or came to apply: c's timer
+ * is put at the earliest. Cheap when nothing moved earlier. */
+void mg_ss_conn_arm(struct conn *c);
+/* c's timer fell due at now: drops it when one of its deadlines passed,
+ * else puts the timer back at the next one. */
+void mg_ss_conn_timer(struct mg_store_server *s, struct conn *c, int64_t now);
 int mg_ss_can_accept(const struct mg_store_server *s);
 void mg_ss_accept_some(struct mg_store_server *s);
 void mg_ss_settle(struct mg_store_server *s);

@@ -104,8 +104,8 @@ static void write_stats(struct mg_store_server *srv, const char *path)
 
 /* --turn-log: one line per slow turn (t: ms since the start; gap: ms since
  * the previous turn ended, in poll or waiting for a core). */
-static void log_turn(FILE *f, struct mg_store_server *srv, int64_t t_start, int64_t t1,
-                     int64_t t2, int64_t gap_us, int64_t cpu_us_)
+static void log_turn(FILE *f, struct mg_store_server *srv, int64_t t_start, int64_t t1, int64_t t2,
+                     int64_t gap_us, int64_t cpu_us_)
 {
     struct mg_store_server_stats s;
     char text[400];
