@@ -218,8 +218,14 @@ static void connect_progress(void)
     memset(&t, 0, sizeof(t));
     o.host = "127.0.0.1";
     o.connect_timeout_ms = 1000;
+    int64_t t0 = mg_now_ms();
     mg_store_connect(&st, &o);
-    is_int(t.calls, 0, "a wait shorter than %d ms is not told", MG_STORE_PROGRESS_FIRST_MS);
+    int took = (int)(mg_now_ms() - t0);
+    /* A connect that blocked past the first telling (a starved machine: CI
+     * saw it at a load of 140) is told, as it should be. */
+    ok(t.calls == 0 || took >= MG_STORE_PROGRESS_FIRST_MS,
+       "a wait shorter than %d ms is not told (told %d times in %d ms)", MG_STORE_PROGRESS_FIRST_MS,
+       t.calls, took);
 }
 
 int main(void)
