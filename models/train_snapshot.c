@@ -152,15 +152,17 @@ int snapshot_open(struct run *r)
     if (sharded && local > 0 && world > local && world % local == 0 && r->snap_shard)
         r->snap_peer_src = (r->dist.rank - local + world) % world;
     uint64_t peer_cap = r->snap_peer_src >= 0 ? r->snap_shard : 0;
-    /* the exchange's room (every rank's shard) is host memory too: counted, and
-     * touched now, so that a limit is met at the start and not by an OOM later */
-    uint64_t exch = peer_cap * (uint64_t)world, need = mg_snap_region_bytes(bytes, peer_cap) + exch;
+    /* the exchange's room (this rank's shard to send; with an allgather, every
+     * rank's) is host memory too: counted, and touched now, so that a limit is
+     * met at the start and not by an OOM later */
+    int shift = snap_zero_by_shift(r);
+    uint64_t exch = peer_cap * (uint64_t)(shift ? 1 : world);
+    uint64_t need = mg_snap_region_bytes(bytes, peer_cap) + exch;
     if (exch && limit && need > limit)
         rc = mg_seterr(err, MG_ERRMSG_LEN, -MG_ETOOBIG,
                        "two copies of this rank's state, two of its peer's shard and room to "
-                       "exchange every rank's shard take %" PRIu64
-                       " bytes of memory, more than the %" PRIu64 " allowed",
-                       need, limit);
+                       "%s take %" PRIu64 " bytes of memory, more than the %" PRIu64 " allowed",
+                       shift ? "send its own" : "exchange every rank's shard", need, limit);
     else
         rc = mg_snap_open(&r->snap, (int)fd, bytes, peer_cap, limit, err);
     if (rc == 0 && exch && !(r->snap_all = malloc((size_t)exch)))

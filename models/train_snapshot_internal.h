@@ -51,6 +51,9 @@ int snap_resume_from_peer(struct run *r, struct offer *all, int src, int k, uint
 
 /* ---- train_snapshot_zero.c ---- */
 
+/* Whether the ZeRO-1 copies go by a shift (each rank sends and receives one
+ * shard), else by an allgather (NCCL: every rank receives every shard). */
+int snap_zero_by_shift(const struct run *r);
 /* After this rank's own snapshot: its ZeRO-1 shard to the rank that keeps
  * it, and the shard of r->snap_peer_src into this rank's peer slots. */
 int snap_zero_copy(struct run *r);

@@ -14,31 +14,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ZeRO-1 over nodes: every rank's shard to every rank in one allgather (the
- * communicator has no point-to-point), of which this rank keeps the one of
- * snap_peer_src, in its peer slots, checked as its own are. */
+int snap_zero_by_shift(const struct run *r)
+{
+    const struct mg_comm *c = r->dist.d ? r->dist.d->comm : NULL;
+    return c && !c->device_memory && mg_comm_has_shift(c);
+}
+
+/* ZeRO-1 over nodes: this rank's shard to the rank that keeps it, LOCAL_WORLD_SIZE
+ * ranks on (the same local rank on the next node), in one shift over the
+ * communicator, and snap_peer_src's shard straight into a peer slot, checked as
+ * the own slots are. NCCL has no shift in mg: there every rank's shard goes to
+ * every rank in one allgather, of which this rank keeps snap_peer_src's. */
 int snap_zero_copy(struct run *r)
 {
     struct mg_trainer *t = &r->trainer;
     struct mg_backend *be = r->model.be;
+    struct mg_comm *c = r->dist.d->comm;
     uint64_t n = r->snap_shard;
-    unsigned char *mine = r->snap_all + (size_t)n * (size_t)r->dist.rank;
+    int shift = snap_zero_by_shift(r);
+    unsigned char *mine = r->snap_all + (shift ? 0 : (size_t)n * (size_t)r->dist.rank);
     be->ops->download(be, mine, t->opt.state, (size_t)n);
     int rc = be->ops->sync(be);
     if (rc < 0) {
         fail("cannot copy the optimizer shard from the device: %s", mg_backend_errmsg(be));
         return rc;
     }
-    rc = mg_ddp_allgather(r->dist.ddp, mine, r->snap_all, (size_t)n);
+    /* a worker killed in the middle leaves the slot marked so, the other whole;
+     * without a slot (a region not yet laid out anew) the exchange still takes
+     * place, the others wait for it */
+    unsigned char *slot = mg_snap_peer_begin(&r->snap), *into = slot;
+    if (!into && !(into = malloc(n ? n : 1)))
+        return -ENOMEM;
+    int k = (r->dist.rank - r->snap_peer_src + r->dist.world) % r->dist.world;
+    rc = shift ? mg_comm_shift(c, mine, into, (size_t)n, k, MG_COMM_DEFAULT_TIMEOUT)
+               : mg_ddp_allgather(r->dist.ddp, mine, r->snap_all, (size_t)n);
+    if (into != slot)
+        free(into);
     if (rc < 0) {
         fail("cannot send the optimizer shard of step %ld to the next node: %s", t->step,
-             mg_ddp_errmsg(r->dist.ddp));
+             shift ? mg_comm_errmsg(c) : mg_ddp_errmsg(r->dist.ddp));
         return rc;
     }
-    unsigned char *slot = mg_snap_peer_begin(&r->snap);
     if (!slot)
         return -EINVAL;
-    memcpy(slot, r->snap_all + (size_t)n * (size_t)r->snap_peer_src, (size_t)n);
+    if (!shift)
+        memcpy(slot, r->snap_all + (size_t)n * (size_t)r->snap_peer_src, (size_t)n);
     return mg_snap_peer_commit(&r->snap, (uint64_t)t->step, t->cfg.run_id_hash,
                                (uint32_t)r->dist.world, (uint32_t)r->snap_peer_src, n);
 }

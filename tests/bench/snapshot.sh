@@ -27,14 +27,17 @@
 # 3. The same for ZeRO-1 over two nodes, where each snapshot's optimizer
 #    shard is also copied to the other node: the CNN (200 steps) with AdamW,
 #    two agents on loopback (c10d, --nnodes 2, 1 process each), --zero 1,
-#    --snapshot-every 0, 1 and auto, alternating, medians.
+#    --snapshot-every 0, 1 and auto, alternating, medians. --nodes N: N
+#    agents instead (each rank's shard copied to the next node); with
+#    MG_COMM=tcp in the environment the ranks talk over one TCP ring, as
+#    between machines (else over shared memory: one machine).
 #
 # Checks its own results: every recovery must resume (from memory for the
 # first side), every healthy run on a model must end with the same parameter
 # hash (snapshots never change the training).
 #
-#   tests/bench/snapshot.sh [--repeat N] [--kills N] [--mg-only] [--parts "1 2 3"]
-#   (defaults: 5 healthy runs a side, 3 kills a side, every part)
+#   tests/bench/snapshot.sh [--repeat N] [--kills N] [--mg-only] [--parts "1 2 3"] [--nodes N]
+#   (defaults: 5 healthy runs a side, 3 kills a side, every part, 2 nodes)
 . "$(dirname "$0")/../lib/bench.sh"
 need "$MGLAUNCH" "$TRAIN"
 DATA=/usr/share/datasets/fashion-mnist
@@ -44,17 +47,20 @@ REPS=5
 KILLS=3
 PARTS="1 2 3"
 MG_ONLY=0
+NODES=2
 while [ $# -gt 0 ]; do
     case $1 in
     --repeat) REPS=${2:-}; shift ;;
     --kills) KILLS=${2:-}; shift ;;
     --parts) PARTS=${2:-}; shift ;;
+    --nodes) NODES=${2:-}; shift ;;
     --mg-only) MG_ONLY=1 ;;
-    *) echo "usage: snapshot.sh [--repeat N] [--kills N] [--mg-only] [--parts LIST]" >&2; exit 2 ;;
+    *) echo "usage: snapshot.sh [--repeat N] [--kills N] [--mg-only] [--parts LIST] [--nodes N]" >&2; exit 2 ;;
     esac
     shift
 done
-case "$REPS$KILLS" in *[!0-9]*) echo "snapshot.sh: --repeat and --kills need counts" >&2; exit 2 ;; esac
+case "$REPS$KILLS$NODES" in *[!0-9]*) echo "snapshot.sh: --repeat, --kills and --nodes need counts" >&2; exit 2 ;; esac
+[ "$NODES" -ge 2 ] || { echo "snapshot.sh: --nodes needs at least 2" >&2; exit 2; }
 use_torch=0
 [ $MG_ONLY = 1 ] || { have_torch && have_torchrun && use_torch=1; }
 export OMP_NUM_THREADS=1
@@ -177,23 +183,25 @@ hrun() {
     _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o")
     echo "$_r ${_p:-0}"
 }
-# hzrun MODEL STEPS EVERY K: the same over two agents on loopback with --zero 1
+# hzrun MODEL STEPS EVERY K: the same over NODES agents on loopback with --zero 1
 hzrun() {
     _o=$T/hz.$1.$3.$4
     _ep="127.0.0.1:$(free_port)"
-    _rz="--rdzv_backend c10d --rdzv_endpoint $_ep --rdzv_id hz$$$4$3 --nnodes 2 --nproc_per_node 1"
-    for _h in a b; do
-        _host=1
-        [ $_h = a ] || _host=0
+    _rz="--rdzv_backend c10d --rdzv_endpoint $_ep --rdzv_id hz$$$4$3 --nnodes $NODES --nproc_per_node 1"
+    _i=0
+    while [ $_i -lt "$NODES" ]; do
+        _host=0
+        [ $_i = 0 ] && _host=1
         "$MGLAUNCH" $_rz --rdzv_conf is_host=$_host "$TRAIN" --model "$1" --steps "$2" \
             --batch-size 64 --log-every 100000 --test-samples 100 --zero 1 --optimizer adamw \
-            --lr 0.001 --snapshot-every "$3" >"$_o.$_h" 2>&1 &
+            --lr 0.001 --snapshot-every "$3" >"$_o.$_i" 2>&1 &
         SPAWNED="$SPAWNED $!"
+        _i=$((_i + 1))
     done
-    reap || { diag "healthy ZeRO-1 run $1 $3 $4 failed: $(tail -n 3 "$_o.a" "$_o.b")"; return 1; }
-    _r=$(sed -n 's/.*done: .*(\([0-9]*\) samples\/s), wall time [0-9.]* s; param hash \([0-9a-f]*\).*/\1 \2/p' "$_o.a" "$_o.b")
-    [ -n "$_r" ] || { diag "no summary line in $_o.a"; return 1; }
-    _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o.a" "$_o.b")
+    reap || { diag "healthy ZeRO-1 run $1 $3 $4 failed: $(tail -n 3 "$_o".*)"; return 1; }
+    _r=$(sed -n 's/.*done: .*(\([0-9]*\) samples\/s), wall time [0-9.]* s; param hash \([0-9a-f]*\).*/\1 \2/p' "$_o".*)
+    [ -n "$_r" ] || { diag "no summary line in $_o.0"; return 1; }
+    _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o".*)
     echo "$_r ${_p:-0}"
 }
 # cost_table NAME STEPS FUNC: part 2's runs and table for one model
@@ -239,9 +247,10 @@ cost_table cnn 200 hrun
 cost_table mlp 2000 hrun
 fi
 if part 3; then
-echo "3. ZeRO-1 over two nodes (2 agents on loopback x 1 process, AdamW), each snapshot's shard copied" |
+echo "3. ZeRO-1 over $NODES nodes ($NODES agents on loopback x 1 process, AdamW, MG_COMM=${MG_COMM:-auto}), each" |
     tee -a "$OUT/snapshot.txt"
-echo "   to the other node; $REPS runs a side, alternating; medians" | tee -a "$OUT/snapshot.txt"
+echo "   snapshot's shard copied to the next node; $REPS runs a side, alternating; medians" |
+    tee -a "$OUT/snapshot.txt"
 cost_table cnn.zero1 200 hzrun
 fi
 [ $fail = 0 ] || diag "FAILED (a run did not succeed or did not check out; see above)"

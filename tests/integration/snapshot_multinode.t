@@ -5,7 +5,7 @@
 # each resumes from its own host's memory, and the run ends with the weights of
 # a 2-host run that never stopped. (A whole node lost: snapshot_nodeloss.t.)
 # With --zero 1 over two hosts each rank also keeps two copies of the other
-# host's optimizer shard, and room to exchange every rank's: they count in
+# host's optimizer shard, and room to send its own: they count in
 # MG_SNAPSHOT_MAX_BYTES, and a limit one byte short stops the run at its
 # start, saying so.
 # timeout: 240
@@ -49,12 +49,12 @@ zlim() {
 }
 zlim z1 1
 nodes_wait a b
-need=$(sed -n "s/.*two copies of this rank's state, two of its peer's shard and room to exchange every rank's shard take \([0-9]*\) bytes.*/\1/p" \
+need=$(sed -n "s/.*two copies of this rank's state, two of its peer's shard and room to send its own take \([0-9]*\) bytes.*/\1/p" \
     "$T/a.out" "$T/a.err" | head -n 1)
 DESC="a limit too small: refused at the start, naming the peer's copies ($need bytes)" ok test -n "$need"
 zlim z2 $((need - 1))
 nodes_wait a b
-like "$(cat "$T/a.out" "$T/a.err")" "cannot keep snapshots in memory: two copies of this rank's state, two of its peer's shard and room to exchange every rank's shard take $need bytes of memory, more than the $((need - 1)) allowed \(MG_SNAPSHOT_MAX_BYTES\)" \
+like "$(cat "$T/a.out" "$T/a.err")" "cannot keep snapshots in memory: two copies of this rank's state, two of its peer's shard and room to send its own take $need bytes of memory, more than the $((need - 1)) allowed \(MG_SNAPSHOT_MAX_BYTES\)" \
     "one byte short of own and peer slots and the exchange: refused, saying what takes the room"
 is "$RCS" "1 1" "both hosts stop at the start"
 zlim z3 "$need"
