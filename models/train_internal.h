@@ -105,6 +105,7 @@ struct run {
     int snap_peer_src;       /* the rank whose shard this rank keeps, or -1: no copies */
     uint64_t snap_shard;     /* bytes of a shard */
     unsigned char *snap_all; /* the exchange's room: this rank's shard (a shift), every rank's */
+    long snap_test_stop;     /* MG_TEST_SNAPSHOT_STOP: the step whose ZeRO-1 copy stops, or -1 */
     /* where this attempt resumed from, for mglaunch's event log (resume_record) */
     int res_from;                    /* enum mg_progress_from; MG_FROM_UNSAID: step 0 */
     int res_src_rank, res_src_world; /* memory: whose snapshot (-1: each its own), at */

@@ -17,8 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SNAP_FD_ENV  "MG_SNAPSHOT_FD"
-#define SNAP_MAX_ENV "MG_SNAPSHOT_MAX_BYTES"
+#define SNAP_FD_ENV   "MG_SNAPSHOT_FD"
+#define SNAP_MAX_ENV  "MG_SNAPSHOT_MAX_BYTES"
+#define SNAP_STOP_ENV "MG_TEST_SNAPSHOT_STOP"
 
 static int env_u64(const char *name, uint64_t *out)
 {
@@ -106,6 +107,7 @@ int snapshot_open(struct run *r)
     char err[MG_ERRMSG_LEN];
     uint64_t fd, limit = 0, bytes;
     r->snap_on = 0;
+    r->snap_test_stop = -1;
     if (o->snapshot_every == 0)
         return 0;
     int have = env_u64(SNAP_FD_ENV, &fd);
@@ -124,6 +126,13 @@ int snapshot_open(struct run *r)
                 SNAP_FD_ENV);
         return 0;
     }
+    uint64_t stop;
+    int hook = env_u64(SNAP_STOP_ENV, &stop);
+    if (hook < 0 || (hook && stop > LONG_MAX)) {
+        fail("%s='%s': expected a step number (a test hook)", SNAP_STOP_ENV, getenv(SNAP_STOP_ENV));
+        return -EINVAL;
+    }
+    r->snap_test_stop = hook ? (long)stop : -1;
     int lim = env_u64(SNAP_MAX_ENV, &limit);
     if (lim < 0) {
         fail("%s='%s': expected a number of bytes", SNAP_MAX_ENV, getenv(SNAP_MAX_ENV));

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,15 @@ int snap_zero_copy(struct run *r)
     unsigned char *slot = mg_snap_peer_begin(&r->snap), *into = slot;
     if (!into && !(into = malloc(n ? n : 1)))
         return -ENOMEM;
+    if (t->step == r->snap_test_stop) {
+        /* the test hook: stopped with the peer slot's copy under way and the
+         * others inside the exchange, for a test to SIGKILL it (or its node) */
+        fprintf(stderr,
+                TRAIN_PROG ": test hook (MG_TEST_SNAPSHOT_STOP): stopped in the ZeRO-1 copy of "
+                           "step %ld\n",
+                t->step);
+        raise(SIGSTOP);
+    }
     int k = (r->dist.rank - r->snap_peer_src + r->dist.world) % r->dist.world;
     rc = shift ? mg_comm_shift(c, mine, into, (size_t)n, k, MG_COMM_DEFAULT_TIMEOUT)
                : mg_ddp_allgather(r->dist.ddp, mine, r->snap_all, (size_t)n);
