@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The few libcurl entry points used, resolved with dlsym. */
@@ -23,6 +24,15 @@ struct curl_fns {
     CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
     struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
     void (*slist_free_all)(struct curl_slist *);
+    /* the multi interface, for requests that run across calls (mg_http_begin);
+     * NULL when this libcurl lacks curl_multi_poll (before 7.66) */
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_perform)(CURLM *, int *);
+    CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned int, int, int *);
+    CURLMsg *(*multi_info_read)(CURLM *, int *);
+    CURLMcode (*multi_cleanup)(CURLM *);
 };
 
 struct mg_http {
@@ -34,9 +44,12 @@ struct mg_http {
     size_t len, cap, max;
     /* the request running */
     const struct mg_http_request *req;
-    long long sent; /* of req->upload */
-    int over;       /* the body went over max */
-    int data_rc;    /* on_data's negative code */
+    struct curl_slist *extra; /* its header lines, when it has some of its own */
+    CURLM *multi;             /* for mg_http_begin, made on first use */
+    int begun;                /* a request begun with mg_http_begin runs */
+    long long sent;           /* of req->upload */
+    int over;                 /* the body went over max */
+    int data_rc;              /* on_data's negative code */
     char curl_err[CURL_ERROR_SIZE];
     char error[CURL_ERROR_SIZE + 256];
 };
@@ -66,6 +79,18 @@ static int load_curl(struct curl_fns *c, const char *lib, char *err, size_t errl
     SYM(slist_append, "curl_slist_append");
     SYM(slist_free_all, "curl_slist_free_all");
 #undef SYM
+    *(void **)&c->multi_poll = dlsym(c->dl, "curl_multi_poll");
+    if (c->multi_poll) {
+        *(void **)&c->multi_init = dlsym(c->dl, "curl_multi_init");
+        *(void **)&c->multi_add_handle = dlsym(c->dl, "curl_multi_add_handle");
+        *(void **)&c->multi_remove_handle = dlsym(c->dl, "curl_multi_remove_handle");
+        *(void **)&c->multi_perform = dlsym(c->dl, "curl_multi_perform");
+        *(void **)&c->multi_info_read = dlsym(c->dl, "curl_multi_info_read");
+        *(void **)&c->multi_cleanup = dlsym(c->dl, "curl_multi_cleanup");
+        if (!c->multi_init || !c->multi_add_handle || !c->multi_remove_handle ||
+            !c->multi_perform || !c->multi_info_read || !c->multi_cleanup)
+            c->multi_poll = NULL;
+    }
     return 0;
 }
 
@@ -189,6 +214,9 @@ void mg_http_close(struct mg_http *h)
 {
     if (!h)
         return;
+    mg_http_end(h);
+    if (h->multi)
+        h->c.multi_cleanup(h->multi);
     if (h->h)
         h->c.easy_cleanup(h->h);
     if (h->hdrs)
@@ -267,12 +295,13 @@ static void set_method(struct mg_http *h, const struct mg_http_request *req)
     c->easy_setopt(h->h, CURLOPT_CUSTOMREQUEST, m);
 }
 
-int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
-                    struct mg_http_response *res)
+/* Sets up the handle for req (the part every request shares); 0 or a
+ * negative code with res filled. */
+static int prepare(struct mg_http *h, const struct mg_http_request *req,
+                   struct mg_http_response *res)
 {
     struct curl_fns *c = &h->c;
     struct curl_slist *extra = NULL;
-    CURLcode cc;
     int rc = 0;
 
     memset(res, 0, sizeof(*res));
@@ -302,6 +331,7 @@ int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
         }
         c->easy_setopt(h->h, CURLOPT_HTTPHEADER, extra);
     }
+    h->extra = extra;
     c->easy_setopt(h->h, CURLOPT_URL, req->url);
     set_method(h, req);
     /* setting CURLOPT_AWS_SIGV4 chooses that scheme: back to basic without it */
@@ -312,15 +342,25 @@ int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
     c->easy_setopt(h->h, CURLOPT_USERNAME, req->user);
     c->easy_setopt(h->h, CURLOPT_PASSWORD, req->password);
     c->easy_setopt(h->h, CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? (long)req->timeout_ms : 0L);
-    cc = c->easy_perform(h->h);
-    if (extra) {
+    return 0;
+}
+
+/* The request's outcome from libcurl's code, as mg_http_request returns it. */
+static int finish(struct mg_http *h, CURLcode cc, struct mg_http_response *res)
+{
+    struct curl_fns *c = &h->c;
+    const struct mg_http_request *req = h->req;
+
+    if (h->extra) {
         c->easy_setopt(h->h, CURLOPT_HTTPHEADER, h->hdrs);
-        c->slist_free_all(extra);
+        c->slist_free_all(h->extra);
+        h->extra = NULL;
     }
     h->req = NULL;
     c->easy_getinfo(h->h, CURLINFO_RESPONSE_CODE, &res->status);
     res->body = h->body ? h->body : "";
     res->len = h->len;
+    res->error = h->error;
 
     if (cc == CURLE_WRITE_ERROR && req->on_data && !h->data_rc)
         return 0; /* on_data ended it: the answer is known */
@@ -340,6 +380,99 @@ int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
              h->curl_err[0] ? " (" : "", h->curl_err, h->curl_err[0] ? ")" : "");
     res->fault = fault_of(cc, h->curl_err);
     return code_of(cc);
+}
+
+int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
+                    struct mg_http_response *res)
+{
+    mg_http_end(h);
+    int rc = prepare(h, req, res);
+    if (rc < 0)
+        return rc;
+    return finish(h, h->c.easy_perform(h->h), res);
+}
+
+int mg_http_begin(struct mg_http *h, const struct mg_http_request *req,
+                  struct mg_http_response *res)
+{
+    mg_http_end(h);
+    if (!h->c.multi_poll) {
+        memset(res, 0, sizeof(*res));
+        snprintf(h->error, sizeof(h->error), "this libcurl has no curl_multi_poll (7.66 or later)");
+        res->error = h->error;
+        res->fault = MG_HTTP_FAULT_OTHER;
+        return -MG_EUNSUPPORTED;
+    }
+    if (!h->multi && !(h->multi = h->c.multi_init()))
+        return -ENOMEM;
+    int rc = prepare(h, req, res);
+    if (rc < 0)
+        return rc;
+    if (h->c.multi_add_handle(h->multi, h->h) != CURLM_OK) {
+        finish(h, CURLE_OUT_OF_MEMORY, res);
+        return -ENOMEM;
+    }
+    h->begun = 1;
+    return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int mg_http_run(struct mg_http *h, int timeout_ms, struct mg_http_response *res)
+{
+    struct curl_fns *c = &h->c;
+    int64_t end = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+
+    if (!h->begun)
+        return -EINVAL;
+    for (;;) {
+        int running = 0, queued;
+        CURLMcode mc = c->multi_perform(h->multi, &running);
+        CURLcode cc = CURLE_OK;
+        int done = mc != CURLM_OK;
+        if (mc != CURLM_OK)
+            cc = CURLE_RECV_ERROR;
+        for (CURLMsg *m; (m = c->multi_info_read(h->multi, &queued));)
+            if (m->msg == CURLMSG_DONE) {
+                cc = m->data.result;
+                done = 1;
+            }
+        if (done) {
+            c->multi_remove_handle(h->multi, h->h);
+            h->begun = 0;
+            return finish(h, cc, res);
+        }
+        int left = (int)(end - now_ms());
+        if (left <= 0)
+            return MG_HTTP_RUNNING;
+        int afd = h->req->abort_fd;
+        struct curl_waitfd w = {.fd = afd, .events = CURL_WAIT_POLLIN};
+        c->multi_poll(h->multi, afd >= 0 ? &w : NULL, afd >= 0 ? 1 : 0, left, NULL);
+        if (afd >= 0 && (w.revents & CURL_WAIT_POLLIN)) {
+            mg_http_end(h);
+            memset(res, 0, sizeof(*res));
+            snprintf(h->error, sizeof(h->error), "given up (abort)");
+            res->error = h->error;
+            res->body = "";
+            res->fault = MG_HTTP_FAULT_OTHER;
+            return -EINTR;
+        }
+    }
+}
+
+void mg_http_end(struct mg_http *h)
+{
+    struct mg_http_response res;
+    if (!h || !h->begun)
+        return;
+    h->c.multi_remove_handle(h->multi, h->h);
+    h->begun = 0;
+    finish(h, CURLE_OK, &res);
 }
 
 int mg_http_local_addr(const struct mg_http *h, char *buf, size_t len)

@@ -8,8 +8,8 @@
  * and they reuse its connection. A request may send a file's bytes (upload,
  * read with pread), take its response as a stream (on_data, e.g. into a
  * file), and be signed with AWS Signature V4 by libcurl (aws_sigv4), as the
- * checkpoint uploads of runtime/upload do. Requests driven from a poll loop
- * (libcurl's multi interface) are meant as a second way to run one. */
+ * checkpoint uploads of runtime/upload do. A request may also run across
+ * calls (mg_http_begin, below), as a wait parked between a loop's slices. */
 #ifndef MG_HTTP_H
 #define MG_HTTP_H
 
@@ -100,6 +100,21 @@ void mg_http_close(struct mg_http *h);
  * body_max, -ENOMEM, on_data's code, -EIO anything else. */
 int mg_http_request(struct mg_http *h, const struct mg_http_request *req,
                     struct mg_http_response *res);
+
+/* A request that runs across calls, through libcurl's multi interface: a
+ * wait that its caller drives in short slices from its own loop stays open
+ * between them (etcd's watch). mg_http_begin starts it (0, or a negative
+ * code with res filled; -MG_EUNSUPPORTED from a libcurl older than 7.66);
+ * each mg_http_run drives it for at most timeout_ms and returns
+ * MG_HTTP_RUNNING while it goes on, else what mg_http_request would have
+ * (the request is then over); mg_http_end drops it, and its connection.
+ * Meanwhile req, and what it points to, must stay valid, and the client
+ * runs no other request: mg_http_request and mg_http_begin end it first. */
+#define MG_HTTP_RUNNING 1
+int mg_http_begin(struct mg_http *h, const struct mg_http_request *req,
+                  struct mg_http_response *res);
+int mg_http_run(struct mg_http *h, int timeout_ms, struct mg_http_response *res);
+void mg_http_end(struct mg_http *h);
 
 /* The local address of the client's last connection (numeric). */
 int mg_http_local_addr(const struct mg_http *h, char *buf, size_t len);

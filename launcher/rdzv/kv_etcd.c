@@ -32,6 +32,18 @@ struct watch {
     char msg[256];
 };
 
+/* A watch left open between calls (kv.h's watch with park_ms), on the
+ * watch client, as mg_http_begin runs it. */
+struct parked {
+    int on;
+    char key[MG_KV_MAX_KEY + 1];
+    int64_t since_rev; /* as the caller gave it (0: to exist) */
+    struct watch x;
+    struct mg_http_request req;
+    char url[URL_MAX + 64];
+    char *body;
+};
+
 struct kv_etcd {
     struct mg_kv kv;       /* first: the ops see a struct mg_kv * */
     struct mg_http *http;  /* requests (keeps its connection) */
@@ -44,7 +56,18 @@ struct kv_etcd {
     struct mg_json doc; /* the last response, parsed */
     struct mg_json_tok *toks;
     int ntoks;
+    struct parked park;
 };
+
+static void drop_park(struct kv_etcd *e)
+{
+    if (!e->park.on)
+        return;
+    mg_http_end(e->watch);
+    free(e->park.body);
+    free(e->park.x.line.p);
+    memset(&e->park, 0, sizeof(e->park));
+}
 
 static const char *const api_prefixes[] = {"/v3/", "/v3beta/", "/v3alpha/"};
 
@@ -88,6 +111,7 @@ static int call(struct kv_etcd *e, const char *op, const char *body, size_t blen
     char url[URL_MAX + 64];
     int rc = -EIO;
 
+    drop_park(e); /* kv.h: any other call drops a parked watch */
     for (int k = 0; k < e->nurl; k++) {
         int i = (e->cur + k) % e->nurl;
         int np = e->api ? 1 : (int)(sizeof(api_prefixes) / sizeof(api_prefixes[0]));
@@ -899,11 +923,123 @@ static int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int t
     return http_fail(e, e->url[e->cur], "watch", rc, &res);
 }
 
+/* kv.h's watch: as etcd_wait, with the key's value on a change, and the
+ * watch left open at etcd when timeout_ms ends first: a node waiting in the
+ * agent's slices of 100 to 200 ms then opens a watch once per park_ms (or
+ * per heartbeat, whose requests drop it) instead of a connection and a
+ * watch every slice, which at 1,024 waiting nodes was most of what etcd
+ * did. */
+static int etcd_watch(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_ms,
+                      int park_ms, char **val, size_t *len)
+{
+    struct kv_etcd *e = (struct kv_etcd *)kv;
+    struct parked *p = &e->park;
+    struct mg_http_response res;
+    size_t kl = strlen(key);
+    int rc;
+
+    *val = NULL;
+    *len = 0;
+    if (kl > MG_KV_MAX_KEY)
+        return -MG_ETOOBIG;
+    if (p->on && (strcmp(p->key, key) != 0 || p->since_rev != since_rev))
+        drop_park(e);
+    if (!p->on) {
+        int64_t from = since_rev;
+        if (since_rev <= 0) {
+            /* Waiting for the key to exist: it may already. */
+            rc = etcd_get(kv, key, val, len, NULL);
+            if (rc != -MG_ENOKEY)
+                return rc < 0 ? rc : 1;
+            from = member_int(e, mg_json_get(&e->doc, 0, "header"), "revision");
+        }
+        if (timeout_ms <= 0 || !e->api) {
+            /* No time to wait, or the gateway prefix is not known yet (the
+             * plain wait learns it): as wait, then the value. */
+            rc = etcd_wait(kv, key, from, timeout_ms);
+            if (rc == 1) {
+                rc = etcd_get(kv, key, val, len, NULL);
+                return rc == -MG_ENOKEY ? 1 : rc < 0 ? rc : 1;
+            }
+            return rc;
+        }
+        struct body b;
+        if (body_begin(&b, kl) < 0)
+            return -ENOMEM;
+        mg_jsonw_key(&b.w, "create_request");
+        mg_jsonw_obj_begin(&b.w);
+        kb64(&b.w, "key", key, kl, b.tmp);
+        kint64(&b.w, "start_revision", from + 1);
+        mg_jsonw_obj_end(&b.w);
+        int n = body_end(&b);
+        if (n < 0)
+            return n;
+        p->body = b.json;
+        p->x = (struct watch){.line = {.max = WATCH_MSG_MAX}};
+        snprintf(p->url, sizeof(p->url), "%s%swatch", e->url[e->cur], e->api);
+        p->req = (struct mg_http_request){
+            .url = p->url,
+            .body = p->body,
+            .body_len = (size_t)n,
+            .timeout_ms = park_ms > timeout_ms ? park_ms : timeout_ms,
+            .abort_fd = kv->abort_fd,
+            .on_data = on_watch_data,
+            .ctx = &p->x,
+        };
+        rc = mg_http_begin(e->watch, &p->req, &res);
+        if (rc == -MG_EUNSUPPORTED) {
+            /* a libcurl without the multi interface's poll: a watch per call */
+            free(p->body);
+            p->body = NULL;
+            rc = etcd_wait(kv, key, from, timeout_ms);
+            if (rc == 1) {
+                rc = etcd_get(kv, key, val, len, NULL);
+                return rc == -MG_ENOKEY ? 1 : rc < 0 ? rc : 1;
+            }
+            return rc;
+        }
+        if (rc < 0) {
+            free(p->body);
+            p->body = NULL;
+            return http_fail(e, e->url[e->cur], "watch", rc, &res);
+        }
+        p->on = 1;
+        memcpy(p->key, key, kl + 1);
+        p->since_rev = since_rev;
+    }
+    p->req.abort_fd = kv->abort_fd;
+    rc = mg_http_run(e->watch, timeout_ms, &res);
+    if (rc == MG_HTTP_RUNNING)
+        return 0; /* nothing yet: it stays open for the next call */
+    /* over: what it saw */
+    struct watch x = p->x;
+    p->x.line.p = NULL;
+    free(x.line.p);
+    free(p->body);
+    memset(p, 0, sizeof(*p));
+    if (x.err) {
+        seterr(e, "etcd %s: %s", e->url[e->cur], x.msg);
+        return x.err;
+    }
+    if (x.changed) {
+        rc = etcd_get(kv, key, val, len, NULL);
+        return rc == -MG_ENOKEY ? 1 : rc < 0 ? rc : 1;
+    }
+    if (rc == -ETIMEDOUT)
+        return 0; /* park_ms ran out with nothing seen */
+    if (rc == 0) {
+        seterr(e, "etcd %s: watch: the stream ended early", e->url[e->cur]);
+        return -EIO;
+    }
+    return http_fail(e, e->url[e->cur], "watch", rc, &res);
+}
+
 static void etcd_release(struct mg_kv *kv)
 {
     struct kv_etcd *e = (struct kv_etcd *)kv;
     if (!e)
         return;
+    drop_park(e);
     if (e->lease && e->http) {
         /* Revoking deletes our ephemeral keys now, not a TTL later. */
         char body[64];
@@ -930,6 +1066,7 @@ static const struct mg_kv_ops etcd_ops = {
     .set_many = etcd_set_many,
     .del_many = etcd_del_many,
     .wait = etcd_wait,
+    .watch = etcd_watch,
     .keepalive = etcd_keepalive,
     .release = etcd_release,
 };

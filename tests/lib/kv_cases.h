@@ -249,6 +249,41 @@ static void kv_cases(const struct kv_fixture *f, const char *prefix)
                "%s: and 1 once another client created it", N);
     }
 
+    /* watch: a wait left open between calls (park_ms), with the value */
+    if (kv->ops->watch && f->wait_blocks) {
+        char *v = NULL;
+        size_t vl = 0;
+        const char *wk = kvc_key(prefix, "pw");
+        char wkey[MG_KV_MAX_KEY];
+        snprintf(wkey, sizeof(wkey), "%s", wk);
+        is_int(kv->ops->watch(kv, wkey, 0, 50, 5000, &v, &vl), 0,
+               "%s: watch for a missing key: 0 after the slice, left open", N);
+        is_int(kv->ops->watch(kv, wkey, 0, 50, 5000, &v, &vl), 0,
+               "%s: taken up again, still nothing", N);
+        other->ops->set(other, wkey, "hello", 5, 0);
+        rc = kv->ops->watch(kv, wkey, 0, 5000, 5000, &v, &vl);
+        ok(rc == 1 && v && vl == 5 && strcmp(v, "hello") == 0,
+           "%s: the key another client created: 1 with its value (%d)", N, rc);
+        free(v);
+        v = NULL;
+        kv->ops->get(kv, wkey, NULL, NULL, &rev);
+        is_int(kv->ops->watch(kv, wkey, rev, 50, 5000, &v, &vl), 0,
+               "%s: watch since the key's revision: 0, left open", N);
+        other->ops->set(other, wkey, "again", 5, 0);
+        kv->ops->get(kv, kvc_key(prefix, "c"), NULL, NULL, NULL); /* drops it */
+        rc = kv->ops->watch(kv, wkey, rev, 5000, 5000, &v, &vl);
+        ok(rc == 1 && v && strcmp(v, "again") == 0,
+           "%s: a change made while another call dropped the watch is still seen (%d)", N, rc);
+        free(v);
+        v = NULL;
+        kv->ops->get(kv, wkey, NULL, NULL, &rev);
+        is_int(kv->ops->watch(kv, wkey, rev, 50, 5000, &v, &vl), 0, "%s: parked again", N);
+        other->ops->del(other, wkey);
+        rc = kv->ops->watch(kv, wkey, rev, 5000, 5000, &v, &vl);
+        ok(rc == 1 && v == NULL, "%s: a deletion: 1, no value (%d)", N, rc);
+        free(v);
+    }
+
     /* ephemeral keys: the others see them while the owner lives */
     is_int(kv->ops->keepalive(kv), 0, "%s: keepalive before any ephemeral key", N);
     is_int(kv->ops->set(kv, kvc_key(prefix, "eph"), "me", 2, MG_KV_EPHEMERAL), 0,
