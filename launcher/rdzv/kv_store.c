@@ -253,7 +253,8 @@ static int kkeepalive(struct mg_kv *kv)
         struct mg_store *n = NULL;
         struct mg_store_opts o = s->o;
         o.connect_timeout_ms = 1000;
-        if (mg_store_connect(&n, &o) == 0) {
+        int crc = mg_store_connect(&n, &o);
+        if (crc == 0) {
             mg_store_release(s->st);
             s->st = n;
             snprintf(kv->err, sizeof(kv->err),
@@ -261,6 +262,14 @@ static int kkeepalive(struct mg_kv *kv)
                      s->where);
             return -EKEYEXPIRED;
         }
+        const char *why = mg_strerror(crc);
+        if (crc == -ECONNREFUSED)
+            why = "connection refused (nothing listens there)";
+        else if (crc == -MG_EAUTH)
+            why = "authentication failed (the rendezvous token differs)";
+        snprintf(kv->err, sizeof(kv->err),
+                 "store %s: the connection closed, and connecting again failed: %s", s->where, why);
+        return rc;
     }
     return rc < 0 ? fail(s, "heartbeat", rc) : 0;
 }

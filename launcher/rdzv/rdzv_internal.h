@@ -59,6 +59,17 @@ struct mg_rdzv {
     int nmembers, mblock, mtag;
     struct rdzv_block *mblk; /* nmembers / mblock blocks, rounded up */
     int64_t next_tick, last_ok;
+    /* While the workers run (rdzv_watch.c): when a request found the
+     * backend's connection closed and the tick began to connect again (0:
+     * it is not closed), and how long the backend had not answered a whole
+     * tick then. */
+    int64_t lost_at, lost_silent_ms;
+    /* This node was dropped from the job (its lease ran out: declared dead)
+     * after its heartbeats stopped this long; 0 when not, or once it is in
+     * a formed round again. What it says when it cannot go on names it. */
+    int64_t dropped_ms;
+    /* A line for the console now (mg_rdzv_note), "" when none. */
+    char note[MG_RDZV_MSG_MAX];
     /* joining */
     enum {
         J_IDLE,

@@ -138,14 +138,30 @@ static void remote_cause(struct multi *m)
 
 static void fail_run(struct multi *m, int rc)
 {
-    char msg[MG_RDZV_MSG_MAX + 64];
+    char msg[MG_RDZV_MSG_MAX + 512];
     int code = rc == -MG_EPEER || rc == MG_RDZV_FAILED ? remote_code(m) : 1;
     if (rc == -MG_EPEER || rc == MG_RDZV_FAILED)
         remote_cause(m);
     cancel_timer(m);
     m->phase = M_IDLE;
-    snprintf(msg, sizeof(msg), "rendezvous (%s): %s", mg_rdzv_backend_name(m->backend),
-             mg_rdzv_message(m->r));
+    int64_t dropped = mg_rdzv_dropped_ms(m->r);
+    if (dropped > 0) {
+        /* What ended the job here followed from this node's own silence:
+         * that comes first, with what to do when the node was only slow. */
+        double hb = m->conf.heartbeat_timeout_ms / 1000.0, more = hb * 2;
+        while (more * 1000 < dropped * 1.5)
+            more *= 2;
+        snprintf(msg, sizeof(msg),
+                 "rendezvous (%s): this node was declared dead: its heartbeats stopped for %.1f "
+                 "s, past heartbeat_timeout (%gs) (was it stopped, or starved of CPU? If it was "
+                 "only slow, give it more room: --rdzv_conf heartbeat_timeout=%g), and the job "
+                 "could not take it back: %s",
+                 mg_rdzv_backend_name(m->backend), dropped / 1000.0, hb, more,
+                 mg_rdzv_message(m->r));
+    } else {
+        snprintf(msg, sizeof(msg), "rendezvous (%s): %s", mg_rdzv_backend_name(m->backend),
+                 mg_rdzv_message(m->r));
+    }
     mg_agent_fail(m->ag, code, msg);
 }
 
@@ -287,7 +303,11 @@ static void on_tick(struct mg_agent *ag, void *ctx)
     m->timer = -1;
     if (m->phase != M_RUNNING)
         return;
-    switch (mg_rdzv_tick(m->r)) {
+    enum mg_rdzv_event ev = mg_rdzv_tick(m->r);
+    char note[MG_RDZV_MSG_MAX];
+    if (mg_rdzv_take_note(m->r, note, sizeof(note)))
+        mg_multi_note(m, "%s", note);
+    switch (ev) {
     case MG_RDZV_RESTART:
         restart(m);
         return;

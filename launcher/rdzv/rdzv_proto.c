@@ -575,6 +575,20 @@ const char *mg_rdzv_message(const struct mg_rdzv *r)
     return r->msg;
 }
 
+int mg_rdzv_take_note(struct mg_rdzv *r, char *buf, size_t len)
+{
+    if (!r->note[0])
+        return 0;
+    snprintf(buf, len, "%s", r->note);
+    r->note[0] = '\0';
+    return 1;
+}
+
+int64_t mg_rdzv_dropped_ms(const struct mg_rdzv *r)
+{
+    return r->dropped_ms;
+}
+
 int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f)
 {
     if (!r->have_fail)

@@ -209,6 +209,13 @@ int mg_rdzv_close_step(struct mg_rdzv *r);
 enum mg_rdzv_reason mg_rdzv_last_reason(const struct mg_rdzv *r);
 /* A human-readable line about the last event or error. */
 const char *mg_rdzv_message(const struct mg_rdzv *r);
+/* A line to print now, once (the tick found the backend's connection closed
+ * and connects again): 1 and the line in buf, or 0 when there is none. */
+int mg_rdzv_take_note(struct mg_rdzv *r, char *buf, size_t len);
+/* How long this node's heartbeats had stopped when it found itself dropped
+ * from the job (declared dead), until it is in a formed round again; 0 when
+ * it was not dropped. */
+int64_t mg_rdzv_dropped_ms(const struct mg_rdzv *r);
 /* The root cause recorded by the node whose failure ended the job; 0 when
  * there is one, -MG_ENOKEY otherwise. */
 int mg_rdzv_failure_info(const struct mg_rdzv *r, struct mg_rdzv_failure *f);

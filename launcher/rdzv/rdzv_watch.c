@@ -49,17 +49,114 @@ static enum mg_rdzv_event state_moved(struct mg_rdzv *r, const struct rdzv_state
     return MG_RDZV_NONE;
 }
 
+/* The backend dropped this node: its lease ran out (the others declared it
+ * dead and go on without it), and it joins the next round as a new node.
+ * silent_ms: how long the backend had not answered a whole tick; why: what
+ * showed it. */
+static enum mg_rdzv_event dropped(struct mg_rdzv *r, int64_t silent_ms, const char *why)
+{
+    char tmp[MG_RDZV_MSG_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", why);
+    r->reason = MG_RDZV_R_LEASE_LOST;
+    r->formed = 0;
+    r->lost_at = 0;
+    if (silent_ms < r->conf.heartbeat_timeout_ms - r->conf.heartbeat_interval_ms) {
+        /* not for silence: a connection cut on the way (a proxy, a NAT) */
+        say(r, "this node lost its place in the job (%s); rejoining as a new node", tmp);
+        return MG_RDZV_RESTART;
+    }
+    r->dropped_ms = silent_ms;
+    say(r,
+        "this node was declared dead: its heartbeats stopped for %.1f s, past heartbeat_timeout "
+        "(%gs) (was it stopped, or starved of CPU?); rejoining as a new node",
+        silent_ms / 1000.0, r->conf.heartbeat_timeout_ms / 1000.0);
+    return MG_RDZV_RESTART;
+}
+
+/* Whether a request failed because the backend's connection closed. */
+static int closed(int rc)
+{
+    return rc == -MG_ECLOSED || rc == -ECONNRESET || rc == -EPIPE;
+}
+
+/* The backend's connection closed under this live agent. The store closes a
+ * connection whose lease ran out (this agent's heartbeats stopped for
+ * heartbeat_timeout: it was stopped or starved, and the others declared it
+ * dead), and whichever request of a tick comes first finds it closed, not
+ * only the heartbeat; or the store's host is gone. Connecting again (the
+ * backend's keepalive does) tells which: a store that answers dropped this
+ * node, which rejoins; one that does not is tried at every tick until
+ * heartbeat_timeout from the first try, then the job is lost here. */
+static enum mg_rdzv_event reconnect(struct mg_rdzv *r)
+{
+    int64_t now = mg_now_ms();
+    int first = r->lost_at == 0;
+    if (first) {
+        r->lost_at = now;
+        r->lost_silent_ms = now - r->last_ok;
+    }
+    char why[MG_ERRMSG_LEN];
+    int rc = r->kv->ops->keepalive(r->kv);
+    snprintf(why, sizeof(why), "%s", mg_kv_error(r->kv));
+    if (rc == 0) {
+        r->lost_at = 0; /* the connection was made good, lease and all */
+        return MG_RDZV_NONE;
+    }
+    if (rc == -EKEYEXPIRED) {
+        /* A store that came back without this job's rounds is another one
+         * (its host restarted): what the job was went with the old one. */
+        struct rdzv_state st;
+        rc = rdzv_state_read(r, &st);
+        if (rc == 0 && st.round < r->round) {
+            say(r,
+                "the rendezvous store came back without this job's state (round %" PRId64
+                ", this node was in round %" PRId64
+                "): did the agent hosting it restart? The job cannot go on; start every node "
+                "again",
+                st.round, r->round);
+            r->formed = 0;
+            return MG_RDZV_FAILED;
+        }
+        if (rc == 0)
+            return dropped(r, r->lost_silent_ms, why);
+        snprintf(why, sizeof(why), "%.*s", (int)sizeof(why) - 1, r->msg);
+    }
+    /* A store that dropped this node for its silence and then does not
+     * answer is gone, most likely because the job ended without the node:
+     * its host leaves once the live nodes are done. */
+    int silent = r->lost_silent_ms >= r->conf.heartbeat_timeout_ms - r->conf.heartbeat_interval_ms;
+    if (now - r->lost_at >= r->conf.heartbeat_timeout_ms) {
+        if (silent) {
+            r->dropped_ms = r->lost_silent_ms;
+            say(r,
+                "its rendezvous store is gone (%s, for %.1f s): the job most likely ended "
+                "without it",
+                why, (now - r->lost_at) / 1000.0);
+        } else {
+            say(r,
+                "lost the rendezvous backend: %s (did the agent hosting the store exit?); "
+                "connecting again failed for %.1f s (heartbeat_timeout %gs)",
+                why, (now - r->lost_at) / 1000.0, r->conf.heartbeat_timeout_ms / 1000.0);
+        }
+        r->formed = 0;
+        return MG_RDZV_FAILED;
+    }
+    if (first)
+        snprintf(r->note, sizeof(r->note),
+                 "rendezvous: the connection to the backend closed (%s); connecting again until "
+                 "heartbeat_timeout (%gs)",
+                 why, r->conf.heartbeat_timeout_ms / 1000.0);
+    return MG_RDZV_NONE;
+}
+
 /* A backend error during the run: tolerated until heartbeat_timeout. */
 static enum mg_rdzv_event run_error(struct mg_rdzv *r, int rc)
 {
-    if (rc == -EKEYEXPIRED) {
-        r->reason = MG_RDZV_R_LEASE_LOST;
-        say(r, "this node was declared dead (%s); rejoining", mg_kv_error(r->kv));
-        r->formed = 0;
-        return MG_RDZV_RESTART;
-    }
-    if (mg_now_ms() - r->last_ok >= r->conf.heartbeat_timeout_ms || rc == -MG_ECLOSED ||
-        rc == -ECONNRESET || rc == -EPIPE) {
+    if (rc == -EKEYEXPIRED)
+        return dropped(r, mg_now_ms() - r->last_ok, mg_kv_error(r->kv));
+    if (closed(rc))
+        return reconnect(r);
+    if (mg_now_ms() - r->last_ok >= r->conf.heartbeat_timeout_ms) {
         char tmp[MG_RDZV_MSG_MAX];
         snprintf(tmp, sizeof(tmp), "%s", r->msg);
         say(r, "lost the rendezvous backend: %s", tmp);
@@ -111,6 +208,9 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     if (now < r->next_tick)
         return MG_RDZV_NONE;
     r->next_tick = now + r->conf.heartbeat_interval_ms;
+    r->dropped_ms = 0; /* back in a formed round */
+    if (r->lost_at)
+        return reconnect(r); /* the connection closed at an earlier tick */
 
     rc = r->kv->ops->keepalive(r->kv);
     if (rc < 0)
@@ -147,7 +247,7 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     r->reason = MG_RDZV_R_NODE_DIED;
     if (dead == r->prev_rank) {
         /* Our own key vanished: the backend dropped us. */
-        return run_error(r, -EKEYEXPIRED);
+        return dropped(r, mg_now_ms() - r->last_ok, "its key in the rendezvous is gone");
     }
     if (na < r->min) {
         rdzv_below_min(r, &st, dead, na);
