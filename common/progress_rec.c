@@ -1,6 +1,8 @@
 /* Reading a progress record (see progress_rec.h). */
 #include "progress_rec.h"
 
+#include "mg_err.h"
+
 static const char *const phases[MG_PH_COUNT] = {"startup",           "setup",
                                                 "data loading",      "forward/backward",
                                                 "the gradient sync", "the optimizer step",
@@ -13,6 +15,20 @@ static const char *const ops[MG_PROG_OP_COUNT] = {"allreduce",      "broadcast",
 const char *mg_progress_phase_name(unsigned phase)
 {
     return phase < MG_PH_COUNT ? phases[phase] : "an unknown phase";
+}
+
+const char *mg_progress_where(const struct mg_progress *p, char *buf, size_t cap)
+{
+    const char *ph = mg_progress_phase_name(p->phase);
+    long long done = (long long)p->step;
+    if (p->phase == MG_PH_DATA || p->phase == MG_PH_COMPUTE || p->phase == MG_PH_SYNC ||
+        p->phase == MG_PH_OPTIMIZER)
+        mg_fmt(buf, cap, "%s of step %lld (%lld done)", ph, done + 1, done);
+    else if (done > 0)
+        mg_fmt(buf, cap, "%s after step %lld", ph, done);
+    else
+        mg_fmt(buf, cap, "%s before its first step", ph);
+    return buf;
 }
 
 const char *mg_progress_op_name(unsigned op)

@@ -116,6 +116,11 @@ const char *mg_progress_from_name(unsigned from);
 
 /* Names for messages ("forward/backward", "allreduce"). */
 const char *mg_progress_phase_name(unsigned phase);
+/* Where the training thread is, in train's own count of steps (1-based, as
+ * its "step N/M" lines and its resumes say): "forward/backward of step 101
+ * (100 done)" inside a step, "a checkpoint after step 100" between steps,
+ * "setup before its first step". Returns buf. */
+const char *mg_progress_where(const struct mg_progress *p, char *buf, size_t cap);
 const char *mg_progress_op_name(unsigned op);
 
 /* The entry of collective seq in a copy of a record, or NULL when the ring

@@ -90,7 +90,7 @@ static void describe(FILE *f, const struct lworker *w)
 {
     struct mg_progress rec;
     struct mg_procstate ps;
-    char st[160], ct[128];
+    char st[160], ct[128], where[96];
     mg_procstate_read(NULL, w->pid, &ps);
     fprintf(f, "rank %d (local rank %d, pid %d): %s\n", w->rank, w->local_rank, w->pid,
             mg_procstate_text(&ps, st, sizeof(st)));
@@ -101,8 +101,8 @@ static void describe(FILE *f, const struct lworker *w)
                 mg_strerror(rc));
         return;
     }
-    fprintf(f, "  step %lld, in %s for %.1f s; last progress %.1f s ago\n", (long long)rec.step,
-            mg_progress_phase_name(rec.phase), (double)(now_us - rec.phase_us) / 1e6,
+    fprintf(f, "  in %s for %.1f s; last progress %.1f s ago\n",
+            mg_progress_where(&rec, where, sizeof(where)), (double)(now_us - rec.phase_us) / 1e6,
             (double)(now_us - rec.beat_us) / 1e6);
     const struct mg_progress_coll *in = mg_watch_waiting(&rec);
     uint64_t done = mg_progress_last_done(&rec);

@@ -114,7 +114,7 @@ static void add_waiters(const struct mg_watch_rank *r, int n, int skip, int64_t 
 int mg_watch_judge(const struct mg_watch_rank *r, int n, int multi_node, double floor_s,
                    int64_t now_us, const char *host, struct mg_hang_verdict *v)
 {
-    char how[160], st[160], ct[128];
+    char how[160], st[160], ct[128], where[96];
     size_t len = 0;
     int culprit = -1, nlive = 0, nwait = 0, all_inside = 0;
 
@@ -169,9 +169,9 @@ int mg_watch_judge(const struct mg_watch_rank *r, int n, int multi_node, double 
     mg_procstate_text(&c->ps, st, sizeof(st));
     add(v->line, sizeof(v->line), &len,
         "rank %d (local rank %d, host %s, pid %d) is hung: no progress for %.1f s (bound %.1f s: "
-        "%s); it is %s; it was in %s at step %lld",
+        "%s); it is %s; it was in %s",
         c->rank, c->local_rank, host, c->pid, age, (double)bound / 1e6, how, st,
-        mg_progress_phase_name(c->rec.phase), (long long)c->rec.step);
+        mg_progress_where(&c->rec, where, sizeof(where)));
     if (in)
         add(v->line, sizeof(v->line), &len, ", inside %s", mg_watch_coll_text(in, ct, sizeof(ct)));
     add_waiters(r, n, culprit, now_us, v->line, sizeof(v->line), &len);
@@ -183,8 +183,7 @@ int mg_watch_judge(const struct mg_watch_rank *r, int n, int multi_node, double 
     if (all_inside)
         add(v->line, sizeof(v->line), &len,
             "; every rank is inside a collective: it is the collective that does not finish");
-    mg_fmt(v->why, sizeof(v->why), "hung: no progress for %.1f s in %s at step %lld; %s%s%s", age,
-           mg_progress_phase_name(c->rec.phase), (long long)c->rec.step, st, in ? ", inside " : "",
-           in ? mg_watch_coll_text(in, ct, sizeof(ct)) : "");
+    mg_fmt(v->why, sizeof(v->why), "hung: no progress for %.1f s in %s; %s%s%s", age, where, st,
+           in ? ", inside " : "", in ? mg_watch_coll_text(in, ct, sizeof(ct)) : "");
     return 1;
 }

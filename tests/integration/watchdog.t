@@ -19,7 +19,7 @@ L=$T/logs
 # 2 s floor: a rank of a healthy run on a busy machine is not taken for hung
 HT=2
 
-# ---- each kind of hang, in comm_rank's steps: rank 1 hangs at step 100
+# ---- each kind of hang, in comm_rank's steps: rank 1 hangs after 100 steps, in step 101
 for kind in stop spin sleep vfork; do
     "$MGLAUNCH" --log_dir "$L" --rdzv_id "$kind" --nproc_per_node 2 --max_restarts 1 \
         --hang-timeout $HT "$CR" steps 400 1 100 "$kind" >"$T/out" 2>"$T/err"
@@ -31,7 +31,7 @@ for kind in stop spin sleep vfork; do
     sleep) st="sleeping in the kernel \\(S, in [a-z_]*sleep[a-z_]*\\)" ;;
     vfork) st="in uninterruptible sleep in the kernel \\(D(, in [a-z_]+)?\\)" ;;
     esac
-    like "$e" "mglaunch: watchdog: rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\) is hung: no progress for [0-9.]+ s \\(bound $HT.0 s: --hang-timeout $HT s; its slowest recent step [0-9.e-]+ s\\); it is $st; it was in forward/backward at step 100; rank 0 waits in allreduce #101 \\(bucket 0, 64 KB\\) since [0-9.]+ s; rank 1 last finished #100" \
+    like "$e" "mglaunch: watchdog: rank 1 \\(local rank 1, host $(hostname), pid [0-9]+\\) is hung: no progress for [0-9.]+ s \\(bound $HT.0 s: --hang-timeout $HT s; its slowest recent step [0-9.e-]+ s\\); it is $st; it was in forward/backward of step 101 \\(100 done\\); rank 0 waits in allreduce #101 \\(bucket 0, 64 KB\\) since [0-9.]+ s; rank 1 last finished #100" \
         "$kind: one line names the rank, its state, what it did and where the others wait"
     if [ $kind = vfork ]; then
         like "$e" "watchdog: local rank 1 is in uninterruptible sleep: its kernel stack is in $L/$kind/attempt_0/1/stacks.txt
@@ -71,7 +71,7 @@ e=$(cat "$T/err")
 like "$e" "attempt 0 \\(restart 0, [^)]*\\): rank 0 \\(local rank 0, pid [0-9]+\\) was hung: killed by mglaunch's watchdog \\(SIGKILL, exit code 137\\); 1 stopped" \
     "the attempt's line: rank 0 hung, its peer stopped"
 like "$e" "  rank      : 0 \\(local rank 0\\)" "root cause: the hung rank"
-like "$e" "  message   : hung: no progress for [0-9.]+ s in forward/backward at step 50; sleeping in the kernel" \
+like "$e" "  message   : hung: no progress for [0-9.]+ s in forward/backward of step 51 \\(50 done\\); sleeping in the kernel" \
     "its message says why"
 like "$("$MGLAUNCH" logs "$L" --run last)" "      stacks \\(the watchdog's\\): $L/last/attempt_0/0/stacks.txt" \
     "mglaunch logs names the stacks"
@@ -118,7 +118,7 @@ is $? 0 "train: restarted after the hang, and finished"
 e=$(cat "$T/err")
 like "$e" "watchdog: rank 1 \\(local rank 1, host $(hostname), pid $W\\) is hung: no progress for [0-9.]+ s \\(bound [0-9.]+ s: [^)]*\\); it is stopped \\(T: SIGSTOP" \
     "train: the frozen rank named, stopped"
-like "$e" "it was in [a-z/ ]+ at step [0-9]+(, inside allreduce #[0-9]+ \\([^)]*\\))?; rank 0 waits in [a-z_]+ #[0-9]+( \\([^)]*\\))? since [0-9.]+ s; rank 1 last finished #[0-9]+" \
+like "$e" "it was in [a-z/ ]+ (of step [0-9]+ \\([0-9]+ done\\)|after step [0-9]+)(, inside allreduce #[0-9]+ \\([^)]*\\))?; rank 0 waits in [a-z_]+ #[0-9]+( \\([^)]*\\))? since [0-9.]+ s; rank 1 last finished #[0-9]+" \
     "train: rank 0 waits in a collective (a bucket's allreduce, or another collective at an epoch's end)"
 like "$(cat "$T/out")" "train: done" "train: done"
 
@@ -176,7 +176,7 @@ like "$d" "^run live, attempt 0, host $(hostname), at " "names the run"
 for r in 0 1; do
     like "$d" "rank $r \\(local rank $r, pid [0-9]+\\): [a-z]+" "rank $r and its state"
 done
-like "$d" "  step [0-9]+, in [a-z/ ]+ for [0-9.]+ s; last progress [0-9.]+ s ago" "its step and phase"
+like "$d" "  in [a-z/ ]+ (of step [0-9]+ \\([0-9]+ done\\)|after step [0-9]+|before its first step) for [0-9.]+ s; last progress [0-9.]+ s ago" "its step and phase"
 like "$d" "  last finished collective: allreduce #[0-9]+ \\(bucket 0, 64 KB\\), [0-9.]+ ms" "its last collective"
 like "$d" "  #[0-9]+ +0x[0-9a-f]+ (cmd_steps|mg_comm_allreduce|main)" "and its stack"
 f=$(sed -n 's/^  saved in \(.*dump-[0-9]*\.txt\)$/\1/p' "$T/dump" | head -1)
