@@ -180,8 +180,8 @@ hrun() {
         { diag "healthy run $1 $3 $4 failed: $(tail -n 3 "$_o")"; return 1; }
     _r=$(sed -n 's/.*done: .*(\([0-9]*\) samples\/s), wall time [0-9.]* s; param hash \([0-9a-f]*\).*/\1 \2/p' "$_o")
     [ -n "$_r" ] || { diag "no summary line in $_o"; return 1; }
-    _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o")
-    echo "$_r ${_p:-0}"
+    _p=$(sed -n 's/.*snapshots in memory, .* and \([0-9.]*\) ms each (\([0-9.]*\)% of the time in steps).*/\2 \1/p' "$_o")
+    echo "$_r ${_p:-0 0}"
 }
 # hzrun MODEL STEPS EVERY K: the same over NODES agents on loopback with --zero 1
 hzrun() {
@@ -201,8 +201,8 @@ hzrun() {
     reap || { diag "healthy ZeRO-1 run $1 $3 $4 failed: $(tail -n 3 "$_o".*)"; return 1; }
     _r=$(sed -n 's/.*done: .*(\([0-9]*\) samples\/s), wall time [0-9.]* s; param hash \([0-9a-f]*\).*/\1 \2/p' "$_o".*)
     [ -n "$_r" ] || { diag "no summary line in $_o.0"; return 1; }
-    _p=$(sed -n 's/.*snapshots in memory, .* each (\([0-9.]*\)% of the time in steps).*/\1/p' "$_o".*)
-    echo "$_r ${_p:-0}"
+    _p=$(sed -n 's/.*snapshots in memory, .* and \([0-9.]*\) ms each (\([0-9.]*\)% of the time in steps).*/\2 \1/p' "$_o".*)
+    echo "$_r ${_p:-0 0}"
 }
 # cost_table NAME STEPS FUNC: part 2's runs and table for one model
 cost_table() {
@@ -222,13 +222,14 @@ cost_table() {
     off=$(cut -d' ' -f1 "$T/c.$_cn.0" | median)
     {
     echo "   $_cn, $_cs steps:"
-    printf '     %-26s %10s %10s %22s\n' "--snapshot-every" "samples/s" "vs off" "copies (train's own)"
+    printf '     %-26s %10s %10s %36s\n' "--snapshot-every" "samples/s" "vs off" "copies (train's own)"
     for e in 0 1 auto; do
         v=$(cut -d' ' -f1 "$T/c.$_cn.$e" | median)
         p=$(cut -d' ' -f3 "$T/c.$_cn.$e" | median)
-        awk -v e="$e" -v v="$v" -v o="$off" -v p="$p" 'BEGIN {
-            printf "     %-26s %10d %9.2f%% %21s\n", e, v, (o - v) / o * 100,
-                (e == "0" ? "-" : sprintf("%.1f%% of step time", p)) }'
+        ms=$(cut -d' ' -f4 "$T/c.$_cn.$e" | median)
+        awk -v e="$e" -v v="$v" -v o="$off" -v p="$p" -v ms="$ms" 'BEGIN {
+            printf "     %-26s %10d %9.2f%% %35s\n", e, v, (o - v) / o * 100,
+                (e == "0" ? "-" : sprintf("%.1f%% of step time, %.3f ms each", p, ms)) }'
     done
     odd=$(awk 'NR % 2 == 1 { print $1 }' "$T/c.$_cn.0" | median)
     even=$(awk 'NR % 2 == 0 { print $1 }' "$T/c.$_cn.0" | median)
