@@ -7,8 +7,11 @@
 # With --zero 1 over two hosts each rank also keeps two copies of the other
 # host's optimizer shard, and room to send its own: they count in
 # MG_SNAPSHOT_MAX_BYTES, and a limit one byte short stops the run at its
-# start, saying so.
-# timeout: 240
+# start, saying so. With two ranks per host (shared memory within, TCP
+# between) each rank's shard goes two ranks on, to the same local rank on the
+# other host (the hierarchical shift): when that host is lost, the one left
+# resumes from memory with both its shards from the copies.
+# timeout: 360
 . "$(dirname "$0")/../lib/lib.sh"
 . "$TOP/tests/lib/netns.sh"
 . "$TOP/tests/lib/mn_lib.sh"
@@ -60,4 +63,19 @@ is "$RCS" "1 1" "both hosts stop at the start"
 zlim z3 "$need"
 check_exits "exactly the room for own and peer slots and the exchange: the run goes" "0 0" a b
 unlike "$(cat "$T/a.out" "$T/a.err")" "cannot keep|not keeping|no memory" "with snapshots, nothing to say about them"
+
+# ---- ZeRO-1, two ranks per host: the copies by the hierarchical shift ----
+Z2="--rdzv_backend c10d --rdzv_endpoint $EP --nnodes 1:2 --nproc_per_node 2 --max_restarts 3"
+node 0 a $Z2 --rdzv_id z22 --rdzv_conf "$MN_HB$HOST0" $W --zero 1 --optimizer adamw --lr 0.001 --batch-size 16
+node 1 b $Z2 --rdzv_id z22 --rdzv_conf "$MN_HB$OTHER" $W --zero 1 --optimizer adamw --lr 0.001 --batch-size 16
+ok wait_for 120 out_has a "^step 30/100"
+pb=$(agent_pid b)
+kill -KILL "$pb" $(pgrep -P "$pb" -x train)
+{ nodes_wait b; } 2>/dev/null
+check_exits "ZeRO-1, 2 ranks per host, the second host lost: the first finishes" "0" a
+log="$(cat "$T/a.out" "$T/a.err")"
+like "$log" "train: 4 processes, cpu: hierarchical, 4 ranks on 2 hosts" "4 ranks on 2 hosts"
+like "$log" "train: resumed from memory: the ZeRO-1 shards of world size 4 \(2 from a peer's copy\) \(step [3-9][0-9], epoch 1\)" \
+    "the lost host's two shards from the copies its local ranks' peers kept"
+unlike "$log" "warning: (no snapshot|not resuming)" "no fallback from memory"
 done_testing
