@@ -25,6 +25,9 @@ static const char *const mg_err_msg[] = {
     [MG_ENONAME - MG_ERR_BASE] = "the name does not resolve (Name or service not known)",
     [MG_ERESOLVE - MG_ERR_BASE] = "the name does not resolve for now (Temporary failure in name "
                                   "resolution)",
+    [MG_ENOANSWER - MG_ERR_BASE] = "no store answers there (the connection opened, but nothing "
+                                   "answered the store's hello: a store too busy, or another "
+                                   "program listening on that port)",
 };
 
 const char *mg_strerror(int err)

@@ -31,6 +31,7 @@ enum mg_err {
     MG_EUNSUPPORTED, /* feature not available in this build or setting */
     MG_ENONAME,      /* a host name does not resolve (the resolver says it does not exist) */
     MG_ERESOLVE,     /* the resolver failed for now (no answer from the name server) */
+    MG_ENOANSWER,    /* connected, but nothing answered the store's hello in time */
     MG_ERR_MAX
 };
 

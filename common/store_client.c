@@ -60,6 +60,7 @@ static int retryable(int rc)
     case MG_ERESOLVE:
     case EAGAIN:
     case ETIMEDOUT:
+    case MG_ENOANSWER:
     case EHOSTUNREACH:
     case ENETUNREACH:
     case EHOSTDOWN:
@@ -91,8 +92,11 @@ static int handshake(int fd, const struct mg_store_opts *o, int64_t deadline)
     mg_sp_hello_encode(buf, &h);
     if ((rc = mg_write_full(fd, buf, MG_SP_HELLO_LEN, deadline)))
         return rc;
+    /* Connected but no hello back: a store too busy to answer yet, or a
+     * program that is not a store holding the port; said as such, since
+     * "cannot connect: Connection timed out" sent users to the network. */
     if ((rc = mg_read_full(fd, buf, MG_SP_SHELLO_LEN, deadline)))
-        return rc;
+        return rc == -ETIMEDOUT ? -MG_ENOANSWER : rc;
     if (mg_sp_shello_decode(buf, &sh))
         return -MG_EPROTO; /* not an mg store */
     if (sh.version != MG_SP_WIRE_VERSION || sh.status == MG_SP_VERSION)

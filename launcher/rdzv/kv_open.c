@@ -25,7 +25,8 @@
 static int transient(int rc)
 {
     return rc == -MG_ENONAME || rc == -MG_ERESOLVE || rc == -EAGAIN || rc == -ECONNREFUSED ||
-           rc == -ETIMEDOUT || rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
+           rc == -ETIMEDOUT || rc == -MG_ENOANSWER || rc == -EHOSTUNREACH || rc == -ENETUNREACH ||
+           rc == -ECONNRESET;
 }
 
 /* The last error, and why the retries stopped. */

@@ -40,6 +40,15 @@ out=$("$MGLAUNCH" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint "no-such-host.i
     --rdzv_id w --rdzv_conf join_timeout=4 "$HELPERS/fakeworker" 2>&1)
 like "$out" "mglaunch: rendezvous: waiting for the backend: store no-such-host.invalid:$P: cannot connect: the name does not resolve( for now)? \((Name or service not known|Temporary failure in name resolution)\); retrying until join_timeout \([0-9]+ s left\)" \
     "an agent says why it cannot reach the rendezvous store while it retries"
+# A program that is not a store holds the endpoint's port: it accepts, and never answers.
+Q=$(free_port)
+bg /usr/bin/python3 -c "import socket, time
+s = socket.socket(); s.bind(('127.0.0.1', $Q)); s.listen(); open('$T/held', 'w').close(); time.sleep(60)"
+wait_for 10 test -e "$T/held"
+out=$("$MGLAUNCH" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$Q" \
+    --rdzv_id w --rdzv_conf join_timeout=4 "$HELPERS/fakeworker" 2>&1)
+like "$out" "store 127.0.0.1:$Q: cannot connect: no store answers there \(the connection opened, but nothing answered the store's hello: a store too busy, or another program listening on that port\)" \
+    "a port held by a program that is not a store: said so, not 'Connection timed out'"
 out=$("$MGLAUNCH" --nnodes 2 --rdzv_backend etcd --rdzv_endpoint "127.0.0.1:$P" \
     --rdzv_id w --rdzv_conf join_timeout=4 "$HELPERS/fakeworker" 2>&1)
 if printf '%s' "$out" | grep -q "libcurl"; then
