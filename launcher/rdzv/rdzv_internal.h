@@ -179,6 +179,9 @@ int rdzv_reserve_port(struct mg_rdzv *r);
 int rdzv_publish_alive(struct mg_rdzv *r);
 /* Keeps this agent's lease alive while it waits (joining, in the barrier). */
 int rdzv_heartbeat_due(struct mg_rdzv *r);
+/* ms from a round's forming to this node's first heartbeat in it, at random
+ * within the interval (mg_rdzv_first_tick_ms). */
+int64_t rdzv_first_tick(const struct mg_rdzv *r);
 /* Lists NS/a/ (keys only): the live agents; *skip is the prefix length. */
 int rdzv_list_alive(struct mg_rdzv *r, struct mg_kv_entry **e, int *n, size_t *skip);
 /* Whether a listed key ends in id after the first skip bytes. */

@@ -374,6 +374,21 @@ static void make_id(struct mg_rdzv *r)
     snprintf(r->id, sizeof(r->id), "%s-%d-%08x", n ? h : "node", (int)getpid(), rnd);
 }
 
+int64_t mg_rdzv_first_tick_ms(uint64_t rnd, int64_t interval_ms)
+{
+    if (interval_ms <= 1)
+        return interval_ms > 0 ? interval_ms : 0;
+    return 1 + (int64_t)(rnd % (uint64_t)interval_ms);
+}
+
+int64_t rdzv_first_tick(const struct mg_rdzv *r)
+{
+    uint64_t rnd;
+    if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+        rnd = (uint64_t)mg_now_us() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)r;
+    return mg_rdzv_first_tick_ms(rnd, r->conf.heartbeat_interval_ms);
+}
+
 int mg_rdzv_new(struct mg_rdzv **out, const struct mg_rdzv_opts *o, char *err, size_t errlen)
 {
     struct mg_rdzv *r;

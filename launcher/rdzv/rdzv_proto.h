@@ -237,4 +237,14 @@ int mg_rdzv_desc_parse(const char *text, struct mg_rdzv_desc *d);
 int mg_rdzv_desc_format(const struct mg_rdzv_desc *d, char *buf, size_t len);
 void mg_rdzv_rank_order(struct mg_rdzv_desc *d, int n);
 
+/* When a node's first heartbeat after a round formed comes, in ms after it
+ * learned its rank: a point of (0, interval_ms] picked by rnd (uniformly
+ * for a uniform rnd), never later than one interval. Every node of a round
+ * learns its rank within a moment, and heartbeats that stayed in step would
+ * reach the store together every interval (10,000 nodes: 50,000 requests in
+ * the same second) where spread out they are a steady rate; each keeps its
+ * phase after (the next comes an interval after the last). Pure, for the
+ * unit tests. */
+int64_t mg_rdzv_first_tick_ms(uint64_t rnd, int64_t interval_ms);
+
 #endif

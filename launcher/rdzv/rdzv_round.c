@@ -764,7 +764,8 @@ static int take_round(struct mg_rdzv *r, const struct close_hdr *h, struct mg_rd
     r->prev_rank = me;
     r->formed = 1;
     r->last_ok = mg_now_ms();
-    r->next_tick = r->last_ok + r->conf.heartbeat_interval_ms;
+    /* at a random point of the interval: the round's nodes out of step */
+    r->next_tick = r->last_ok + rdzv_first_tick(r);
     return 1;
 fail:
     for (int k = 0; k < nb; k++)

@@ -176,5 +176,26 @@ int main(void)
     ok(mg_kv_is_local_host("localhost"), "localhost is this machine");
     ok(!mg_kv_is_local_host("192.0.2.77"), "a TEST-NET address is not");
     ok(!mg_kv_is_local_host("nosuchhost.invalid"), "an unknown name is not");
+    /* the first heartbeat after forming: within (0, interval], spread evenly */
+    {
+        uint64_t rnd = 0x2545F4914F6CDD1Dull;
+        int buckets[10] = {0}, inside = 1;
+        for (int i = 0; i < 100000; i++) {
+            rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+            int64_t t = mg_rdzv_first_tick_ms(rnd, 5000);
+            if (t < 1 || t > 5000)
+                inside = 0;
+            else
+                buckets[(t - 1) / 500]++;
+        }
+        int even = 1;
+        for (int b = 0; b < 10; b++)
+            even &= buckets[b] > 9000 && buckets[b] < 11000;
+        ok(inside, "first heartbeat: always within (0, interval]");
+        ok(even, "first heartbeat: each tenth of the interval takes about a tenth of the nodes");
+        is_int(mg_rdzv_first_tick_ms(0, 5000), 1, "first heartbeat: never at once");
+        is_int(mg_rdzv_first_tick_ms(4999, 5000), 5000, "first heartbeat: at most one interval");
+        is_int(mg_rdzv_first_tick_ms(12345, 1), 1, "first heartbeat: an interval of 1 ms");
+    }
     return done_testing();
 }
