@@ -1,7 +1,8 @@
-/* What the three files of the rendezvous protocol share: struct mg_rdzv, the
+/* What the four files of the rendezvous protocol share: struct mg_rdzv, the
  * state record, and the plumbing both phases use. rdzv_proto.c holds the
  * records (descriptors, state, failures) and the set-up, rdzv_round.c forms a
- * round, rdzv_watch.c watches it while the workers run and ends it (the exit
+ * round, rdzv_roster.c reads and writes a formed round's membership record,
+ * rdzv_watch.c watches it while the workers run and ends it (the exit
  * barrier, leaving, closing). rdzv_proto.h has the keys and the rules. Not a
  * public API. */
 #ifndef MG_RDZV_INTERNAL_H
@@ -163,8 +164,41 @@ void rdzv_below_min(struct mg_rdzv *r, struct rdzv_state *st, int dead, int na);
  * unknown" when its block cannot be read). */
 int rdzv_member_ranks(struct mg_rdzv *r, int i, int *n, char *buf, size_t cap);
 
-/* ---- the formed round's members (rdzv_round.c) ------------------------------------ */
+/* ---- the membership record (rdzv_roster.c) ---------------------------------------- */
 
+/* The close record's first line. block and tag are absent from a record of
+ * an mglaunch from before the blocks (every member in it): block = nnodes. */
+struct rdzv_close_hdr {
+    int64_t round, restarts;
+    int nnodes, world, block, tag;
+    int nproc; /* every member's nproc when they are all the same, else 0 */
+};
+
+/* Its blocks, and the number of members in block k. */
+int rdzv_roster_nblocks(const struct rdzv_close_hdr *h);
+int rdzv_roster_block_len(const struct rdzv_close_hdr *h, int k);
+/* Parses a close record: its header, and block 0 into *b0 (allocated). */
+int rdzv_close_parse(const char *v, struct rdzv_close_hdr *h, struct mg_rdzv_desc **b0);
+/* Reads NS/r/R/close: 1 and its parsed header and block 0 when it exists, 0
+ * when not, < 0. */
+int rdzv_read_close(struct mg_rdzv *r, int64_t round, struct rdzv_close_hdr *h,
+                    struct mg_rdzv_desc **b0);
+/* Reads block k of round h->round's members into *b (block 0: from the
+ * close record). */
+int rdzv_read_block(struct mg_rdzv *r, const struct rdzv_close_hdr *h, int k, struct rdzv_block *b);
+/* Agent id's rank in round h from its index into *rank, -1 when it is not a
+ * member. */
+int rdzv_index_lookup(struct mg_rdzv *r, const struct rdzv_close_hdr *h, const char *id, int *rank);
+/* Every member of round `round`, into *out (allocated). */
+int rdzv_read_all(struct mg_rdzv *r, int64_t round, struct rdzv_close_hdr *h,
+                  struct mg_rdzv_desc **out);
+/* The closer writes round R's membership record, members d[0..nd) in rank
+ * order: 1 when this call closed the round (*hout its header), 0 when
+ * another closer did, < 0. */
+int rdzv_write_roster(struct mg_rdzv *r, int64_t round, int64_t restarts,
+                      const struct mg_rdzv_desc *d, int nd, struct rdzv_close_hdr *hout);
+/* Deletes what is left of an old round (best effort). */
+void rdzv_forget_round(struct mg_rdzv *r, int64_t round);
 /* Member i (rank order) of the last formed round into *m, its block read
  * from the backend when not held yet. 0, or < 0 (r->msg says why). */
 int rdzv_member(struct mg_rdzv *r, int i, const struct mg_rdzv_desc **m);
