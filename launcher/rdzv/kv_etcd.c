@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ struct kv_etcd {
     struct mg_json_tok *toks;
     int ntoks;
     struct parked park;
+    uint64_t jitter; /* the pauses' random part (call) */
 };
 
 static void drop_park(struct kv_etcd *e)
@@ -104,9 +106,44 @@ static int http_fail(struct kv_etcd *e, const char *url, const char *op, int rc,
     return rc;
 }
 
+/* Sleeps ms, or less when abort_fd becomes readable: -EINTR then. */
+static int nap(int abort_fd, int ms)
+{
+    struct pollfd p = {.fd = abort_fd, .events = POLLIN};
+    int n = poll(&p, abort_fd >= 0 ? 1 : 0, ms);
+    return n > 0 ? -EINTR : 0;
+}
+
+static int call_once(struct kv_etcd *e, const char *op, const char *body, size_t blen);
+
 /* One POST to every endpoint in turn until one answers. On HTTP 200 the
- * parsed response is in e->doc. */
+ * parsed response is in e->doc. An etcd whose log runs more than 5,000
+ * entries ahead of what it applied refuses writes with "etcdserver: too
+ * many requests" until it caught up (10,000 nodes announcing themselves at
+ * once): asked again after a pause, growing to a second, within the
+ * request's bound. */
 static int call(struct kv_etcd *e, const char *op, const char *body, size_t blen)
+{
+    int64_t end = mg_now_ms() + e->timeout_ms;
+    int pause = 20;
+    for (;;) {
+        int rc = call_once(e, op, body, blen);
+        if (rc != -EBUSY)
+            return rc;
+        /* a pause of pause/2 to pause: the refused do not come back together */
+        e->jitter = e->jitter * 6364136223846793005u + 1442695040888963407u;
+        int ms = pause / 2 + (int)((e->jitter >> 33) % (uint64_t)(pause / 2 + 1));
+        if (mg_now_ms() + ms >= end)
+            return -EIO; /* the words are in kv.err */
+        if (nap(e->kv.abort_fd, ms) < 0) {
+            seterr(e, "etcd %s: %s: interrupted (a signal)", e->url[e->cur], op);
+            return -EINTR;
+        }
+        pause = pause * 2 > 1000 ? 1000 : pause * 2;
+    }
+}
+
+static int call_once(struct kv_etcd *e, const char *op, const char *body, size_t blen)
 {
     char url[URL_MAX + 64];
     int rc = -EIO;
@@ -171,7 +208,9 @@ static int call(struct kv_etcd *e, const char *op, const char *body, size_t blen
                 seterr(e, "etcd %s: %s: HTTP %ld: %s (code %lld)", e->url[i], op, status,
                        msg[0] ? msg : "no message", code);
                 /* gRPC NOT_FOUND is how etcd says a lease is gone. */
-                return code == 5 ? -EKEYEXPIRED : -EIO;
+                if (code == 5)
+                    return -EKEYEXPIRED;
+                return strstr(msg, "too many requests") ? -EBUSY : -EIO;
             }
             e->cur = i;
             e->api = api;
@@ -1160,6 +1199,7 @@ int mg_kv_etcd_open(struct mg_kv **out, const struct mg_kv_etcd_opts *o, char *e
         return -ENOMEM;
     e->kv.ops = &etcd_ops;
     e->kv.abort_fd = -1;
+    e->jitter = (uint64_t)(uintptr_t)e ^ (uint64_t)mg_now_ms();
     e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
     e->lease_ttl_s = o->lease_ttl_ms > 0 ? (o->lease_ttl_ms + 999) / 1000 : 5;
     if (e->lease_ttl_s < 2)

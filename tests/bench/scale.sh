@@ -113,7 +113,7 @@ swarm() {
     fi
     cat "$out" "$out.err" >"$OUT/scale.$st.$n.txt" 2>/dev/null # the requests by kind, for a reader
     if [ $rc != 0 ] || ! grep -q '^check=ok' "$out"; then
-        diag "$st store, $n nodes: $(grep -h 'check=\|first_error' "$out" "$out.err" | tr '\n' ' ')"
+        diag "$st store, $n nodes: $(grep -h 'check=\|first_error\|^round0' "$out" "$out.err" | tr '\n' ' ')"
         return 1
     fi
 }

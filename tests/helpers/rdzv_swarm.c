@@ -387,6 +387,56 @@ static int child_main(int first, int last)
 static pid_t server_pid;
 static const char *stats_file;
 
+/* When a round did not form: what the backend holds of round 0 (the live
+ * agents, the joins, the count, the close's claim), through one more
+ * client, so that a failed run says how far the round got. */
+static void say_round(void)
+{
+    struct mg_rdzv_conf c = conf;
+    struct mg_kv *kv;
+    struct mg_kv_host *host;
+    char ep[64], ns[MG_KV_MAX_KEY], err[1024], k[MG_KV_MAX_KEY + 16];
+    static const char *const counted[] = {"a/", "r/0/j/"};
+    int n[2] = {-1, -1};
+    if (hosted_port)
+        snprintf(ep, sizeof(ep), "127.0.0.1:%d", hosted_port);
+    else
+        snprintf(ep, sizeof(ep), "%s", etcd_ep ? etcd_ep : endpoint);
+    c.is_host = 0;
+    struct mg_kv_open_opts o = {
+        .backend = etcd_ep ? MG_RDZV_ETCD : MG_RDZV_C10D,
+        .endpoint = ep,
+        .run_id = run_id,
+        .conf = &c,
+        .deadline_ms = mg_now_ms() + 5000,
+        .abort_fd = -1,
+        .node_rank = -1,
+    };
+    if (mg_kv_open(&o, &kv, &host, ns, sizeof(ns), err, sizeof(err)) < 0) {
+        printf("round0 unknown=%s\n", err);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(k, sizeof(k), "%s/%s", ns, counted[i]);
+        struct mg_kv_entry *e = NULL;
+        if (kv->ops->count)
+            kv->ops->count(kv, k, &n[i]);
+        else if (kv->ops->list(kv, k, MG_RDZV_MAX_NODES, 0, &e, &n[i]) == 0)
+            mg_kv_free_list(e, n[i]);
+    }
+    char *cnt = NULL, *closing = NULL;
+    size_t len;
+    snprintf(k, sizeof(k), "%s/r/0/n", ns);
+    kv->ops->get(kv, k, &cnt, &len, NULL);
+    snprintf(k, sizeof(k), "%s/r/0/closing", ns);
+    kv->ops->get(kv, k, &closing, &len, NULL);
+    printf("round0 alive=%d joined=%d count=%s closing=%s\n", n[0], n[1], cnt ? cnt : "-",
+           closing ? closing : "-");
+    free(cnt);
+    free(closing);
+    kv->ops->release(kv);
+}
+
 /* Waits until *ctr reaches want, at most until deadline; 0 or -ETIMEDOUT.
  * Says on stderr every 5 s how far it got, and the requests so far. */
 static int wait_count(_Atomic int *ctr, int want, int64_t deadline, const char *what)
@@ -620,6 +670,7 @@ int main(int argc, char **argv)
     if (rc < 0) {
         snprintf(why, sizeof(why), "forming: %s (%d of %d formed)",
                  rc == -EIO ? "a node failed" : "timed out", atomic_load(&sh->formed), nform);
+        say_round();
         fail = 1;
         goto stop;
     }
