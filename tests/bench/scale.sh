@@ -37,7 +37,12 @@
 # either way), MG_SCALE_NICE (0; N: the simulated nodes' threads run at nice
 # N, the store and the probe client not, as a store on a host of its own
 # would be: on 2 cores, thousands of node threads otherwise starve the store;
-# the table's header says so).
+# the table's header says so), MG_SCALE_RT (0; 1: the store (storesrv, or the
+# swarm's thread hosting it) and the probe client run at a real-time
+# priority (SCHED_FIFO 1, which takes root or CAP_SYS_NICE), as on hosts of
+# their own: nice 19 is not enough once thousands of node threads are
+# runnable together, and the probe then measures the wait for a core rather
+# than the store; the header says so).
 . "$(dirname "$0")/../lib/bench.sh"
 . "$(dirname "$0")/../lib/etcd.sh"
 SW=$HELPERS/rdzv_swarm
@@ -58,6 +63,15 @@ TMO=${MG_SCALE_TIMEOUT:-240}
 CONF=${MG_SCALE_CONF:-}
 ARRIVE=${MG_SCALE_ARRIVE_MS:-0}
 NICE=${MG_SCALE_NICE:-0}
+RT=${MG_SCALE_RT:-0}
+RTCMD="" RTFLAG=""
+if [ "$RT" = 1 ]; then
+    chrt -f 1 true 2>/dev/null || {
+        echo "scale.sh: MG_SCALE_RT=1 needs a real-time priority (root or CAP_SYS_NICE): chrt -f 1 failed" >&2
+        exit 1
+    }
+    RTCMD="chrt -f 1" RTFLAG=--rt
+fi
 need "$SW" "$HELPERS/storesrv" "$HELPERS/freeport"
 fail=0
 
@@ -83,7 +97,7 @@ swarm() {
     conf="join_timeout=$TMO${CONF:+,$CONF}"
     if [ "$st" = own ]; then
         rm -f "$T/port"
-        "$HELPERS/storesrv" --port-file "$T/port" --stats-file "$T/stats" \
+        $RTCMD "$HELPERS/storesrv" --port-file "$T/port" --stats-file "$T/stats" \
             --max-clients $((n * 2 + 64)) >"$T/storesrv.log" 2>&1 &
         spid=$!
         SPAWNED="$SPAWNED $spid"
@@ -91,7 +105,7 @@ swarm() {
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --endpoint "127.0.0.1:$(cat "$T/port")" --server-pid "$spid" \
             --stats-file "$T/stats" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
-            --arrive-ms "$ARRIVE" --nice "$NICE" --timeout-s "$TMO" >"$out" 2>"$out.err"
+            --arrive-ms "$ARRIVE" --nice "$NICE" $RTFLAG --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
         kill "$spid" 2>/dev/null
         wait "$spid" 2>/dev/null
@@ -108,7 +122,7 @@ swarm() {
     else
         timeout $((TMO + 30)) "$SW" --nodes "$n" --procs "$(procs_for "$n")" \
             --hosted "$(free_port)" --kill "$kill" --steady-ms "$STEADY" --conf "$conf" \
-            --arrive-ms "$ARRIVE" --nice "$NICE" --timeout-s "$TMO" >"$out" 2>"$out.err"
+            --arrive-ms "$ARRIVE" --nice "$NICE" $RTFLAG --timeout-s "$TMO" >"$out" 2>"$out.err"
         rc=$?
     fi
     cat "$out" "$out.err" >"$OUT/scale.$st.$n.txt" 2>/dev/null # the requests by kind, for a reader
@@ -146,6 +160,7 @@ echo "1% killed after ${STEADY} ms of heartbeats (default heartbeat_interval 1 s
 [ -n "$CONF" ] && echo "--rdzv_conf $CONF"
 [ "$ARRIVE" != 0 ] && echo "nodes begin their joins over $ARRIVE ms"
 [ "$NICE" != 0 ] && echo "node threads at nice $NICE, the store and the probe at 0: a store on its own host, not starved by the nodes"
+[ "$RT" = 1 ] && echo "the store and the probe at real-time priority (SCHED_FIFO 1), as on hosts of their own"
 printf '  %-6s %-6s %9s %9s %9s %9s %9s %9s %10s %9s %11s %9s\n' N store "form ms" "req/node" \
     "hb req/s" "hb cpu" "reform ms" "rss MB" "cpu s" "probe ms" "torch rdzv" "torch kv"
 } | tee "$OUT/scale.txt"

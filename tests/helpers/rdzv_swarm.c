@@ -15,7 +15,7 @@
  *              [--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN]
  *              [--server-pid PID] [--stats-file F] [--timeout-s S]
  *              [--join-twice 0|1] [--leave L] [--flood F] [--arrive-ms MS]
- *              [--nice N]
+ *              [--nice N] [--rt]
  *
  * Phases (shared memory between the processes): every node connects; all
  * join at once (--arrive-ms W: node i begins its join at i/N of a window of
@@ -26,7 +26,13 @@
  * --nice N: the node threads run at nice N, the store (storesrv, or node 0's
  * thread hosting it), the probe and the main thread at the caller's: the
  * store as on a host of its own, not starved by thousands of node threads
- * on the same cores (scale.sh says so when it is used).
+ * on the same cores (scale.sh says so when it is used). --rt: the probe's
+ * thread and node 0's thread hosting the store run under SCHED_FIFO (a
+ * real-time priority, which takes CAP_SYS_NICE; storesrv is started under
+ * chrt by scale.sh): on a machine shared with thousands of node threads,
+ * even at nice 19 they outweigh the store once they are runnable together
+ * (after a change woke them all), and then the probe measures waiting for
+ * a core, not the store; with --rt it measures the store's own queue.
  * Misbehaving nodes and clients, as docs/rendezvous.md and
  * docs/store-protocol.md say they are handled: --join-twice 1: node 1 joins
  * the open round, then begins its join again before the round closes (a
@@ -52,6 +58,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,7 +75,17 @@
 struct shared *sh;
 static struct mg_rdzv_conf conf;
 static const char *endpoint, *etcd_ep, *run_id = "swarm";
-static int node_nice;
+static int node_nice, use_rt;
+
+/* --rt: this thread at real-time priority 1; says so once when refused. */
+static void go_rt(const char *who)
+{
+    struct sched_param sp = {.sched_priority = 1};
+    int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+    if (rc)
+        fprintf(stderr, "rdzv_swarm: --rt: cannot give %s a real-time priority: %s\n", who,
+                strerror(rc));
+}
 static int hosted_port, nnodes, nkill, join_twice, nleave, nflood, arrive_ms;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -149,6 +166,8 @@ static void *node_main(void *arg)
     c.is_host = hosted_port && nd->idx == 0;
     if (node_nice && !c.is_host)
         setpriority(PRIO_PROCESS, (id_t)gettid(), node_nice); /* this thread only */
+    if (use_rt && c.is_host)
+        go_rt("the thread hosting the store");
     struct mg_kv_open_opts s = {
         .backend = etcd_ep ? MG_RDZV_ETCD : MG_RDZV_C10D,
         .endpoint = ep,
@@ -465,7 +484,7 @@ static void usage(void)
             "usage: rdzv_swarm --nodes N [--procs P] (--endpoint H:P | --hosted PORT | --etcd H:P) "
             "[--kill K] [--steady-ms MS] [--conf K=V,...] [--id RUN] [--server-pid PID] "
             "[--stats-file F] [--timeout-s S] [--join-twice 1] [--leave L] [--flood F] "
-            "[--arrive-ms MS] [--nice N]\n");
+            "[--arrive-ms MS] [--nice N] [--rt]\n");
     exit(2);
 }
 
@@ -523,6 +542,10 @@ int main(int argc, char **argv)
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--rt")) { /* a flag: takes no value */
+            use_rt = 1;
+            continue;
+        }
         if (!v)
             usage();
         i++;
@@ -658,6 +681,13 @@ int main(int argc, char **argv)
     else
         snprintf(pep, sizeof(pep), "%s", etcd_ep ? etcd_ep : endpoint);
     have_probe = pthread_create(&probe, NULL, probe_main, pep) == 0;
+    if (have_probe && use_rt) {
+        struct sched_param sp = {.sched_priority = 1};
+        int prc = pthread_setschedparam(probe, SCHED_FIFO, &sp);
+        if (prc)
+            fprintf(stderr, "rdzv_swarm: --rt: cannot give the probe a real-time priority: %s\n",
+                    strerror(prc));
+    }
     usleep(100000);
     take(&s0);
     printf("connected nodes=%d store_rss_kb=%ld\n", nnodes, s0.rss_kb);
