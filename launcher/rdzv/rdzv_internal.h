@@ -65,6 +65,10 @@ struct mg_rdzv {
      * it is not closed), and how long the backend had not answered a whole
      * tick then. */
     int64_t lost_at, lost_silent_ms;
+    /* When the tick's request under way began: a request that finds the
+     * connection closed may itself spend a second connecting again, which
+     * is no silence of this node's. */
+    int64_t op_at;
     /* This node was dropped from the job (its lease ran out: declared dead)
      * after its heartbeats stopped this long; 0 when not, or once it is in
      * a formed round again. What it says when it cannot go on names it. */

@@ -49,6 +49,17 @@ static enum mg_rdzv_event state_moved(struct mg_rdzv *r, const struct rdzv_state
     return MG_RDZV_NONE;
 }
 
+/* Whether silence_ms without a whole tick explains a dropped connection:
+ * the store drops one whose lease (heartbeat_timeout - heartbeat_interval)
+ * ran out, as measured from when it read the last request, which can be a
+ * little before this node saw that request's answer; a connection cut on
+ * the way finds the node silent for an interval at most. */
+static int silent_past_lease(const struct mg_rdzv *r, int64_t silence_ms)
+{
+    int64_t lease = r->conf.heartbeat_timeout_ms - r->conf.heartbeat_interval_ms;
+    return silence_ms >= lease * 3 / 4;
+}
+
 /* The backend dropped this node: its lease ran out (the others declared it
  * dead and go on without it), and it joins the next round as a new node.
  * silent_ms: how long the backend had not answered a whole tick; why: what
@@ -60,7 +71,21 @@ static enum mg_rdzv_event dropped(struct mg_rdzv *r, int64_t silent_ms, const ch
     r->reason = MG_RDZV_R_LEASE_LOST;
     r->formed = 0;
     r->lost_at = 0;
-    if (silent_ms < r->conf.heartbeat_timeout_ms - r->conf.heartbeat_interval_ms) {
+    /* The group re-forms: this node's workers stop, and it comes back as a
+     * new node. The others may not have seen it gone yet (a connection cut
+     * and made again within a heartbeat, before their watch looked): were
+     * the round left as it is, this node would find itself in it still,
+     * with its old rank, and start workers alone. So it moves the round on
+     * itself, as a dead node's watcher would (best effort: the join reads
+     * whatever the state became). */
+    struct rdzv_state st;
+    if (rdzv_state_read(r, &st) == 0 && st.status == 'r' && st.round == r->round) {
+        struct rdzv_state to = st;
+        to.round++;
+        to.cause = 'x';
+        rdzv_state_cas(r, &st, &to);
+    }
+    if (!silent_past_lease(r, silent_ms)) {
         /* not for silence: a connection cut on the way (a proxy, a NAT) */
         say(r, "this node lost its place in the job (%s); rejoining as a new node", tmp);
         return MG_RDZV_RESTART;
@@ -93,7 +118,7 @@ static enum mg_rdzv_event reconnect(struct mg_rdzv *r)
     int first = r->lost_at == 0;
     if (first) {
         r->lost_at = now;
-        r->lost_silent_ms = now - r->last_ok;
+        r->lost_silent_ms = r->op_at - r->last_ok;
     }
     char why[MG_ERRMSG_LEN];
     int rc = r->kv->ops->keepalive(r->kv);
@@ -124,7 +149,7 @@ static enum mg_rdzv_event reconnect(struct mg_rdzv *r)
     /* A store that dropped this node for its silence and then does not
      * answer is gone, most likely because the job ended without the node:
      * its host leaves once the live nodes are done. */
-    int silent = r->lost_silent_ms >= r->conf.heartbeat_timeout_ms - r->conf.heartbeat_interval_ms;
+    int silent = silent_past_lease(r, r->lost_silent_ms);
     if (now - r->lost_at >= r->conf.heartbeat_timeout_ms) {
         if (silent) {
             r->dropped_ms = r->lost_silent_ms;
@@ -153,7 +178,7 @@ static enum mg_rdzv_event reconnect(struct mg_rdzv *r)
 static enum mg_rdzv_event run_error(struct mg_rdzv *r, int rc)
 {
     if (rc == -EKEYEXPIRED)
-        return dropped(r, mg_now_ms() - r->last_ok, mg_kv_error(r->kv));
+        return dropped(r, r->op_at - r->last_ok, mg_kv_error(r->kv));
     if (closed(rc))
         return reconnect(r);
     if (mg_now_ms() - r->last_ok >= r->conf.heartbeat_timeout_ms) {
@@ -185,6 +210,7 @@ static int watch_ring(struct mg_rdzv *r)
             return rc;
         key(r, k, "a/%s", m->id);
         v = NULL;
+        r->op_at = mg_now_ms();
         rc = r->kv->ops->get(r->kv, k, &v, &len, NULL);
         free(v);
         if (rc == -MG_ENOKEY)
@@ -212,15 +238,18 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     if (r->lost_at)
         return reconnect(r); /* the connection closed at an earlier tick */
 
+    r->op_at = mg_now_ms();
     rc = r->kv->ops->keepalive(r->kv);
     if (rc < 0)
         return run_error(r, kvfail(r, "heartbeat", rc));
+    r->op_at = mg_now_ms();
     rc = rdzv_state_read(r, &st);
     if (rc < 0)
         return run_error(r, rc);
     enum mg_rdzv_event ev = state_moved(r, &st);
     if (ev != MG_RDZV_NONE)
         return ev;
+    r->op_at = mg_now_ms();
     rc = watch_ring(r);
     if (rc < 0)
         return run_error(r, rc);
@@ -228,6 +257,7 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
         r->last_ok = mg_now_ms();
         return MG_RDZV_NONE;
     }
+    r->op_at = mg_now_ms();
     rc = rdzv_list_alive(r, &alive, &na, &skip);
     if (rc < 0)
         return run_error(r, rc);
@@ -257,6 +287,7 @@ enum mg_rdzv_event mg_rdzv_tick(struct mg_rdzv *r)
     struct rdzv_state to = st;
     to.round++;
     to.cause = 'x';
+    r->op_at = mg_now_ms();
     rc = rdzv_state_cas(r, &st, &to);
     if (rc < 0)
         return run_error(r, rc);
