@@ -452,7 +452,14 @@ int mg_http_run(struct mg_http *h, int timeout_ms, struct mg_http_response *res)
             return MG_HTTP_RUNNING;
         int afd = h->req->abort_fd;
         struct curl_waitfd w = {.fd = afd, .events = CURL_WAIT_POLLIN};
-        c->multi_poll(h->multi, afd >= 0 ? &w : NULL, afd >= 0 ? 1 : 0, left, NULL);
+        /* A poll that fails fails at once: ending the request here keeps
+         * the loop from spinning until the timeout. */
+        if (c->multi_poll(h->multi, afd >= 0 ? &w : NULL, afd >= 0 ? 1 : 0, left, NULL) !=
+            CURLM_OK) {
+            c->multi_remove_handle(h->multi, h->h);
+            h->begun = 0;
+            return finish(h, CURLE_RECV_ERROR, res);
+        }
         if (afd >= 0 && (w.revents & CURL_WAIT_POLLIN)) {
             mg_http_end(h);
             memset(res, 0, sizeof(*res));
