@@ -321,8 +321,13 @@ int mg_opts_check_values(struct parse *p)
                                 "%s' for %s: expected HOST[:PORT], without a "
                                 "user or password (the store's secret goes in MG_RDZV_TOKEN)",
                                 at, mg_opts_label(p, O_RDZV_ENDPOINT, l, sizeof(l)));
-        if (!etcd && mg_parse_hostport(v, 29400, &hp))
-            return mg_opts_bad_value(p, O_RDZV_ENDPOINT, v, "expected HOST[:PORT]");
+        if (!etcd && mg_parse_hostport(v, 29400, &hp)) {
+            const char *c = strrchr(v, ':');
+            int digits = c && c[1] && c[1 + strspn(c + 1, "0123456789")] == '\0';
+            return mg_opts_bad_value(p, O_RDZV_ENDPOINT, v,
+                                     digits ? "expected HOST[:PORT], PORT from 1 to 65535"
+                                            : "expected HOST[:PORT]");
+        }
         o->rdzv_endpoint = s[O_RDZV_ENDPOINT].val;
     }
     if (s[O_RDZV_ID].set) {

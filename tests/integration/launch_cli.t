@@ -68,6 +68,8 @@ unlike "$(cat "$T/err")" "pw@" "  its password is not shown"
 bad "invalid value '\\*\\*\\*@host:29400' for --rdzv_endpoint: expected HOST\\[:PORT\\], without a user or password" \
     --nnodes 2 --rdzv_backend c10d --rdzv_endpoint 'alice:s3cret@host:29400' "$FW"
 unlike "$(cat "$T/err")" "s3cret|alice" "  neither the user nor the password is shown"
+bad "invalid value 'h:99999' for --rdzv_endpoint: expected HOST\\[:PORT\\], PORT from 1 to 65535" \
+    --nnodes 2 --rdzv_backend c10d --rdzv_endpoint h:99999 "$FW"
 bad "invalid value 'a:b:c' for --rdzv_endpoint: expected HOST" --nnodes 2 --rdzv_backend c10d \
     --rdzv_endpoint a:b:c "$FW"
 bad "--nnodes 1:4: the static backend needs a fixed node count" --nnodes=1:4 "$FW"
