@@ -67,6 +67,20 @@ static int watch_message(struct watch *w, const char *msg, size_t len)
     return 0;
 }
 
+/* The body of a watch of key from revision after_rev + 1, for the stream and
+ * for the parked watch alike: its length, or -ENOMEM. */
+static int watch_body(struct body *b, const char *key, size_t kl, int64_t after_rev)
+{
+    if (etcd_body_begin(b, kl) < 0)
+        return -ENOMEM;
+    mg_jsonw_key(&b->w, "create_request");
+    mg_jsonw_obj_begin(&b->w);
+    etcd_kb64(&b->w, "key", key, kl, b->tmp);
+    etcd_kint64(&b->w, "start_revision", after_rev + 1);
+    mg_jsonw_obj_end(&b->w);
+    return etcd_body_end(b);
+}
+
 /* The watch stream as it arrives (mg_http_request.on_data). */
 static int on_watch_data(void *arg, const char *data, size_t n)
 {
@@ -134,14 +148,7 @@ int etcd_wait(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout_
         if (rc < 0 && rc != -MG_ENOKEY)
             return rc;
     }
-    if (etcd_body_begin(&b, kl) < 0)
-        return -ENOMEM;
-    mg_jsonw_key(&b.w, "create_request");
-    mg_jsonw_obj_begin(&b.w);
-    etcd_kb64(&b.w, "key", key, kl, b.tmp);
-    etcd_kint64(&b.w, "start_revision", since_rev + 1);
-    mg_jsonw_obj_end(&b.w);
-    n = etcd_body_end(&b);
+    n = watch_body(&b, key, kl, since_rev);
     if (n < 0)
         return n;
 
@@ -218,14 +225,7 @@ int etcd_watch(struct mg_kv *kv, const char *key, int64_t since_rev, int timeout
             return rc;
         }
         struct body b;
-        if (etcd_body_begin(&b, kl) < 0)
-            return -ENOMEM;
-        mg_jsonw_key(&b.w, "create_request");
-        mg_jsonw_obj_begin(&b.w);
-        etcd_kb64(&b.w, "key", key, kl, b.tmp);
-        etcd_kint64(&b.w, "start_revision", from + 1);
-        mg_jsonw_obj_end(&b.w);
-        int n = etcd_body_end(&b);
+        int n = watch_body(&b, key, kl, from);
         if (n < 0)
             return n;
         p->body = b.json;
